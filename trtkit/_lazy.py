@@ -1,0 +1,45 @@
+"""Lazy imports of heavy, optional dependencies with errors that say how to install them."""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+from trtkit.errors import DependencyError
+
+_HINTS = {
+    "tensorrt": (
+        "TensorRT's Python package is not installed. Install the build matching your CUDA driver, e.g. "
+        "`pip install tensorrt` (or `pip install 'trtkit[tensorrt]'`); `trtkit doctor` checks the setup."
+    ),
+    "cuda.bindings.runtime": (
+        "cuda-python is not installed. Run `pip install 'cuda-python>=12.6'` (12.x for CUDA 12 drivers, "
+        "13.x needs Python >= 3.11 and a CUDA 13 driver)."
+    ),
+}
+
+
+@lru_cache(maxsize=None)
+def import_module(name: str):
+    """Import ``name`` on first use; raise :class:`DependencyError` with an install hint if it is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        hint = _HINTS.get(name, f"Install the package that provides `{name}`.")
+        raise DependencyError(f"{hint} (import of `{name}` failed: {exc})") from exc
+
+
+def tensorrt():
+    """The ``tensorrt`` module (imported on first call)."""
+    return import_module("tensorrt")
+
+
+def cudart():
+    """cuda-python's runtime bindings, ``cuda.bindings.runtime`` (falls back to ``cuda.cudart`` on cuda-python < 12.6)."""
+    try:
+        return import_module("cuda.bindings.runtime")
+    except DependencyError as missing:
+        try:
+            return importlib.import_module("cuda.cudart")
+        except ImportError:
+            raise missing from None

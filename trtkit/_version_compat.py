@@ -1,0 +1,317 @@
+"""The one place that knows how TensorRT 8.6, 10.x and 11.x differ.
+
+Every function takes the ``tensorrt`` module (or a TensorRT object) as an argument, so it works with the installed
+TensorRT, with another version's real bindings (the ``surface`` test tier) and with trtkit's fake backend alike.
+Features are detected with ``hasattr`` on the module, never by comparing version strings; enum masks are built from
+member *names* because TensorRT 11 renumbered the values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from trtkit.errors import UnsupportedError
+
+# Which TensorRT versions have (or lost) a feature, for error messages.
+_WHERE = {
+    "FP16": "TensorRT 8.6 to 10.x (removed in 11: use --fp16-mode cast, a strongly typed FP16 model)",
+    "INT8": "TensorRT 8.6 to 10.x (removed in 11: use --int8-mode qdq, explicit Q/DQ nodes)",
+    "BF16": "TensorRT 9.0 to 10.x as a builder flag (in 11 use a strongly typed BF16 model)",
+    "TF32": "TensorRT 8.6 and later",
+    "STRONGLY_TYPED": "TensorRT 9.1 and later",
+    "calibrator": "TensorRT 8.6 to 10.x (removed in 11: use --int8-mode qdq)",
+    "VERSION_COMPATIBLE": "TensorRT 8.6 and later",
+    "hardware_compatibility_level": "TensorRT 8.6 and later (Ampere+ GPUs)",
+}
+
+
+def version(trt) -> tuple[int, ...]:
+    """TensorRT's version as a tuple of ints, e.g. ``(8, 6, 0)`` or ``(11, 4, 0, 106)``."""
+    parts = []
+    for piece in str(getattr(trt, "__version__", "0")).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (0,)
+
+
+def version_string(trt) -> str:
+    return str(getattr(trt, "__version__", "unknown"))
+
+
+def _members(enum) -> set[str]:
+    members = getattr(enum, "__members__", None)
+    if members is not None:
+        return set(members)
+    return {name for name in dir(enum) if name.isupper()}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the given TensorRT offers, detected from its API."""
+
+    version: tuple[int, ...]
+    builder_flags: frozenset[str]
+    tactic_sources: frozenset[str]
+    network_flags: frozenset[str]
+    has_calibrators: bool
+    has_minmax_calibrator: bool
+    has_device_memory_v2: bool
+    has_platform_fast_precision: bool
+    has_supports_model_v2: bool
+    has_execution_context_strategy: bool
+
+    @property
+    def fp16_flag(self) -> bool:
+        return "FP16" in self.builder_flags
+
+    @property
+    def int8_flag(self) -> bool:
+        return "INT8" in self.builder_flags
+
+    @property
+    def bf16_flag(self) -> bool:
+        return "BF16" in self.builder_flags
+
+    @property
+    def strongly_typed(self) -> bool:
+        return "STRONGLY_TYPED" in self.network_flags
+
+    @property
+    def always_strongly_typed(self) -> bool:
+        """True where the network is strongly typed whatever flags are given (TensorRT 11)."""
+        return self.strongly_typed and not self.fp16_flag and not self.int8_flag
+
+
+def capabilities(trt) -> Capabilities:
+    """Detect what the given ``tensorrt`` module supports."""
+    return Capabilities(
+        version=version(trt),
+        builder_flags=frozenset(_members(trt.BuilderFlag)),
+        tactic_sources=frozenset(_members(trt.TacticSource)),
+        network_flags=frozenset(_members(trt.NetworkDefinitionCreationFlag)),
+        has_calibrators=hasattr(trt, "IInt8EntropyCalibrator2"),
+        has_minmax_calibrator=hasattr(trt, "IInt8MinMaxCalibrator"),
+        has_device_memory_v2=hasattr(trt.ICudaEngine, "device_memory_size_v2"),
+        has_platform_fast_precision=hasattr(trt.Builder, "platform_has_fast_fp16"),
+        has_supports_model_v2=hasattr(trt.OnnxParser, "supports_model_v2"),
+        has_execution_context_strategy=hasattr(trt, "ExecutionContextAllocationStrategy"),
+    )
+
+
+# --- network -------------------------------------------------------------------------------------------------------
+
+
+def network_flags(trt, *, strongly_typed: bool = False) -> int:
+    """Creation flags for ``Builder.create_network``.
+
+    8.6 needs EXPLICIT_BATCH (the ONNX parser refuses implicit-batch networks); 10 ignores it; 11 removed it.
+    STRONGLY_TYPED exists from 9.1 and is implied in 11.
+
+    Raises:
+        UnsupportedError: ``strongly_typed`` was asked for on a TensorRT without it.
+    """
+    members = _members(trt.NetworkDefinitionCreationFlag)
+    flags = 0
+    if "EXPLICIT_BATCH" in members and version(trt) < (10,):
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    if strongly_typed:
+        if "STRONGLY_TYPED" not in members:
+            raise UnsupportedError(
+                f"Strongly typed networks are not available in TensorRT {version_string(trt)}; "
+                f"they exist in {_WHERE['STRONGLY_TYPED']}."
+            )
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    return flags
+
+
+# --- builder config ------------------------------------------------------------------------------------------------
+
+TRT_OWN_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+
+
+def tactic_source_mask(trt, names) -> int:
+    """Bit mask of the named tactic sources, built from names (values differ between versions).
+
+    Args:
+        names: iterable of names such as ``"CUBLAS"``, ``"EDGE_MASK_CONVOLUTIONS"`` (case-insensitive).
+
+    Raises:
+        UnsupportedError: a name is not a tactic source of this TensorRT; the message lists the valid ones.
+    """
+    available = _members(trt.TacticSource)
+    mask = 0
+    for name in names:
+        key = name.strip().upper().replace("-", "_")
+        if key not in available:
+            raise UnsupportedError(
+                f"Tactic source '{name}' does not exist in TensorRT {version_string(trt)}; "
+                f"valid here: {', '.join(sorted(available))}."
+            )
+        mask |= 1 << int(getattr(trt.TacticSource, key))
+    return mask
+
+
+def has_builder_flag(trt, name: str) -> bool:
+    return name in _members(trt.BuilderFlag)
+
+
+def set_builder_flag(trt, config, name: str, on: bool = True) -> None:
+    """Set or clear ``BuilderFlag.<name>``.
+
+    Raises:
+        UnsupportedError: the flag does not exist in this TensorRT; says which versions have it and what to use.
+    """
+    if not has_builder_flag(trt, name):
+        where = _WHERE.get(name, "other TensorRT versions")
+        raise UnsupportedError(
+            f"BuilderFlag.{name} does not exist in TensorRT {version_string(trt)}; it exists in {where}."
+        )
+    flag = getattr(trt.BuilderFlag, name)
+    if on:
+        config.set_flag(flag)
+    else:
+        config.clear_flag(flag)
+
+
+def set_workspace(trt, config, nbytes: int) -> None:
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(nbytes))
+
+
+def set_hardware_compatibility(trt, config, level: str) -> None:
+    """Set ``config.hardware_compatibility_level`` from a name such as ``"AMPERE_PLUS"``."""
+    enum = getattr(trt, "HardwareCompatibilityLevel", None)
+    if enum is None or not hasattr(config, "hardware_compatibility_level"):
+        raise UnsupportedError(
+            f"Hardware compatibility is not available in TensorRT {version_string(trt)}; "
+            f"it exists in {_WHERE['hardware_compatibility_level']}."
+        )
+    key = level.strip().upper().replace("-", "_")
+    if key not in _members(enum):
+        raise UnsupportedError(
+            f"Hardware compatibility level '{level}' is not known to TensorRT {version_string(trt)}; "
+            f"valid: {', '.join(sorted(_members(enum)))}."
+        )
+    config.hardware_compatibility_level = getattr(enum, key)
+
+
+def set_profiling_verbosity(trt, config, name: str) -> None:
+    config.profiling_verbosity = getattr(trt.ProfilingVerbosity, name)
+
+
+def platform_has_fast(builder, precision: str) -> bool | None:
+    """``builder.platform_has_fast_<precision>``, or ``None`` where TensorRT no longer reports it (11)."""
+    attr = f"platform_has_fast_{precision.lower()}"
+    try:
+        return bool(getattr(builder, attr))
+    except AttributeError:
+        return None
+
+
+# --- parser --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParserIssue:
+    """One error reported by TensorRT's ONNX parser."""
+
+    code: str
+    description: str
+    node_index: int = -1
+    node_name: str = ""
+    node_op: str = ""
+
+    def __str__(self) -> str:
+        where = ""
+        if self.node_name or self.node_op:
+            where = f"node '{self.node_name}' ({self.node_op}): "
+        elif self.node_index >= 0:
+            where = f"node #{self.node_index}: "
+        return f"{where}{self.description} [{self.code}]"
+
+
+def parser_errors(parser) -> list[ParserIssue]:
+    """Every error of an ``OnnxParser``, with node name and op type where the version reports them (10+)."""
+    issues = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        code = getattr(err.code(), "name", str(err.code())).split(".")[-1]
+        node_name = err.node_name() if hasattr(err, "node_name") else ""
+        node_op = err.node_operator() if hasattr(err, "node_operator") else ""
+        issues.append(ParserIssue(code, err.desc(), int(err.node()), node_name or "", node_op or ""))
+    return issues
+
+
+# --- engine --------------------------------------------------------------------------------------------------------
+
+
+def device_memory_size(engine) -> int:
+    """Scratch device memory the engine needs (``device_memory_size_v2`` from 10.1, else ``device_memory_size``)."""
+    if hasattr(engine, "device_memory_size_v2"):
+        return int(engine.device_memory_size_v2)
+    return int(engine.device_memory_size)
+
+
+def allow_host_code(runtime, allow: bool) -> None:
+    """Allow version-compatible plans with embedded host code to load (off unless asked)."""
+    if hasattr(runtime, "engine_host_code_allowed"):
+        runtime.engine_host_code_allowed = bool(allow)
+    elif allow:
+        raise UnsupportedError("Loading version-compatible engines needs TensorRT 8.6 or later.")
+
+
+@dataclass
+class InspectedLayer:
+    name: str
+    layer_type: str = ""
+    precision: str = ""
+    tactic: str = ""
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    raw: dict = field(default_factory=dict)
+
+
+def inspector_layers(engine_info_json: str) -> list[InspectedLayer]:
+    """Layers of ``IEngineInspector.get_engine_information(JSON)`` across versions.
+
+    With ``ProfilingVerbosity.DETAILED`` each layer is an object; otherwise only names (strings) are available.
+    """
+    data = json.loads(engine_info_json)
+    layers = []
+    for item in data.get("Layers", []):
+        if isinstance(item, str):
+            layers.append(InspectedLayer(name=item))
+            continue
+        layers.append(
+            InspectedLayer(
+                name=str(item.get("Name", "")),
+                layer_type=str(item.get("LayerType", "")),
+                precision=_layer_precision(item),
+                tactic=str(item.get("TacticName", item.get("TacticValue", ""))),
+                inputs=list(item.get("Inputs", [])),
+                outputs=list(item.get("Outputs", [])),
+                raw=item,
+            )
+        )
+    return layers
+
+
+def inspector_io_names(engine_info_json: str) -> list[str]:
+    """I/O tensor names: ``"Bindings"`` (8.6, 10) or ``"I/O Tensors"`` objects (11)."""
+    data = json.loads(engine_info_json)
+    if "I/O Tensors" in data:
+        return [t["Name"] if isinstance(t, dict) else str(t) for t in data["I/O Tensors"]]
+    return [str(b) for b in data.get("Bindings", [])]
+
+
+def _layer_precision(item: dict) -> str:
+    if item.get("Precision"):
+        return str(item["Precision"])
+    for tensor in item.get("Outputs", []) + item.get("Inputs", []):
+        fmt = tensor.get("Format/Datatype", "") if isinstance(tensor, dict) else ""
+        for name in ("Int8", "FP16", "Half", "BF16", "FP8", "Float", "FP32", "Int32"):
+            if name.lower() in fmt.lower():
+                return {"Half": "FP16", "Float": "FP32", "Int8": "INT8"}.get(name, name.upper())
+    return ""

@@ -1,0 +1,1 @@
+"""Measurement: timers, statistics, reports."""

@@ -1,0 +1,56 @@
+"""trtkit's logger and the adapter that routes TensorRT's log into it.
+
+Library code logs through ``logging.getLogger("trtkit")``; it never prints. The CLI decides what reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+logger = logging.getLogger("trtkit")
+
+# TensorRT severities by name, mapped to logging levels (names are stable across 8.6 / 10 / 11; values are not).
+_SEVERITY_LEVELS = {
+    "INTERNAL_ERROR": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARNING": logging.WARNING,
+    "INFO": logging.INFO,
+    "VERBOSE": logging.DEBUG,
+}
+
+
+def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, str], None] | None = None):
+    """Create a ``trt.ILogger`` that forwards TensorRT's messages to trtkit's logger.
+
+    Args:
+        trt: the ``tensorrt`` module.
+        min_severity: lowest severity name to forward (``"VERBOSE"`` for everything).
+        sink: optional extra callable receiving ``(severity_name, message)`` for every forwarded message (the build
+            log kept in the manifest, the isolation child's stream to its parent).
+
+    Returns:
+        An ``ILogger`` instance. Its ``log`` never raises: an exception inside a logging callback would unwind
+        through TensorRT's C++ code.
+    """
+    threshold = _SEVERITY_LEVELS[min_severity]
+
+    class _TrtkitLogger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.messages: list[tuple[str, str]] = []
+
+        def log(self, severity, msg):  # noqa: D401 - TensorRT callback
+            try:
+                name = getattr(severity, "name", str(severity)).split(".")[-1]
+                level = _SEVERITY_LEVELS.get(name, logging.INFO)
+                if level < threshold:
+                    return
+                self.messages.append((name, msg))
+                logger.log(level, "[TRT] %s", msg)
+                if sink is not None:
+                    sink(name, msg)
+            except Exception:  # never let an exception cross into TensorRT
+                pass
+
+    return _TrtkitLogger()

@@ -1,0 +1,1 @@
+"""Comparisons of an engine against its ONNX model."""

@@ -1,0 +1,1 @@
+"""Changes to a model's precision: FP16 conversion, Q/DQ insertion, histograms."""

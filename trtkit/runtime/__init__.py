@@ -1,0 +1,1 @@
+"""Engine bytes in, outputs out: CUDA helpers, buffers, the runner, CUDA graphs."""
