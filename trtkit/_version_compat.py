@@ -315,3 +315,14 @@ def _layer_precision(item: dict) -> str:
             if name.lower() in fmt.lower():
                 return {"Half": "FP16", "Float": "FP32", "Int8": "INT8"}.get(name, name.upper())
     return ""
+
+
+def set_int8_calibrator(trt, config, calibrator, calibration_profile=None) -> None:
+    """Attach an INT8 calibrator (TensorRT < 11) and the profile to calibrate with."""
+    if not hasattr(trt, "IInt8Calibrator") or not hasattr(config, "int8_calibrator"):
+        raise UnsupportedError(
+            f"INT8 calibrators do not exist in TensorRT {version_string(trt)}; they exist in {_WHERE['calibrator']}."
+        )
+    config.int8_calibrator = calibrator
+    if calibration_profile is not None and hasattr(config, "set_calibration_profile"):
+        config.set_calibration_profile(calibration_profile)

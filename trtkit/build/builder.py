@@ -1,0 +1,207 @@
+"""Build an engine in this process: ONNX → network → config → serialized engine, checking every step.
+
+Use :func:`trtkit.build.api.build` for the isolated (child-process) build that also writes files; this module is the
+in-process core it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from trtkit import _version_compat as compat
+from trtkit.build.config import BuildConfig
+from trtkit.build.onnx_model import load_model, model_inputs
+from trtkit.build.profiles import resolve_profiles
+from trtkit.errors import BuildError, DependencyError, ParseError
+
+# the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
+_KEPT_SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO")
+
+
+@dataclass
+class BuildResult:
+    """What a build produces.
+
+    Attributes:
+        engine: the serialized engine.
+        manifest: how it was built (see :mod:`trtkit.build.manifest`).
+        timing_cache: the serialized timing cache after the build, or ``None``.
+        log: TensorRT's log lines ``(severity, message)`` at INFO and above.
+        precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
+    """
+
+    engine: bytes
+    manifest: dict
+    timing_cache: bytes | None = None
+    log: list = field(default_factory=list)
+    precision_report: dict | None = None
+
+
+def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
+                     on_log: Callable[[str, str], None] | None = None,
+                     on_phase: Callable[[str], None] | None = None,
+                     log_severity: str = "INFO") -> BuildResult:
+    """Parse an ONNX model and build a serialized TensorRT engine.
+
+    Args:
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.build.onnx_model.LoadedModel`.
+        config: build settings (defaults: FP32, TensorRT's defaults).
+        trt: the ``tensorrt`` module to use (default: the installed one; tests pass a fake).
+        on_log: called with ``(severity, message)`` for each TensorRT log line at ``log_severity`` and above.
+        on_phase: called with a phase name (``parse``, ``configure``, ``build``, ``inspect``) as each starts.
+        log_severity: lowest TensorRT severity forwarded (``VERBOSE`` names each parsed node).
+
+    Returns:
+        A :class:`BuildResult`.
+
+    Raises:
+        ModelError / ParseError: the model cannot be read or parsed (every parser error is listed).
+        ProfileError: profiles are missing or do not fit the model.
+        UnsupportedError: an option does not exist in the installed TensorRT.
+        BuildError: TensorRT could not build the engine.
+    """
+    from trtkit._lazy import tensorrt
+    from trtkit.build import precision, precision_report
+    from trtkit.build.manifest import environment
+    from trtkit.log import make_trt_logger
+
+    trt = trt or tensorrt()
+    config = config or BuildConfig()
+    phase = on_phase or (lambda name: None)
+    started = time.perf_counter()
+    loaded = load_model(model)
+    profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
+    caps = compat.capabilities(trt)
+    plan = precision.plan_precision(trt, loaded, config, caps)
+    kept: list = []
+
+    def sink(severity, msg):
+        if severity in _KEPT_SEVERITIES:
+            kept.append((severity, msg))
+        if on_log is not None:
+            on_log(severity, msg)
+
+    logger = make_trt_logger(trt, min_severity=log_severity, sink=sink)
+    builder = _create_builder(trt, logger)
+    phase("parse")
+    strongly_typed = plan.strongly_typed or config.strongly_typed
+    network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
+    parser = trt.OnnxParser(network, logger)
+    _parse(parser, plan.model)
+    phase("configure")
+    bconfig = builder.create_builder_config()
+    trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
+    cache = _load_timing_cache(bconfig, config.timing_cache)
+    phase("build")
+    serialized = builder.build_serialized_network(network, bconfig)
+    if serialized is None:
+        errors = [m for s, m in kept if s in ("ERROR", "INTERNAL_ERROR")]
+        detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
+        raise BuildError(f"TensorRT could not build an engine for '{loaded.name}': {detail}")
+    engine = bytes(serialized)
+    build_seconds = time.perf_counter() - started
+    phase("inspect")
+    report = _precision_report(trt, logger, engine, config, precision_report)
+    manifest = {
+        "format": 1,
+        "environment": environment(trt),
+        "model": {"name": loaded.name, "sha256": loaded.sha256, "opset": loaded.opset,
+                  "inputs": {n: [d if isinstance(d, int) else str(d) for d in dims]
+                             for n, dims in model_inputs(loaded.proto).items()}},
+        "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
+                  "precision_plan": {"strongly_typed": strongly_typed, "flags": list(plan.flags),
+                                     "notes": list(plan.notes)},
+                  "num_profiles": len(trt_profiles)},
+        "build_seconds": round(build_seconds, 3),
+        "engine_bytes": len(engine),
+        "precision_report": report,
+    }
+    timing = bytes(cache.serialize()) if cache is not None else None
+    return BuildResult(engine, manifest, timing, kept, report)
+
+
+def _create_builder(trt, logger):
+    try:
+        builder = trt.Builder(logger)
+    except TypeError as exc:  # pybind11 "factory function returned nullptr": CUDA could not be initialized
+        raise DependencyError(
+            "TensorRT could not create a builder: CUDA failed to initialize (no GPU, no driver, or a driver too "
+            f"old for this TensorRT). Run `trtkit doctor` to see what is missing. ({exc})"
+        ) from exc
+    if builder is None:
+        raise DependencyError("TensorRT could not create a builder; run `trtkit doctor`")
+    return builder
+
+
+def _parse(parser, loaded) -> None:
+    path = str(loaded.path) if loaded.path else None
+    ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
+    if ok:
+        return
+    issues = compat.parser_errors(parser)
+    lines = "\n".join(f"  - {issue}" for issue in issues) or "  - (the parser reported no detail)"
+    raise ParseError(
+        f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
+        "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
+        issues,
+    )
+
+
+def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> list:
+    """Apply ``config`` and the precision ``plan`` to a ``trt.IBuilderConfig``; returns the TensorRT profiles added."""
+    if config.workspace_bytes:
+        compat.set_workspace(trt, bconfig, config.workspace_bytes)
+    if config.optimization_level is not None:
+        bconfig.builder_optimization_level = int(config.optimization_level)
+    if config.tactic_sources is not None:
+        bconfig.set_tactic_sources(compat.tactic_source_mask(trt, config.tactic_sources))
+    if compat.has_builder_flag(trt, "TF32"):
+        compat.set_builder_flag(trt, bconfig, "TF32", config.tf32)
+    compat.set_profiling_verbosity(trt, bconfig, config.profiling_verbosity)
+    if config.hardware_compatibility:
+        compat.set_hardware_compatibility(trt, bconfig, config.hardware_compatibility)
+    if config.version_compatible:
+        compat.set_builder_flag(trt, bconfig, "VERSION_COMPATIBLE")
+    if config.max_aux_streams is not None:
+        bconfig.max_aux_streams = int(config.max_aux_streams)
+    for flag in plan.flags:
+        compat.set_builder_flag(trt, bconfig, flag)
+    added = []
+    for profile in profiles:
+        trt_profile = profile.to_trt(builder)
+        if bconfig.add_optimization_profile(trt_profile) < 0:
+            raise BuildError(f"TensorRT refused optimization profile {profile.to_json()}")
+        added.append(trt_profile)
+    if plan.calibrator is not None:
+        compat.set_int8_calibrator(trt, bconfig, plan.calibrator, added[0] if added else None)
+    return added
+
+
+def _load_timing_cache(bconfig, path):
+    data = b""
+    if path and Path(path).exists():
+        data = Path(path).read_bytes()
+    cache = bconfig.create_timing_cache(data)
+    if cache is None:
+        if not data:
+            return None
+        cache = bconfig.create_timing_cache(b"")  # unreadable cache file: start a fresh one
+    bconfig.set_timing_cache(cache, True)
+    return cache
+
+
+def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision_report):
+    if config.profiling_verbosity != "DETAILED":
+        return None
+    runtime = trt.Runtime(logger)
+    deserialized = runtime.deserialize_cuda_engine(engine)
+    if deserialized is None:
+        raise BuildError("TensorRT built an engine it cannot load back; rerun with --verbose for its log")
+    inspector = deserialized.create_engine_inspector()
+    info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    report = precision_report.analyze(info, config.precision)
+    report.check(require=config.require_precision)
+    return report.to_json()

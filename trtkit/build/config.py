@@ -1,0 +1,118 @@
+"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.build.builder`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trtkit.build.profiles import Profile
+from trtkit.errors import TrtkitError
+
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+FP16_MODES = ("auto", "flag", "cast")
+INT8_MODES = ("auto", "calibrator", "qdq")
+CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
+VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
+
+
+@dataclass
+class CalibrationSettings:
+    """Where INT8 calibration data comes from and how it is turned into scales.
+
+    Attributes:
+        source: an image folder, a folder of .npy/.npz files, or an iterable of feed dicts.
+        cache_path: calibration cache file (TensorRT text format) to reuse or write.
+        algorithm: ``entropy``, ``minmax`` or ``percentile``.
+        percentile: the percentile for ``percentile`` (e.g. 99.99).
+        max_samples: cap on the number of samples used.
+        batch_size: calibration batch size (default: the profile's opt batch).
+        force: reuse a cache even when its provenance does not match.
+        preprocess: image preprocessing settings (resize mode, channel order, scale, mean, std, layout).
+    """
+
+    source: object = None
+    cache_path: str | None = None
+    algorithm: str = "entropy"
+    percentile: float = 99.99
+    max_samples: int | None = None
+    batch_size: int | None = None
+    force: bool = False
+    preprocess: dict = field(default_factory=dict)
+
+
+@dataclass
+class BuildConfig:
+    """Everything that decides how an engine is built. ``None`` means TensorRT's default.
+
+    Attributes:
+        precision: ``fp32``, ``fp16``, ``bf16`` or ``int8`` (int8 also allows fp16 where it is faster).
+        fp16_mode: ``flag`` (BuilderFlag.FP16, TensorRT < 11), ``cast`` (FP16 model, strongly typed) or ``auto``.
+        int8_mode: ``calibrator`` (TensorRT < 11), ``qdq`` (explicit Q/DQ made by trtkit) or ``auto``.
+        calibration: INT8 calibration settings.
+        profiles: optimization profiles; needed when the model has dynamic dimensions.
+        workspace_bytes: workspace memory pool limit.
+        optimization_level: builder optimization level 0-5.
+        tactic_sources: names of tactic sources to enable (others off), e.g. ``("EDGE_MASK_CONVOLUTIONS",
+            "JIT_CONVOLUTIONS")``.
+        tf32: allow TF32 for FP32 layers.
+        profiling_verbosity: ``DETAILED`` keeps per-layer detail for ``trtkit inspect`` and precision reports.
+        timing_cache: file to load the timing cache from and save it back to.
+        hardware_compatibility: e.g. ``AMPERE_PLUS`` for engines that run on any Ampere or newer GPU.
+        version_compatible: build a version-compatible plan (loads on later TensorRT versions).
+        strongly_typed: build a strongly typed network (types come from the model).
+        require_precision: fail the build if the engine does not mostly run in the asked precision.
+        max_aux_streams: limit on auxiliary streams TensorRT may use.
+    """
+
+    precision: str = "fp32"
+    fp16_mode: str = "auto"
+    int8_mode: str = "auto"
+    calibration: CalibrationSettings | None = None
+    profiles: list = field(default_factory=list)
+    workspace_bytes: int | None = None
+    optimization_level: int | None = None
+    tactic_sources: tuple | None = None
+    tf32: bool = True
+    profiling_verbosity: str = "DETAILED"
+    timing_cache: str | None = None
+    hardware_compatibility: str | None = None
+    version_compatible: bool = False
+    strongly_typed: bool = False
+    require_precision: bool = False
+    max_aux_streams: int | None = None
+    save_qdq_onnx: str | None = None
+
+    def __post_init__(self):
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("fp16_mode", self.fp16_mode, FP16_MODES)
+        _choice("int8_mode", self.int8_mode, INT8_MODES)
+        _choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
+        if self.optimization_level is not None and not 0 <= int(self.optimization_level) <= 5:
+            raise TrtkitError(f"optimization_level must be 0-5, got {self.optimization_level}")
+        if self.workspace_bytes is not None and int(self.workspace_bytes) <= 0:
+            raise TrtkitError(f"workspace_bytes must be positive, got {self.workspace_bytes}")
+        if self.calibration is not None:
+            _choice("calibration algorithm", self.calibration.algorithm, CALIB_ALGORITHMS)
+        if self.tactic_sources is not None:
+            self.tactic_sources = tuple(self.tactic_sources)
+        if self.timing_cache is not None:
+            self.timing_cache = str(Path(self.timing_cache))
+
+    def to_json(self) -> dict:
+        """A JSON-ready summary (for the manifest and cache keys); calibration data sources become strings."""
+        data = asdict(self)
+        data["profiles"] = [p.to_json() if isinstance(p, Profile) else p for p in self.profiles]
+        if self.calibration is not None:
+            data["calibration"]["source"] = _describe_source(self.calibration.source)
+        return data
+
+
+def _choice(what: str, value, allowed) -> None:
+    if value not in allowed:
+        raise TrtkitError(f"{what} must be one of {', '.join(allowed)}; got '{value}'")
+
+
+def _describe_source(source) -> str | None:
+    if source is None or isinstance(source, (str, Path)):
+        return None if source is None else str(source)
+    return f"<{type(source).__name__}>"

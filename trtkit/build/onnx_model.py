@@ -1,0 +1,121 @@
+"""Reading ONNX models from a path, bytes or ``onnx.ModelProto``, with errors that say what is wrong."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtkit.errors import ModelError
+
+
+@dataclass
+class LoadedModel:
+    """An ONNX model with its serialized bytes (what TensorRT's parser reads) and where it came from."""
+
+    proto: object
+    data: bytes
+    path: Path | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path else (self.proto.graph.name or "model")
+
+    @property
+    def opset(self) -> int:
+        return max((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def load_model(model, *, check: bool = True) -> LoadedModel:
+    """Load an ONNX model (external data included) and check it is well formed.
+
+    Args:
+        model: a path, the model's bytes, an ``onnx.ModelProto`` or a :class:`LoadedModel`.
+        check: run ``onnx.checker`` (cheap structural checks).
+
+    Raises:
+        ModelError: the file is missing, not ONNX, truncated, or fails the checker.
+    """
+    import onnx
+
+    if isinstance(model, LoadedModel):
+        return model
+    path = None
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        proto = _load_path(path)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _decode(bytes(model), "the given bytes")
+    elif isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        raise ModelError(f"Expected an ONNX path, bytes or onnx.ModelProto; got {type(model).__name__}")
+    where = f"'{path}'" if path else "the model"
+    _check_structure(proto, where, check)
+    return LoadedModel(proto, proto.SerializeToString(), path)
+
+
+def _load_path(path: Path):
+    import onnx
+
+    if not path.exists():
+        raise ModelError(f"ONNX model '{path}' does not exist")
+    if path.is_dir():
+        raise ModelError(f"'{path}' is a folder; give the path of an .onnx file")
+    proto = _decode(path.read_bytes(), f"'{path}'")
+    try:
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+            onnx.load_external_data_for_model(proto, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"'{path}': cannot read its external data ({exc}); keep the data files beside it") from exc
+    return proto
+
+
+def _decode(data: bytes, where: str):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not data:
+        raise ModelError(f"{where} is empty; expected an ONNX model")
+    try:
+        return onnx.load_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(
+            f"{where} is not a valid ONNX model (protobuf decoding failed: {exc}); is the file truncated or not ONNX?"
+        ) from exc
+
+
+def _check_structure(proto, where: str, check: bool) -> None:
+    import onnx
+
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelError(f"{where} has an empty graph (no nodes, no outputs); is it truncated or not ONNX?")
+    if not proto.opset_import:
+        raise ModelError(f"{where} declares no opset; it is not a complete ONNX model")
+    if check:
+        try:
+            onnx.checker.check_model(proto)
+        except (onnx.checker.ValidationError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"{where} fails ONNX's checker: {first}") from exc
+
+
+def model_inputs(proto) -> dict:
+    """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    inputs = {}
+    for value in proto.graph.input:
+        if value.name in initializers:
+            continue
+        dims = []
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(d.dim_param or None)
+        inputs[value.name] = dims
+    return inputs

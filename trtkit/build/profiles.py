@@ -1,0 +1,197 @@
+"""Optimization profiles: plain dataclasses, parsed from ``--shapes`` text, validated against the model's inputs.
+
+A profile gives each dynamic input a (min, opt, max) shape. On the command line::
+
+    --shapes images:1x3x640x640,8x3x640x640,32x3x640x640          min,opt,max
+    --shapes images:8x3x640x640                                      one shape: min = opt = max
+    --shapes images:1x3x640x640,32x3x640x640                         two shapes: min,max (opt = max)
+
+Several inputs are separated by spaces or ``;`` inside one ``--shapes``; several ``--shapes`` make several profiles.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from trtkit.errors import ProfileError
+
+Shape = tuple[int, ...]
+
+_DIM_RE = re.compile(r"^\d+(x\d+)*$")
+
+
+@dataclass(frozen=True)
+class InputShape:
+    """The min, opt and max shape of one input in one profile."""
+
+    min: Shape
+    opt: Shape
+    max: Shape
+
+    def contains(self, shape: Shape) -> bool:
+        return len(shape) == len(self.min) and all(lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max))
+
+    def to_json(self) -> dict:
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One optimization profile: input name → :class:`InputShape`."""
+
+    shapes: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {name: s.to_json() for name, s in self.shapes.items()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Profile":
+        return cls({n: InputShape(tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in data.items()})
+
+    def to_trt(self, builder):
+        """A ``trt.IOptimizationProfile`` with these shapes, created from ``builder``."""
+        profile = builder.create_optimization_profile()
+        for name, s in self.shapes.items():
+            profile.set_shape(name, s.min, s.opt, s.max)
+        return profile
+
+
+def _parse_dims(text: str, where: str) -> Shape:
+    text = text.strip().lower()
+    if not _DIM_RE.match(text):
+        raise ProfileError(
+            f"{where}: '{text}' is not a shape; write dimensions joined by 'x', e.g. 1x3x224x224"
+        )
+    return tuple(int(d) for d in text.split("x"))
+
+
+def parse_input_shape(spec: str) -> tuple[str, InputShape]:
+    """Parse ``name:min[,opt],max`` (or ``name:shape``) into ``(name, InputShape)``.
+
+    Raises:
+        ProfileError: the text is malformed, ranks differ, or min <= opt <= max does not hold.
+    """
+    name, sep, rest = spec.rpartition(":")
+    if not sep or not name or not rest:
+        raise ProfileError(
+            f"Shape spec '{spec}' must be NAME:MIN,OPT,MAX, e.g. images:1x3x640x640,8x3x640x640,32x3x640x640"
+        )
+    parts = [_parse_dims(p, f"Input '{name}'") for p in rest.split(",")]
+    if len(parts) == 1:
+        parts = parts * 3
+    elif len(parts) == 2:
+        parts = [parts[0], parts[1], parts[1]]
+    elif len(parts) != 3:
+        raise ProfileError(f"Input '{name}': give 1, 2 or 3 shapes (min,opt,max), got {len(parts)}")
+    shape = InputShape(*parts)
+    validate_input_shape(name, shape)
+    return name, shape
+
+
+def validate_input_shape(name: str, shape: InputShape) -> None:
+    """Check ranks agree and ``min <= opt <= max`` per dimension, and no dimension is below 1."""
+    if not (len(shape.min) == len(shape.opt) == len(shape.max)):
+        raise ProfileError(
+            f"Input '{name}': min {shape.min}, opt {shape.opt} and max {shape.max} must have the same rank"
+        )
+    if any(d < 1 for d in shape.min):
+        raise ProfileError(f"Input '{name}': min {shape.min} has a dimension below 1")
+    for i, (lo, mid, hi) in enumerate(zip(shape.min, shape.opt, shape.max)):
+        if not lo <= mid <= hi:
+            raise ProfileError(
+                f"Input '{name}': dimension {i} needs min <= opt <= max, got {lo}, {mid}, {hi} "
+                f"(min {shape.min}, opt {shape.opt}, max {shape.max})"
+            )
+
+
+def parse_shapes(text: str) -> Profile:
+    """Parse one ``--shapes`` value (inputs separated by spaces or ';') into a :class:`Profile`."""
+    specs = [s for s in re.split(r"[;\s]+", text.strip()) if s]
+    if not specs:
+        raise ProfileError("--shapes is empty; expected e.g. images:1x3x640x640,8x3x640x640,32x3x640x640")
+    shapes = {}
+    for spec in specs:
+        name, shape = parse_input_shape(spec)
+        if name in shapes:
+            raise ProfileError(f"Input '{name}' appears twice in one profile: '{text}'")
+        shapes[name] = shape
+    return Profile(shapes)
+
+
+def _example_flag(inputs: dict) -> str:
+    pieces = []
+    for name, dims in inputs.items():
+        lo = "x".join(str(d if isinstance(d, int) and d > 0 else 1) for d in dims)
+        hi = "x".join(str(d if isinstance(d, int) and d > 0 else 8) for d in dims)
+        pieces.append(f"{name}:{lo},{hi},{hi}")
+    return "--shapes '" + " ".join(pieces) + "'"
+
+
+def resolve_profiles(model_inputs: dict, profiles: list) -> list:
+    """Check ``profiles`` against the model's inputs and fill in static inputs.
+
+    Args:
+        model_inputs: input name → dims, each an int (fixed) or a str/None/-1 (dynamic), from the ONNX graph.
+        profiles: the user's profiles (possibly empty).
+
+    Returns:
+        Complete profiles (every input present), or ``[]`` when the model is fully static and none were given.
+
+    Raises:
+        ProfileError: a profile names an unknown input, changes a fixed dimension, has the wrong rank, or the model
+            has dynamic dimensions and no profile covers them (the message names the dims and shows an example flag).
+    """
+    dynamic = {n: d for n, d in model_inputs.items() if any(not _is_fixed(x) for x in d)}
+    if not profiles:
+        if dynamic:
+            dims = "; ".join(
+                f"'{n}' dims {[x if _is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items()
+            )
+            raise ProfileError(
+                f"The model has dynamic dimensions ({dims}) and no optimization profile was given. "
+                f"Add for example {_example_flag(dynamic)}"
+            )
+        return []
+    return [_complete_profile(i, p, model_inputs, dynamic) for i, p in enumerate(profiles)]
+
+
+def _is_fixed(d) -> bool:
+    return isinstance(d, int) and d > 0
+
+
+def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic: dict) -> Profile:
+    unknown = sorted(set(profile.shapes) - set(model_inputs))
+    if unknown:
+        raise ProfileError(
+            f"Profile {index} names input(s) {unknown} that the model does not have; its inputs are "
+            f"{sorted(model_inputs)}"
+        )
+    missing = sorted(set(dynamic) - set(profile.shapes))
+    if missing:
+        raise ProfileError(
+            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. {_example_flag({m: dynamic[m] for m in missing})}"
+        )
+    shapes = {}
+    for name, dims in model_inputs.items():
+        shape = profile.shapes.get(name)
+        if shape is None:
+            fixed = tuple(dims)
+            shape = InputShape(fixed, fixed, fixed)
+        _check_against_model(index, name, shape, dims)
+        shapes[name] = shape
+    return Profile(shapes)
+
+
+def _check_against_model(index: int, name: str, shape: InputShape, dims) -> None:
+    if len(shape.min) != len(dims):
+        raise ProfileError(
+            f"Profile {index}, input '{name}': shape has rank {len(shape.min)} but the model's input has rank "
+            f"{len(dims)} (dims {list(dims)})"
+        )
+    for i, d in enumerate(dims):
+        if _is_fixed(d) and not (shape.min[i] == shape.opt[i] == shape.max[i] == d):
+            raise ProfileError(
+                f"Profile {index}, input '{name}': dimension {i} is fixed to {d} in the model, but the profile "
+                f"gives min {shape.min[i]}, opt {shape.opt[i]}, max {shape.max[i]}"
+            )
