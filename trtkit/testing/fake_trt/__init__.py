@@ -1,0 +1,44 @@
+"""A fake ``tensorrt`` module for CPU tests, shaped like a given TensorRT version's real Python API.
+
+``make_fake_trt("8.6.0")`` (or ``"10.8.0"``, ``"11.4.0"``) returns a module object with that version's enums
+(members as in the real bindings), the builder classes (:mod:`.builder`) and the runtime classes (:mod:`.runtime`).
+Contract with :mod:`.runtime` (the runtime side): it provides ``make_runtime_classes(trt) -> dict`` (``Runtime``,
+``ICudaEngine``, ``IExecutionContext``, ``IEngineInspector`` ... bound to the fake module ``trt``) and
+``serialize_fake_engine(onnx_bytes, io_specs, profiles, version, build_flags=()) -> bytes``, where ``io_specs`` is a
+list of ``{"name", "mode": "INPUT"|"OUTPUT", "dtype": numpy dtype name, "shape": dims with -1 for dynamic}``,
+``profiles`` a list of ``{input name: [min, opt, max]}`` and ``build_flags`` the builder flag names set (the fake
+inspector reports layer precisions from them: FP16/INT8 flags → those precisions, else FP32).
+The ``surface`` test tier checks that every public name here exists in the real bindings of the same version.
+"""
+
+from __future__ import annotations
+
+import types
+
+from trtkit.testing.fake_trt import builder as _builder
+from trtkit.testing.fake_trt import enums as _enums
+
+
+def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> types.ModuleType:
+    """A fresh fake ``tensorrt`` module imitating ``version``.
+
+    Args:
+        version: the TensorRT version to imitate (8.6.x, 10.x or 11.x).
+        fail_cuda_init: make ``Builder``/``Runtime`` creation fail as on a machine without a GPU.
+    """
+    from trtkit.testing.fake_trt import runtime as _runtime
+
+    trt = types.ModuleType("tensorrt")
+    trt.__version__ = version
+    trt.fail_cuda_init = fail_cuda_init
+    for name, enum_cls in _enums.common_enums(version).items():
+        setattr(trt, name, enum_cls)
+    trt.ILogger = _builder.ILogger
+    trt.ITimingCache = _builder.ITimingCache
+    trt.IOptimizationProfile = _builder.IOptimizationProfile
+    trt.INetworkDefinition = _builder.INetworkDefinition
+    for name, cls in _builder.make_builder_classes(trt).items():
+        setattr(trt, name, cls)
+    for name, obj in _runtime.make_runtime_classes(trt).items():
+        setattr(trt, name, obj)
+    return trt

@@ -1,0 +1,242 @@
+"""The build side of the fake ``tensorrt`` module: Builder, network, ONNX parser, builder config, timing cache.
+
+It checks what the real TensorRT checks that matters to trtkit (parse errors with node detail, profiles covering
+dynamic inputs, flags existing in the version) and produces a fake engine that the fake runtime can execute.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+
+UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
+
+
+class Severity(enum.IntEnum):
+    INTERNAL_ERROR = 0
+    ERROR = 1
+    WARNING = 2
+    INFO = 3
+    VERBOSE = 4
+
+
+class ILogger:
+    Severity = Severity
+
+    def __init__(self):
+        pass
+
+    def log(self, severity, msg):  # pragma: no cover - overridden
+        pass
+
+
+class ParserError:
+    def __init__(self, code, desc: str, node: int, node_name: str, node_op: str):
+        self._code, self._desc, self._node, self._node_name, self._node_op = code, desc, node, node_name, node_op
+
+    def code(self):
+        return self._code
+
+    def desc(self):
+        return self._desc
+
+    def node(self):
+        return self._node
+
+
+class ParserError10(ParserError):
+    """TensorRT 10+ parser errors also name the node and its operator."""
+
+    def node_name(self):
+        return self._node_name
+
+    def node_operator(self):
+        return self._node_op
+
+
+class INetworkDefinition:
+    def __init__(self, flags: int):
+        self.flags = flags
+        self.model = None  # the onnx.ModelProto once parsed
+
+    @property
+    def num_inputs(self):
+        return len(_graph_inputs(self.model)) if self.model is not None else 0
+
+    @property
+    def num_layers(self):
+        return len(self.model.graph.node) if self.model is not None else 0
+
+
+class ITimingCache:
+    def __init__(self, data: bytes):
+        self.entries = json.loads(data.decode()) if data else {"entries": 0}
+
+    def serialize(self):
+        return json.dumps({"entries": self.entries.get("entries", 0) + 1}).encode()
+
+    def combine(self, other, ignore_mismatch):
+        return True
+
+
+class IOptimizationProfile:
+    def __init__(self):
+        self.shapes = {}
+
+    def set_shape(self, name, min, opt, max):
+        self.shapes[name] = (tuple(min), tuple(opt), tuple(max))
+
+    def get_shape(self, name):
+        return list(self.shapes.get(name, ((), (), ())))
+
+
+def _graph_inputs(model) -> list:
+    initializers = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in initializers]
+
+
+def make_builder_classes(trt) -> dict:
+    """Builder-side classes bound to the fake module ``trt`` (so they see that version's enums)."""
+    error_cls = ParserError10 if trt.__version__.split(".")[0] != "8" else ParserError
+
+    class OnnxParser:
+        def __init__(self, network, logger):
+            self.network, self.logger, self.errors = network, logger, []
+
+        @property
+        def num_errors(self):
+            return len(self.errors)
+
+        def get_error(self, index):
+            return self.errors[index]
+
+        def clear_errors(self):
+            self.errors = []
+
+        def parse(self, model, path=None):
+            import onnx
+
+            try:
+                proto = onnx.load_from_string(bytes(model))
+            except Exception as exc:  # noqa: BLE001 - the real parser reports, never raises
+                self.errors.append(error_cls(trt.ErrorCode.MODEL_DESERIALIZE_FAILED, str(exc), -1, "", ""))
+                return False
+            for i, node in enumerate(proto.graph.node):
+                self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
+                if node.op_type in UNSUPPORTED_OPS:
+                    self.errors.append(error_cls(
+                        trt.ErrorCode.UNSUPPORTED_NODE,
+                        f"No importer registered for op: {node.op_type}", i, node.name, node.op_type))
+            if self.errors:
+                return False
+            self.network.model = proto
+            return True
+
+        def parse_from_file(self, path):
+            with open(path, "rb") as f:
+                return self.parse(f.read(), path)
+
+    class IBuilderConfig:
+        def __init__(self):
+            self.flags = set()
+            self.pool_limits = {}
+            self.builder_optimization_level = 3
+            self.profiling_verbosity = trt.ProfilingVerbosity.LAYER_NAMES_ONLY
+            self.tactic_sources = sum(1 << int(s) for s in trt.TacticSource)
+            self.profiles = []
+            self.timing_cache = None
+            self.max_aux_streams = -1
+            self.hardware_compatibility_level = trt.HardwareCompatibilityLevel.NONE
+            if hasattr(trt, "IInt8Calibrator"):
+                self.int8_calibrator = None
+
+        def set_flag(self, flag):
+            self.flags.add(trt.BuilderFlag(flag))
+
+        def clear_flag(self, flag):
+            self.flags.discard(trt.BuilderFlag(flag))
+
+        def get_flag(self, flag):
+            return trt.BuilderFlag(flag) in self.flags
+
+        def set_memory_pool_limit(self, pool, size):
+            self.pool_limits[trt.MemoryPoolType(pool)] = int(size)
+
+        def set_tactic_sources(self, mask):
+            if mask >> len(trt.TacticSource):
+                return False
+            self.tactic_sources = mask
+            return True
+
+        def add_optimization_profile(self, profile):
+            self.profiles.append(profile)
+            return len(self.profiles) - 1
+
+        def create_timing_cache(self, data):
+            try:
+                return ITimingCache(bytes(data))
+            except ValueError:
+                return None
+
+        def set_timing_cache(self, cache, ignore_mismatch):
+            self.timing_cache = cache
+            return True
+
+        def set_calibration_profile(self, profile):
+            self.calibration_profile = profile
+            return True
+
+    class Builder:
+        def __init__(self, logger):
+            self.logger = logger
+            if trt.fail_cuda_init:
+                raise TypeError("pybind11::init(): factory function returned nullptr")
+
+        platform_has_fast_fp16 = True
+        platform_has_fast_int8 = True
+
+        def create_network(self, flags=0):
+            return INetworkDefinition(flags)
+
+        def create_builder_config(self):
+            return IBuilderConfig()
+
+        def create_optimization_profile(self):
+            return IOptimizationProfile()
+
+        def build_serialized_network(self, network, config):
+            return _build(trt, self.logger, network, config)
+
+    classes = {"OnnxParser": OnnxParser, "IBuilderConfig": IBuilderConfig, "Builder": Builder}
+    if trt.__version__.split(".")[0] == "11":
+        del Builder.platform_has_fast_fp16, Builder.platform_has_fast_int8
+    return classes
+
+
+def _build(trt, logger, network, config):
+    """Check the network like TensorRT would, then serialize a fake engine for the fake runtime."""
+    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+
+    model = network.model
+    if model is None:
+        logger.log(Severity.ERROR, "Network must have at least one output")
+        return None
+    inputs = _graph_inputs(model)
+    dynamic = [v.name for v in inputs if any(not d.dim_value for d in v.type.tensor_type.shape.dim)]
+    if dynamic and not config.profiles:
+        logger.log(Severity.ERROR, f"Network has dynamic or shape inputs, but no optimization profile has been "
+                                   f"defined. (inputs {dynamic})")
+        return None
+    io_specs = [_spec(v, "INPUT") for v in inputs] + [_spec(v, "OUTPUT") for v in model.graph.output]
+    profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
+    flags = sorted(f.name for f in config.flags)
+    return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__,
+                                 build_flags=flags)
+
+
+def _spec(value, mode: str) -> dict:
+    import onnx
+
+    dims = [d.dim_value if d.dim_value else -1 for d in value.type.tensor_type.shape.dim]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+    return {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}
