@@ -1,0 +1,75 @@
+"""Run the surface checks against one TensorRT version and write the results as JSON.
+
+Run in a child process (TensorRT's bindings cannot be unloaded, so one process per version) with the version's
+prepared surface first on ``PYTHONPATH``::
+
+    PYTHONPATH=.trt-surfaces/10.8.0.43:. python tests/surface/driver.py --version 10.8.0.43 --out results.json
+
+The JSON: ``{"version", "tensorrt_version", "python", "checks": {name: {"ok", "error", "facts"}}, "features"}``,
+where ``features`` merges the ``features`` facts of the checks that passed (what ``scripts/support_matrix.py``
+renders).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from surface_checks import CHECKS, Context  # noqa: E402
+
+
+def run_check(func, ctx: Context) -> dict:
+    started = time.perf_counter()
+    try:
+        facts = func(ctx) or {}
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, the next check still runs
+        detail = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
+        tail = traceback.format_exception(exc)[-4:]
+        return {"ok": False, "error": detail, "traceback": "".join(tail), "seconds": _since(started)}
+    return {"ok": True, "error": None, "facts": facts, "seconds": _since(started)}
+
+
+def _since(started: float) -> float:
+    return round(time.perf_counter() - started, 4)
+
+
+def merged_features(results: dict) -> dict:
+    """``features`` facts of passing checks, and which check proved each."""
+    features = {}
+    for name, result in results.items():
+        if result["ok"]:
+            for feature, value in result["facts"].get("features", {}).items():
+                features[feature] = {"value": value, "check": name}
+    return features
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", required=True, help="the TensorRT version whose surface is on PYTHONPATH")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--checks", help="comma-separated check names (default: all)")
+    args = parser.parse_args(argv)
+    import tensorrt
+
+    if tensorrt.__version__ != args.version:
+        print(f"PYTHONPATH gives TensorRT {tensorrt.__version__}, not {args.version}", file=sys.stderr)
+        return 2
+    names = args.checks.split(",") if args.checks else list(CHECKS)
+    ctx = Context(real=tensorrt, version=args.version)
+    results = {name: run_check(CHECKS[name], ctx) for name in names}
+    report = {"version": args.version, "tensorrt_version": tensorrt.__version__,
+              "python": platform.python_version(), "checks": results, "features": merged_features(results)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=repr) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

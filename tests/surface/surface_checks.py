@@ -1,0 +1,306 @@
+"""The checks the ``surface`` tier runs against one TensorRT version's real Python bindings.
+
+Each check runs a trtkit code path against :class:`surface_proxy.Surface` (the real module, or the fake backend
+with every name checked against the real module) and returns facts; an exception or a failed assertion fails it.
+``features`` in the facts feed ``docs/support-matrix.md`` (``scripts/support_matrix.py``).
+
+This module imports neither tensorrt nor trtkit at import time: the pytest side reads :data:`CHECKS` for names only;
+``driver.py`` runs them in a child process with one version's surface on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CHECKS: dict = {}
+
+
+def check(func):
+    """Register a check under its function name."""
+    CHECKS[func.__name__] = func
+    return func
+
+
+@dataclass
+class Context:
+    """What a check needs: the real module of one version and ways to wrap it or a fake of it."""
+
+    real: object
+    version: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    def at_least(self, *version: int) -> bool:
+        return tuple(int(p) for p in re.findall(r"\d+", self.version)[: len(version)]) >= version
+
+    def surface(self):
+        """The real module, every name trtkit touches checked and logged."""
+        from surface_proxy import make_surface
+
+        return make_surface(self.real, self.real, self.version)
+
+    def fake_surface(self):
+        """trtkit's fake backend imitating this version, with every name checked against the real module."""
+        from surface_proxy import make_surface
+
+        from trtkit.testing.fake_trt import make_fake_trt
+
+        return make_surface(make_fake_trt(self.version), self.real, self.version)
+
+    def stand_in(self, cls_name: str, log, **attrs):
+        """A :class:`Recorder` posing as an instance of the real ``cls_name`` (names checked against it)."""
+        from surface_proxy import InstanceProxy
+
+        return InstanceProxy(Recorder(**attrs), getattr(self.real, cls_name), cls_name, log)
+
+
+class Recorder:
+    """Stands in for a TensorRT object that cannot be created on a CPU: records calls and assignments."""
+
+    def __init__(self, **attrs):
+        object.__setattr__(self, "calls", [])
+        object.__setattr__(self, "assigned", {})
+        for name, value in attrs.items():
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def method(*args, **kwargs):
+            self.calls.append((name, args))
+            return True
+
+        return method
+
+    def __setattr__(self, name, value):
+        self.assigned[name] = value
+
+
+def raises(func, *args, **kwargs) -> Exception | None:
+    """The exception ``func`` raised, or None; a missing name on the surface is re-raised (it fails the check)."""
+    from surface_proxy import find_missing
+
+    try:
+        func(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - returned for the check to assert on
+        missing = find_missing(exc)
+        if missing is not None:
+            raise missing
+        return exc
+    return None
+
+
+def unsupported(exc, *words: str) -> None:
+    """Assert ``exc`` is trtkit's UnsupportedError and its message contains every word."""
+    from trtkit.errors import UnsupportedError
+
+    assert isinstance(exc, UnsupportedError), f"expected UnsupportedError, got {exc!r}"
+    for word in words:
+        assert word in str(exc), f"message lacks {word!r}: {exc}"
+
+
+# --- compat layer against the real module --------------------------------------------------------------------------
+
+
+@check
+def capabilities(ctx: Context) -> dict:
+    """capabilities() detects what each version has (expectations from trt-api-facts.md)."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    caps = compat.capabilities(trt)
+    assert caps.version[: 2] == tuple(int(p) for p in ctx.version.split(".")[:2]), caps.version
+    expect = {
+        "fp16_flag": ctx.major < 11, "int8_flag": ctx.major < 11, "bf16_flag": ctx.major == 10,
+        "strongly_typed": ctx.major >= 10, "always_strongly_typed": ctx.major >= 11,
+        "has_calibrators": ctx.major < 11, "has_platform_fast_precision": ctx.major < 11,
+        "has_device_memory_v2": ctx.at_least(10, 1), "has_supports_model_v2": ctx.at_least(10, 1),
+        "has_execution_context_strategy": ctx.major >= 10,
+    }
+    got = {name: getattr(caps, name) for name in expect}
+    wrong = {name: got[name] for name in expect if got[name] != expect[name]}
+    assert not wrong, f"capabilities() wrong for TensorRT {ctx.version}: {wrong}"
+    return {"capabilities": got, "used": log.used()}
+
+
+@check
+def network_flags(ctx: Context) -> dict:
+    """EXPLICIT_BATCH on 8.6 only; STRONGLY_TYPED from 10 (9.1); refused with a version hint before that."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    flags = compat.network_flags(trt)
+    members = ctx.real.NetworkDefinitionCreationFlag.__members__
+    expected = 1 << int(members["EXPLICIT_BATCH"]) if ctx.major < 10 else 0
+    assert flags == expected, f"network_flags() = {flags}, expected {expected}"
+    error = raises(compat.network_flags, trt, strongly_typed=True)
+    if ctx.major < 10:
+        unsupported(error, f"TensorRT {ctx.version}", "9.1")
+        typed = False
+    else:
+        assert error is None, error
+        typed = compat.network_flags(trt, strongly_typed=True)
+        assert typed == 1 << int(members["STRONGLY_TYPED"]), typed
+        typed = True
+    return {"plain": flags, "features": {"strongly_typed": typed}, "used": log.used()}
+
+
+@check
+def tactic_sources(ctx: Context) -> dict:
+    """Masks from names with the version's values; cuBLAS refused on 11 with the version and the valid names."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    own = compat.tactic_source_mask(trt, compat.TRT_OWN_TACTIC_SOURCES)
+    members = ctx.real.TacticSource.__members__
+    assert own == sum(1 << int(members[n]) for n in compat.TRT_OWN_TACTIC_SOURCES), own
+    assert compat.tactic_source_mask(trt, ["jit-convolutions"]) == 1 << int(members["JIT_CONVOLUTIONS"])
+    error = raises(compat.tactic_source_mask, trt, ["CUBLAS"])
+    if ctx.major >= 11:
+        unsupported(error, "'CUBLAS'", f"TensorRT {ctx.version}", "EDGE_MASK_CONVOLUTIONS, JIT_CONVOLUTIONS")
+    else:
+        assert error is None, error
+    return {"own_mask": own, "cublas": error is None, "used": log.used()}
+
+
+FLAG_WHERE = {"FP16": "8.6 to 10.x", "INT8": "8.6 to 10.x", "BF16": "9.0 to 10.x"}
+
+
+@check
+def builder_flags(ctx: Context) -> dict:
+    """set_builder_flag sets real members on 8.6/10 and names the versions that have a removed flag."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    expect = {"FP16": ctx.major < 11, "INT8": ctx.major < 11, "BF16": ctx.major == 10, "TF32": True,
+              "VERSION_COMPATIBLE": True}
+    found = {}
+    for name, present in expect.items():
+        config = ctx.stand_in("IBuilderConfig", log)
+        error = raises(compat.set_builder_flag, trt, config, name)
+        found[name] = error is None
+        if present:
+            assert error is None, f"{name}: {error}"
+            calls = object.__getattribute__(config, "_target").calls
+            assert calls == [("set_flag", (getattr(ctx.real.BuilderFlag, name),))], calls
+        else:
+            unsupported(error, f"BuilderFlag.{name}", f"TensorRT {ctx.version}", FLAG_WHERE[name])
+    return {"flags": found, "features": {"fp16_flag": found["FP16"], "bf16_flag": found["BF16"]},
+            "used": log.used()}
+
+
+@check
+def config_setters(ctx: Context) -> dict:
+    """Workspace, profiling verbosity and hardware compatibility go to real IBuilderConfig members."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    config = ctx.stand_in("IBuilderConfig", log)
+    compat.set_workspace(trt, config, 1 << 20)
+    compat.set_profiling_verbosity(trt, config, "DETAILED")
+    compat.set_hardware_compatibility(trt, config, "ampere-plus")
+    error = raises(compat.set_hardware_compatibility, trt, config, "VOLTA_PLUS")
+    unsupported(error, "'VOLTA_PLUS'", "AMPERE_PLUS")
+    recorder = object.__getattribute__(config, "_target")
+    assert recorder.calls == [("set_memory_pool_limit", (ctx.real.MemoryPoolType.WORKSPACE, 1 << 20))]
+    assert recorder.assigned == {
+        "profiling_verbosity": ctx.real.ProfilingVerbosity.DETAILED,
+        "hardware_compatibility_level": ctx.real.HardwareCompatibilityLevel.AMPERE_PLUS,
+    }, recorder.assigned
+    return {"used": log.used()}
+
+
+class _FakeParserError:
+    def code(self):
+        return type("ErrorCode", (), {"name": "UNSUPPORTED_NODE"})()
+
+    def desc(self):
+        return "No importer registered for op: Foo"
+
+    def node(self):
+        return 3
+
+    def node_name(self):
+        return "foo_3"
+
+    def node_operator(self):
+        return "Foo"
+
+
+@check
+def parser_errors(ctx: Context) -> dict:
+    """Parser errors name the node and its operator where the version reports them (10+), the index on 8.6."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    parser = ctx.stand_in("OnnxParser", log, num_errors=1, get_error=lambda i: _FakeParserError())
+    issues = compat.parser_errors(parser)
+    assert len(issues) == 1, issues
+    text = str(issues[0])
+    if ctx.major >= 10:
+        assert text == "node 'foo_3' (Foo): No importer registered for op: Foo [UNSUPPORTED_NODE]", text
+    else:
+        assert text == "node #3: No importer registered for op: Foo [UNSUPPORTED_NODE]", text
+    return {"issue": text, "used": log.used(), "probed_missing": log.probed_missing()}
+
+
+@check
+def device_memory(ctx: Context) -> dict:
+    """device_memory_size_v2 from 10.1, device_memory_size before (gone in 11)."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    engine = ctx.stand_in("ICudaEngine", log, device_memory_size=111, device_memory_size_v2=222)
+    got = compat.device_memory_size(engine)
+    assert got == (222 if ctx.at_least(10, 1) else 111), got
+    return {"call": "device_memory_size_v2" if got == 222 else "device_memory_size", "used": log.used()}
+
+
+@check
+def runtime_and_builder_queries(ctx: Context) -> dict:
+    """platform_has_fast_* (None on 11) and engine_host_code_allowed resolve to real members."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    builder = ctx.stand_in("Builder", log, platform_has_fast_fp16=True, platform_has_fast_int8=True)
+    fast = compat.platform_has_fast(builder, "fp16")
+    assert fast is (None if ctx.major >= 11 else True), fast
+    runtime = ctx.stand_in("Runtime", log)
+    compat.allow_host_code(runtime, True)
+    assert object.__getattribute__(runtime, "_target").assigned == {"engine_host_code_allowed": True}
+    return {"platform_has_fast_fp16": fast, "used": log.used()}
+
+
+@check
+def logger(ctx: Context) -> dict:
+    """trtkit's logger subclasses the real ILogger and maps the real severities."""
+    from trtkit.log import make_trt_logger
+
+    trt, log = ctx.surface()
+    seen = []
+    trt_logger = make_trt_logger(trt, min_severity="INFO", sink=lambda s, m: seen.append((s, m)))
+    assert isinstance(trt_logger, ctx.real.ILogger), type(trt_logger).__mro__
+    trt_logger.log(ctx.real.ILogger.Severity.WARNING, "careful")
+    trt_logger.log(ctx.real.ILogger.Severity.VERBOSE, "noise")
+    assert seen == [("WARNING", "careful")], seen
+    return {"used": log.used()}
+
+
+@check
+def inspector_formats(ctx: Context) -> dict:
+    """The inspector's JSON format enum exists; both I/O layouts (8.6/10 "Bindings", 11 "I/O Tensors") parse."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    assert trt.LayerInformationFormat.JSON is not None
+    assert hasattr(trt.ICudaEngine, "create_engine_inspector") and hasattr(trt.EngineInspector,
+                                                                          "get_engine_information")
+    old = '{"Layers": [{"Name": "conv", "Outputs": [{"Format/Datatype": "Half"}]}], "Bindings": ["x", "y"]}'
+    new = '{"Layers": ["conv"], "I/O Tensors": [{"Name": "x"}, {"Name": "y"}]}'
+    assert compat.inspector_io_names(old) == ["x", "y"] == compat.inspector_io_names(new)
+    assert compat.inspector_layers(old)[0].precision == "FP16"
+    return {"used": log.used()}
