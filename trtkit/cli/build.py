@@ -1,0 +1,98 @@
+"""``trtkit build``: ONNX model → engine file + manifest (+ timing cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtkit.cli import options, render
+
+HELP = "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest)."
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="ONNX model")
+    parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
+    options.add_build_options(parser)
+    options.add_json_option(parser)
+
+
+def default_output(model: str) -> Path:
+    return Path(model).with_suffix(".engine")
+
+
+def run(args, console) -> int:
+    from trtkit.build.api import build
+
+    config = options.config_from_args(args)
+    output = Path(args.output) if args.output else default_output(args.model)
+    with BuildProgress(console, Path(args.model).name) as progress:
+        result = build(args.model, config, output=output, isolate=args.isolate,
+                       on_phase=progress.phase, on_log=progress.log if args.verbose else None,
+                       log_severity="INFO" if args.verbose else "WARNING")
+    console.print(summary_table(result.manifest, output))
+    if args.json:
+        render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
+    return 0
+
+
+class BuildProgress:
+    """A rich spinner with elapsed time and the current build phase."""
+
+    def __init__(self, console, name: str):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=console, transient=True)
+        self._name = name
+        self._task = None
+
+    def __enter__(self):
+        self._progress.__enter__()
+        self._task = self._progress.add_task(f"{self._name}: starting")
+        return self
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def phase(self, name: str) -> None:
+        self._progress.update(self._task, description=f"{self._name}: {name}")
+
+    def log(self, severity: str, message: str) -> None:
+        self._progress.console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
+
+
+def summary_table(manifest: dict, output: Path):
+    b = manifest.get("build", {})
+    rows = [
+        ("engine", str(output)),
+        ("size", render.fmt_bytes(manifest.get("engine_bytes"))),
+        ("build time", f"{manifest.get('build_seconds', 0):.1f} s"),
+        ("precision", _precision_line(b, manifest.get("precision_report"))),
+        ("profiles", _profiles_line(b.get("profiles", []))),
+        ("tactic sources", ", ".join(b.get("tactic_sources") or ["TensorRT default"])),
+        ("TensorRT", manifest.get("environment", {}).get("tensorrt")),
+        ("GPU", manifest.get("environment", {}).get("gpu")),
+    ]
+    return render.table("build", ["", "value"], rows)
+
+
+def _precision_line(build: dict, report: dict | None) -> str:
+    plan = build.get("precision_plan", {})
+    text = build.get("precision", "fp32")
+    if plan.get("notes"):
+        text += f" ({'; '.join(plan['notes'])})"
+    if report and report.get("layers_by_precision"):
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(report["layers_by_precision"].items()))
+        text += f"; layers: {counts}"
+    return text
+
+
+def _profiles_line(profiles: list) -> str:
+    if not profiles:
+        return "static shapes"
+    parts = []
+    for i, p in enumerate(profiles):
+        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
+                         for n, s in p.items())
+        parts.append(f"#{i}: {dims}")
+    return " | ".join(parts)

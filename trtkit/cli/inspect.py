@@ -1,0 +1,95 @@
+"""``trtkit inspect``: an ONNX model's or an engine's I/O, profiles, layers and precisions; ``--check`` for ops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtkit.cli import options, render
+
+HELP = "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions."
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("path", help="an ONNX model (.onnx) or an engine file")
+    parser.add_argument("--check", action="store_true",
+                        help="ONNX only: list every op with its support by the installed TensorRT's parser")
+    parser.add_argument("--layers", action="store_true", help="engine only: list every layer with its precision")
+    parser.add_argument("--ignore-manifest", action="store_true",
+                        help="load an engine even if its manifest names another TensorRT or GPU")
+    options.add_json_option(parser)
+
+
+def run(args, console) -> int:
+    path = Path(args.path)
+    if _is_onnx(path):
+        return _inspect_onnx(args, console, path)
+    if args.check:
+        from trtkit.errors import TrtkitError
+
+        raise TrtkitError("--check inspects ONNX models; give the .onnx file the engine was built from")
+    return _inspect_engine(args, console, path)
+
+
+def _is_onnx(path: Path) -> bool:
+    if path.suffix.lower() == ".onnx":
+        return True
+    return False
+
+
+def _inspect_onnx(args, console, path: Path) -> int:
+    from trtkit.build.onnx_model import load_model
+    from trtkit.inspection import describe_onnx
+
+    loaded = load_model(path)
+    info = describe_onnx(loaded)
+    console.print(render.table(f"{info['name']}  (opset {info['opset']}, {info['nodes']} nodes)",
+                               ["tensor", "kind", "dtype", "shape"], _io_rows(info)))
+    ops = ", ".join(f"{op} x{n}" for op, n in info["ops"].items())
+    console.print(f"ops: {ops}")
+    code = 0
+    if args.check:
+        from trtkit.build.opcheck import preflight
+        from trtkit.cli.check_render import render_check
+
+        report = preflight(loaded.data)
+        console.print(render_check(report))
+        info["check"] = report.to_json() if hasattr(report, "to_json") else None
+        code = 0 if report.ok else 1
+    if args.json:
+        render.write_json(args.json, info)
+    return code
+
+
+def _io_rows(info: dict) -> list:
+    rows = [(t["name"], "input", t["dtype"], render.shape_str(t["shape"])) for t in info.get("inputs", [])]
+    rows += [(t["name"], "output", t["dtype"], render.shape_str(t["shape"])) for t in info.get("outputs", [])]
+    return rows
+
+
+def _inspect_engine(args, console, path: Path) -> int:
+    from trtkit._lazy import tensorrt
+    from trtkit.build.manifest import read_manifest
+    from trtkit.inspection import describe_engine
+    from trtkit.runtime.engine import load_engine
+
+    engine = load_engine(path, allow_mismatch=args.ignore_manifest)
+    info = describe_engine(engine, tensorrt())
+    info["manifest"] = read_manifest(path)
+    rows = [(t["name"], t["mode"].lower(), t["dtype"], render.shape_str(t["shape"])) for t in info["io"]]
+    console.print(render.table(f"{path.name}  ({info['num_layers']} layers, device memory "
+                               f"{render.fmt_bytes(info['device_memory_bytes'])})",
+                               ["tensor", "kind", "dtype", "shape"], rows))
+    for i, prof in enumerate(info["profiles"]):
+        for name, s in prof.items():
+            console.print(f"profile {i}: {name} min {render.shape_str(s['min'])} opt {render.shape_str(s['opt'])} "
+                          f"max {render.shape_str(s['max'])}")
+    if info["layers_by_precision"]:
+        console.print("layers by precision: " + ", ".join(f"{k} {v}" for k, v in info["layers_by_precision"].items()))
+    if args.layers and info["layers"]:
+        console.print(render.table("layers", ["layer", "type", "precision", "tactic"],
+                                   [(l["name"], l["type"], l["precision"], l["tactic"]) for l in info["layers"]]))
+    if info["manifest"] is None:
+        console.print("no manifest beside this engine (built outside trtkit?)")
+    if args.json:
+        render.write_json(args.json, info)
+    return 0

@@ -1,0 +1,124 @@
+"""``trtkit`` command line: parse arguments, load the subcommand's module lazily, turn errors into exit codes.
+
+Exit codes: 0 success, 1 a :class:`~trtkit.errors.TrtkitError` (one line on stderr), 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# subcommand -> module; each module has HELP, add_arguments(parser) and run(args, console) -> int
+COMMANDS = {
+    "build": "trtkit.cli.build",
+    "run": "trtkit.cli.run",
+    "bench": "trtkit.cli.bench",
+    "parity": "trtkit.cli.parity",
+    "inspect": "trtkit.cli.inspect",
+    "doctor": "trtkit.cli.doctor",
+    "demo": "trtkit.cli.demo",
+}
+
+# one-line help shown by `trtkit --help` without importing every subcommand module
+SUMMARIES = {
+    "build": "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest).",
+    "run": "Run an engine on .npy/.npz or random inputs and show its outputs.",
+    "bench": "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUDA graphs.",
+    "parity": "Compare an engine's outputs against its ONNX model, with verdicts.",
+    "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
+    "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
+    "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse parser that loads a subcommand's options only when that subcommand is used."""
+
+
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="trtkit", description="ONNX to fast, correct TensorRT engines, run from Python.")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show tracebacks and TensorRT's log")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        if name == command:
+            module = importlib.import_module(module_name)
+            p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
+        else:
+            sub.add_parser(name, help=SUMMARIES[name], add_help=False)
+    return parser
+
+
+def _version() -> str:
+    from trtkit import __version__
+
+    return f"trtkit {__version__}"
+
+
+def _command_of(argv: list) -> str | None:
+    for arg in argv:
+        if arg in COMMANDS:
+            return arg
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def main(argv: list | None = None) -> int:
+    """Entry point of the ``trtkit`` command; returns the exit code (also used by tests)."""
+    from trtkit.cli.render import make_console
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser(_command_of(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    _setup_logging(args.verbose)
+    console = make_console()
+    return _run(args, console)
+
+
+def _run(args, console) -> int:
+    from trtkit.errors import TrtkitError
+
+    try:
+        return int(args._module.run(args, console) or 0)
+    except TrtkitError as exc:
+        if args.verbose:
+            console.print_exception()
+        _error_line(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _error_line("interrupted")
+        return 130
+
+
+def _error_line(text: str) -> None:
+    sys.stderr.write(text.rstrip() + "\n")
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    from trtkit.cli.render import make_console
+
+    logger = logging.getLogger("trtkit")
+    if logger.handlers:
+        return
+    handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logger.propagate = False
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
