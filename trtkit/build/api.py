@@ -40,10 +40,10 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     if output is not None:
         check_writable(output)
     if isolate and trt is None:
-        from trtkit.build.isolate import run_isolated
+        from trtkit.build.isolate import build_isolated
 
-        result = run_isolated(build_serialized, model, config, on_log=on_log, on_phase=on_phase,
-                              log_severity=log_severity)
+        # callbacks stay in this process; the child streams log lines and phases back to them
+        result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     else:
         result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase,
                                   log_severity=log_severity)

@@ -1,0 +1,132 @@
+"""Functions run in child processes by the isolation tests (module level, so they pickle by reference)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from trtkit.build.isolate import emit, log_sink, phase_sink
+from trtkit.errors import ParseError, ProfileError
+
+
+def add(a, b, *, scale=1):
+    return (a + b) * scale
+
+
+def big_result(n):
+    return b"\x01" * n
+
+
+def stream_then_return(count):
+    for i in range(count):
+        emit({"kind": "progress", "i": i})
+    print("hello from the child's stdout", flush=True)
+    return "done"
+
+
+def parse_then_crash(sig_name="SIGSEGV"):
+    """Imitate TensorRT's parser: VERBOSE 'Parsing node' lines, then die inside 'native' code."""
+    phase_sink("parse")
+    log_sink("VERBOSE", "ModelImporter.cpp:1234: Parsing node: /embed/Gather [Gather]")
+    log_sink("VERBOSE", "Parsing node: /attn/Where [Where]")
+    os.kill(os.getpid(), getattr(signal, sig_name))
+    time.sleep(10)
+
+
+def crash_during_build():
+    phase_sink("parse")
+    log_sink("VERBOSE", "Parsing node: conv0 [Conv]")
+    phase_sink("build")
+    os.kill(os.getpid(), signal.SIGSEGV)
+    time.sleep(10)
+
+
+def segfault_via_ctypes():
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def abort():
+    os.abort()
+
+
+def blow_up_memory():
+    hoard = []
+    while True:
+        hoard.append(bytearray(64 << 20))
+
+
+def sigkill_self():
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)
+
+
+def raise_parse_error():
+    raise ParseError("TensorRT's ONNX parser could not parse 'm.onnx': node 'x' (Foo): no importer", ["issue"])
+
+
+def raise_profile_error():
+    raise ProfileError("Input 'images': shape (1, 3, 640, 641) is outside profile 0")
+
+
+def raise_value_error():
+    raise ValueError("a bug, not bad input")
+
+
+class Unpicklable(Exception):
+    def __init__(self, message, handle):
+        super().__init__(message)
+        self.handle = handle
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle")
+
+
+def raise_unpicklable():
+    raise Unpicklable("odd failure", object())
+
+
+def exit_quietly():
+    os._exit(3)
+
+
+def sleep_forever(marker_path=None):
+    if marker_path:
+        with open(marker_path, "w") as f:
+            f.write(str(os.getpid()))
+    emit({"kind": "phase", "name": "sleep"})
+    while True:
+        time.sleep(0.1)
+
+
+def return_lambda():
+    return lambda: None
+
+
+def crashing_fake_trt(version="8.6.0", crash_op="Where"):
+    """A fake ``tensorrt`` whose ONNX parser dies by SIGSEGV on the first node of type ``crash_op``, like 8.6's."""
+    import onnx
+
+    from trtkit.testing.fake_trt import make_fake_trt
+    from trtkit.testing.fake_trt.builder import Severity
+
+    trt = make_fake_trt(version)
+    original = trt.OnnxParser.parse
+
+    def parse(self, model, path=None):
+        for node in onnx.load_from_string(bytes(model)).graph.node:
+            self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
+            if node.op_type == crash_op:
+                os.kill(os.getpid(), signal.SIGSEGV)
+        return original(self, model, path)
+
+    trt.OnnxParser.parse = parse
+    return trt
+
+
+def fake_trt(version="8.6.0"):
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    return make_fake_trt(version)

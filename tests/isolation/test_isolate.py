@@ -1,0 +1,175 @@
+"""The isolation machinery: results, events, exceptions and crashes of a child process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import isolation_children as children
+from trtkit.build.isolate import ChildTraceback, model_crash_context, run_isolated
+from trtkit.errors import IsolationError, ParseError, ProfileError, TrtkitError
+
+CONTEXT = {"model": "attn.onnx", "opset": 21, "trt_version": "8.6.0", "what": "the build"}
+
+
+def test_returns_result_of_call_with_args_and_kwargs():
+    assert run_isolated(children.add, 2, 3, scale=4) == 20
+
+
+def test_large_result_comes_back_whole():
+    assert run_isolated(children.big_result, 20_000_000) == b"\x01" * 20_000_000
+
+
+def test_events_and_output_stream_in_order():
+    events = []
+    assert run_isolated(children.stream_then_return, 500, on_event=events.append) == "done"
+    progress = [e["i"] for e in events if e["kind"] == "progress"]
+    assert progress == list(range(500))
+    assert events[-1] == {"kind": "output", "line": "hello from the child's stdout"}
+
+
+def test_sigsegv_names_signal_node_op_opset_and_next_steps():
+    with pytest.raises(IsolationError) as info:
+        run_isolated(children.parse_then_crash, "SIGSEGV", crash_context=CONTEXT)
+    message = str(info.value)
+    assert "SIGSEGV" in message
+    assert "importing node '/attn/Where' (op Where, model opset 21)" in message
+    assert "trtkit inspect attn.onnx --check" in message
+    assert "--fold-constants" in message and "newer TensorRT than 8.6.0" in message
+    crash = info.value.crash
+    assert (crash.signal, crash.node, crash.op_type, crash.nodes_seen) == ("SIGSEGV", "/attn/Where", "Where", 2)
+
+
+def test_crash_after_parsing_names_the_phase_not_a_node():
+    with pytest.raises(IsolationError, match=r"SIGSEGV .* during the 'build' phase \(model opset 21\)") as info:
+        run_isolated(children.crash_during_build, crash_context=CONTEXT)
+    assert info.value.crash.node is None
+
+
+def test_real_segfault_in_native_code_is_contained():
+    with pytest.raises(IsolationError, match="SIGSEGV") as info:
+        run_isolated(children.segfault_via_ctypes)
+    # faulthandler in the child prints the Python stack; the parent keeps it
+    assert any("Segmentation fault" in line for line in info.value.crash.output_tail)
+
+
+def test_abort_is_reported_as_sigabrt():
+    with pytest.raises(IsolationError, match="SIGABRT .*failed assertion or an uncaught C\\+\\+ exception"):
+        run_isolated(children.abort, crash_context=CONTEXT)
+
+
+def test_memory_blow_up_under_rlimit_reports_out_of_memory():
+    with pytest.raises(IsolationError, match="ran out of memory .*MemoryError"):
+        run_isolated(children.blow_up_memory, memory_limit=1 << 30)
+
+
+def test_sigkill_is_reported_as_probable_oom_kill():
+    with pytest.raises(IsolationError, match="ran out of memory .*SIGKILL, most often the kernel's out-of-memory"):
+        run_isolated(children.sigkill_self)
+
+
+def test_exit_without_answer_reports_status():
+    with pytest.raises(IsolationError, match="exited with status 3 without answering"):
+        run_isolated(children.exit_quietly)
+
+
+@pytest.mark.parametrize("func, cls, text", [
+    (children.raise_parse_error, ParseError, "node 'x' \\(Foo\\): no importer"),
+    (children.raise_profile_error, ProfileError, "outside profile 0"),
+    (children.raise_value_error, ValueError, "a bug, not bad input"),
+    (children.raise_unpicklable, children.Unpicklable, "odd failure"),
+])
+def test_exceptions_come_back_with_class_and_message(func, cls, text):
+    with pytest.raises(cls, match=text) as info:
+        run_isolated(func)
+    assert type(info.value) is cls
+    assert isinstance(info.value.__cause__, ChildTraceback)
+    assert func.__name__ in str(info.value.__cause__)
+
+
+def test_parse_error_keeps_its_attributes():
+    with pytest.raises(ParseError) as info:
+        run_isolated(children.raise_parse_error)
+    assert info.value.errors == ["issue"]
+
+
+def test_unpicklable_function_is_refused_before_starting():
+    with pytest.raises(TrtkitError, match="cannot be pickled.*isolate=False"):
+        run_isolated(lambda: 1)
+
+
+def test_unpicklable_result_is_an_error_not_a_hang():
+    with pytest.raises(TypeError, match="could not be sent to the parent"):
+        run_isolated(children.return_lambda)
+
+
+def test_timeout_stops_the_child(tmp_path):
+    marker = tmp_path / "pid"
+    with pytest.raises(IsolationError, match="did not finish within 1 s in the 'sleep' phase"):
+        run_isolated(children.sleep_forever, str(marker), timeout=1)
+    assert not _alive(int(marker.read_text()))
+
+
+def test_ctrl_c_in_parent_stops_the_child(tmp_path):
+    marker = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(children.__file__).parent)!r})
+        import isolation_children
+        from trtkit.build.isolate import run_isolated
+        try:
+            run_isolated(isolation_children.sleep_forever, {str(marker)!r})
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    _wait_for(marker.exists)
+    child_pid = int(marker.read_text())
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=30)
+    assert "interrupted" in out
+    _wait_for(lambda: not _alive(child_pid))
+
+
+def test_model_crash_context_reads_label_and_opset(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), path)
+    context = model_crash_context(str(path), "the check")
+    assert context["model"] == str(path) and context["opset"] == 19 and context["what"] == "the check"
+    assert "model" not in model_crash_context(b"not onnx")  # never raises, leaves out what it cannot read
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie counts as gone: it is only waiting to be reaped
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")

@@ -1,0 +1,676 @@
+"""Run work in a child process, so a crash inside TensorRT raises an error here instead of killing this process.
+
+TensorRT's ONNX parser can segfault on valid models (TensorRT 8.6 on attention subgraphs expanded into primitive
+ops, for example); a segfault cannot be caught in Python. :func:`run_isolated` runs a picklable callable in a fresh
+Python interpreter and returns its result; events the child emits (TensorRT log lines, build phases) stream to the
+parent as they happen. If the child dies by a signal, the parent raises :class:`~trtkit.errors.IsolationError` naming
+the signal and, from TensorRT's VERBOSE log (``Parsing node: <name> [<OpType>]``), the ONNX node being imported.
+
+Why a fresh interpreter (``subprocess`` + exec) rather than ``multiprocessing``: forking a process that may hold a
+CUDA context is unsafe, and ``multiprocessing``'s ``spawn``/``forkserver`` re-import the caller's ``__main__`` module
+in the child, which re-runs the top-level code of scripts without an ``if __name__ == "__main__"`` guard. Here the
+child imports only trtkit and the module of the callable. POSIX only (TensorRT's Linux builds).
+
+Protocol: the parent writes one pickled ``(sys.path, func, args, kwargs, options)`` frame to the child's stdin and
+keeps stdin open (the child exits when it closes: the parent is gone); the child writes frames
+``("event", dict)``, then ``("result", value)`` or ``("error", exception, traceback_text)`` to a dedicated pipe.
+The child's stdout and stderr (TensorRT writes there too) go to the parent as ``{"kind": "output"}`` events.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from trtkit.errors import IsolationError, TrtkitError
+
+_HEADER = struct.Struct("!Q")
+# onnx-tensorrt (ModelImporter.cpp, 8.x to 11.x): LOG_VERBOSE("Parsing node: " << nodeName << " [" << op << "]");
+# some versions prefix "<file>:<line>: ", so search rather than match.
+_PARSING_NODE = re.compile(r"Parsing node: (?P<name>.*) \[(?P<op>[^\[\]]+)\]\s*$")
+_OUTPUT_TAIL_LINES = 40
+_TERMINATE_GRACE_S = 5.0
+
+# --- child side ------------------------------------------------------------------------------------------------------
+
+_channel_fd: int | None = None
+_channel_lock = threading.Lock()
+_local_sink: Callable[[dict], None] | None = None
+
+
+def emit(event: dict) -> None:
+    """Send an event to the parent's ``on_event`` callback.
+
+    In a child started by :func:`run_isolated` the event travels through the pipe; in a plain process it goes to the
+    sink installed by :func:`local_events`, or nowhere. Never raises (it is called from TensorRT's logger).
+    """
+    try:
+        if _channel_fd is not None:
+            _send(_channel_fd, ("event", dict(event)))
+        elif _local_sink is not None:
+            _local_sink(dict(event))
+    except Exception:  # an event lost is better than an exception inside TensorRT's callback
+        pass
+
+
+def log_sink(severity: str, message: str) -> None:
+    """Picklable ``on_log`` for code run in the child: emits ``{"kind": "log", "severity", "message"}``."""
+    emit({"kind": "log", "severity": str(severity), "message": str(message)})
+
+
+def phase_sink(*args) -> None:
+    """Picklable ``on_phase`` for code run in the child: emits ``{"kind": "phase", "name", "args"}``."""
+    emit({"kind": "phase", "name": str(args[0]) if args else "", "args": list(args)})
+
+
+class local_events:
+    """Context manager routing :func:`emit` to ``sink`` in this process (for in-process runs of child code)."""
+
+    def __init__(self, sink: Callable[[dict], None] | None):
+        self.sink, self._previous = sink, None
+
+    def __enter__(self):
+        global _local_sink
+        self._previous, _local_sink = _local_sink, self.sink
+        return self
+
+    def __exit__(self, *exc):
+        global _local_sink
+        _local_sink = self._previous
+        return False
+
+
+def _send(fd: int, message) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    with _channel_lock:
+        _write_all(fd, _HEADER.pack(len(data)) + data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_exact(stream, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            raise EOFError("parent closed the pipe")
+        data += chunk
+    return data
+
+
+def _child_main(channel_fd: int) -> None:
+    """Entry point of the child interpreter (see the module docstring for the protocol)."""
+    global _channel_fd
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop us (Ctrl-C reaches both)
+    import faulthandler
+
+    faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
+    stdin = sys.stdin.buffer
+    (size,) = _HEADER.unpack(_read_exact(stdin, _HEADER.size))
+    data = _read_exact(stdin, size)
+    _channel_fd = channel_fd
+    threading.Thread(target=_exit_when_parent_goes, args=(stdin,), daemon=True).start()
+    try:
+        func, args, kwargs, options = _unpickle_payload(data)
+        del data
+        _apply_limits(options)
+        message = ("result", func(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        message = _error_message(exc)
+    _finish(channel_fd, message)
+
+
+def _unpickle_payload(data: bytes):
+    # sys.path first: the callable's module may live in a folder only the parent had on its path (tests, scripts)
+    (size,) = _HEADER.unpack_from(data, 0)
+    for entry in reversed(pickle.loads(data[_HEADER.size: _HEADER.size + size])):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    return pickle.loads(data[_HEADER.size + size:])
+
+
+def _exit_when_parent_goes(stdin) -> None:
+    try:
+        while stdin.read(1 << 16):
+            pass
+    except OSError:
+        pass
+    os._exit(70)  # the parent died or gave up on us: stop building for nobody
+
+
+def _apply_limits(options: dict) -> None:
+    limit = options.get("memory_limit")
+    if limit:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+
+
+def _error_message(exc: BaseException):
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    exc.__traceback__ = None
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return ("error", exc, text)
+    except Exception:  # an exception that does not survive pickling: keep its class name and message
+        return ("error", None, text, f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+def _finish(channel_fd: int, message) -> None:
+    try:
+        _send(channel_fd, message)
+    except Exception as exc:  # the result itself cannot be pickled
+        _send(channel_fd, ("error", None, "", "TypeError", f"the result could not be sent to the parent: {exc}"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # skip interpreter teardown: TensorRT objects destroyed at exit have crashed processes that already succeeded
+    os._exit(0)
+
+
+# --- parent side -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CrashInfo:
+    """What the parent knows about a child that died (attached to :class:`IsolationError` as ``.crash``)."""
+
+    signal: str | None = None
+    exit_code: int | None = None
+    node: str | None = None
+    op_type: str | None = None
+    phase: str | None = None
+    nodes_seen: int = 0
+    output_tail: list = field(default_factory=list)
+    context: dict = field(default_factory=dict)
+
+
+class _Tracker:
+    """Follows the child's events: last ONNX node the parser started, last phase, last lines of output."""
+
+    def __init__(self):
+        self.node = self.op_type = self.phase = None
+        self.nodes_seen = 0
+        self.node_phase = None
+        self.output = collections.deque(maxlen=_OUTPUT_TAIL_LINES)
+
+    def see(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "log":
+            found = _PARSING_NODE.search(str(event.get("message", "")))
+            if found:
+                self.node, self.op_type = found.group("name"), found.group("op").strip()
+                self.nodes_seen += 1
+                self.node_phase = self.phase
+        elif kind == "node":
+            self.node, self.op_type = event.get("name"), event.get("op_type")
+            self.nodes_seen += 1
+            self.node_phase = self.phase
+        elif kind == "phase":
+            self.phase = event.get("name")
+        elif kind == "output":
+            self.output.append(str(event.get("line", "")))
+
+    def crash_info(self, returncode: int, context: dict) -> CrashInfo:
+        # a node counts only while its phase is still the current one (a crash later, in the build, is not its fault)
+        importing = self.node is not None and self.node_phase == self.phase
+        return CrashInfo(
+            signal=_signal_name(-returncode) if returncode < 0 else None,
+            exit_code=returncode,
+            node=self.node if importing else None,
+            op_type=self.op_type if importing else None,
+            phase=self.phase,
+            nodes_seen=self.nodes_seen,
+            output_tail=list(self.output),
+            context=context,
+        )
+
+
+def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
+                 memory_limit: int | None = None, crash_context=None, **kwargs):
+    """Call ``func(*args, **kwargs)`` in a child Python process and return its result.
+
+    Args:
+        func: a picklable callable (a module-level function, or ``functools.partial`` of one). It may call
+            :func:`emit` (or pass :func:`log_sink` / :func:`phase_sink` as callbacks) to stream events.
+        *args, **kwargs: its arguments, picklable. The keywords below belong to ``run_isolated`` itself.
+        on_event: called in this process, in order, with each event dict the child emits, plus
+            ``{"kind": "output", "line": ...}`` for each line the child writes to stdout/stderr.
+        timeout: seconds before the child is stopped and :class:`IsolationError` raised (``None``: no limit).
+        memory_limit: address-space limit for the child in bytes (``RLIMIT_AS``). Not for CUDA work: CUDA reserves
+            far more address space than it uses.
+        crash_context: dict, or callable returning one, used only to word a crash: ``model`` (a label),
+            ``opset``, ``trt_version``, ``what`` (e.g. "the build").
+
+    Returns:
+        What ``func`` returned.
+
+    Raises:
+        IsolationError: the child died by a signal (message names it, and the ONNX node being parsed when known),
+            ran out of memory, exited without answering, or exceeded ``timeout``. The error has a ``.crash``
+            attribute (:class:`CrashInfo`).
+        Exception: an exception raised by ``func`` is raised again here, same class and message (its traceback in
+            the child is chained as the cause).
+        KeyboardInterrupt: Ctrl-C; the child is stopped first.
+    """
+    options = {"memory_limit": memory_limit}
+    payload = _payload(func, args, kwargs, options)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = _start_child(write_fd)
+    finally:
+        os.close(write_fd)
+    tracker = _Tracker()
+    try:
+        proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+        proc.stdin.flush()
+        outcome = _pump(proc, read_fd, tracker, on_event, timeout)
+    except BaseException:
+        _stop(proc)
+        raise
+    finally:
+        os.close(read_fd)
+        _close_quietly(proc.stdin)
+        _close_quietly(proc.stdout)
+    return _resolve(outcome, proc, tracker, crash_context)
+
+
+def _payload(func, args, kwargs, options) -> bytes:
+    path_part = pickle.dumps([p for p in sys.path if p], protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        rest = pickle.dumps((func, args, kwargs, options), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise TrtkitError(
+            f"Cannot run {getattr(func, '__qualname__', func)!r} in a child process: its function or arguments "
+            f"cannot be pickled ({exc}). Pass module-level functions and plain data, or build with isolate=False."
+        ) from exc
+    return _HEADER.pack(len(path_part)) + path_part + rest
+
+
+def _start_child(write_fd: int) -> subprocess.Popen:
+    import trtkit
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
+    code = (f"import sys; sys.path.insert(0, {root!r}); "
+            f"from trtkit.build.isolate import _child_main; _child_main({write_fd})")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), close_fds=True,
+        )
+    except OSError as exc:
+        raise IsolationError(f"Could not start a child Python process ({sys.executable}): {exc}") from exc
+
+
+def _pump(proc, read_fd: int, tracker: _Tracker, on_event, timeout):
+    """Deliver events until the child answers or both its pipes close; returns the answer or ``None``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    frames, lines = _FrameReader(read_fd), _LineReader(proc.stdout.fileno())
+    open_fds = {read_fd: frames, proc.stdout.fileno(): lines}
+    answer = None
+    while open_fds:
+        wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+        ready, _, _ = select.select(list(open_fds), [], [], wait)
+        for fd in ready:
+            reader = open_fds[fd]
+            if not reader.fill():
+                del open_fds[fd]
+            for item in reader.take():
+                if reader is lines:
+                    item = ("event", {"kind": "output", "line": item})
+                if item[0] == "event":
+                    tracker.see(item[1])
+                    if on_event is not None:
+                        on_event(item[1])
+                else:
+                    answer = item
+        if deadline is not None and time.monotonic() >= deadline and answer is None:
+            _stop(proc)
+            raise _timeout_error(timeout, tracker)
+        if answer is not None and read_fd not in open_fds:
+            break
+    for line in lines.flush():
+        tracker.see({"kind": "output", "line": line})
+        if on_event is not None:
+            on_event({"kind": "output", "line": line})
+    return answer
+
+
+class _FrameReader:
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, bytearray()
+
+    def fill(self) -> bool:
+        chunk = os.read(self.fd, 1 << 20)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def take(self) -> list:
+        items = []
+        while len(self.buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack(self.buffer[: _HEADER.size])
+            if len(self.buffer) < _HEADER.size + size:
+                break
+            items.append(pickle.loads(bytes(self.buffer[_HEADER.size: _HEADER.size + size])))
+            del self.buffer[: _HEADER.size + size]
+        return items
+
+
+class _LineReader:
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def fill(self) -> bool:
+        chunk = os.read(self.fd, 1 << 16)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def take(self) -> list:
+        *complete, self.buffer = self.buffer.split(b"\n")
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in complete]
+
+    def flush(self) -> list:
+        rest, self.buffer = self.buffer, b""
+        return [rest.decode("utf-8", "replace")] if rest.strip() else []
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate the child: SIGTERM, then SIGKILL if it does not exit within a few seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=_TERMINATE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _close_quietly(stream) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except OSError:
+        pass
+
+
+def _resolve(outcome, proc: subprocess.Popen, tracker: _Tracker, crash_context):
+    returncode = proc.wait()
+    if outcome is not None and outcome[0] == "result":
+        return outcome[1]  # answered; a crash while tearing down afterwards does not matter
+    if outcome is not None and outcome[0] == "error":
+        raise _rebuild_exception(outcome, tracker, crash_context)
+    raise _crash_error(tracker.crash_info(returncode, _context(crash_context)))
+
+
+def _context(crash_context) -> dict:
+    try:
+        value = crash_context() if callable(crash_context) else crash_context
+    except Exception:  # wording a crash must not fail
+        return {}
+    return dict(value or {})
+
+
+class ChildTraceback(Exception):
+    """The traceback of an exception raised in the child process (chained as ``__cause__``)."""
+
+    def __str__(self) -> str:
+        return "\n" + (self.args[0] if self.args else "")
+
+
+def _rebuild_exception(outcome, tracker: _Tracker, crash_context) -> BaseException:
+    exc, text = outcome[1], outcome[2]
+    if exc is None:
+        exc = _from_name(outcome[3], outcome[4])
+    if isinstance(exc, MemoryError):
+        info = tracker.crash_info(0, _context(crash_context))
+        error = IsolationError(_memory_message(info))
+        error.crash = info
+        return error
+    if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt...: the child stopped, not a failure mode
+        error = IsolationError(f"The worker process stopped with {type(exc).__name__}({exc}) before answering.")
+        error.crash = tracker.crash_info(0, _context(crash_context))
+        return error
+    if text:
+        exc.__cause__ = ChildTraceback(text)
+    return exc
+
+
+def _from_name(qualified: str, message: str) -> BaseException:
+    import importlib
+
+    module, _, name = qualified.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module or "builtins"), name)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            exc = cls.__new__(cls)
+            Exception.__init__(exc, message)
+            return exc
+    except Exception:
+        pass
+    return TrtkitError(f"{qualified}: {message}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+_SIGNAL_MEANING = {
+    "SIGSEGV": "a segmentation fault: invalid memory access inside native code",
+    "SIGABRT": "an abort: native code hit a failed assertion or an uncaught C++ exception",
+    "SIGBUS": "a bus error: invalid memory access inside native code",
+    "SIGILL": "an illegal instruction inside native code",
+    "SIGFPE": "an arithmetic fault inside native code",
+    "SIGKILL": "killed, most often by the kernel's out-of-memory killer",
+    "SIGTERM": "terminated by another process",
+}
+
+
+def _crash_error(info: CrashInfo) -> IsolationError:
+    if info.signal is None:
+        text = (f"The worker process {_what(info)} exited with status {info.exit_code} without answering. "
+                f"{_tail_hint(info)}")
+    elif info.signal == "SIGKILL":
+        text = _memory_message(info)
+    else:
+        meaning = _SIGNAL_MEANING.get(info.signal, "killed by a signal")
+        text = (f"The worker process {_what(info)} died from {info.signal} ({meaning}){_where(info)}. "
+                f"This process is unharmed and no files were written. {_next_steps(info)}")
+    error = IsolationError(text.strip())
+    error.crash = info
+    return error
+
+
+def _what(info: CrashInfo) -> str:
+    what = info.context.get("what")
+    model = info.context.get("model")
+    if what and model:
+        return f"running {what} of '{model}'"
+    if what:
+        return f"running {what}"
+    return f"working on '{model}'" if model else "doing the work"
+
+
+def _where(info: CrashInfo) -> str:
+    opset = info.context.get("opset")
+    if info.node is not None:
+        detail = f"op {info.op_type}" + (f", model opset {opset}" if opset else "")
+        return f" while TensorRT's ONNX parser was importing node '{info.node}' ({detail})"
+    opset_text = f" (model opset {opset})" if opset else ""
+    if info.phase:
+        return f" during the '{info.phase}' phase{opset_text}"
+    return opset_text
+
+
+def _next_steps(info: CrashInfo) -> str:
+    model = info.context.get("model") or "MODEL.onnx"
+    trt_version = info.context.get("trt_version")
+    newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
+    steps = [f"run `trtkit inspect {model} --check` to see which ops this TensorRT supports",
+             "build with --fold-constants to fold constant subgraphs before parsing",
+             f"try {newer}"]
+    if info.node is not None and info.op_type:
+        steps.insert(1, f"rewrite or replace the {info.op_type} node '{info.node}'")
+    return "Next: " + "; ".join(steps) + "."
+
+
+def _memory_message(info: CrashInfo) -> str:
+    cause = ("killed by SIGKILL, most often the kernel's out-of-memory killer" if info.signal == "SIGKILL"
+             else "MemoryError")
+    return (f"The worker process {_what(info)} ran out of memory{_where(info)} ({cause}). This process is unharmed "
+            "and no files were written. Free memory, lower the workspace (--workspace), or build with smaller "
+            "optimization profiles.")
+
+
+def _tail_hint(info: CrashInfo) -> str:
+    tail = [line for line in info.output_tail if line.strip()][-3:]
+    return ("Its last output: " + " | ".join(tail)) if tail else "It printed nothing."
+
+
+def _timeout_error(timeout: float, tracker: _Tracker) -> IsolationError:
+    info = tracker.crash_info(0, {})
+    where = f" (last ONNX node started: '{info.node}' [{info.op_type}])" if info.node else ""
+    phase = f" in the '{info.phase}' phase" if info.phase else ""
+    error = IsolationError(
+        f"The worker process did not finish within {timeout:g} s{phase}{where} and was stopped; "
+        "no files were written. Raise the timeout or simplify the model."
+    )
+    error.crash = info
+    return error
+
+
+# --- the isolated build ----------------------------------------------------------------------------------------------
+
+# Where the child gets its ``tensorrt`` module: ``None`` imports the installed one; CPU tests set a picklable factory
+# (a module-level function returning a fake module) here or pass ``trt_factory``.
+DEFAULT_TRT_FACTORY: Callable[[], object] | None = None
+
+_SEVERITY_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
+
+
+def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | None = None,
+                   on_phase: Callable[[str], None] | None = None, log_severity: str = "INFO",
+                   timeout: float | None = None, trt_factory: Callable[[], object] | None = None):
+    """:func:`~trtkit.build.builder.build_serialized` in a child process; same arguments, same result.
+
+    The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
+    if it crashes; ``on_log`` still receives only lines at ``log_severity`` and above.
+
+    Args:
+        model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).
+        config: a :class:`~trtkit.build.config.BuildConfig`.
+        on_log: called here with ``(severity, message)`` as TensorRT logs in the child.
+        on_phase: called here with each phase name as the child starts it.
+        log_severity: lowest severity passed to ``on_log``.
+        timeout: seconds before the build is stopped (``None``: no limit).
+        trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
+
+    Returns:
+        The :class:`~trtkit.build.builder.BuildResult`.
+
+    Raises:
+        IsolationError: the child crashed (signal named, with the ONNX node being parsed), ran out of memory or
+            timed out.
+        TrtkitError: whatever the build raised in the child (same class and message).
+    """
+    def on_event(event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "log" and on_log is not None:
+            on_log(event["severity"], event["message"])
+        elif kind == "phase" and on_phase is not None:
+            on_phase(*event.get("args", [event.get("name")]))
+
+    factory = trt_factory or DEFAULT_TRT_FACTORY
+    return run_isolated(_build_in_child, model, config, factory, log_severity, on_event=on_event, timeout=timeout,
+                        crash_context=lambda: model_crash_context(model, "the build"))
+
+
+def _build_in_child(model, config, trt_factory, log_severity):
+    from trtkit.build.builder import build_serialized
+
+    trt = trt_factory() if trt_factory is not None else None
+    return build_serialized(model, config, trt=trt, on_log=_ChildLog(log_severity), on_phase=phase_sink,
+                            log_severity="VERBOSE")
+
+
+class _ChildLog:
+    """TensorRT log sink in the child: node lines become compact ``node`` events, the rest is filtered by severity."""
+
+    def __init__(self, min_severity: str):
+        self.threshold = _SEVERITY_RANK.get(min_severity, 1)
+
+    def __call__(self, severity: str, message: str) -> None:
+        rank = _SEVERITY_RANK.get(severity, 1)
+        if rank == 0:
+            found = _PARSING_NODE.search(message)
+            if found:
+                emit({"kind": "node", "name": found.group("name"), "op_type": found.group("op").strip()})
+        if rank >= self.threshold:
+            log_sink(severity, message)
+
+
+def model_crash_context(model, what: str | None = None) -> dict:
+    """``crash_context`` for :func:`run_isolated`: the model's label and opset, and the installed TensorRT version.
+
+    Never raises: wording a crash report must not fail (a missing piece is left out).
+    """
+    context = {"what": what} if what else {}
+    try:
+        label, opset = _model_label_and_opset(model)
+        context.update(model=label, opset=opset)
+    except Exception:
+        pass
+    version = installed_trt_version()
+    if version:
+        context["trt_version"] = version
+    return context
+
+
+def _model_label_and_opset(model):
+    import onnx
+
+    from trtkit.build.onnx_model import LoadedModel
+
+    if isinstance(model, LoadedModel):
+        return (str(model.path) if model.path else model.name), model.opset
+    if isinstance(model, (str, os.PathLike)):
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+        label = os.fspath(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto, label = onnx.load_from_string(bytes(model)), None
+    else:
+        proto, label = model, None
+    label = label or proto.graph.name or "model"
+    return label, max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
+
+
+def installed_trt_version() -> str | None:
+    """The installed TensorRT's version from package metadata (without importing it), or ``None``."""
+    from importlib import metadata
+
+    for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-cu12-bindings", "tensorrt-bindings"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
