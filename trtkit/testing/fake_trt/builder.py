@@ -9,7 +9,9 @@ from __future__ import annotations
 import enum
 import json
 
+# ops the fake parser refuses; like the real one it also refuses any op outside the standard ONNX domains
 UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
+_KNOWN_DOMAINS = ("", "ai.onnx", "trt")
 
 
 class Severity(enum.IntEnum):
@@ -123,7 +125,7 @@ def make_builder_classes(trt) -> dict:
                 return False
             for i, node in enumerate(proto.graph.node):
                 self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
-                if node.op_type in UNSUPPORTED_OPS:
+                if node.op_type in UNSUPPORTED_OPS or node.domain not in _KNOWN_DOMAINS:
                     self.errors.append(error_cls(
                         trt.ErrorCode.UNSUPPORTED_NODE,
                         f"No importer registered for op: {node.op_type}", i, node.name, node.op_type))

@@ -1,0 +1,139 @@
+import json
+
+import onnx
+import pytest
+
+from tests import models
+from trtkit.build.api import build
+from trtkit.build.builder import build_serialized
+from trtkit.build.config import BuildConfig
+from trtkit.build.manifest import check_manifest, manifest_path, read_manifest
+from trtkit.build.profiles import parse_shapes
+from trtkit.errors import (BuildError, DependencyError, EngineError, ModelError, ParseError, ProfileError,
+                           TrtkitError, UnsupportedError)
+from trtkit.testing.fake_trt import make_fake_trt
+
+PROFILE = [parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")]
+
+
+def test_build_writes_engine_manifest_and_timing_cache(tmp_path, fake_trt):
+    out = tmp_path / "m.engine"
+    cfg = BuildConfig(profiles=PROFILE, timing_cache=str(tmp_path / "t.cache"),
+                      tactic_sources=("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS"))
+    result = build(models.tiny_conv(), cfg, output=out, trt=fake_trt)
+    assert out.read_bytes() == result.engine
+    manifest = json.loads(manifest_path(out).read_text())
+    assert manifest["environment"]["tensorrt"] == "8.6.0"
+    assert manifest["build"]["profiles"][0]["x"]["max"] == [4, 3, 8, 8]
+    assert manifest["build"]["tactic_sources"] == ["EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS"]
+    assert manifest["model"]["sha256"] == result.manifest["model"]["sha256"]
+    assert (tmp_path / "t.cache").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.engine", "m.engine.manifest.json", "t.cache"]
+
+
+def test_fp16_flag_is_set_where_it_exists(fake_trt):
+    result = build_serialized(models.tiny_conv(), BuildConfig(precision="fp16", profiles=PROFILE), trt=fake_trt)
+    assert result.manifest["build"]["precision_plan"]["flags"] == ["FP16"]
+
+
+def test_parse_failure_lists_node_and_op(tmp_path):
+    trt = make_fake_trt("10.8.0")
+    out = tmp_path / "m.engine"
+    with pytest.raises(ParseError, match=r"node 'mystery' \(Mystery\): No importer registered for op: Mystery") as info:
+        build(models.unsupported_op(), output=out, trt=trt)
+    assert info.value.errors[0].node_op == "Mystery"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dynamic_model_without_profile_fails_before_building(fake_trt):
+    with pytest.raises(ProfileError, match="dynamic dimensions"):
+        build_serialized(models.tiny_conv(), trt=fake_trt)
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"definitely not onnx", "not a valid ONNX model"),
+    (b"", "is empty"),
+])
+def test_not_onnx(tmp_path, fake_trt, data, match):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data)
+    with pytest.raises(ModelError, match=match):
+        build(path, output=tmp_path / "x.engine", trt=fake_trt)
+    assert not (tmp_path / "x.engine").exists()
+
+
+def test_truncated_onnx(tmp_path, fake_trt):
+    data = models.tiny_conv().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="cut.onnx"):
+        build(path, trt=fake_trt)
+
+
+def test_missing_model_file(tmp_path, fake_trt):
+    with pytest.raises(ModelError, match="does not exist"):
+        build(tmp_path / "nope.onnx", trt=fake_trt)
+
+
+def test_unwritable_output_is_refused_before_building(tmp_path, fake_trt):
+    with pytest.raises(TrtkitError, match="folder .* does not exist"):
+        build(models.tiny_conv(), BuildConfig(profiles=PROFILE), output=tmp_path / "no" / "m.engine", trt=fake_trt)
+
+
+def test_tactic_source_unknown_in_version():
+    trt = make_fake_trt("11.4.0")
+    with pytest.raises(UnsupportedError, match=r"Tactic source 'CUBLAS' does not exist in TensorRT 11.4.0"):
+        build_serialized(models.tiny_conv(), BuildConfig(profiles=PROFILE, tactic_sources=("CUBLAS",)), trt=trt)
+
+
+def test_fp16_flag_on_trt11_says_what_to_use():
+    trt = make_fake_trt("11.4.0")
+    with pytest.raises(UnsupportedError, match="cast"):
+        build_serialized(models.tiny_conv(), BuildConfig(precision="fp16", fp16_mode="flag", profiles=PROFILE),
+                         trt=trt)
+
+
+def test_no_gpu_builder_failure_is_a_dependency_error():
+    trt = make_fake_trt("8.6.0", fail_cuda_init=True)
+    with pytest.raises(DependencyError, match="trtkit doctor"):
+        build_serialized(models.tiny_conv(), BuildConfig(profiles=PROFILE), trt=trt)
+
+
+def test_build_failure_reports_trt_errors(tmp_path, fake_trt):
+    def refuse(self, network, config):
+        self.logger.log(fake_trt.ILogger.Severity.ERROR, "Internal error: could not find any implementation")
+        return None
+
+    fake_trt.Builder.build_serialized_network = refuse
+    with pytest.raises(BuildError, match="could not build an engine.*could not find any implementation"):
+        build(models.tiny_conv(), BuildConfig(profiles=PROFILE), output=tmp_path / "m.engine", trt=fake_trt)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_config_values():
+    with pytest.raises(TrtkitError, match="precision must be one of fp32, fp16, bf16, int8; got 'fp8'"):
+        BuildConfig(precision="fp8")
+    with pytest.raises(TrtkitError, match="optimization_level must be 0-5"):
+        BuildConfig(optimization_level=9)
+
+
+def _manifest(trt="8.6.0", cc="9.0", gpu="NVIDIA H200", **build):
+    return {"environment": {"tensorrt": trt, "compute_capability": cc, "gpu": gpu}, "build": build}
+
+
+def test_manifest_check_refuses_other_gpu_and_version():
+    here = {"tensorrt": "8.6.0", "compute_capability": "9.0", "gpu": "NVIDIA H200"}
+    assert check_manifest(_manifest(), current=here) == []
+    with pytest.raises(EngineError, match=r"compute capability 8.0 \(this machine has NVIDIA H200, compute capability 9.0\)"):
+        check_manifest(_manifest(cc="8.0", gpu="NVIDIA A100"), engine_path="m.engine", current=here)
+    with pytest.raises(EngineError, match=r"TensorRT 10.8.0 \(this machine has 8.6.0\).*--ignore-manifest"):
+        check_manifest(_manifest(trt="10.8.0"), current=here)
+    assert check_manifest(_manifest(cc="8.0"), current=here, allow_mismatch=True)
+    assert check_manifest(_manifest(cc="8.0", hardware_compatibility="AMPERE_PLUS"), current=here) == []
+
+
+def test_read_manifest_missing_and_corrupt(tmp_path):
+    assert read_manifest(tmp_path / "m.engine") is None
+    manifest_path(tmp_path / "m.engine").write_text("{not json")
+    with pytest.raises(EngineError, match="unreadable"):
+        read_manifest(tmp_path / "m.engine")

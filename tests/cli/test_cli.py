@@ -1,0 +1,89 @@
+import io
+import json
+
+import pytest
+
+from tests import models
+from trtkit.cli import main as cli_main
+from trtkit.cli.render import make_console
+
+
+def run_cli(argv, capsys):
+    code = cli_main.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("command", sorted(cli_main.COMMANDS))
+def test_every_subcommand_help(command, capsys):
+    code, out, _ = run_cli([command, "--help"], capsys)
+    assert code == 0
+    assert f"trtkit {command}" in out
+
+
+def test_top_level_help_and_version(capsys):
+    assert run_cli(["--help"], capsys)[0] == 0
+    code, out, _ = run_cli(["--version"], capsys)
+    assert code == 0 and "trtkit" in out
+
+
+def test_usage_error_exits_2(capsys):
+    code, _, err = run_cli(["build"], capsys)
+    assert code == 2 and "model" in err
+    code, _, err = run_cli(["frobnicate"], capsys)
+    assert code == 2
+
+
+def test_bad_shapes_is_one_line_exit_1(tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(models.tiny_conv().SerializeToString())
+    code, _, err = run_cli(["build", str(model), "--shapes", "x:4x3x8x8,1x3x8x8,2x3x8x8", "--no-isolate"], capsys)
+    assert code == 1
+    assert err.count("\n") == 1 and "min <= opt <= max" in err and "Traceback" not in err
+    assert not (tmp_path / "m.engine").exists()
+
+
+def test_not_onnx_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("hello")
+    code, _, err = run_cli(["inspect", str(bad)], capsys)
+    assert code == 1 and "not a valid ONNX model" in err and err.count("\n") == 1
+
+
+def test_inspect_onnx_json(tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(models.tiny_conv().SerializeToString())
+    code, out, _ = run_cli(["inspect", str(model), "--json", "-"], capsys)
+    assert code == 0
+    data = json.loads(out[out.index("{"):])
+    assert data["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["N", 3, 8, 8]}]
+    assert data["ops"] == {"Conv": 1, "Relu": 1, "GlobalAveragePool": 1}
+
+
+def test_demo_without_tensorrt_says_what_is_missing(capsys):
+    pytest.importorskip("onnx")
+    try:
+        import tensorrt  # noqa: F401
+        pytest.skip("TensorRT is installed here")
+    except ImportError:
+        pass
+    code, out, err = run_cli(["demo"], capsys)
+    assert code == 1
+    assert err.startswith("error: trtkit demo needs TensorRT") and err.count("\n") == 1
+
+
+def test_doctor_reports_failures_with_fixes(capsys):
+    code, out, _ = run_cli(["doctor", "--json", "-"], capsys)
+    checks = json.loads(out[out.index("["):])
+    names = {c["name"]: c for c in checks}
+    assert "python" in names
+    if code == 1:
+        assert any(not c["ok"] and c["fix"] for c in checks)
+
+
+def test_console_respects_no_color(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = io.StringIO()
+    console = make_console(file=buf, width=100)
+    console.print("[red]x[/red]")
+    assert "\x1b[" not in buf.getvalue()

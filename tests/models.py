@@ -1,0 +1,57 @@
+"""Tiny ONNX models generated for tests, each registered with what it is for.
+
+Helpers add generators here as separate functions; keep each one small and deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=OPSET, name="test"):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, producer_name="trtkit-tests", opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def tiny_conv(*, dynamic_batch: bool = True, channels: int = 4, size: int = 8, seed: int = 0):
+    """Conv → Relu → GlobalAveragePool: the smallest network with a real convolution (builder/runtime paths)."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((channels, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    b = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32) * 0.1, "b")
+    batch = "N" if dynamic_batch else 1
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool"),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, channels, 1, 1])], [w, b])
+
+
+def two_inputs(*, dynamic: bool = True):
+    """y = a * 2 + b: two inputs, for missing/extra/misnamed input errors."""
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    dims = ["N", 4] if dynamic else [2, 4]
+    nodes = [helper.make_node("Mul", ["a", "two"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+    return _model(nodes, [helper.make_tensor_value_info("a", TensorProto.FLOAT, dims),
+                          helper.make_tensor_value_info("b", TensorProto.FLOAT, dims)],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], [two])
+
+
+def unsupported_op():
+    """Relu followed by a custom-domain op that no TensorRT parser (nor plugin) knows: a valid ONNX model that
+    TensorRT refuses to parse (the fake parser refuses it the same way)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mystery", ["r"], ["y"], name="mystery", domain="com.example")]
+    graph = helper.make_graph(nodes, "unsupported", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
+                                                    helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    return model
