@@ -1,0 +1,147 @@
+"""Calibration algorithms: the absolute range (amax) of a tensor from its :class:`~calibrators.histogram.Histogram`.
+
+- ``entropy``: the KL-divergence method TensorRT published ("8-bit Inference with TensorRT", GTC 2017): for every
+  candidate number ``i`` of kept bins (128 .. bins-1), fold the outliers into the last kept bin (the reference P),
+  quantize the kept bins to 128 levels and expand them back (the candidate Q), and keep the ``i`` whose KL(P||Q) is
+  least; amax = ``(i + 0.5) * bin_width``. All candidates are evaluated at once from prefix sums (no Python loop over
+  candidates or elements).
+- ``minmax``: the exact largest ``|x|`` seen.
+- ``percentile``: the value below which the given percentage of ``|x|`` falls (interpolated inside its bin).
+
+scale = amax / 127 (symmetric INT8, zero point 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calibrators.histogram import Histogram
+from trtkit.errors import CalibrationError
+
+ALGORITHMS = ("entropy", "minmax", "percentile")
+QUANT_LEVELS = 128  # |x| is quantized to 128 levels: INT8 is symmetric in [-127, 127]
+_TINY_AMAX = 1e-8  # a tensor of zeros still needs a positive scale
+EPSILON = 1e-4  # probability given to an empty bin of Q where P is not empty
+
+
+def entropy_divergences(counts: np.ndarray, levels: int = QUANT_LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """KL(P||Q) for every candidate number of kept bins, vectorized.
+
+    Args:
+        counts: histogram counts of ``|x|`` (1-D).
+        levels: quantization levels (128 for INT8).
+
+    Returns:
+        ``(candidates, divergences)``: candidate kept-bin counts ``levels .. len(counts)-1`` and their KL divergence
+        (``inf`` where no data falls in the kept bins).
+    """
+    b = np.asarray(counts, dtype=np.float64)
+    n = b.size
+    cand = np.arange(levels, n, dtype=np.int64)
+    blogb = np.where(b > 0, b * np.log(np.where(b > 0, b, 1.0)), 0.0)
+    csum = np.concatenate([[0.0], np.cumsum(b)])
+    clog = np.concatenate([[0.0], np.cumsum(blogb)])
+    cnnz = np.concatenate([[0], np.cumsum(b > 0)])
+    # Chunk c of candidate i covers bins [ceil(c*i/levels), ceil((c+1)*i/levels)), as np.digitize on
+    # np.linspace(0, i, levels + 1) assigns them (the edges are exact multiples of i/levels).
+    c = np.arange(levels + 1, dtype=np.int64)
+    bounds = (c[None, :] * cand[:, None] + levels - 1) // levels
+    start, end = bounds[:, :-1], bounds[:, 1:]
+    chunk_sum = csum[end] - csum[start]
+    chunk_nnz = cnnz[end] - cnnz[start]
+    chunk_blogb = clog[end] - clog[start]
+    has = chunk_nnz > 0
+    q = np.where(has, chunk_sum / np.where(has, chunk_nnz, 1), 1.0)
+    terms = np.where(has, chunk_blogb - chunk_sum * np.log(q), 0.0).sum(axis=1)
+    # The last kept bin of P also holds the outliers; Q does not.
+    last = b[cand - 1]
+    outliers = csum[n] - csum[cand]
+    q_last = q[:, -1]
+    safe_last = np.where(last > 0, last, 1.0)
+    folded = last + outliers
+    correction = np.where(
+        outliers > 0,
+        folded * np.log(np.where(folded > 0, folded, 1.0)) - last * np.log(safe_last) - outliers * np.log(q_last),
+        0.0,
+    )
+    total, kept = csum[n], csum[cand]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = (terms + correction) / total + np.log(kept / total)
+        # Q is zero where P holds the outliers (the last kept bin is empty): smooth Q there to EPSILON, as MXNet's
+        # implementation of the same method does, instead of an infinite divergence for every such candidate.
+        p_last = outliers / total
+        smoothed = terms / total + (kept / total) * np.log(kept / total) + p_last * np.log(p_last / EPSILON)
+    kl = np.where((outliers > 0) & (last == 0), smoothed, kl)
+    kl = np.where(kept > 0, kl, np.inf)
+    return cand, kl
+
+
+def entropy_amax(hist: Histogram, levels: int = QUANT_LEVELS) -> float:
+    """amax by TensorRT's published entropy (KL) method; see the module docstring."""
+    if hist.counts is None or hist.count == 0:
+        return _TINY_AMAX
+    if hist.bins <= levels:
+        raise CalibrationError(
+            f"Entropy calibration needs more than {levels} histogram bins; got {hist.bins} (use the default 2048)."
+        )
+    cand, kl = entropy_divergences(hist.counts, levels)
+    if not np.isfinite(kl).any():
+        return max(hist.amax, _TINY_AMAX)
+    best = int(cand[int(np.argmin(kl))])
+    return max(min((best + 0.5) * hist.bin_width, hist.amax), _TINY_AMAX)
+
+
+def minmax_amax(hist: Histogram) -> float:
+    """amax = the largest ``|x|`` seen."""
+    return max(float(hist.amax), _TINY_AMAX)
+
+
+def percentile_amax(hist: Histogram, percentile: float) -> float:
+    """amax = the ``percentile`` (0-100] of ``|x|``, interpolated linearly inside its bin.
+
+    Raises:
+        CalibrationError: ``percentile`` outside (0, 100].
+    """
+    if not 0.0 < percentile <= 100.0:
+        raise CalibrationError(f"Percentile must be in (0, 100]; got {percentile}.")
+    if hist.counts is None or hist.count == 0:
+        return _TINY_AMAX
+    if percentile == 100.0:
+        return minmax_amax(hist)
+    cdf = np.cumsum(hist.counts)
+    target = cdf[-1] * percentile / 100.0
+    idx = int(np.searchsorted(cdf, target, side="left"))
+    below = cdf[idx - 1] if idx > 0 else 0.0
+    inside = (target - below) / hist.counts[idx] if hist.counts[idx] > 0 else 1.0
+    value = (idx + inside) * hist.bin_width
+    return max(min(value, hist.amax), _TINY_AMAX)
+
+
+def compute_amax(hist: Histogram, algorithm: str, percentile: float = 99.99) -> float:
+    """amax of one tensor with the named algorithm.
+
+    Raises:
+        CalibrationError: unknown algorithm name.
+    """
+    if algorithm == "entropy":
+        return entropy_amax(hist)
+    if algorithm == "minmax":
+        return minmax_amax(hist)
+    if algorithm == "percentile":
+        return percentile_amax(hist, percentile)
+    raise CalibrationError(f"Unknown calibration algorithm '{algorithm}'; use one of: {', '.join(ALGORITHMS)}.")
+
+
+def compute_amaxes(histograms, algorithm: str, percentile: float = 99.99) -> dict[str, float]:
+    """amax of every tensor of a :class:`~calibrators.histogram.HistogramSet` (or a ``{name: Histogram}`` dict)."""
+    tensors = getattr(histograms, "tensors", histograms)
+    return {name: compute_amax(hist, algorithm, percentile) for name, hist in tensors.items()}
+
+
+def amax_to_scale(amax: float) -> float:
+    """INT8 scale of a symmetric range: ``amax / 127``."""
+    return float(amax) / 127.0
+
+
+def scale_to_amax(scale: float) -> float:
+    return float(scale) * 127.0

@@ -1,0 +1,237 @@
+"""Calibration cache files in TensorRT's own text format, and their provenance sidecar.
+
+The cache (readable by TensorRT's calibrators)::
+
+    TRT-8601-EntropyCalibration2
+    images: 3c010a14
+    /conv1/Conv_output_0: 3d8a5c2e
+
+one line per tensor: its INT8 **scale** (amax / 127) as the 8 hex digits of a big-endian float32.
+
+The sidecar ``<cache>.trtkit.json`` records where the scales came from (ONNX sha256, TensorRT version, algorithm,
+preprocessing, digest of the data list). A cache whose provenance differs from the current build is refused with a
+message listing each difference, unless forced; a matching one is reused and calibration is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trtkit.errors import CalibrationError
+
+logger = logging.getLogger("trtkit")
+
+HEADER_ALGORITHMS = {
+    "entropy": "EntropyCalibration2",
+    "minmax": "MinMaxCalibration",
+    # TensorRT has no percentile calibrator; the scales are consumed by the Q/DQ path or replayed through the
+    # entropy calibrator, which accepts a cache with its own header.
+    "percentile": "EntropyCalibration2",
+}
+SIDECAR_SUFFIX = ".trtkit.json"
+PROVENANCE_FORMAT = 1
+
+
+def trt_version_code(version: tuple[int, ...]) -> str:
+    """The number TensorRT writes in a cache header: 8.6.1 → ``8601``; 10.9.0 → ``100900``."""
+    major, minor, patch = (tuple(version) + (0, 0, 0))[:3]
+    if major < 10:
+        return str(major * 1000 + minor * 100 + patch)
+    return str(major * 10000 + minor * 100 + patch)
+
+
+def header_for(version: tuple[int, ...], algorithm: str) -> str:
+    """Cache header line, e.g. ``TRT-8601-EntropyCalibration2``."""
+    return f"TRT-{trt_version_code(version)}-{HEADER_ALGORITHMS.get(algorithm, 'EntropyCalibration2')}"
+
+
+def scale_to_hex(scale: float) -> str:
+    return struct.pack("!f", float(scale)).hex()
+
+
+def hex_to_scale(text: str) -> float:
+    return struct.unpack("!f", bytes.fromhex(text))[0]
+
+
+@dataclass
+class CalibrationTable:
+    """Scales per tensor name, with the cache header."""
+
+    header: str
+    scales: dict[str, float] = field(default_factory=dict)
+
+    def amaxes(self) -> dict[str, float]:
+        return {name: scale * 127.0 for name, scale in self.scales.items()}
+
+    def to_text(self) -> str:
+        lines = [self.header] + [f"{name}: {scale_to_hex(scale)}" for name, scale in self.scales.items()]
+        return "\n".join(lines) + "\n"
+
+
+def parse_cache(data: bytes | str, source: str = "calibration cache") -> CalibrationTable:
+    """Parse TensorRT's calibration cache text.
+
+    Raises:
+        CalibrationError: no ``TRT-`` header, or a line that is not ``name: <8 hex digits>`` (names the line).
+    """
+    text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray)) else data
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("TRT-"):
+        first = lines[0][:60] if lines else "an empty file"
+        raise CalibrationError(f"{source} is not a TensorRT calibration cache: it starts with '{first}', not 'TRT-'.")
+    table = CalibrationTable(header=lines[0])
+    for number, line in enumerate(lines[1:], start=2):
+        name, sep, value = line.rpartition(":")
+        value = value.strip()
+        if not sep or len(value) != 8 or not _is_hex(value):
+            raise CalibrationError(f"{source}, line {number}: '{line[:80]}' is not '<tensor name>: <8 hex digits>'.")
+        table.scales[name.strip()] = hex_to_scale(value)
+    return table
+
+
+def _is_hex(text: str) -> bool:
+    return all(ch in "0123456789abcdefABCDEF" for ch in text)
+
+
+def table_from_amaxes(amaxes: dict[str, float], version: tuple[int, ...], algorithm: str) -> CalibrationTable:
+    """A cache table from amax values (scale = amax / 127)."""
+    return CalibrationTable(header_for(version, algorithm), {n: a / 127.0 for n, a in amaxes.items()})
+
+
+# --- provenance ----------------------------------------------------------------------------------------------------
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Provenance:
+    """Where a calibration cache came from; compared field by field before a cache is reused."""
+
+    onnx_sha256: str
+    tensorrt: str
+    algorithm: str
+    percentile: float | None = None
+    preprocess: dict | None = None
+    data_digest: str | None = None
+    batch_size: int | None = None
+    max_samples: int | None = None
+    samples: int | None = None
+    producer: str = "trtkit"
+    format: int = PROVENANCE_FORMAT
+
+    # Fields that decide whether scales are still valid (samples is a result, not a setting).
+    COMPARED = ("onnx_sha256", "tensorrt", "algorithm", "percentile", "preprocess", "data_digest", "max_samples")
+
+    def differences(self, other: "Provenance") -> list[str]:
+        """Human-readable differences between a stored provenance (self) and the current settings (other)."""
+        diffs = []
+        for name in self.COMPARED:
+            stored, current = getattr(self, name), getattr(other, name)
+            if name == "data_digest" and (stored is None or current is None):
+                continue
+            if stored != current:
+                diffs.append(f"{name}: cache has {_short(stored)}, this build has {_short(current)}")
+        return diffs
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "provenance") -> "Provenance":
+        try:
+            data = json.loads(text)
+            known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            return cls(**known)
+        except (ValueError, TypeError) as exc:
+            raise CalibrationError(f"Cannot read the calibration cache provenance {source}: {exc}") from exc
+
+
+def _short(value) -> str:
+    if isinstance(value, str) and len(value) == 64 and _is_hex(value):
+        return value[:12] + "…"
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else repr(value)
+
+
+def sidecar_path(cache_path) -> Path:
+    cache_path = Path(cache_path)
+    return cache_path.with_name(cache_path.name + SIDECAR_SUFFIX)
+
+
+def write_cache(cache_path, table_or_bytes, provenance: Provenance) -> None:
+    """Write a cache (a :class:`CalibrationTable`, or TensorRT's own bytes) and its provenance sidecar atomically."""
+    data = table_or_bytes.to_text().encode() if isinstance(table_or_bytes, CalibrationTable) else bytes(table_or_bytes)
+    _write_atomic(Path(cache_path), data)
+    _write_atomic(sidecar_path(cache_path), provenance.to_json().encode())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        from trtkit._atomic import write_bytes_atomic
+    except ImportError:  # the shared helper is optional for this module
+        write_bytes_atomic = None
+    if write_bytes_atomic is not None:
+        write_bytes_atomic(path, data)
+        return
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CalibrationError(f"Cannot write calibration cache '{path}': {exc}") from exc
+
+
+def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = False) -> CalibrationTable | None:
+    """Load a cache if it exists and matches ``expected``.
+
+    Args:
+        cache_path: the cache file.
+        expected: provenance of the current build (``None``: no check).
+        force: use the cache even if its provenance differs or is missing (logs a warning).
+
+    Returns:
+        The table, or ``None`` when the file does not exist (calibrate and write it).
+
+    Raises:
+        CalibrationError: the cache has no provenance or a different one (lists every difference and how to proceed),
+            or cannot be parsed.
+    """
+    cache_path = Path(cache_path)
+    if not cache_path.exists():
+        return None
+    table = parse_cache(cache_path.read_bytes(), f"Calibration cache '{cache_path}'")
+    if expected is None:
+        return table
+    problems = _provenance_problems(cache_path, expected)
+    if problems and not force:
+        raise CalibrationError(
+            f"Calibration cache '{cache_path}' does not match this build: {'; '.join(problems)}. Delete it to "
+            f"recalibrate, point --calib-cache elsewhere, or pass --calib-cache-force to use it anyway."
+        )
+    if problems:
+        logger.warning("Using calibration cache '%s' despite: %s (forced).", cache_path, "; ".join(problems))
+    else:
+        logger.info("Reusing calibration cache '%s' (provenance matches); calibration skipped.", cache_path)
+    return table
+
+
+def _provenance_problems(cache_path: Path, expected: Provenance) -> list[str]:
+    side = sidecar_path(cache_path)
+    if not side.exists():
+        return [f"it has no provenance file '{side.name}' (it was not written by trtkit, so its origin is unknown)"]
+    stored = Provenance.from_json(side.read_text(), f"'{side}'")
+    if expected.data_digest is None:
+        logger.warning("Calibration data has no identity; the cache '%s' is matched without checking the data.",
+                       cache_path)
+    return stored.differences(expected)

@@ -1,0 +1,106 @@
+"""Running histograms of ``|x|`` per tensor, vectorized with numpy.
+
+A histogram keeps a fixed number of bins over ``[0, range)``. When a batch holds a value beyond the range, the range
+doubles (as often as needed) and pairs of bins merge, so re-binning is exact and the counts of earlier batches are
+never re-read. Each update is a handful of whole-array numpy operations: no Python loop over elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BINS = 2048
+_BLOCK = 1 << 16  # elements per step: the scratch buffers stay in cache (about 10x faster than whole-array ops)
+
+
+def _bin_counts(flat: np.ndarray, scale: np.float32, bins: int) -> np.ndarray:
+    """Counts of ``min(int(|x| * scale), bins - 1)``, computed block by block in reused buffers."""
+    scratch = np.empty(min(_BLOCK, flat.size), dtype=np.float32)
+    index = np.empty(scratch.size, dtype=np.intp)
+    counts = np.zeros(bins, dtype=np.int64)
+    for start in range(0, flat.size, _BLOCK):
+        block = flat[start : start + _BLOCK]
+        f, i = scratch[: block.size], index[: block.size]
+        np.abs(block, out=f)
+        f *= scale
+        np.minimum(f, bins - 1, out=f)
+        np.copyto(i, f, casting="unsafe")
+        counts += np.bincount(i, minlength=bins)
+    return counts
+
+
+@dataclass
+class Histogram:
+    """Histogram of absolute values of one tensor, plus its exact absolute maximum.
+
+    Attributes:
+        bins: number of bins (a power of two keeps doubling exact; any even count works).
+        counts: float64 counts per bin, ``None`` until the first non-empty update.
+        range: upper edge of the last bin.
+        amax: the largest ``|x|`` seen (exact, not binned).
+        count: number of values seen.
+    """
+
+    bins: int = DEFAULT_BINS
+    counts: np.ndarray | None = None
+    range: float = 0.0
+    amax: float = 0.0
+    count: int = 0
+
+    @property
+    def bin_width(self) -> float:
+        return self.range / self.bins
+
+    def edges(self) -> np.ndarray:
+        """Bin edges, ``bins + 1`` values from 0 to ``range``."""
+        return np.linspace(0.0, self.range, self.bins + 1)
+
+    def update(self, values: np.ndarray) -> None:
+        """Add the absolute values of ``values`` (any shape, any float dtype)."""
+        flat = np.ascontiguousarray(values, dtype=np.float32).ravel()
+        if flat.size == 0:
+            return
+        batch_max = max(float(flat.max()), -float(flat.min()))
+        if not np.isfinite(batch_max):
+            flat = flat[np.isfinite(flat)]
+            if flat.size == 0:
+                return
+            batch_max = max(float(flat.max()), -float(flat.min()))
+        self.amax = max(self.amax, batch_max)
+        self.count += int(flat.size)
+        self._grow_to(batch_max)
+        self.counts += _bin_counts(flat, np.float32(self.bins / self.range), self.bins)
+
+    def _grow_to(self, value: float) -> None:
+        if self.counts is None:
+            self.counts = np.zeros(self.bins, dtype=np.float64)
+            # A tensor of zeros still needs a non-empty range.
+            self.range = value if value > 0 else 1.0
+            return
+        while value > self.range:
+            self.counts = np.concatenate([self.counts.reshape(-1, 2).sum(axis=1), np.zeros(self.bins // 2)])
+            self.range *= 2.0
+
+
+@dataclass
+class HistogramSet:
+    """One :class:`Histogram` per tensor name."""
+
+    bins: int = DEFAULT_BINS
+    tensors: dict[str, Histogram] = field(default_factory=dict)
+
+    def update(self, arrays: dict[str, np.ndarray]) -> None:
+        """Add one batch of values for each named tensor."""
+        for name, values in arrays.items():
+            hist = self.tensors.get(name)
+            if hist is None:
+                hist = self.tensors[name] = Histogram(bins=self.bins)
+            hist.update(values)
+
+    def __getitem__(self, name: str) -> Histogram:
+        return self.tensors[name]
+
+    def __len__(self) -> int:
+        return len(self.tensors)
