@@ -304,3 +304,178 @@ def inspector_formats(ctx: Context) -> dict:
     assert compat.inspector_io_names(old) == ["x", "y"] == compat.inspector_io_names(new)
     assert compat.inspector_layers(old)[0].precision == "FP16"
     return {"used": log.used()}
+
+
+# --- the fake backend presents only real names ---------------------------------------------------------------------
+
+
+def _class_names(cls) -> list[str]:
+    """Public names a fake class defines itself (enum members for enums), not those of object/int/Enum."""
+    import enum
+
+    if isinstance(cls, enum.EnumMeta):
+        return list(cls.__members__)
+    names = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("trtkit"):
+            names.update(n for n in vars(klass) if not n.startswith("_"))
+    return sorted(names)
+
+
+def fake_extras(fake, real, prefix: str = "", depth: int = 0) -> list[str]:
+    """Names the fake exposes (module attributes, class members, nested classes) that ``real`` lacks."""
+    skip = set(getattr(fake, "__fake_only__", ())) if depth == 0 else set()
+    names = [n for n in dir(fake) if not n.startswith("_")] if depth == 0 else _class_names(fake)
+    extras = []
+    for name in names:
+        if name in skip:
+            continue
+        if not hasattr(real, name):
+            extras.append(prefix + name)
+            continue
+        value = getattr(fake, name)
+        if isinstance(value, type) and depth < 2:
+            extras += fake_extras(value, getattr(real, name), f"{prefix}{name}.", depth + 1)
+    return extras
+
+
+@check
+def fake_matches_real(ctx: Context) -> dict:
+    """Every public name of make_fake_trt(version) (enums, members, classes, methods) exists in the real module."""
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    fake = make_fake_trt(ctx.version)
+    extras = fake_extras(fake, ctx.real)
+    assert not extras, (
+        f"The fake backend imitating TensorRT {ctx.version} has names the real one lacks: {', '.join(extras)} "
+        "(fix trtkit/testing/fake_trt, or list test-only module attributes in its __fake_only__)"
+    )
+    return {"checked": sorted(n for n in dir(fake) if not n.startswith("_"))}
+
+
+# --- the builder's code paths on the fake backend, every name checked against the real module ----------------------
+
+
+def tiny_conv_model():
+    """x[1,3,8,8] -> Conv(4 filters, 3x3) -> Relu -> y: small, but has weights for casts and Q/DQ."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "tiny_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [weights])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _calibration(algorithm: str = "entropy"):
+    import numpy as np
+
+    from trtkit.build.config import CalibrationSettings
+
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((1, 3, 8, 8)).astype("float32")} for _ in range(4)]
+    return CalibrationSettings(source=feeds, algorithm=algorithm, max_samples=4, batch_size=1)
+
+
+def build_config(path: str):
+    """The BuildConfig of one build path (name as in :data:`BUILD_PATHS`)."""
+    from trtkit.build.config import BuildConfig
+
+    own = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+    precision, _, mode = path.partition("_")
+    if precision == "all-options":
+        return BuildConfig(tactic_sources=own, workspace_bytes=1 << 24, optimization_level=2,
+                           hardware_compatibility="AMPERE_PLUS", version_compatible=True, max_aux_streams=1)
+    if precision in ("fp32", "fp16", "bf16"):
+        return BuildConfig(precision=precision, fp16_mode=mode or "auto", tactic_sources=own)
+    mode, _, algorithm = mode.partition("-")
+    return BuildConfig(precision="int8", int8_mode=mode or "auto", tactic_sources=own,
+                       calibration=_calibration(algorithm or "entropy"))
+
+
+# Per build path: what each TensorRT major gives. "ok" = builds; a tuple = UnsupportedError naming those words.
+BUILD_PATHS = {
+    "fp32": {8: "ok", 10: "ok", 11: "ok"},
+    "all-options": {8: "ok", 10: "ok", 11: "ok"},
+    "fp16": {8: "ok", 10: "ok", 11: "ok"},
+    "fp16_flag": {8: "ok", 10: "ok", 11: ("10.x", "cast")},
+    "fp16_cast": {8: ("9.1",), 10: "ok", 11: "ok"},
+    "bf16": {8: ("10.x",), 10: "ok", 11: ("10.x",)},
+    "int8": {8: "ok", 10: "ok", 11: "ok"},
+    "int8_calibrator": {8: "ok", 10: "ok", 11: ("10.x", "qdq")},
+    "int8_calibrator-minmax": {8: "ok", 10: "ok", 11: ("10.x", "qdq")},
+    "int8_calibrator-percentile": {8: "ok", 10: "ok", 11: ("10.x", "qdq")},
+    "int8_qdq": {8: "ok", 10: "ok", 11: "ok"},
+}
+# What a successful build must have decided, per path and major: builder flags and strong typing.
+EXPECTED_PLANS = {
+    ("fp16", 8): (("FP16",), False), ("fp16", 10): (("FP16",), False), ("fp16", 11): ((), True),
+    ("fp16_flag", 8): (("FP16",), False), ("fp16_flag", 10): (("FP16",), False),
+    ("fp16_cast", 10): ((), True), ("fp16_cast", 11): ((), True),
+    ("bf16", 10): (("BF16",), False),
+    ("int8", 11): ((), True), ("int8_qdq", 11): ((), True),
+}
+
+
+def run_build_path(ctx: Context, path: str) -> dict:
+    """Build the tiny model on the checked fake backend with ``path``'s settings; assert the per-version outcome."""
+    from surface_proxy import MissingOnSurface, find_missing
+
+    from trtkit.build.builder import build_serialized
+
+    trt, log = ctx.fake_surface()
+    expected = BUILD_PATHS[path][min(ctx.major, 11) if ctx.major >= 10 else 8]
+    try:
+        result = build_serialized(tiny_conv_model(), build_config(path), trt=trt)
+    except Exception as exc:  # noqa: BLE001 - sorted out below
+        missing = find_missing(exc)
+        if isinstance(missing, MissingOnSurface):
+            raise missing
+        _fail_on_gaps(log, f"the build failed: {type(exc).__name__}: {exc}")
+        assert expected != "ok", f"{path} should build on TensorRT {ctx.version}: {type(exc).__name__}: {exc}"
+        unsupported(exc, f"TensorRT {ctx.version}", *expected)
+        return {"outcome": f"unsupported: {exc}", "features": _path_features(path, False), "used": log.used()}
+    _fail_on_gaps(log, "the build succeeded")
+    assert expected == "ok", f"{path} should be refused on TensorRT {ctx.version} (naming {expected}), but it built"
+    plan = result.manifest["build"]["precision_plan"]
+    decided = (tuple(f for f in plan["flags"] if f != "TF32"), bool(plan["strongly_typed"]))
+    want = EXPECTED_PLANS.get((path, min(ctx.major, 11) if ctx.major >= 10 else 8))
+    if path.startswith("int8_calibrator") or (path == "int8" and ctx.major < 11):
+        want = (("INT8",), False)
+    if want is not None:
+        assert decided[0] == want[0] and decided[1] == want[1], f"{path} on {ctx.version}: plan {plan}, want {want}"
+    return {"outcome": "ok", "plan": plan, "features": _path_features(path, True), "used": log.used(),
+            "by_function": log.by_user()}
+
+
+def _fail_on_gaps(log, outcome: str) -> None:
+    if log.fake_gaps:
+        raise AssertionError(
+            f"The fake backend imitating TensorRT {log.version} lacks names the real one has: "
+            f"{'; '.join(dict.fromkeys(log.fake_gaps))}. Add them to trtkit/testing/fake_trt "
+            f"({outcome} on the fake's answers)."
+        )
+
+
+def _path_features(path: str, ok: bool) -> dict:
+    if path.startswith("int8_calibrator"):
+        algorithm = path.split("-")[-1] if "-" in path else "entropy"
+        return {f"calibrator_{algorithm}": ok, **({"int8_calibrator": ok} if algorithm == "entropy" else {})}
+    names = {"fp32": "fp32", "fp16_flag": "fp16_flag", "fp16_cast": "fp16_cast", "bf16": "bf16", "int8_qdq": "int8_qdq"}
+    return {names[path]: ok} if path in names else {}
+
+
+def _register_build_paths() -> None:
+    for path in BUILD_PATHS:
+        def run(ctx, _path=path):
+            return run_build_path(ctx, _path)
+
+        run.__name__ = f"build_{path.replace('-', '_')}"
+        run.__doc__ = f"build_serialized with the {path} settings on the fake backend, names checked on the real one."
+        check(run)
+
+
+_register_build_paths()

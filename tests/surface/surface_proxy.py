@@ -16,9 +16,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-TRTKIT_DIR = str(Path(__file__).resolve().parents[2] / "trtkit")
 _RETURN = re.compile(r"->\s*(?:typing\.Optional\[)?(?:tensorrt(?:_bindings)?\.tensorrt\.|nvinfer1::|nvonnxparser::)(\w+)")
 
 
@@ -26,8 +24,12 @@ class MissingOnSurface(AttributeError):
     """trtkit touched a name that this TensorRT version does not have."""
 
 
-class FakeIncomplete(Exception):
-    """The fake backend lacks a name the real TensorRT has (not an AttributeError: it must not look like a guard)."""
+class FakeIncomplete(AttributeError):
+    """The fake backend lacks a name the real TensorRT has.
+
+    An AttributeError so that a ``hasattr`` probe goes on (with the fake's answer); every gap is also kept in
+    :attr:`AccessLog.fake_gaps` and fails the check at its end, so a probe cannot hide one.
+    """
 
 
 @dataclass
@@ -50,6 +52,7 @@ class AccessLog:
     module: object = None
     accesses: list = field(default_factory=list)
     unchecked: set = field(default_factory=set)
+    fake_gaps: list = field(default_factory=list)
 
     def record(self, owner: str, name: str, present: bool) -> Access:
         access = Access(owner, name, present, calling_function())
@@ -75,12 +78,12 @@ def calling_function() -> str:
     frame = sys._getframe(1)
     fallback = None
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith(TRTKIT_DIR):
-            module = frame.f_globals.get("__name__", "?")
-            return f"{module}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
-        if fallback is None and not filename.endswith("surface_proxy.py"):
-            fallback = f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"
+        module = str(frame.f_globals.get("__name__", "?"))
+        name = f"{module}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
+        if module.startswith("trtkit.") and not module.startswith("trtkit.testing"):
+            return name
+        if fallback is None and module != __name__:
+            fallback = name
         frame = frame.f_back
     return fallback or "?"
 
@@ -112,6 +115,7 @@ class _Proxy:
         try:
             value = getattr(self._target, name)
         except AttributeError:
+            self._log.fake_gaps.append(f"{access.path} (used by {access.user})")
             raise FakeIncomplete(
                 f"The fake backend imitating TensorRT {self._log.version} lacks {access.path}, which the real "
                 f"one has (used by {access.user}); add it to trtkit/testing/fake_trt"

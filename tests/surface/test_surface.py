@@ -75,3 +75,46 @@ def test_surface(version: str, name: str) -> None:
     if not result["ok"]:
         pytest.fail(f"TensorRT {version}, check '{name}': {result['error']}\n{result.get('traceback', '')}",
                     pytrace=False)
+
+
+def _newest(major: str) -> str:
+    prepared = [v for v in _versions() if v.startswith(major + ".") and surfaces.prepared(ROOT / v, v)]
+    if not prepared:
+        pytest.skip(f"No TensorRT {major}.x surface is prepared: run `python scripts/trt_surfaces.py`")
+    return prepared[-1]
+
+
+def _run_patched_driver(tmp_path: Path, version: str, old: str, new: str, check: str) -> dict:
+    """Run ``check`` for ``version`` against a copy of trtkit where builder.py has ``old`` replaced by ``new``."""
+    import shutil
+
+    shutil.copytree(REPO / "trtkit", tmp_path / "trtkit", ignore=shutil.ignore_patterns("__pycache__"))
+    builder = tmp_path / "trtkit" / "build" / "builder.py"
+    source = builder.read_text()
+    assert old in source, f"builder.py no longer contains {old!r}; update this test's patch"
+    builder.write_text(source.replace(old, new, 1))
+    out = tmp_path / "results.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / version), str(tmp_path)]))
+    proc = subprocess.run([sys.executable, str(HERE / "driver.py"), "--version", version, "--out", str(out),
+                           "--checks", check], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())["checks"][check]
+
+
+# The issue's "done when": an API removed in 11, called outside the compat layer, fails the tier naming both.
+REMOVED_API_PATCH = ("    if config.workspace_bytes:\n",
+                     "    bconfig.set_flag(trt.BuilderFlag.FP16)\n    if config.workspace_bytes:\n")
+
+
+def test_an_api_removed_in_11_fails_the_tier_naming_version_and_attribute(tmp_path):
+    version = _newest("11")
+    result = _run_patched_driver(tmp_path, version, *REMOVED_API_PATCH, check="build_fp32")
+    assert not result["ok"]
+    assert (f"TensorRT {version} has no attribute BuilderFlag.FP16 (used by trtkit.build.builder.configure)"
+            in result["error"]), result["error"]
+
+
+def test_the_same_call_is_not_reported_where_the_api_exists(tmp_path):
+    version = _newest("10")
+    result = _run_patched_driver(tmp_path, version, *REMOVED_API_PATCH, check="build_fp32")
+    assert "has no attribute" not in (result["error"] or ""), result["error"]
