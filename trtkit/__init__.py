@@ -14,9 +14,10 @@ from trtkit.errors import TrtkitError  # noqa: E402  (light: no heavy imports)
 # public name -> module that defines it
 _EXPORTS = {
     "TrtRunner": "trtkit.runtime.runner",
-    "build": "trtkit.build.api",
+    "build_engine": "trtkit.build.api",
     "BuildConfig": "trtkit.build.config",
     "Profile": "trtkit.build.profiles",
+    "parse_shapes": "trtkit.build.profiles",
     "load_engine": "trtkit.runtime.engine",
 }
 
@@ -27,6 +28,6 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'trtkit' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), "build" if name == "build_engine" else name)
     globals()[name] = value
     return value

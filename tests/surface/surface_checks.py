@@ -189,8 +189,7 @@ def builder_flags(ctx: Context) -> dict:
             assert calls == [("set_flag", (getattr(ctx.real.BuilderFlag, name),))], calls
         else:
             unsupported(error, f"BuilderFlag.{name}", f"TensorRT {ctx.version}", FLAG_WHERE[name])
-    return {"flags": found, "features": {"fp16_flag": found["FP16"], "bf16_flag": found["BF16"]},
-            "used": log.used()}
+    return {"flags": found, "used": log.used()}
 
 
 @check
