@@ -1,1 +1,12 @@
-"""Engine bytes in, outputs out: CUDA helpers, buffers, the runner, CUDA graphs."""
+"""Engine bytes in, outputs out: CUDA helpers, buffers, the runner, CUDA graphs.
+
+    from trtkit.runtime import TrtRunner
+    with TrtRunner("model.engine", cuda_graph=True) as runner:
+        outputs = runner.infer({"images": x})
+"""
+
+from trtkit.runtime.buffers import DeviceArray
+from trtkit.runtime.engine import TensorSpec, io_specs, load_engine
+from trtkit.runtime.runner import InferHandle, TrtRunner
+
+__all__ = ["DeviceArray", "InferHandle", "TensorSpec", "TrtRunner", "io_specs", "load_engine"]

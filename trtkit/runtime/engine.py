@@ -1,0 +1,199 @@
+"""Load serialized engines (with the manifest check) and describe their I/O tensors.
+
+    engine = load_engine("model.engine")          # refuses an engine built for another TensorRT / GPU
+    specs = io_specs(engine)                       # name -> TensorSpec (dtype, shape, profile ranges)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trtkit.errors import EngineError, UnsupportedError
+
+logger = logging.getLogger("trtkit")
+
+# TensorRT data types by member name (values differ between versions), and their numpy equivalents.
+_NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_,
+                 "UINT8": np.uint8, "INT64": np.int64}
+
+_RUNTIMES: dict = {}
+_RUNTIME_LOCK = threading.Lock()
+
+
+def numpy_dtype(trt_dtype) -> np.dtype:
+    """The numpy dtype of a ``trt.DataType``.
+
+    Raises:
+        UnsupportedError: the type has no numpy equivalent (BF16, FP8, INT4).
+    """
+    name = getattr(trt_dtype, "name", str(trt_dtype)).split(".")[-1]
+    if name not in _NUMPY_DTYPES:
+        raise UnsupportedError(
+            f"Tensors of TensorRT type {name} have no numpy equivalent; keep the engine's I/O in FP32/FP16/INT32 "
+            f"(e.g. build with FP32 inputs and outputs) to run it from numpy"
+        )
+    return np.dtype(_NUMPY_DTYPES[name])
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One I/O tensor of an engine.
+
+    Attributes:
+        name: tensor name.
+        is_input: True for inputs.
+        dtype: numpy dtype.
+        shape: the engine's shape, ``-1`` for dynamic dimensions.
+        profiles: for inputs, ``(min, opt, max)`` per optimization profile.
+    """
+
+    name: str
+    is_input: bool
+    dtype: np.dtype
+    shape: tuple
+    profiles: tuple = field(default=())
+
+    def profile_range(self, profile: int) -> tuple:
+        """``(min, opt, max)`` of this input in ``profile``."""
+        return self.profiles[profile]
+
+
+def io_specs(engine, trt=None) -> dict:
+    """Every I/O tensor of ``engine`` by name, inputs first in engine order.
+
+    Raises:
+        UnsupportedError: a tensor's type has no numpy equivalent.
+    """
+    trt = trt or _trt()
+    specs = {}
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+        profiles = ()
+        if is_input:
+            profiles = tuple(_profile_range(engine, name, shape, p) for p in range(engine.num_optimization_profiles))
+        specs[name] = TensorSpec(name, is_input, numpy_dtype(engine.get_tensor_dtype(name)), shape, profiles)
+    return dict(sorted(specs.items(), key=lambda item: not item[1].is_input))
+
+
+def _profile_range(engine, name: str, shape: tuple, profile: int) -> tuple:
+    if -1 not in shape:
+        return (shape, shape, shape)
+    return tuple(tuple(int(d) for d in dims) for dims in engine.get_tensor_profile_shape(name, profile))
+
+
+def _trt():
+    from trtkit._lazy import tensorrt
+
+    return tensorrt()
+
+
+def shared_runtime(trt):
+    """One ``trt.Runtime`` per TensorRT module, kept for the life of the process (engines must not outlive it)."""
+    with _RUNTIME_LOCK:
+        entry = _RUNTIMES.get(id(trt))
+        if entry is None or entry[0] is not trt:
+            from trtkit.log import make_trt_logger
+
+            trt_logger = make_trt_logger(trt)
+            try:
+                runtime = trt.Runtime(trt_logger)
+            except TypeError as exc:  # pybind11 "factory function returned nullptr": no usable GPU/driver
+                raise EngineError(
+                    f"TensorRT could not create its runtime ({exc}); is a CUDA GPU and driver available? "
+                    f"Run `trtkit doctor`"
+                ) from exc
+            entry = (trt, runtime, trt_logger)
+            _RUNTIMES[id(trt)] = entry
+        return entry[1], entry[2]
+
+
+def read_engine_bytes(path) -> bytes:
+    """The bytes of an engine file.
+
+    Raises:
+        EngineError: the file is missing, unreadable or empty.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build`") from None
+    except OSError as exc:
+        raise EngineError(f"Engine file '{path}' cannot be read: {exc}") from exc
+    if not data:
+        raise EngineError(f"Engine file '{path}' is empty; rebuild it with `trtkit build`")
+    return data
+
+
+def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> list:
+    """Compare the manifest beside ``path`` with this machine (see :mod:`trtkit.build.manifest`).
+
+    Returns:
+        The mismatches found (only when ``allow_mismatch``; each is also logged as a warning).
+
+    Raises:
+        EngineError: the engine was built for another TensorRT version or GPU, and ``allow_mismatch`` is false.
+    """
+    from trtkit.build import manifest as mf
+
+    manifest = mf.read_manifest(path)
+    if not manifest:
+        return []
+    current = mf.environment(trt) if trt is not None else None
+    found = mf.check_manifest(manifest, engine_path=path, current=current, allow_mismatch=allow_mismatch)
+    for item in found:
+        logger.warning("Engine '%s' was built for %s; loading it anyway as asked", path, item)
+    return found
+
+
+def deserialize(data: bytes, *, trt=None, where: str = "The engine"):
+    """Deserialize engine bytes into a ``trt.ICudaEngine``.
+
+    Raises:
+        EngineError: TensorRT refused the bytes; the message quotes TensorRT's reason.
+    """
+    trt = trt or _trt()
+    runtime, trt_logger = shared_runtime(trt)
+    seen = len(trt_logger.messages)
+    engine = runtime.deserialize_cuda_engine(bytes(data))
+    if engine is None:
+        reasons = [msg for sev, msg in trt_logger.messages[seen:] if sev in ("ERROR", "INTERNAL_ERROR")]
+        said = f" TensorRT said: {reasons[-1]}" if reasons else ""
+        raise EngineError(
+            f"{where} could not be deserialized: the file is corrupt, not an engine, or was built by another "
+            f"TensorRT version. Rebuild it with `trtkit build`.{said}"
+        )
+    return engine
+
+
+def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: bool = False, trt=None):
+    """Load a serialized engine from a file or bytes.
+
+    Args:
+        path_or_bytes: an engine file path, or the engine's bytes.
+        check_manifest: for a file, compare the manifest beside it (``<engine>.manifest.json``) with this machine.
+        allow_mismatch: load even when the manifest names another TensorRT version or GPU (logs a warning).
+        trt: the ``tensorrt`` module (default: the installed one; tests pass a fake).
+
+    Returns:
+        The ``trt.ICudaEngine``.
+
+    Raises:
+        EngineError: the file is missing/empty/corrupt, or the manifest does not match this machine.
+    """
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return deserialize(bytes(path_or_bytes), trt=trt)
+    if not isinstance(path_or_bytes, (str, os.PathLike)):
+        raise EngineError(f"load_engine expects an engine path or bytes, got {type(path_or_bytes).__name__}")
+    data = read_engine_bytes(path_or_bytes)
+    if check_manifest:
+        check_engine_manifest(path_or_bytes, allow_mismatch=allow_mismatch, trt=trt)
+    return deserialize(data, trt=trt, where=f"Engine '{path_or_bytes}'")

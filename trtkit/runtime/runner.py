@@ -1,0 +1,514 @@
+"""``TrtRunner``: run a TensorRT engine from Python with nothing in the way.
+
+    with TrtRunner("model.engine", cuda_graph=True) as runner:
+        outputs = runner.infer({"images": x})          # dict of numpy arrays
+
+On entry the runner creates its execution context, a non-blocking stream, device buffers sized for the profile's max
+shapes and pinned host buffers, and binds the tensor addresses once; on exit it frees them (``__del__`` only warns).
+A call validates every input (name, dtype, shape within the profile) before anything is enqueued, sets input shapes
+only when they change, copies host inputs into the pinned buffers, enqueues H2D copies + ``execute_async_v3`` + D2H
+copies (or replays the CUDA graph captured for that shape), and synchronizes once.
+
+Device-resident inputs (anything exposing ``__cuda_array_interface__``: CuPy arrays, torch CUDA tensors) are used
+without a host round trip; with ``device_outputs=True`` outputs come back as :class:`DeviceArray` views.
+
+Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
+parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
+the TensorRT version lets contexts share a profile (10+, or 8.6 engines built with PROFILE_SHARING_0806), else give
+each its own engine by passing the engine path or bytes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+
+from trtkit import _version_compat as compat
+from trtkit.errors import EngineError, InputError, UnsupportedError
+from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, device_input
+from trtkit.runtime.engine import deserialize, io_specs, load_engine
+from trtkit.runtime.graphs import GraphCache
+
+logger = logging.getLogger("trtkit")
+
+
+class _Bucket:
+    """Everything that depends on one combination of input shapes: output shapes, byte counts, host views."""
+
+    def __init__(self, runner: "TrtRunner", key: tuple, out_shapes: tuple):
+        self.key = key
+        self.out_shapes = out_shapes
+        self.in_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(key, runner.input_specs))
+        self.out_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(out_shapes, runner.output_specs))
+        self.in_views = tuple(runner._host_in[i].view(spec.dtype, s)
+                              for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
+        self.out_views = tuple(runner._host_out[i].view(spec.dtype, s)
+                               for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
+
+
+def _nbytes(shape: tuple, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+class InferHandle:
+    """A call started by :meth:`TrtRunner.infer_async`; :meth:`wait` returns its outputs."""
+
+    def __init__(self, runner: "TrtRunner", bucket: _Bucket, copy_outputs: bool):
+        self._runner = runner
+        self._bucket = bucket
+        self._copy = copy_outputs
+        self._result = None
+
+    def done(self) -> bool:
+        """True when the GPU has finished this call (never blocks)."""
+        return self._result is not None or self._runner.cuda.event_query(self._runner._done_event)
+
+    def wait(self) -> dict:
+        """Block until the call has finished; return its outputs (same form as :meth:`TrtRunner.infer`)."""
+        if self._result is None:
+            with self._runner._lock:
+                self._runner._complete(self)
+        return self._result
+
+
+class TrtRunner:
+    """Runs one TensorRT engine on one execution context and stream.
+
+    Args:
+        engine: an engine file path, engine bytes, or a loaded ``trt.ICudaEngine``.
+        profile: the optimization profile this runner uses.
+        cuda_graph: capture each input-shape bucket (copies included) into a CUDA graph and replay it.
+        device_outputs: return outputs as :class:`DeviceArray` (device memory) instead of numpy arrays.
+        copy_outputs: return fresh numpy arrays (True) or views into the pinned buffers, overwritten by the next
+            call (False).
+        stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
+        check_manifest: compare an engine file's manifest with this machine before loading it.
+        allow_mismatch: load even if the manifest names another TensorRT version or GPU.
+        trt: the ``tensorrt`` module (tests pass a fake).
+        cuda: a :class:`~trtkit.runtime.cuda.Cuda` (tests pass one over a fake runtime).
+    """
+
+    def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
+                 copy_outputs: bool = True, stream: int | None = None, check_manifest: bool = True,
+                 allow_mismatch: bool = False, trt=None, cuda=None):
+        self._source = engine
+        self.profile = int(profile)
+        self.cuda_graph = bool(cuda_graph)
+        self.device_outputs = bool(device_outputs)
+        self.copy_outputs = bool(copy_outputs)
+        self._given_stream = stream
+        self._check_manifest = check_manifest
+        self._allow_mismatch = allow_mismatch
+        self._trt = trt
+        self.cuda = cuda
+        self.active = False
+        self._lock = threading.RLock()
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.engine = self.context = self.stream = None
+        self._own_stream = False
+        self._done_event = self._wait_event = None
+        self._dev_in, self._dev_out, self._host_in, self._host_out = [], [], [], []
+        self._bound: dict = {}
+        self._buckets: dict = {}
+        self._context_key = None
+        self._graphs = GraphCache()
+        self._pending: InferHandle | None = None
+        self.input_specs: tuple = ()
+        self.output_specs: tuple = ()
+
+    # --- lifecycle -----------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> "TrtRunner":
+        self.activate()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def activate(self) -> "TrtRunner":
+        """Allocate everything (called by ``with``); a no-op when already active.
+
+        Raises:
+            EngineError: the engine cannot be loaded, the profile does not exist or cannot be selected.
+            CudaError: a CUDA allocation failed.
+        """
+        if self.active:
+            return self
+        try:
+            self._allocate()
+        except BaseException:
+            self._release()
+            raise
+        self.active = True
+        return self
+
+    def close(self) -> None:
+        """Wait for pending work, then free the context, stream, buffers and graphs (idempotent)."""
+        with self._lock:
+            if self.active:
+                self.cuda.stream_synchronize(self.stream)
+            self.active = False
+            self._release()
+
+    def __del__(self):
+        if getattr(self, "active", False):
+            warnings.warn("TrtRunner was not closed: its GPU memory stays allocated until the process ends; "
+                          "use `with TrtRunner(...) as runner:` or call close()", ResourceWarning, stacklevel=2)
+
+    def _allocate(self) -> None:
+        from trtkit.runtime.cuda import default_cuda
+
+        if self._trt is None:
+            from trtkit._lazy import tensorrt
+
+            self._trt = tensorrt()
+        self.cuda = self.cuda or default_cuda()
+        self.engine = self._load()
+        specs = io_specs(self.engine, self._trt)
+        self.input_specs = tuple(s for s in specs.values() if s.is_input)
+        self.output_specs = tuple(s for s in specs.values() if not s.is_input)
+        self._input_index = {s.name: i for i, s in enumerate(self.input_specs)}
+        self._check_profile_index()
+        self._open_stream()
+        self._create_context()
+        self._allocate_buffers()
+
+    def _load(self):
+        source = self._source
+        if isinstance(source, (str, os.PathLike)):
+            return load_engine(source, check_manifest=self._check_manifest, allow_mismatch=self._allow_mismatch,
+                               trt=self._trt)
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return deserialize(bytes(source), trt=self._trt)
+        if not hasattr(source, "num_io_tensors"):
+            raise EngineError(f"TrtRunner expects an engine path, engine bytes or a loaded engine, "
+                              f"got {type(source).__name__}")
+        return source
+
+    def _check_profile_index(self) -> None:
+        count = self.engine.num_optimization_profiles
+        if not 0 <= self.profile < count:
+            raise EngineError(f"Profile {self.profile} does not exist: the engine has {count} optimization "
+                              f"profile(s), numbered 0 to {count - 1}")
+
+    def _open_stream(self) -> None:
+        if self._given_stream is not None:
+            self.stream = int(self._given_stream)
+        else:
+            self.stream, self._own_stream = self.cuda.stream_create(), True
+        self._done_event = self.cuda.event_create(timing=False)
+        self._wait_event = self.cuda.event_create(timing=False)
+
+    def _create_context(self) -> None:
+        self.context = compat.create_execution_context(self._trt, self.engine)
+        if self.context is None:
+            raise EngineError("TensorRT could not create an execution context (out of device memory?)")
+        if getattr(self.context, "active_optimization_profile", None) == self.profile:
+            return
+        if not self.context.set_optimization_profile_async(self.profile, self.stream):
+            hint = ("" if compat.contexts_share_profiles(self._trt) else
+                    " TensorRT 8.6 lets contexts share a profile only for engines built with "
+                    "PreviewFeature.PROFILE_SHARING_0806;")
+            raise EngineError(
+                f"Could not select optimization profile {self.profile} for a new execution context: another "
+                f"context of this engine probably uses it.{hint} give each runner its own engine (pass the engine "
+                f"path or bytes rather than a loaded engine) or use another profile"
+            )
+
+    def _allocate_buffers(self) -> None:
+        max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
+        out_max = self._set_context_shapes(max_key)
+        for spec, shape in zip(self.input_specs, max_key):
+            nbytes = _nbytes(shape, spec.dtype)
+            self._dev_in.append(DeviceBuffer(self.cuda, nbytes))
+            self._host_in.append(HostBuffer(self.cuda, nbytes))
+        for spec, shape in zip(self.output_specs, out_max):
+            nbytes = _nbytes(shape, spec.dtype)
+            self._dev_out.append(DeviceBuffer(self.cuda, nbytes))
+            self._host_out.append(HostBuffer(self.cuda, nbytes))
+        for spec, buf in zip(self.input_specs + self.output_specs, self._dev_in + self._dev_out):
+            self._bind(spec.name, buf.ptr)
+        self.cuda.stream_synchronize(self.stream)  # profile selection is asynchronous
+
+    def _release(self) -> None:
+        """Free whatever was allocated, in reverse order; keep going if one step fails, raise the first error."""
+        errors = []
+        steps = [self._graphs.clear]
+        steps += [buf.free for buf in self._host_out + self._host_in + self._dev_out + self._dev_in]
+        steps += [lambda e=e: self.cuda.event_destroy(e) for e in (self._done_event, self._wait_event) if e]
+        if self._own_stream and self.stream is not None:
+            steps.append(lambda s=self.stream: self.cuda.stream_destroy(s))
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - free the rest first
+                errors.append(exc)
+        self._reset_state()
+        if errors:
+            raise errors[0]
+
+    # --- the public calls ----------------------------------------------------------------------------------------
+
+    def infer(self, feed: Mapping, *, copy_outputs: bool | None = None) -> dict:
+        """Run the engine on ``feed`` and return its outputs.
+
+        Args:
+            feed: input name → numpy array, or a device array exposing ``__cuda_array_interface__``.
+            copy_outputs: override the runner's ``copy_outputs`` for this call.
+
+        Returns:
+            Output name → numpy array (or :class:`DeviceArray` with ``device_outputs=True``).
+
+        Raises:
+            InputError: an input is missing, unknown, of the wrong dtype or outside the profile (nothing enqueued).
+            EngineError: TensorRT refused a shape or failed to enqueue.
+            CudaError: a CUDA call failed.
+        """
+        copy = self.copy_outputs if copy_outputs is None else copy_outputs
+        with self._lock:
+            self._require_active()
+            self._complete_pending()
+            bucket = self._enqueue(feed)
+            self.cuda.stream_synchronize(self.stream)
+            return self._collect(bucket, copy)
+
+    def infer_async(self, feed: Mapping, *, copy_outputs: bool = True) -> InferHandle:
+        """Start a call and return at once; ``handle.wait()`` returns the outputs.
+
+        One call is in flight per runner: starting another first finishes the previous one (its handle still
+        returns its outputs). Use several runners (each its own stream) to overlap calls.
+        """
+        with self._lock:
+            self._require_active()
+            self._complete_pending()
+            bucket = self._enqueue(feed)
+            self.cuda.event_record(self._done_event, self.stream)
+            self._pending = InferHandle(self, bucket, copy_outputs)
+            return self._pending
+
+    def _require_active(self) -> None:
+        if not self.active:
+            raise EngineError("TrtRunner is not active: use it inside `with TrtRunner(...) as runner:` "
+                              "(or call activate())")
+
+    def _complete(self, handle: InferHandle) -> None:
+        if handle._result is None:
+            self.cuda.event_synchronize(self._done_event)
+            handle._result = self._collect(handle._bucket, handle._copy)
+            if self._pending is handle:
+                self._pending = None
+
+    def _complete_pending(self) -> None:
+        if self._pending is not None:
+            self._complete(self._pending)
+
+    # --- validation ----------------------------------------------------------------------------------------------
+
+    def _validate(self, feed) -> list:
+        """``[(array or None, DeviceInput or None)]`` per input in engine order; raises before any enqueue."""
+        if not isinstance(feed, Mapping):
+            raise InputError(f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
+                             f"engine's inputs are {self._names()}")
+        if len(feed) != len(self.input_specs) or any(name not in self._input_index for name in feed):
+            self._raise_name_error(feed)
+        return [self._check_input(spec, feed[spec.name]) for spec in self.input_specs]
+
+    def _names(self) -> str:
+        return ", ".join(f"'{s.name}'" for s in self.input_specs)
+
+    def _raise_name_error(self, feed) -> None:
+        expected = [s.name for s in self.input_specs]
+        unknown = [n for n in feed if n not in self._input_index]
+        missing = [n for n in expected if n not in feed]
+        parts = []
+        for name in unknown:
+            close = difflib.get_close_matches(str(name), missing or expected, n=1)
+            parts.append(f"unknown input '{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        if missing:
+            parts.append("missing input(s) " + ", ".join(f"'{n}'" for n in missing))
+        raise InputError(f"{'; '.join(parts).capitalize()}; the engine's inputs are {self._names()}")
+
+    def _check_input(self, spec, value) -> tuple:
+        dev = device_input(spec.name, value)
+        if dev is not None:
+            array, shape, dtype = None, dev.shape, dev.dtype
+        else:
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            shape, dtype = array.shape, array.dtype
+        if dtype != spec.dtype:
+            raise InputError(f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} "
+                             f"(convert with .astype(numpy.{spec.dtype.name}))")
+        lo, _, hi = spec.profile_range(self.profile)
+        if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
+            what = (f"has rank {len(shape)}, expected rank {len(lo)};" if len(shape) != len(lo) else "is outside")
+            raise InputError(f"Input '{spec.name}': shape {tuple(shape)} {what} profile {self.profile} "
+                             f"(min {tuple(lo)}, max {tuple(hi)})")
+        return array, dev
+
+    # --- shapes and bindings -------------------------------------------------------------------------------------
+
+    def _set_context_shapes(self, key: tuple) -> tuple:
+        """Set the context's input shapes to ``key`` (only those that changed); return the output shapes."""
+        previous = self._context_key or (None,) * len(key)
+        for spec, shape, old in zip(self.input_specs, key, previous):
+            if shape != old and not self.context.set_input_shape(spec.name, shape):
+                self._context_key = None
+                raise EngineError(f"TensorRT refused shape {shape} for input '{spec.name}' (profile "
+                                  f"{self.profile}: {spec.profile_range(self.profile)})")
+        self._context_key = key
+        out_shapes = tuple(tuple(int(d) for d in self.context.get_tensor_shape(s.name)) for s in self.output_specs)
+        for spec, shape in zip(self.output_specs, out_shapes):
+            if any(d < 0 for d in shape):
+                raise UnsupportedError(f"Output '{spec.name}' has a data-dependent shape {shape}; TrtRunner needs "
+                                       f"output shapes known from the input shapes")
+        return out_shapes
+
+    def _bucket(self, key: tuple) -> _Bucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(self, key, self._set_context_shapes(key))
+            for spec, nbytes, buf in zip(self.output_specs, bucket.out_nbytes, self._dev_out):
+                if nbytes > buf.nbytes:
+                    raise UnsupportedError(f"Output '{spec.name}' needs {nbytes} bytes at input shapes {key}, "
+                                           f"more than at the profile's max shapes ({buf.nbytes})")
+            self._buckets[key] = bucket
+        elif self._context_key != key:
+            self._set_context_shapes(key)
+        return bucket
+
+    def _bind(self, name: str, ptr: int) -> None:
+        if self._bound.get(name) != ptr:
+            if not self.context.set_tensor_address(name, ptr):
+                raise EngineError(f"TensorRT refused the address of tensor '{name}'")
+            self._bound[name] = ptr
+
+    # --- enqueue -------------------------------------------------------------------------------------------------
+
+    def _enqueue(self, feed) -> _Bucket:
+        prepared = self._validate(feed)
+        key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
+        bucket = self._bucket(key)
+        host_mask = tuple(dev is None for _, dev in prepared)
+        for i, (array, dev) in enumerate(prepared):
+            if dev is None:
+                np.copyto(bucket.in_views[i], array, casting="no")
+            else:
+                self._use_device_input(i, dev, bucket)
+        self._launch(bucket, host_mask, not self.device_outputs)
+        return bucket
+
+    def _use_device_input(self, i: int, dev, bucket: _Bucket) -> None:
+        """Order after the producer's stream, then bind the array itself (plain) or copy it on-device (graphs)."""
+        if dev.stream is not None:
+            self.cuda.event_record(self._wait_event, int(dev.stream))
+            self.cuda.stream_wait_event(self.stream, self._wait_event)
+        name = self.input_specs[i].name
+        if self.cuda_graph:  # a graph bakes addresses in: keep our own buffer bound
+            self._bind(name, self._dev_in[i].ptr)
+            if bucket.in_nbytes[i]:
+                self.cuda.memcpy_dtod_async(self._dev_in[i].ptr, dev.ptr, bucket.in_nbytes[i], self.stream)
+        else:
+            self._bind(name, dev.ptr)
+
+    def _launch(self, bucket: _Bucket, host_mask: tuple, copy_out: bool) -> None:
+        if not self.cuda_graph:
+            self._enqueue_body(bucket, host_mask, copy_out)
+            return
+        gkey = (bucket.key, host_mask, copy_out)
+        graph = self._graphs.get(gkey)
+        if graph is not None:
+            graph.launch(self.stream)
+            return
+        # Warm-up outside capture (TensorRT initializes lazily on the first enqueue); it also computes this call.
+        self._enqueue_body(bucket, host_mask, copy_out)
+        if not self._graphs.failed(gkey):
+            self.cuda.stream_synchronize(self.stream)
+            self._graphs.capture(gkey, self.cuda, self.stream, lambda: self._enqueue_body(bucket, host_mask, copy_out))
+
+    def _enqueue_body(self, bucket: _Bucket, host_mask: tuple, copy_out: bool) -> None:
+        """H2D copies of host inputs, the engine, D2H copies of the outputs: what a graph captures."""
+        for i, is_host in enumerate(host_mask):
+            if is_host:
+                self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
+                if bucket.in_nbytes[i]:
+                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr, self._host_in[i].ptr, bucket.in_nbytes[i],
+                                                self.stream)
+        self.execute()
+        if copy_out:
+            for i, nbytes in enumerate(bucket.out_nbytes):
+                if nbytes:
+                    self.cuda.memcpy_dtoh_async(self._host_out[i].ptr, self._dev_out[i].ptr, nbytes, self.stream)
+
+    def execute(self) -> None:
+        """Enqueue the engine once on the runner's stream with the current shapes and bindings (no copies).
+
+        Raises:
+            EngineError: ``execute_async_v3`` returned False.
+        """
+        if not self.context.execute_async_v3(self.stream):
+            raise EngineError("TensorRT's execute_async_v3 failed; see the TensorRT log above for the reason")
+
+    def _collect(self, bucket: _Bucket, copy: bool) -> dict:
+        if self.device_outputs:
+            return {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
+                    for spec, buf, shape in zip(self.output_specs, self._dev_out, bucket.out_shapes)}
+        if copy:
+            return {spec.name: view.copy() for spec, view in zip(self.output_specs, bucket.out_views)}
+        return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+
+    # --- pieces for benchmarks: stage once, then time the copies and the engine separately ------------------------
+
+    def stage(self, feed: Mapping) -> tuple:
+        """Validate ``feed``, set its shapes and copy host inputs into the pinned buffers; nothing is enqueued.
+
+        Returns:
+            The input-shape key to pass to :meth:`enqueue_h2d`, :meth:`enqueue_compute` and :meth:`enqueue_d2h`.
+        """
+        with self._lock:
+            self._require_active()
+            prepared = self._validate(feed)
+            if any(dev is not None for _, dev in prepared):
+                raise InputError("stage() takes host (numpy) inputs only")
+            bucket = self._bucket(tuple(array.shape for array, _ in prepared))
+            for view, (array, _) in zip(bucket.in_views, prepared):
+                np.copyto(view, array, casting="no")
+            for spec, buf in zip(self.input_specs, self._dev_in):
+                self._bind(spec.name, buf.ptr)
+            return bucket.key
+
+    def enqueue_h2d(self, key: tuple) -> None:
+        """Enqueue the copies of the staged inputs to the device."""
+        bucket = self._buckets[key]
+        for dev, host, nbytes in zip(self._dev_in, self._host_in, bucket.in_nbytes):
+            if nbytes:
+                self.cuda.memcpy_htod_async(dev.ptr, host.ptr, nbytes, self.stream)
+
+    def enqueue_compute(self, key: tuple) -> None:
+        """Enqueue the engine alone (its CUDA graph without copies when ``cuda_graph``)."""
+        bucket = self._buckets[key]
+        if self._context_key != key:
+            self._set_context_shapes(key)
+        self._launch(bucket, (False,) * len(self.input_specs), False)
+
+    def enqueue_d2h(self, key: tuple) -> None:
+        """Enqueue the copies of the outputs to the pinned host buffers."""
+        bucket = self._buckets[key]
+        for dev, host, nbytes in zip(self._dev_out, self._host_out, bucket.out_nbytes):
+            if nbytes:
+                self.cuda.memcpy_dtoh_async(host.ptr, dev.ptr, nbytes, self.stream)
+
+    def synchronize(self) -> None:
+        """Wait for everything enqueued on the runner's stream."""
+        self.cuda.stream_synchronize(self.stream)
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "inactive"
+        return f"TrtRunner({self._source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, {state})"

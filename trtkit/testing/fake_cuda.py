@@ -1,0 +1,464 @@
+"""A fake of cuda-python's runtime module for CPU tests.
+
+Same call signatures and ``(err, *values)`` returns as ``cuda.bindings.runtime`` for the calls trtkit makes. "Device"
+memory is host memory tracked in a registry, so copies are checked (a host pointer where a device one belongs is an
+error, as is a copy running past an allocation) and leaks are visible (:meth:`FakeCudart.live_allocations`).
+
+Work is asynchronous like on a GPU: copies, kernels (the fake TensorRT's ``execute_async_v3``) and event records are
+queued on their stream and run only when something waits for them (stream/event synchronize, a wait on an event, or
+``run_pending``). Code that reads results without synchronizing therefore reads stale data, as it would on a GPU.
+Stream capture records the queued work into a graph instead; launching the graph queues it again.
+
+Handles are unique across instances, so the fake TensorRT finds the instance that owns a stream with
+:func:`owner_of_stream`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import itertools
+import threading
+from collections import Counter
+
+import numpy as np
+
+
+class cudaError_t(enum.IntEnum):
+    cudaSuccess = 0
+    cudaErrorInvalidValue = 1
+    cudaErrorMemoryAllocation = 2
+    cudaErrorInsufficientDriver = 35
+    cudaErrorNoDevice = 100
+    cudaErrorInvalidResourceHandle = 400
+    cudaErrorNotReady = 600
+    cudaErrorIllegalAddress = 700
+    cudaErrorStreamCaptureUnsupported = 900
+    cudaErrorStreamCaptureInvalidated = 901
+    cudaErrorStreamCaptureWrongThread = 908
+
+
+class cudaMemcpyKind(enum.IntEnum):
+    cudaMemcpyHostToHost = 0
+    cudaMemcpyHostToDevice = 1
+    cudaMemcpyDeviceToHost = 2
+    cudaMemcpyDeviceToDevice = 3
+    cudaMemcpyDefault = 4
+
+
+class cudaStreamCaptureMode(enum.IntEnum):
+    cudaStreamCaptureModeGlobal = 0
+    cudaStreamCaptureModeThreadLocal = 1
+    cudaStreamCaptureModeRelaxed = 2
+
+
+cudaStreamNonBlocking = 1
+cudaEventDisableTiming = 2
+
+OK = cudaError_t.cudaSuccess
+_HANDLES = itertools.count(0x1000)
+_STREAM_OWNERS: dict = {}
+_LOCK = threading.RLock()
+
+# The fake GPU's clock advances this much (ms) per operation it runs, so event timings are positive and repeatable.
+TICK_MS = 0.01
+
+
+def owner_of_stream(stream) -> "FakeCudart":
+    """The :class:`FakeCudart` that created ``stream`` (raises KeyError for an unknown handle)."""
+    return _STREAM_OWNERS[int(stream)]
+
+
+class _Handle(int):
+    """An opaque handle: an int like cuda-python's ``int(cudaStream_t)``, with ``getPtr()`` for realism."""
+
+    def getPtr(self) -> int:
+        return int(self)
+
+
+class _Stream:
+    def __init__(self):
+        self.queue: list = []
+        self.capture: list | None = None
+
+
+class _Event:
+    def __init__(self, timing: bool):
+        self.timing = timing
+        self.time_ms: float | None = None
+        self.stream: int | None = None
+        self.pending = False
+
+
+class FakeGraph:
+    def __init__(self, ops: list):
+        self.ops = list(ops)
+
+
+class FakeGraphExec:
+    def __init__(self, graph: FakeGraph):
+        self.ops = list(graph.ops)
+
+
+class FakeCudart:
+    """Module-like fake of ``cuda.bindings.runtime``.
+
+    Args:
+        free_bytes: device memory reported by ``cudaMemGetInfo`` before any allocation.
+        fail_capture: make ``cudaStreamEndCapture`` report an invalidated capture (tests the graph fallback).
+        no_device: every call fails with ``cudaErrorInsufficientDriver`` (a machine without a driver).
+
+    Attributes:
+        calls: how many times each function was called, by name.
+    """
+
+    cudaError_t = cudaError_t
+    cudaMemcpyKind = cudaMemcpyKind
+    cudaStreamCaptureMode = cudaStreamCaptureMode
+    cudaStreamNonBlocking = cudaStreamNonBlocking
+    cudaEventDisableTiming = cudaEventDisableTiming
+
+    def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False):
+        self.total_bytes = free_bytes
+        self.fail_capture = fail_capture
+        self.no_device = no_device
+        self.calls: Counter = Counter()
+        self.clock_ms = 0.0
+        self.last_error = OK
+        self._device: dict[int, np.ndarray] = {}
+        self._host: dict[int, np.ndarray] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._events: dict[int, _Event] = {}
+        self._graphs: dict[int, object] = {}
+
+    # --- helpers for tests and for the fake TensorRT ------------------------------------------------------------
+
+    def live_allocations(self) -> dict:
+        """Counts of what is allocated and not yet freed."""
+        return {
+            "device": len(self._device),
+            "host": len(self._host),
+            "streams": len(self._streams),
+            "events": len(self._events),
+            "graphs": len(self._graphs),
+        }
+
+    def device_range(self, ptr: int, nbytes: int) -> bool:
+        """True when ``[ptr, ptr + nbytes)`` lies inside one device allocation."""
+        for base, buf in self._device.items():
+            if base <= ptr and ptr + nbytes <= base + buf.nbytes:
+                return True
+        return False
+
+    def is_device(self, ptr: int) -> bool:
+        return any(base <= ptr < base + buf.nbytes for base, buf in self._device.items())
+
+    def enqueue(self, stream, op) -> None:
+        """Queue ``op`` (a callable) on ``stream``, or record it into the graph being captured there."""
+        s = self._stream(stream)
+        if s is None:  # the legacy/per-thread default streams run work at once
+            op()
+            return
+        (s.capture if s.capture is not None else s.queue).append(op)
+
+    def is_capturing(self, stream) -> bool:
+        s = self._stream(stream)
+        return s is not None and s.capture is not None
+
+    def run_pending(self, stream=None) -> None:
+        """Run the queued work of ``stream`` (or of every stream)."""
+        with _LOCK:
+            streams = [self._streams[int(stream)]] if stream is not None else list(self._streams.values())
+            for s in streams:
+                while s.queue:
+                    op = s.queue.pop(0)
+                    self.clock_ms += TICK_MS
+                    op()
+
+    def device_array(self, shape, dtype, fill=None) -> "FakeDeviceArray":
+        """A device array exposing ``__cuda_array_interface__`` (stands in for a CuPy/torch tensor in tests)."""
+        return FakeDeviceArray(self, shape, dtype, fill)
+
+    def _stream(self, stream):
+        handle = int(stream or 0)
+        if handle in (0, 1, 2):
+            return None
+        if handle not in self._streams:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidResourceHandle)
+        return self._streams[handle]
+
+    def _call(self, name: str, fn, *args):
+        self.calls[name] += 1
+        if self.no_device:
+            return (cudaError_t.cudaErrorInsufficientDriver,)
+        try:
+            with _LOCK:
+                return fn(*args)
+        except _CudaFailure as failure:
+            self.last_error = failure.err
+            return (failure.err,)
+
+    # --- memory ---------------------------------------------------------------------------------------------------
+
+    def cudaMalloc(self, size):
+        return self._call("cudaMalloc", self._alloc, self._device, size)
+
+    def cudaMallocHost(self, size):
+        return self._call("cudaMallocHost", self._alloc, self._host, size)
+
+    def _alloc(self, table, size):
+        if size <= 0:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        if table is self._device and size > self._free_bytes():
+            raise _CudaFailure(cudaError_t.cudaErrorMemoryAllocation)
+        raw = np.zeros(int(size) + 256, dtype=np.uint8)
+        ptr = (raw.ctypes.data + 255) // 256 * 256
+        table[ptr] = raw[ptr - raw.ctypes.data:][: int(size)]
+        return OK, ptr
+
+    def cudaFree(self, ptr):
+        return self._call("cudaFree", self._release, self._device, ptr)
+
+    def cudaFreeHost(self, ptr):
+        return self._call("cudaFreeHost", self._release, self._host, ptr)
+
+    def _release(self, table, ptr):
+        if int(ptr) not in table:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        del table[int(ptr)]
+        return (OK,)
+
+    def _free_bytes(self) -> int:
+        return self.total_bytes - sum(buf.nbytes for buf in self._device.values())
+
+    def cudaMemGetInfo(self):
+        return self._call("cudaMemGetInfo", lambda: (OK, self._free_bytes(), self.total_bytes))
+
+    def cudaMemcpyAsync(self, dst, src, count, kind, stream):
+        return self._call("cudaMemcpyAsync", self._memcpy, int(dst), int(src), int(count), kind, stream)
+
+    def _memcpy(self, dst, src, count, kind, stream):
+        dst_dev = kind in (cudaMemcpyKind.cudaMemcpyHostToDevice, cudaMemcpyKind.cudaMemcpyDeviceToDevice)
+        src_dev = kind in (cudaMemcpyKind.cudaMemcpyDeviceToHost, cudaMemcpyKind.cudaMemcpyDeviceToDevice)
+        for ptr, on_device in ((dst, dst_dev), (src, src_dev)):
+            if on_device and not self.device_range(ptr, count):
+                raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+            if not on_device and self.is_device(ptr):
+                raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        host_side = [(ptr, dev) for ptr, dev in ((dst, dst_dev), (src, src_dev)) if not dev]
+        if self.is_capturing(stream) and any(not self._pinned(ptr, count) for ptr, _ in host_side):
+            raise _CudaFailure(cudaError_t.cudaErrorStreamCaptureUnsupported)  # pageable memory in a graph
+        self.enqueue(stream, lambda: ctypes.memmove(dst, src, count))
+        return (OK,)
+
+    def _pinned(self, ptr, count) -> bool:
+        return any(base <= ptr and ptr + count <= base + buf.nbytes for base, buf in self._host.items())
+
+    # --- streams and events ---------------------------------------------------------------------------------------
+
+    def cudaStreamCreateWithFlags(self, flags):
+        return self._call("cudaStreamCreateWithFlags", self._new_stream)
+
+    def _new_stream(self):
+        handle = _Handle(next(_HANDLES))
+        self._streams[int(handle)] = _Stream()
+        _STREAM_OWNERS[int(handle)] = self
+        return OK, handle
+
+    def cudaStreamDestroy(self, stream):
+        return self._call("cudaStreamDestroy", self._destroy_stream, int(stream))
+
+    def _destroy_stream(self, handle):
+        self._stream(handle)
+        self.run_pending(handle)
+        del self._streams[handle]
+        _STREAM_OWNERS.pop(handle, None)
+        return (OK,)
+
+    def cudaStreamSynchronize(self, stream):
+        return self._call("cudaStreamSynchronize", self._sync_stream, stream)
+
+    def _sync_stream(self, stream):
+        if self._stream(stream) is not None:
+            self.run_pending(stream)
+        return (OK,)
+
+    def cudaEventCreate(self):
+        return self._call("cudaEventCreate", self._new_event, True)
+
+    def cudaEventCreateWithFlags(self, flags):
+        return self._call("cudaEventCreateWithFlags", self._new_event, not (int(flags) & cudaEventDisableTiming))
+
+    def _new_event(self, timing):
+        handle = _Handle(next(_HANDLES))
+        self._events[int(handle)] = _Event(timing)
+        return OK, handle
+
+    def cudaEventDestroy(self, event):
+        return self._call("cudaEventDestroy", lambda: (OK,) if self._events.pop(int(event), None) else _fail(400))
+
+    def _event(self, event) -> _Event:
+        if int(event) not in self._events:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidResourceHandle)
+        return self._events[int(event)]
+
+    def cudaEventRecord(self, event, stream):
+        return self._call("cudaEventRecord", self._record, event, stream)
+
+    def _record(self, event, stream):
+        ev = self._event(event)
+        ev.stream, ev.pending = int(stream or 0), True
+
+        def fire():
+            ev.time_ms, ev.pending = self.clock_ms, False
+
+        self.enqueue(stream, fire)
+        return (OK,)
+
+    def cudaEventSynchronize(self, event):
+        return self._call("cudaEventSynchronize", self._sync_event, event)
+
+    def _sync_event(self, event):
+        ev = self._event(event)
+        if ev.pending and ev.stream not in (None, 0, 1, 2):
+            self.run_pending(ev.stream)
+        return (OK,)
+
+    def cudaEventQuery(self, event):
+        return self._call("cudaEventQuery", lambda: (cudaError_t.cudaErrorNotReady,) if self._event(event).pending
+                          else (OK,))
+
+    def cudaEventElapsedTime(self, start, end):
+        return self._call("cudaEventElapsedTime", self._elapsed, start, end)
+
+    def _elapsed(self, start, end):
+        a, b = self._event(start), self._event(end)
+        if not (a.timing and b.timing) or a.time_ms is None or b.time_ms is None:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidResourceHandle)
+        if a.pending or b.pending:
+            raise _CudaFailure(cudaError_t.cudaErrorNotReady)
+        return OK, b.time_ms - a.time_ms
+
+    def cudaStreamWaitEvent(self, stream, event, flags):
+        return self._call("cudaStreamWaitEvent", self._wait_event, stream, event)
+
+    def _wait_event(self, stream, event):
+        # Conservative ordering: run the event's stream now, so everything before the event is done.
+        self._sync_event(event)
+        self._stream(stream)
+        return (OK,)
+
+    # --- graphs ---------------------------------------------------------------------------------------------------
+
+    def cudaStreamBeginCapture(self, stream, mode):
+        return self._call("cudaStreamBeginCapture", self._begin_capture, stream)
+
+    def _begin_capture(self, stream):
+        s = self._stream(stream)
+        if s is None or s.capture is not None:
+            raise _CudaFailure(cudaError_t.cudaErrorStreamCaptureUnsupported)
+        s.capture = []
+        return (OK,)
+
+    def cudaStreamEndCapture(self, stream):
+        return self._call("cudaStreamEndCapture", self._end_capture, stream)
+
+    def _end_capture(self, stream):
+        s = self._stream(stream)
+        if s is None or s.capture is None:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        ops, s.capture = s.capture, None
+        if self.fail_capture:
+            raise _CudaFailure(cudaError_t.cudaErrorStreamCaptureInvalidated)
+        return OK, self._keep(FakeGraph(ops))
+
+    def _keep(self, obj):
+        handle = _Handle(next(_HANDLES))
+        self._graphs[int(handle)] = obj
+        return handle
+
+    def cudaGraphInstantiate(self, graph, flags):
+        return self._call("cudaGraphInstantiate", lambda: (OK, self._keep(FakeGraphExec(self._graph(graph)))))
+
+    def _graph(self, handle):
+        if int(handle) not in self._graphs:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidResourceHandle)
+        return self._graphs[int(handle)]
+
+    def cudaGraphLaunch(self, graph_exec, stream):
+        return self._call("cudaGraphLaunch", self._launch, graph_exec, stream)
+
+    def _launch(self, graph_exec, stream):
+        for op in self._graph(graph_exec).ops:
+            self.enqueue(stream, op)
+        return (OK,)
+
+    def cudaGraphDestroy(self, graph):
+        return self._call("cudaGraphDestroy", self._drop_graph, graph)
+
+    def cudaGraphExecDestroy(self, graph_exec):
+        return self._call("cudaGraphExecDestroy", self._drop_graph, graph_exec)
+
+    def _drop_graph(self, handle):
+        self._graph(handle)
+        del self._graphs[int(handle)]
+        return (OK,)
+
+    def cudaGetLastError(self):
+        self.calls["cudaGetLastError"] += 1
+        err, self.last_error = self.last_error, OK
+        return (err,)
+
+    # --- device queries (for doctor/manifest code that calls them) -------------------------------------------------
+
+    def cudaGetDeviceCount(self):
+        return self._call("cudaGetDeviceCount", lambda: (OK, 1))
+
+    def cudaDriverGetVersion(self):
+        return (OK, 0) if self.no_device else (OK, 12080)
+
+    def cudaRuntimeGetVersion(self):
+        return (OK, 12080)
+
+
+class _CudaFailure(Exception):
+    def __init__(self, err):
+        super().__init__(err)
+        self.err = cudaError_t(err)
+
+
+def _fail(code):
+    raise _CudaFailure(code)
+
+
+class FakeDeviceArray:
+    """A device buffer exposing ``__cuda_array_interface__`` (v3), like a CuPy array or torch CUDA tensor."""
+
+    def __init__(self, cuda: FakeCudart, shape, dtype, fill=None):
+        self.cuda = cuda
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(self.shape)) * self.dtype.itemsize, 1)
+        self.ptr = int(cuda.cudaMalloc(nbytes)[1])
+        if fill is not None:
+            self.host_view()[...] = np.asarray(fill, dtype=self.dtype).reshape(self.shape)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": None, "stream": None}
+
+    def host_view(self) -> np.ndarray:
+        """The memory as a numpy array (the fake's device memory is host memory; tests only)."""
+        return view_of(self.ptr, self.shape, self.dtype)
+
+    def free(self) -> None:
+        self.cuda.cudaFree(self.ptr)
+
+
+def view_of(ptr: int, shape, dtype) -> np.ndarray:
+    """A numpy array over raw memory at ``ptr`` (no copy)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape)) if len(shape) else 1
+    raw = (ctypes.c_uint8 * max(count * dtype.itemsize, 1)).from_address(int(ptr))
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(tuple(shape))
