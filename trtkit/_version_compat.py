@@ -254,6 +254,23 @@ def device_memory_size(engine) -> int:
     return int(engine.device_memory_size)
 
 
+def create_execution_context(trt, engine):
+    """An execution context that owns its device memory (10+ names the strategy; 8.6 has only this form).
+
+    Returns ``None`` when TensorRT could not create one (e.g. out of device memory), as TensorRT does.
+    """
+    strategy = getattr(trt, "ExecutionContextAllocationStrategy", None)
+    if strategy is not None and hasattr(strategy, "STATIC"):
+        return engine.create_execution_context(strategy.STATIC)
+    return engine.create_execution_context()
+
+
+def contexts_share_profiles(trt) -> bool:
+    """Whether contexts of one engine can use the same profile by default (10+; 8.6 needs PROFILE_SHARING_0806)."""
+    preview = getattr(trt, "PreviewFeature", None)
+    return preview is None or "PROFILE_SHARING_0806" not in _members(preview) or version(trt) >= (10,)
+
+
 def allow_host_code(runtime, allow: bool) -> None:
     """Allow version-compatible plans with embedded host code to load (off unless asked)."""
     if hasattr(runtime, "engine_host_code_allowed"):
