@@ -137,3 +137,16 @@ def test_read_manifest_missing_and_corrupt(tmp_path):
     manifest_path(tmp_path / "m.engine").write_text("{not json")
     with pytest.raises(EngineError, match="unreadable"):
         read_manifest(tmp_path / "m.engine")
+
+
+def test_model_with_external_data(tmp_path, fake_trt):
+    model = models.tiny_conv()
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data",
+              size_threshold=0)
+    assert (tmp_path / "ext.data").exists()
+    result = build(path, BuildConfig(profiles=PROFILE), trt=fake_trt)
+    assert result.manifest["model"]["name"] == "ext.onnx"
+    (tmp_path / "ext.data").unlink()
+    with pytest.raises(ModelError, match="external data"):
+        build(path, BuildConfig(profiles=PROFILE), trt=fake_trt)

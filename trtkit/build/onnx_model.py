@@ -70,7 +70,7 @@ def _load_path(path: Path):
     try:
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
             onnx.load_external_data_for_model(proto, str(path.parent))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
         raise ModelError(f"'{path}': cannot read its external data ({exc}); keep the data files beside it") from exc
     return proto
 
