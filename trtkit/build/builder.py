@@ -157,7 +157,8 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> lis
     if config.optimization_level is not None:
         bconfig.builder_optimization_level = int(config.optimization_level)
     if config.tactic_sources is not None:
-        bconfig.set_tactic_sources(compat.tactic_source_mask(trt, config.tactic_sources))
+        if bconfig.set_tactic_sources(compat.tactic_source_mask(trt, config.tactic_sources)) is False:
+            raise BuildError(f"TensorRT refused tactic sources {', '.join(config.tactic_sources)}")
     if compat.has_builder_flag(trt, "TF32"):
         compat.set_builder_flag(trt, bconfig, "TF32", config.tf32)
     compat.set_profiling_verbosity(trt, bconfig, config.profiling_verbosity)
@@ -181,15 +182,19 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> lis
 
 
 def _load_timing_cache(bconfig, path):
-    data = b""
-    if path and Path(path).exists():
-        data = Path(path).read_bytes()
-    cache = bconfig.create_timing_cache(data)
-    if cache is None:
-        if not data:
-            return None
-        cache = bconfig.create_timing_cache(b"")  # unreadable cache file: start a fresh one
-    bconfig.set_timing_cache(cache, True)
+    """Load the timing cache at ``path`` (or start an empty one); an unreadable file is replaced, with a warning."""
+    import logging
+
+    data = Path(path).read_bytes() if path and Path(path).exists() else b""
+    try:
+        cache = bconfig.create_timing_cache(data)
+    except Exception:  # noqa: BLE001 - a corrupt cache raises in some versions, returns None in others
+        cache = None
+    if cache is None and data:
+        logging.getLogger("trtkit").warning("Timing cache '%s' is unreadable; starting a new one", path)
+        cache = bconfig.create_timing_cache(b"")
+    if cache is not None and bconfig.set_timing_cache(cache, True) is False:
+        raise BuildError(f"TensorRT refused the timing cache '{path}'; delete it to start a new one")
     return cache
 
 
