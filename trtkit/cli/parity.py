@@ -1,0 +1,168 @@
+"""``trtkit parity MODEL.onnx ENGINE``: the engine's outputs against the ONNX model's, a verdict per output.
+
+Exit code 0 when every output of every trial is within tolerance, 1 otherwise (and for unusable inputs).
+"""
+
+from __future__ import annotations
+
+from trtkit.cli import options, render
+
+HELP = "Compare an engine's outputs against its ONNX model, with verdicts."
+
+REFERENCES = ("onnx-reference", "onnxruntime")
+PRECISION_CHOICES = ("fp32", "tf32", "fp16", "bf16", "int8")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="the ONNX model the engine was built from")
+    parser.add_argument("engine", help="the engine file (its manifest beside it gives the precision)")
+    g = parser.add_argument_group("inputs")
+    g.add_argument("--shapes", action="append", default=[], metavar="SPEC",
+                   help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
+                        "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes")
+    g.add_argument("--profile-index", type=int, default=0, metavar="N",
+                   help="engine optimization profile to run in (default 0); shapes default to its opt shapes")
+    g.add_argument("--inputs", metavar="PATH",
+                   help="inputs instead of random ones: .npz (name -> array), .npy (single input), "
+                        "polygraphy --save-inputs .json, or a folder of .npz/.npy files (one feed each)")
+    g.add_argument("--trials", type=_positive_int, default=1, metavar="N",
+                   help="random input sets to run (or most feeds read from --inputs); default 1")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--reference", choices=REFERENCES, default="onnx-reference",
+                   help="how to run the ONNX model: onnx's ReferenceEvaluator (default) or onnxruntime if installed")
+    t = parser.add_argument_group("tolerances (defaults depend on the precision)")
+    t.add_argument("--precision", choices=PRECISION_CHOICES,
+                   help="judge as this precision (default: the engine's manifest, else tf32)")
+    t.add_argument("--metric-threshold", type=float, metavar="X",
+                   help="allowed max|engine - onnx| / max|onnx| per output (fp32 1e-4, tf32 2e-3, fp16 1e-2, "
+                        "bf16 5e-2, int8 1e-1)")
+    t.add_argument("--atol", type=float, help="element-wise check: fail elements beyond both atol and rtol*|ref|")
+    t.add_argument("--rtol", type=float, help="element-wise check (see --atol); Polygraphy's verdict is shown too")
+    t.add_argument("--min-cosine", type=float, metavar="X", help="require cosine similarity >= X (int8: 0.99)")
+    t.add_argument("--min-top1", type=float, metavar="X",
+                   help="require top-1 agreement >= X for classifier-like (N, C) outputs")
+    t.add_argument("--no-polygraphy", dest="polygraphy", action="store_false",
+                   help="skip Polygraphy's cross-check of the element-wise verdict")
+    options.add_json_option(parser)
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def shapes_from_args(args) -> dict | None:
+    """{input: shape} from ``--shapes``: the opt shape of each input's spec (a single shape is its own opt).
+
+    Raises:
+        ProfileError: malformed text, or ``--shapes`` given more than once.
+    """
+    from trtkit.build.profiles import parse_shapes
+    from trtkit.errors import ProfileError
+
+    if not args.shapes:
+        return None
+    if len(args.shapes) > 1:
+        raise ProfileError("parity runs one set of shapes: give --shapes once, e.g. --shapes images:8x3x224x224")
+    return {name: shape.opt for name, shape in parse_shapes(args.shapes[0]).shapes.items()}
+
+
+def run(args, console, *, engine=None) -> int:
+    """Run the comparison and render it; ``engine`` (a callable) replaces ``args.engine`` in tests and scripts."""
+    from trtkit.parity.api import compare_engine_to_onnx
+
+    with _progress(console) as on_trial:
+        report = compare_engine_to_onnx(
+            args.model, engine if engine is not None else args.engine,
+            inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
+            precision=args.precision, atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold,
+            min_cosine=args.min_cosine, min_top1=args.min_top1, trials=args.trials, seed=args.seed,
+            reference=args.reference, polygraphy_check=args.polygraphy, on_trial=on_trial,
+        )
+    if args.json != "-":
+        render_report(console, report)
+    if args.json:
+        render.write_json(args.json, report.to_dict())
+    return 0 if report.passed else 1
+
+
+class _progress:
+    """A transient spinner naming the trial being run (the reference evaluator can take seconds per trial)."""
+
+    def __init__(self, console):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=console, transient=True)
+        self._task = None
+
+    def __enter__(self):
+        self._progress.__enter__()
+        self._task = self._progress.add_task("parity: loading")
+        return self.update
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def update(self, trial: int, total: int) -> None:
+        self._progress.update(self._task, description=f"parity: trial {trial + 1} of {total}")
+
+
+def render_report(console, report) -> None:
+    """Print the header, the per-output table, failure reasons, notes and the verdict line."""
+    console.print(_header(report))
+    console.print(report_table(report))
+    worst = report.worst()
+    for result in worst:
+        for reason in result.reasons:
+            console.print(f"[red]- {reason}[/red]", markup=True, highlight=False)
+    others = sum(1 for r in report.results if not r.passed) - sum(1 for r in worst if not r.passed)
+    if others:
+        console.print(f"[red]- and {others} more failing output(s) in other trials (all in --json)[/red]",
+                      markup=True, highlight=False)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False)
+    style = "bold green" if report.passed else "bold red"
+    console.print(f"[{style}]{report.verdict()}[/{style}]", markup=True, highlight=False)
+
+
+def _header(report) -> str:
+    shapes = ", ".join(f"{n} {render.shape_str(s)}" for n, s in report.shapes.items())
+    source = "random inputs (seed {})".format(report.seed) if report.input_source == "random" else report.input_source
+    return (f"{report.engine} vs {report.model}: precision {report.precision}, {report.trials} trial(s) of "
+            f"{source}, shapes {shapes}, reference {report.reference_backend}")
+
+
+COLUMNS = ["output", "shape", "max |err|", "max |ref|", "err/max|ref|", "allowed", "mean |err|", "rel p99",
+           "cosine", "top-1", "worst at", "verdict"]
+
+
+def report_table(report):
+    """A rich table: one row per output, its worst trial (plus the element-wise columns when that check is on)."""
+    from trtkit.parity.compare import fmt
+
+    elementwise = report.tolerance.elementwise
+    columns = COLUMNS[:-1] + (["elem. fails", "polygraphy"] if elementwise else []) + COLUMNS[-1:]
+    rows = []
+    for r in report.worst():
+        m = r.metrics
+        verdict = "PASS" if r.passed else "FAIL"
+        extra = [r.elementwise_failures, _yes_no(r.polygraphy_passed)] if elementwise else []
+        if m is None:
+            rows.append([r.name, "missing"] + [None] * (len(columns) - 3) + [verdict])
+            continue
+        top1 = f"{m.top1_agreement:.0%}" if m.top1_agreement is not None else None
+        cosine = f"{m.cosine:.6f}" if m.cosine is not None else None
+        worst = ",".join(str(i) for i in m.worst_index) if m.worst_index is not None else None
+        rows.append([r.name, render.shape_str(m.shape), fmt(m.max_abs_error), fmt(m.max_abs_ref),
+                     fmt(m.error_ratio), fmt(report.tolerance.max_error_ratio), fmt(m.mean_abs_error),
+                     fmt(m.rel_error.get("p99")), cosine, top1, worst, *extra, verdict])
+    return render.table("parity", columns, rows)
+
+
+def _yes_no(value) -> str | None:
+    return None if value is None else ("pass" if value else "fail")

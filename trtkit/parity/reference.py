@@ -1,0 +1,103 @@
+"""The ONNX model's own outputs on CPU: onnx's ReferenceEvaluator, or ONNX Runtime when asked and installed.
+
+ONNX Runtime is never required: the reference evaluator ships with ``onnx``. It is slow (pure numpy, one node at a
+time), so parity on large models is better done with ``backend="onnxruntime"`` where that is installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from trtkit.errors import DependencyError, ModelError
+
+BACKENDS = ("onnx-reference", "onnxruntime")
+
+
+def load_model(model):
+    """An ``onnx.ModelProto`` from a path, bytes or a ModelProto (external data is loaded beside a path).
+
+    Raises:
+        ModelError: the file does not exist or is not a readable ONNX model.
+    """
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            return onnx.load_from_string(bytes(model))
+        path = Path(os.fspath(model))
+        if not path.is_file():
+            raise ModelError(f"ONNX model '{path}' does not exist.")
+        return onnx.load(str(path))
+    except ModelError:
+        raise
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise ModelError(f"Cannot read ONNX model '{model if not isinstance(model, bytes) else '<bytes>'}': {exc}") from exc
+
+
+def describe_model(model) -> str:
+    """A short description of a model argument for reports: its path, or the kind of object."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return "<bytes>" if isinstance(model, (bytes, bytearray, memoryview)) else "<ModelProto>"
+
+
+class OnnxReference:
+    """Runs an ONNX model on CPU: a callable ``feed -> {output name: array}`` in the graph's output order.
+
+    Args:
+        model: path, bytes or ``onnx.ModelProto``.
+        backend: "onnx-reference" (``onnx.reference.ReferenceEvaluator``, always available) or "onnxruntime"
+            (CPU execution provider; needs the package).
+
+    Raises:
+        ModelError: the model cannot be read or the evaluator refuses it.
+        DependencyError: onnxruntime was asked for and is not installed.
+    """
+
+    def __init__(self, model, *, backend: str = "onnx-reference"):
+        if backend not in BACKENDS:
+            raise ModelError(f"Unknown reference backend '{backend}'; use one of: {', '.join(BACKENDS)}.")
+        self.backend = backend
+        self.model = load_model(model)
+        self.output_names = [o.name for o in self.model.graph.output]
+        self._session = self._make_session()
+
+    def _make_session(self):
+        if self.backend == "onnxruntime":
+            try:
+                import onnxruntime
+            except ImportError as exc:
+                raise DependencyError(
+                    "The onnxruntime reference backend needs `pip install onnxruntime`; or use the default "
+                    "'onnx-reference' backend, which needs nothing more."
+                ) from exc
+            opts = onnxruntime.SessionOptions()
+            # Graph optimizations fuse and reorder float math; the reference should compute what the graph says.
+            opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+            return onnxruntime.InferenceSession(
+                self.model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+            )
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            return ReferenceEvaluator(self.model)
+        except Exception as exc:  # the evaluator raises plain exceptions for unsupported ops
+            raise ModelError(f"onnx's reference evaluator cannot run this model: {exc}") from exc
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model on one feed.
+
+        Raises:
+            ModelError: the backend failed on these inputs (the message carries the backend's reason).
+        """
+        try:
+            values = self._session.run(self.output_names, dict(feed))
+        except Exception as exc:
+            raise ModelError(f"The ONNX model failed to run in {self.backend}: {exc}") from exc
+        return {name: np.asarray(value) for name, value in zip(self.output_names, values)}
