@@ -1,0 +1,109 @@
+"""Small generated ONNX graphs for precision tests (FP16 conversion, Q/DQ placement)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=OPSET):
+    graph = helper.make_graph(nodes, "q", inputs, outputs, list(inits))
+    model = helper.make_model(graph, producer_name="trtkit-tests", opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _init(rng, name, shape, scale=0.3):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def fp16_mix(seed=0):
+    """Conv → Relu → Pow (FP32 op) → Mul by a huge constant (clipped) → Resize (FP32 scales) → Reshape whose shape is
+    computed from Shape (shape math stays FP32) → output; plus a second output read straight from the Relu."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init(rng, "w", (4, 3, 3, 3)),
+        numpy_helper.from_array(np.array([1e6, 1.0, 1.0, 1.0], np.float32).reshape(1, 4, 1, 1), "big"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+        numpy_helper.from_array(np.array([1.0], np.float32), "one"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Constant", [], ["two"], name="two_const",
+                         value=numpy_helper.from_array(np.array(2.0, np.float32))),
+        helper.make_node("Pow", ["r", "two"], ["p"], name="pow"),
+        helper.make_node("Mul", ["p", "big"], ["m"], name="mul"),
+        helper.make_node("Resize", ["m", "", "scales"], ["z"], name="resize", mode="nearest"),
+        helper.make_node("Shape", ["z"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["sf"], name="cast_f", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["sf", "one"], ["sm"], name="shape_mul"),
+        helper.make_node("Cast", ["sm"], ["si"], name="cast_i", to=TensorProto.INT64),
+        helper.make_node("Reshape", ["z", "si"], ["y"], name="reshape"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 4, 4, 4])],
+        inits,
+    )
+
+
+def residual_cnn(seed=0, *, width=16):
+    """stem Conv → Relu → [Conv → Relu → Conv] + skip → Relu → (Conv 3x3 + Conv 1x1 downsample) → Add → Relu →
+    MaxPool → {tiny 1x1 Conv to 2 channels → output; GlobalAveragePool → Reshape → Gemm head → Softmax → output}:
+    the shapes Q/DQ placement cares about."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init(rng, "w_stem", (width, 3, 3, 3)), _init(rng, "b_stem", (width,), 0.1),
+        _init(rng, "w_a", (width, width, 3, 3)), _init(rng, "w_b", (width, width, 3, 3)),
+        _init(rng, "w_down", (width, width, 1, 1)),
+        _init(rng, "w_tiny", (2, width, 1, 1)),
+        _init(rng, "w_fc", (10, width * 2)), _init(rng, "b_fc", (10,), 0.1),
+        numpy_helper.from_array(np.array([-1, width * 2], np.int64), "flat_shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w_stem", "b_stem"], ["stem"], name="stem_conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["stem"], ["stem_r"], name="stem_relu"),
+        helper.make_node("Conv", ["stem_r", "w_a"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["a_r"], name="relu_a"),
+        helper.make_node("Conv", ["a_r", "w_b"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["b", "stem_r"], ["res"], name="add_skip"),
+        helper.make_node("Relu", ["res"], ["res_r"], name="relu_res"),
+        helper.make_node("Conv", ["res_r", "w_down"], ["down"], name="conv_down"),
+        helper.make_node("Conv", ["res_r", "w_b"], ["main"], name="conv_main", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["main", "down"], ["res2"], name="add_two_convs"),
+        helper.make_node("Relu", ["res2"], ["res2_r"], name="relu_res2"),
+        helper.make_node("MaxPool", ["res2_r"], ["pool"], name="maxpool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["pool", "w_tiny"], ["tiny"], name="conv_tiny"),
+        helper.make_node("Concat", ["tiny", "tiny"], ["tiny2"], name="concat", axis=1),
+        helper.make_node("GlobalAveragePool", ["pool"], ["gap"], name="gap"),
+        helper.make_node("Concat", ["gap", "gap"], ["gap2"], name="concat_gap", axis=1),
+        helper.make_node("Reshape", ["gap2", "flat_shape"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "w_fc", "b_fc"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["prob"], name="softmax", axis=1),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 10]),
+         helper.make_tensor_value_info("tiny2", TensorProto.FLOAT, ["N", 4, 4, 4])],
+        inits,
+    )
+
+
+def matmul_block(seed=0):
+    """x @ W (initializer) → Relu → MatMul with a second activation: weight vs activation MatMul inputs."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w", (16, 32))]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm_weight"),
+        helper.make_node("Relu", ["h"], ["h_r"], name="relu"),
+        helper.make_node("Transpose", ["h_r"], ["h_t"], name="transpose", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["h_r", "h_t"], ["y"], name="mm_act"),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8])], inits)

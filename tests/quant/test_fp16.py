@@ -1,0 +1,102 @@
+"""FP16/BF16 conversion: I/O types kept, FP32 islands with Casts, clipping named, nothing dropped silently."""
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx.reference import ReferenceEvaluator
+
+from tests.quant.qmodels import fp16_mix, residual_cnn
+from trtkit.errors import ModelError
+from trtkit.quant.fp16 import convert_to_bf16, convert_to_fp16
+
+
+def _types(model):
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)}
+    types.update({t.name: t.data_type for t in g.initializer})
+    return types
+
+
+def _node(model, name):
+    return next(n for n in model.graph.node if n.name == name)
+
+
+def test_keeps_fp32_io_and_runs_close_to_fp32():
+    model = residual_cnn()
+    conv = convert_to_fp16(model)
+    onnx.checker.check_model(conv.model, full_check=True)
+    assert [v.type.tensor_type.elem_type for v in conv.model.graph.input] == [TensorProto.FLOAT]
+    assert {v.name: v.type.tensor_type.elem_type for v in conv.model.graph.output} == {
+        "prob": TensorProto.FLOAT, "tiny2": TensorProto.FLOAT}
+    types = _types(conv.model)
+    assert types[_node(conv.model, "stem_conv").input[1]] == TensorProto.FLOAT16
+    assert types["stem_r"] == TensorProto.FLOAT16
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    ref = ReferenceEvaluator(model).run(["prob"], {"x": x})[0]
+    got = ReferenceEvaluator(conv.model).run(["prob"], {"x": x})[0]
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, atol=2e-2)
+
+
+def test_fp16_io_when_asked():
+    conv = convert_to_fp16(residual_cnn(), keep_io_types=False)
+    assert conv.model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    assert conv.model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    onnx.checker.check_model(conv.model, full_check=True)
+
+
+def test_blocked_ops_shape_math_and_resize_scales_stay_fp32(caplog):
+    with caplog.at_level(logging.INFO, logger="trtkit"):
+        conv = convert_to_fp16(fp16_mix())
+    model = conv.model
+    onnx.checker.check_model(model, full_check=True)
+    types = _types(model)
+    pow_node = _node(model, "pow")
+    assert types[pow_node.input[0]] == TensorProto.FLOAT  # cast back to FP32 before Pow
+    assert types[pow_node.input[1]] == TensorProto.FLOAT  # the Constant exponent stays FP32 for Pow
+    assert types[_node(model, "resize").input[2]] == TensorProto.FLOAT
+    assert types[_node(model, "resize").input[0]] == TensorProto.FLOAT16
+    assert types["sf"] == TensorProto.FLOAT and types["sm"] == TensorProto.FLOAT  # shape arithmetic
+    assert "pow (Pow)" in conv.kept_fp32 and "shape_mul (Mul)" in conv.kept_fp32
+    assert "kept 4 node(s) in FP32: Cast x2, Mul x1, Pow x1" in caplog.text
+    assert conv.casts >= 3
+
+
+def test_clipping_is_named_in_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="trtkit"):
+        conv = convert_to_fp16(fp16_mix())
+    assert conv.clipped == ["big"]
+    assert "clipped values beyond ±65504 in: big" in caplog.text
+    big16 = next(t for t in conv.model.graph.initializer if t.name == "big__fp16")
+    assert onnx.numpy_helper.to_array(big16).max() == pytest.approx(65504.0)
+
+
+def test_graph_output_consumed_inside_keeps_its_name_and_type():
+    conv = convert_to_fp16(fp16_mix())
+    x = np.random.default_rng(1).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    ref_r = ReferenceEvaluator(fp16_mix()).run(["r"], {"x": x})[0]
+    got_r = ReferenceEvaluator(conv.model).run(["r"], {"x": x})[0]
+    assert got_r.dtype == np.float32
+    np.testing.assert_allclose(got_r, ref_r, rtol=1e-2, atol=1e-2)
+
+
+def test_bf16_conversion_rounds_to_nearest_even():
+    conv = convert_to_bf16(residual_cnn())
+    onnx.checker.check_model(conv.model)  # ONNX's Conv schema lists no bfloat16; TensorRT's parser takes it
+    w = next(t for t in conv.model.graph.initializer if t.name == "w_stem__bf16")
+    assert w.data_type == TensorProto.BFLOAT16
+    original = onnx.numpy_helper.to_array(next(t for t in residual_cnn().graph.initializer if t.name == "w_stem"))
+    bits = np.frombuffer(w.raw_data, dtype="<u2").astype(np.uint32) << 16
+    np.testing.assert_allclose(bits.view(np.float32).reshape(original.shape), original, rtol=1 / 128)
+    assert conv.clipped == []
+
+
+def test_unknown_dtype_is_refused():
+    with pytest.raises(ModelError, match="Cannot convert a model to 'int4'; use fp16 or bf16"):
+        from trtkit.quant.fp16 import convert_float
+
+        convert_float(residual_cnn(), dtype="int4")
