@@ -244,6 +244,33 @@ def parser_errors(parser) -> list[ParserIssue]:
     return issues
 
 
+def parser_supports_model(parser, model_bytes: bytes, path: str | None = None) -> tuple[bool, list]:
+    """Ask the ONNX parser which parts of a model it supports.
+
+    ``supports_model_v2`` (10.1+, the only form in 11) then ``num_subgraphs`` / ``get_subgraph_nodes`` /
+    ``is_subgraph_supported``; else ``supports_model`` (8.6, 10.0), which returns the subgraphs directly. Both parse
+    the model, so run this where a parser crash is contained (a child process).
+
+    Returns:
+        ``(all_supported, [(node indices, supported), ...])``: subgraphs of nodes the parser can import.
+    """
+    args = (model_bytes, path) if path else (model_bytes,)
+    if hasattr(parser, "supports_model_v2"):
+        ok = bool(parser.supports_model_v2(*args))
+        subgraphs = [([int(i) for i in parser.get_subgraph_nodes(k)], bool(parser.is_subgraph_supported(k)))
+                     for k in range(int(parser.num_subgraphs))]
+        return ok, subgraphs
+    ok, subgraphs = parser.supports_model(*args)
+    return bool(ok), [([int(i) for i in nodes], bool(supported)) for nodes, supported in subgraphs]
+
+
+def parser_supports_operator(parser, op_type: str) -> bool | None:
+    """Whether the parser has an importer for ``op_type`` (``supports_operator``; ``None`` if not exposed)."""
+    if not hasattr(parser, "supports_operator"):
+        return None
+    return bool(parser.supports_operator(op_type))
+
+
 # --- engine --------------------------------------------------------------------------------------------------------
 
 
