@@ -1,1 +1,10 @@
-"""Measurement: timers, statistics, reports."""
+"""Measurement: timers, statistics, reports.
+
+    from trtkit.bench import BenchSettings, benchmark
+    result = benchmark("model.engine", BenchSettings(cuda_graph=True))
+"""
+
+from trtkit.bench.measure import BenchResult, BenchSettings, benchmark
+from trtkit.bench.stats import Summary, percentile, summarize
+
+__all__ = ["BenchResult", "BenchSettings", "Summary", "benchmark", "percentile", "summarize"]

@@ -1,0 +1,51 @@
+"""Turn a :class:`~trtkit.bench.measure.BenchResult` into JSON and a rich table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+SCHEMA_VERSION = 1
+_ROWS = (("latency", "latency (GPU, H2D+compute+D2H)"), ("compute", "GPU compute"), ("h2d", "H2D copy"),
+         ("d2h", "D2H copy"), ("enqueue", "enqueue (host)"), ("e2e", "end-to-end TrtRunner.infer"))
+_COLUMNS = ("min", "mean", "median", "p90", "p95", "p99", "max")
+
+
+def to_json(result, *, engine: str | None = None) -> dict:
+    """A JSON-ready dict: settings, shapes, throughput, and min..max summaries in milliseconds."""
+    data = {
+        "schema": SCHEMA_VERSION,
+        "engine": engine,
+        "settings": asdict(result.settings),
+        "shapes": result.shapes,
+        "batch": result.batch,
+        "queries": result.queries,
+        "wall_s": round(result.wall_s, 6),
+        "throughput": {"qps": round(result.qps, 3), "items_per_s": round(result.items_per_s, 3)},
+        "warnings": list(result.warnings),
+    }
+    for key, _ in _ROWS:
+        summary = getattr(result, key)
+        data[f"{key}_ms"] = summary.to_json() if summary is not None else None
+    return data
+
+
+def render(result, console, *, title: str = "trtkit bench") -> None:
+    """Print the summary table, throughput and warnings on a rich ``console``."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("time (ms)")
+    for col in _COLUMNS:
+        table.add_column(col, justify="right")
+    for key, label in _ROWS:
+        summary = getattr(result, key)
+        if summary is not None:
+            table.add_row(label, *(f"{getattr(summary, c):.4f}" for c in _COLUMNS))
+    console.print(table)
+    shapes = ", ".join(f"{n} {tuple(s)}" for n, s in result.shapes.items())
+    console.print(f"throughput: {result.qps:,.1f} qps, {result.items_per_s:,.1f} items/s "
+                  f"(batch {result.batch}, {result.queries} queries in {result.wall_s:.2f} s, "
+                  f"{result.settings.streams} stream(s), CUDA graph {'on' if result.settings.cuda_graph else 'off'})")
+    console.print(f"shapes: {shapes}; latency coefficient of variation {result.latency.cov:.2%}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
