@@ -121,11 +121,31 @@ def render(results: dict, gpu: list) -> str:
         cells = [calibrators_cell(surface, gpu, version) if key is None else cell(key, surface, gpu, version)
                  for key in COLUMNS.values()]
         lines.append(f"| {version} | " + " | ".join(cells) + " |")
+    lines += api_section(results)
     lines += ["", "Checks that failed (their cells read *not proven*):", ""]
     failed = [f"- {v}: `{name}` — {c['error'].splitlines()[0][:200]}" for v, r in results.items()
               for name, c in r["checks"].items() if not c["ok"]]
     lines += failed or ["- none"]
     return "\n".join(lines) + "\n"
+
+
+def api_section(results: dict) -> list:
+    """Names trtkit uses in some versions and detects as absent (and so avoids) in others."""
+    used = {v: set(r.get("api", {}).get("used", [])) for v, r in results.items()}
+    absent = {v: set(r.get("api", {}).get("absent_probed", [])) for v, r in results.items()}
+    guarded = sorted(set().union(*absent.values()) & set().union(*used.values())) if results else []
+    lines = ["", "## Version-dependent TensorRT names", "",
+             "Every TensorRT name that the passing checks' code paths touched exists in the version it was used "
+             "with (the tier fails otherwise). Per version, names used / names probed and found absent "
+             "(trtkit then takes another path):", ""]
+    lines += [f"- {v}: {len(used[v])} used; absent and avoided: {', '.join(sorted(absent[v])) or 'none'}"
+              for v in results]
+    if guarded:
+        lines += ["", "| name | " + " | ".join(results) + " |", "|---" * (len(results) + 1) + "|"]
+        for name in guarded:
+            marks = ["used" if name in used[v] else "absent, avoided" if name in absent[v] else "—" for v in results]
+            lines.append(f"| `{name}` | " + " | ".join(marks) + " |")
+    return lines
 
 
 def main(argv=None) -> int:

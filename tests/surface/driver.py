@@ -27,13 +27,21 @@ from surface_checks import CHECKS, Context  # noqa: E402
 
 def run_check(func, ctx: Context) -> dict:
     started = time.perf_counter()
+    ctx.logs.clear()
     try:
         facts = func(ctx) or {}
     except Exception as exc:  # noqa: BLE001 - every failure is reported, the next check still runs
         detail = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
-        tail = traceback.format_exception(exc)[-4:]
+        tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:]
         return {"ok": False, "error": detail, "traceback": "".join(tail), "seconds": _since(started)}
-    return {"ok": True, "error": None, "facts": facts, "seconds": _since(started)}
+    return {"ok": True, "error": None, "facts": facts, "api": api_names(ctx.logs), "seconds": _since(started)}
+
+
+def api_names(logs) -> dict:
+    """TensorRT names the check's code touched that exist (``used``) and that it probed but are absent."""
+    used = sorted({name for log in logs for name in log.used()})
+    missing = sorted({name for log in logs for name in log.probed_missing()})
+    return {"used": used, "absent_probed": missing}
 
 
 def _since(started: float) -> float:
@@ -48,6 +56,12 @@ def merged_features(results: dict) -> dict:
             for feature, value in result["facts"].get("features", {}).items():
                 features[feature] = {"value": value, "check": name}
     return features
+
+
+def api_union(results: dict) -> dict:
+    """Every TensorRT name the passing checks used, and those they probed and found absent (guarded uses)."""
+    passing = [r["api"] for r in results.values() if r["ok"]]
+    return {key: sorted({n for api in passing for n in api[key]}) for key in ("used", "absent_probed")}
 
 
 def main(argv=None) -> int:
@@ -65,7 +79,8 @@ def main(argv=None) -> int:
     ctx = Context(real=tensorrt, version=args.version)
     results = {name: run_check(CHECKS[name], ctx) for name in names}
     report = {"version": args.version, "tensorrt_version": tensorrt.__version__,
-              "python": platform.python_version(), "checks": results, "features": merged_features(results)}
+              "python": platform.python_version(), "checks": results, "features": merged_features(results),
+              "api": api_union(results)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=repr) + "\n")
     return 0

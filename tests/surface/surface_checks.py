@@ -11,7 +11,7 @@ This module imports neither tensorrt nor trtkit at import time: the pytest side 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CHECKS: dict = {}
 
@@ -28,6 +28,7 @@ class Context:
 
     real: object
     version: str
+    logs: list = field(default_factory=list)
 
     @property
     def major(self) -> int:
@@ -40,7 +41,7 @@ class Context:
         """The real module, every name trtkit touches checked and logged."""
         from surface_proxy import make_surface
 
-        return make_surface(self.real, self.real, self.version)
+        return self._logged(make_surface(self.real, self.real, self.version))
 
     def fake_surface(self):
         """trtkit's fake backend imitating this version, with every name checked against the real module."""
@@ -48,7 +49,11 @@ class Context:
 
         from trtkit.testing.fake_trt import make_fake_trt
 
-        return make_surface(make_fake_trt(self.version), self.real, self.version)
+        return self._logged(make_surface(make_fake_trt(self.version), self.real, self.version))
+
+    def _logged(self, surface_and_log):
+        self.logs.append(surface_and_log[1])
+        return surface_and_log
 
     def stand_in(self, cls_name: str, log, **attrs):
         """A :class:`Recorder` posing as an instance of the real ``cls_name`` (names checked against it)."""
@@ -530,3 +535,60 @@ def _register_build_paths() -> None:
 
 
 _register_build_paths()
+
+
+# --- the runtime's code paths on the fake backend (fake CUDA), every name checked against the real module ---------
+
+
+def run_runner(ctx: Context, cuda_graph: bool) -> dict:
+    """Run the tiny model twice through TrtRunner on the checked fake backend; compare with ONNX's evaluator."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.runtime.runner import TrtRunner
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+
+    trt, log = ctx.fake_surface()
+    model = tiny_conv_model()
+    io = [{"name": "x", "mode": "INPUT", "dtype": "float32", "shape": [1, 3, 8, 8]},
+          {"name": "y", "mode": "OUTPUT", "dtype": "float32", "shape": [1, 4, 8, 8]}]
+    engine = serialize_fake_engine(model.SerializeToString(), io, [], ctx.version)
+    rt = FakeCudart()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype("float32")
+    try:
+        with TrtRunner(engine, cuda_graph=cuda_graph, check_manifest=False, trt=trt, cuda=Cuda(rt)) as runner:
+            outputs = [runner.infer({"x": x})["y"] for _ in range(3)]
+    except Exception as exc:  # noqa: BLE001 - a missing name wins over what it caused
+        _raise_surface_problem(exc, log)
+        raise
+    _fail_on_gaps(log, "the run succeeded")
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    for out in outputs:
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    launches = rt.calls["cudaGraphLaunch"]
+    assert (launches >= 2) == cuda_graph, f"cudaGraphLaunch called {launches} times with cuda_graph={cuda_graph}"
+    return {"graph_launches": launches, "used": log.used(), "by_function": log.by_user()}
+
+
+def _raise_surface_problem(exc, log) -> None:
+    from surface_proxy import MissingOnSurface, find_missing
+
+    missing = find_missing(exc)
+    if isinstance(missing, MissingOnSurface):
+        raise missing
+    _fail_on_gaps(log, f"the run failed: {type(exc).__name__}: {exc}")
+
+
+@check
+def runtime_infer(ctx: Context) -> dict:
+    """TrtRunner: deserialize, context, shapes, addresses, execute_async_v3, all through real names."""
+    return run_runner(ctx, cuda_graph=False)
+
+
+@check
+def runtime_cuda_graphs(ctx: Context) -> dict:
+    """TrtRunner with cuda_graph=True captures once and replays (the TensorRT side of CUDA graphs)."""
+    facts = run_runner(ctx, cuda_graph=True)
+    return {**facts, "features": {"cuda_graphs": True}}
