@@ -1,0 +1,113 @@
+"""scripts/trt_surfaces.py and scripts/support_matrix.py on their own: fast CPU tests (default tier).
+
+The wheel download is exercised by the ``surface`` tier (it needs the package index); here: tool checks, symbol
+classification, stub compilation, the shim, and the matrix rendering.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+surfaces = _load("trt_surfaces")
+matrix = _load("support_matrix")
+
+
+def test_missing_tools_are_named_with_how_to_install(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    with pytest.raises(surfaces.SurfaceError, match=r"Missing tools: gcc, nm, readelf \(or objdump\).*apt-get"):
+        surfaces.check_tools()
+
+
+def test_wheel_names_per_version():
+    assert surfaces.wheel_requirement("8.6.1") == "tensorrt-bindings==8.6.1"
+    assert surfaces.wheel_requirement("10.8.0.43") == "tensorrt-cu12-bindings==10.8.0.43"
+    assert surfaces.wheel_requirement("11.4.0.106", cuda="13") == "tensorrt-cu13-bindings==11.4.0.106"
+
+
+def test_symbols_go_to_the_library_that_exports_them():
+    libs = ["libnvinfer.so.8", "libnvonnxparser.so.8", "libnvparsers.so.8", "libnvinfer_plugin.so.8"]
+    assert surfaces.library_of("createInferBuilder_INTERNAL", libs) == "libnvinfer.so.8"
+    assert surfaces.library_of("createNvOnnxParser_INTERNAL", libs) == "libnvonnxparser.so.8"
+    assert surfaces.library_of("_ZN11nvuffparser15createUffParserEv", libs) == "libnvparsers.so.8"
+    assert surfaces.library_of("initLibNvInferPlugins", libs) == "libnvinfer_plugin.so.8"
+    # 10+ has no libnvparsers: anything unknown lands in libnvinfer (the loader resolves symbols globally)
+    assert surfaces.library_of("_ZN11nvuffparser15createUffParserEv", ["libnvinfer.so.10"]) == "libnvinfer.so.10"
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm") and shutil.which("readelf")),
+                    reason="needs gcc, nm and readelf")
+def test_stub_exports_exactly_the_symbols_with_its_soname(tmp_path):
+    symbols = ["createInferRuntime_INTERNAL", "_ZN14nvcaffeparser117createCaffeParserEv"]
+    lib = surfaces.compile_stub("libnvinfer.so.42", symbols, tmp_path)
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    names = {line.split()[-1] for line in exported.splitlines() if " T " in line}
+    assert names == set(symbols)
+    dynamic = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+    assert "Library soname: [libnvinfer.so.42]" in dynamic
+    import ctypes
+
+    assert ctypes.CDLL(str(lib)).createInferRuntime_INTERNAL() == 0  # returns NULL
+
+
+def test_a_surface_is_prepared_only_for_its_version_and_python(tmp_path):
+    marker = {"version": "10.8.0.43", "python": surfaces.python_tag(), "format": surfaces.FORMAT, "stubs": {}}
+    (tmp_path / surfaces.MARKER).write_text(json.dumps(marker))
+    assert surfaces.prepared(tmp_path, "10.8.0.43") == marker
+    assert surfaces.prepared(tmp_path, "10.9.0.34") is None
+    marker["python"] = "cp39"
+    (tmp_path / surfaces.MARKER).write_text(json.dumps(marker))
+    assert surfaces.prepared(tmp_path, "10.8.0.43") is None
+
+
+def _results(version: str, features: dict, failed: tuple = ()) -> dict:
+    checks = {name: {"ok": False, "error": f"{name} broke"} for name in failed}
+    return {"version": version, "checks": checks,
+            "features": {k: {"value": v, "check": "c"} for k, v in features.items()},
+            "api": {"used": ["BuilderFlag.FP16"] if features.get("fp16_flag") else [],
+                    "absent_probed": [] if features.get("fp16_flag") else ["BuilderFlag.FP16"]}}
+
+
+def _row(text: str, version: str) -> list:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {version} |"))
+    return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+
+def test_matrix_cells_say_how_each_is_proven(tmp_path):
+    results = {"8.6.1": _results("8.6.1", {"fp32": True, "fp16_flag": True, "calibrator_entropy": True,
+                                           "calibrator_minmax": True}),
+               "11.4.0.106": _results("11.4.0.106", {"fp32": True, "fp16_flag": False, "calibrator_entropy": False,
+                                                     "calibrator_minmax": False, "calibrator_percentile": False},
+                                      failed=("build_int8_qdq",))}
+    gpu = tmp_path / "h200.json"
+    gpu.write_text(json.dumps({"tensorrt_version": "8.6.0", "device": "H200",
+                               "features": {"fp32": True, "cuda_graphs": "pass", "bf16": False}}))
+    text = matrix.render(results, matrix.gpu_evidence([gpu]))
+    row86 = _row(text, "8.6.1")
+    row11 = _row(text, "11.4.0.106")
+    cols = ["TensorRT"] + list(matrix.COLUMNS)
+    assert row86[cols.index("FP32")] == "yes — GPU (8.6.0, H200), API surface"
+    assert row86[cols.index("CUDA graphs")] == "yes — GPU (8.6.0, H200)"
+    assert row86[cols.index("BF16")] == "not proven"
+    assert row86[cols.index("Calibrators")] == "entropy, minmax — API surface"
+    assert row11[cols.index("FP16 (builder flag)")] == "no — absent in this TensorRT (API surface)"
+    assert row11[cols.index("Calibrators")] == "none — absent in this TensorRT (API surface)"
+    assert "- 11.4.0.106: `build_int8_qdq` — build_int8_qdq broke" in text
+    assert "| `BuilderFlag.FP16` | used | absent, avoided |" in text
