@@ -1,0 +1,336 @@
+"""Explicit INT8: QuantizeLinear/DequantizeLinear placement following TensorRT's rules, and insertion.
+
+Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit quantization:
+
+- Q/DQ go on the **inputs** of Conv, ConvTranspose, Gemm and MatMul, never on their outputs (TensorRT fuses a
+  following Q into the layer and propagates Q/DQ across ReLU, pooling and other commuting ops).
+- Weights are quantized per channel along the output-channel axis (Conv axis 0, ConvTranspose axis 1, Gemm/MatMul
+  the axis of N); activations per tensor. Symmetric, zero point 0.
+- On a residual ``Add`` whose one input is a quantized convolution's only output, the *other* (skip) input is
+  quantized too, so the convolution can fuse with the add (conv + add + relu in INT8).
+- Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
+  than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
+  compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
+
+:func:`insert_qdq` applies a plan with amax values (from calibration or a TensorRT cache) and returns a new model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trtkit.errors import CalibrationError, ModelError
+
+logger = logging.getLogger("trtkit")
+
+COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNormalization",
+                                      "InstanceNormalization"})
+MIN_OPSET = 13  # per-channel QuantizeLinear (axis) needs opset 13
+
+
+@dataclass(frozen=True)
+class QdqOptions:
+    """Settings of :func:`plan_qdq`.
+
+    Attributes:
+        per_channel: per-channel weight scales (else per-tensor).
+        quantize_residual: quantize the skip input of residual adds.
+        keep_output_layers: keep the final compute layers (heads) in higher precision.
+        min_weight_elements: convolutions/GEMMs with fewer weights stay in higher precision.
+        exclude_nodes: node names never quantized.
+    """
+
+    per_channel: bool = True
+    quantize_residual: bool = True
+    keep_output_layers: bool = True
+    min_weight_elements: int = 256
+    exclude_nodes: frozenset = frozenset()
+
+
+@dataclass
+class WeightQuant:
+    """A weight initializer to quantize per channel (``axis``) or per tensor (``axis=None``)."""
+
+    initializer: str
+    axis: int | None
+
+
+@dataclass
+class QdqPlan:
+    """Where Q/DQ go.
+
+    Attributes:
+        activations: tensor names quantized per tensor (each needs an amax from calibration).
+        consumers: for each activation, the ``(node name, input index)`` pairs that read its dequantized value.
+        weights: ``(node name, input index) → WeightQuant``.
+        quantized: names of compute nodes whose inputs are quantized.
+        skipped: compute node name → why it stays in higher precision.
+        residual: ``(add node name, skip tensor name)`` pairs.
+    """
+
+    activations: list = field(default_factory=list)
+    consumers: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)
+    quantized: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)
+    residual: list = field(default_factory=list)
+
+    def add_activation(self, tensor: str, node: str, index: int) -> None:
+        if tensor not in self.consumers:
+            self.activations.append(tensor)
+            self.consumers[tensor] = []
+        if (node, index) not in self.consumers[tensor]:
+            self.consumers[tensor].append((node, index))
+
+    def summary(self) -> str:
+        return (f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision, "
+                f"{len(self.residual)} residual add(s)")
+
+
+class _Graph:
+    """Producer/consumer lookups over an ONNX graph (node names are made unique first)."""
+
+    def __init__(self, model):
+        self.graph = model.graph
+        self.inits = {t.name: t for t in self.graph.initializer}
+        self.nodes = list(self.graph.node)
+        self.order = {n.name: i for i, n in enumerate(self.nodes)}
+        self.producer = {out: n for n in self.nodes for out in n.output}
+        self.consumers: dict[str, list] = {}
+        for n in self.nodes:
+            for name in n.input:
+                self.consumers.setdefault(name, []).append(n)
+        self.outputs = {o.name for o in self.graph.output}
+
+    def is_weight(self, name: str) -> bool:
+        return name in self.inits
+
+    def producer_op(self, name: str) -> str | None:
+        node = self.producer.get(name)
+        return node.op_type if node is not None else None
+
+
+def ensure_node_names(model) -> None:
+    """Give every unnamed node a unique name (placement refers to nodes by name)."""
+    seen = set()
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
+        seen.add(node.name)
+
+
+def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
+    """Decide where Q/DQ go in an FP32 ONNX model (see the module docstring for the rules).
+
+    Args:
+        model: ``onnx.ModelProto``; unnamed nodes are given names in place.
+        options: placement settings.
+
+    Returns:
+        A :class:`QdqPlan`.
+    """
+    options = options or QdqOptions()
+    ensure_node_names(model)
+    g = _Graph(model)
+    plan = QdqPlan()
+    heads = _output_layers(g) if options.keep_output_layers else set()
+    for node in g.nodes:
+        if node.op_type not in COMPUTE_OPS:
+            continue
+        reason = _skip_reason(g, node, options, heads)
+        if reason:
+            plan.skipped[node.name] = reason
+            continue
+        _plan_compute(g, node, options, plan)
+    if options.quantize_residual:
+        _plan_residuals(g, plan)
+    return plan
+
+
+def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None:
+    if node.name in options.exclude_nodes:
+        return "excluded by name"
+    weight = next((g.inits[i] for i in node.input[1:2] if g.is_weight(i)), None)
+    if weight is not None and int(np.prod(weight.dims)) < options.min_weight_elements:
+        return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
+    if node.name in heads:
+        return "final layer (head) kept in higher precision"
+    fed_by = {g.producer_op(i) for i in node.input[:2]} & HIGH_PRECISION_PRODUCERS
+    if fed_by:
+        return f"fed by {', '.join(sorted(fed_by))} (kept in higher precision)"
+    if not any(not g.is_weight(i) for i in node.input[:2]):
+        return "no activation input"
+    return None
+
+
+def _plan_compute(g: _Graph, node, options: QdqOptions, plan: QdqPlan) -> None:
+    for index, name in enumerate(node.input[:2]):
+        if not name:
+            continue
+        if g.is_weight(name):
+            axis = _weight_axis(g, node, name) if options.per_channel else None
+            plan.weights[(node.name, index)] = WeightQuant(name, axis)
+        else:
+            plan.add_activation(name, node.name, index)
+    plan.quantized.append(node.name)
+
+
+def _weight_axis(g: _Graph, node, name: str) -> int | None:
+    rank = len(g.inits[name].dims)
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 0 if trans_b else 1
+    if node.op_type == "MatMul" and node.input[1] == name and rank >= 2:
+        return rank - 1
+    return None
+
+
+def _output_layers(g: _Graph) -> set:
+    """Compute nodes from which a graph output is reachable through non-compute nodes only."""
+    heads, stack, seen = set(), list(g.outputs), set()
+    while stack:
+        tensor = stack.pop()
+        node = g.producer.get(tensor)
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type in COMPUTE_OPS:
+            heads.add(node.name)
+            continue
+        stack.extend(i for i in node.input if i and not g.is_weight(i))
+    return heads
+
+
+def _plan_residuals(g: _Graph, plan: QdqPlan) -> None:
+    quantized = set(plan.quantized)
+    for node in g.nodes:
+        if node.op_type != "Add" or len(node.input) != 2 or any(g.is_weight(i) for i in node.input):
+            continue
+        fusable = [i for i, name in enumerate(node.input) if _fusable_conv_output(g, name, quantized)]
+        if not fusable:
+            continue
+        # The add fuses into the convolution that runs last; the other input is the skip branch.
+        main = max(fusable, key=lambda i: g.order[g.producer[node.input[i]].name])
+        skip = 1 - main
+        plan.add_activation(node.input[skip], node.name, skip)
+        plan.residual.append((node.name, node.input[skip]))
+
+
+def _fusable_conv_output(g: _Graph, name: str, quantized: set) -> bool:
+    node = g.producer.get(name)
+    return (node is not None and node.op_type == "Conv" and node.name in quantized
+            and len(g.consumers.get(name, [])) == 1 and name not in g.outputs)
+
+
+# --- insertion -----------------------------------------------------------------------------------------------------
+
+
+def insert_qdq(model, amax: dict, plan: QdqPlan | None = None, options: QdqOptions | None = None, *,
+               strict: bool = False):
+    """Insert Q/DQ pairs into a copy of ``model``.
+
+    Args:
+        model: the FP32 ``onnx.ModelProto`` (opset 13 or later).
+        amax: activation tensor name → amax (absolute range), e.g. from calibration or
+            :meth:`calibrators.cache.CalibrationTable.amaxes`.
+        plan: placement (default: :func:`plan_qdq` with ``options``).
+        options: placement settings when ``plan`` is not given.
+        strict: raise when an activation has no amax (default: leave that tensor unquantized with a warning).
+
+    Returns:
+        ``(qdq_model, plan)``.
+
+    Raises:
+        ModelError: the model's opset is below 13.
+        CalibrationError: ``strict`` and some amax values are missing (names them).
+    """
+    import onnx
+
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < MIN_OPSET:
+        raise ModelError(f"Q/DQ insertion needs ONNX opset {MIN_OPSET} or later (per-channel scales); the model has "
+                         f"opset {opset}. Re-export it with a newer opset.")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    plan = plan or plan_qdq(out, options)
+    ensure_node_names(out)
+    missing = [t for t in plan.activations if t not in amax]
+    if missing and strict:
+        raise CalibrationError(f"No amax for {len(missing)} tensor(s) to quantize: {', '.join(missing[:10])}.")
+    if missing:
+        logger.warning("No calibration range for %d tensor(s); left unquantized: %s", len(missing),
+                       ", ".join(missing[:10]))
+    _Inserter(out).apply(plan, amax)
+    return out, plan
+
+
+class _Inserter:
+    def __init__(self, model):
+        self.model, self.graph = model, model.graph
+        self.by_name = {n.name: n for n in self.graph.node}
+        self.inits = {t.name: t for t in self.graph.initializer}
+        self.new_nodes: dict[str, list] = {}  # node name → Q/DQ nodes to place before it
+        self.weight_dq: dict[tuple, str] = {}
+
+    def apply(self, plan: QdqPlan, amax: dict) -> None:
+        for tensor in plan.activations:
+            if tensor not in amax:
+                continue
+            consumers = plan.consumers[tensor]
+            dq = self._pair(tensor, np.float32(max(float(amax[tensor]), 1e-8) / 127.0), None,
+                            before=min(consumers, key=lambda c: self._position(c[0]))[0])
+            for node_name, index in consumers:
+                self.by_name[node_name].input[index] = dq
+        for (node_name, index), wq in plan.weights.items():
+            node = self.by_name[node_name]
+            if node.input[index] != wq.initializer:
+                continue
+            key = (wq.initializer, wq.axis)
+            if key not in self.weight_dq:
+                self.weight_dq[key] = self._pair(wq.initializer, self._weight_scale(wq), wq.axis, before=node_name)
+            node.input[index] = self.weight_dq[key]
+        self._reorder()
+
+    def _position(self, node_name: str) -> int:
+        return list(self.by_name).index(node_name)
+
+    def _weight_scale(self, wq: WeightQuant) -> np.ndarray:
+        from onnx import numpy_helper
+
+        w = np.abs(numpy_helper.to_array(self.inits[wq.initializer]).astype(np.float32))
+        if wq.axis is None:
+            return np.float32(max(float(w.max()), 1e-8) / 127.0)
+        other = tuple(a for a in range(w.ndim) if a != wq.axis)
+        return (np.maximum(w.max(axis=other), 1e-8) / 127.0).astype(np.float32)
+
+    def _pair(self, tensor: str, scale, axis, *, before: str) -> str:
+        from onnx import helper, numpy_helper
+
+        base = tensor.replace(":", "_")
+        scale_name, zp_name = f"{base}_qdq_scale", f"{base}_qdq_zero_point"
+        scale = np.asarray(scale, dtype=np.float32)
+        self.graph.initializer.append(numpy_helper.from_array(scale, scale_name))
+        self.graph.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, np.int8), zp_name))
+        extra = {} if axis is None else {"axis": int(axis)}
+        q = helper.make_node("QuantizeLinear", [tensor, scale_name, zp_name], [f"{base}_quantized"],
+                             name=f"{base}_QuantizeLinear", **extra)
+        dq = helper.make_node("DequantizeLinear", [q.output[0], scale_name, zp_name], [f"{base}_dequantized"],
+                              name=f"{base}_DequantizeLinear", **extra)
+        self.new_nodes.setdefault(before, []).extend([q, dq])
+        return dq.output[0]
+
+    def _reorder(self) -> None:
+        nodes = []
+        for node in self.graph.node:
+            nodes.extend(self.new_nodes.get(node.name, []))
+            nodes.append(node)
+        del self.graph.node[:]
+        self.graph.node.extend(nodes)
