@@ -12,6 +12,7 @@ from trtkit.errors import EngineError, InputError, ProfileError
 from trtkit.parity import OnnxReference, compare_engine_to_onnx
 from trtkit.parity.engine import runner_profile
 from trtkit.parity.polygraphy_compat import make_polygraphy_runner, polygraphy_verdicts
+from trtkit.runtime.engine import TensorSpec
 
 PROFILE = {"x": ((1, 3, 8, 8), (3, 3, 8, 8), (8, 3, 8, 8))}
 
@@ -32,8 +33,13 @@ class FakeEngine:
             next(iter(out.values()))[self.nan_at] = np.nan
         return out
 
-    def profile_shapes(self, index):
-        return self.profile if index == 0 else {}
+    @property
+    def input_specs(self):
+        """Shaped like TrtRunner's: one TensorSpec per input with (min, opt, max) per profile."""
+        if self.profile is None:
+            return ()
+        return tuple(TensorSpec(name, True, np.dtype(np.float32), (-1, 3, 8, 8), (triple,))
+                     for name, triple in self.profile.items())
 
 
 def test_identical_engine_passes_with_the_profile_opt_shape():
@@ -172,6 +178,8 @@ def test_unusable_engine_argument():
         compare_engine_to_onnx(models.tiny_conv(), "missing.engine")
 
 
-def test_runner_profile_reads_profile_shapes_or_gives_none():
-    assert runner_profile(FakeEngine(models.tiny_conv(), profile=PROFILE), 0) == PROFILE
+def test_runner_profile_reads_input_specs_or_gives_none():
+    engine = FakeEngine(models.tiny_conv(), profile=PROFILE)
+    assert runner_profile(engine, 0) == PROFILE
+    assert runner_profile(engine, 1) is None
     assert runner_profile(lambda feed: feed, 0) is None

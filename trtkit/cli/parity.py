@@ -28,6 +28,9 @@ def add_arguments(parser) -> None:
     g.add_argument("--trials", type=_positive_int, default=1, metavar="N",
                    help="random input sets to run (or most feeds read from --inputs); default 1")
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--ignore-manifest", action="store_true",
+                   help="load the engine even if its manifest names another TensorRT or GPU")
+    g.add_argument("--cuda-graph", action="store_true", help="run the engine through CUDA graph replay")
     g.add_argument("--reference", choices=REFERENCES, default="onnx-reference",
                    help="how to run the ONNX model: onnx's ReferenceEvaluator (default) or onnxruntime if installed")
     t = parser.add_argument_group("tolerances (defaults depend on the precision)")
@@ -71,9 +74,15 @@ def shapes_from_args(args) -> dict | None:
     return {name: shape.opt for name, shape in parse_shapes(args.shapes[0]).shapes.items()}
 
 
-def run(args, console, *, engine=None) -> int:
-    """Run the comparison and render it; ``engine`` (a callable) replaces ``args.engine`` in tests and scripts."""
+def run(args, console, *, engine=None, runner_options: dict | None = None) -> int:
+    """Run the comparison and render it.
+
+    ``engine`` (a callable) replaces ``args.engine``, and ``runner_options`` are added to TrtRunner's arguments: both
+    for tests and scripts (fake TensorRT and CUDA on a CPU).
+    """
     from trtkit.parity.api import compare_engine_to_onnx
+
+    runner_options = {"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph, **(runner_options or {})}
 
     with _progress(console) as on_trial:
         report = compare_engine_to_onnx(
@@ -82,6 +91,7 @@ def run(args, console, *, engine=None) -> int:
             precision=args.precision, atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold,
             min_cosine=args.min_cosine, min_top1=args.min_top1, trials=args.trials, seed=args.seed,
             reference=args.reference, polygraphy_check=args.polygraphy, on_trial=on_trial,
+            runner_options=runner_options,
         )
     if args.json != "-":
         render_report(console, report)

@@ -45,6 +45,7 @@ def compare_engine_to_onnx(
     reference: str = "onnx-reference",
     polygraphy_check: bool = True,
     on_trial: Callable[[int, int], None] | None = None,
+    runner_options: dict | None = None,
 ) -> ParityReport:
     """Compare an engine's outputs with its ONNX model's on the same inputs.
 
@@ -69,6 +70,8 @@ def compare_engine_to_onnx(
         reference: "onnx-reference" (onnx's ReferenceEvaluator) or "onnxruntime" (needs the package).
         polygraphy_check: run Polygraphy's comparator beside trtkit's element-wise check when it is on.
         on_trial: called with (trial index, number of trials) before each trial (progress display).
+        runner_options: keyword arguments for ``TrtRunner`` when ``engine`` is a path or bytes (e.g.
+            ``allow_mismatch=True``).
 
     Returns:
         A :class:`ParityReport`; ``report.passed`` is the overall verdict.
@@ -81,7 +84,7 @@ def compare_engine_to_onnx(
     model = load_model(onnx_model)
     specs = inputs_mod.input_specs(model)
     notes: list[str] = []
-    with open_engine(engine, profile_index=profile_index) as session:
+    with open_engine(engine, profile_index=profile_index, runner_options=runner_options) as session:
         tol = tolerance or tolerance_for(
             _pick_precision(precision, session.precision, notes),
             max_error_ratio=metric_threshold, atol=atol, rtol=rtol, min_cosine=min_cosine, min_top1=min_top1,

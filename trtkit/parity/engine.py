@@ -43,18 +43,20 @@ def describe_engine(engine) -> str:
 
 
 @contextlib.contextmanager
-def open_engine(engine, *, profile_index: int = 0):
+def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None = None):
     """Yield an :class:`EngineSession` for ``engine``; a path or bytes is opened (and closed) here.
 
     Args:
         engine: a callable, an object with ``infer`` (an open ``TrtRunner``), an engine path, or engine bytes.
         profile_index: the optimization profile to run in when the engine is opened here.
+        runner_options: extra keyword arguments for ``TrtRunner`` when the engine is opened here (e.g.
+            ``allow_mismatch=True``, ``cuda_graph=True``; tests pass ``trt=`` and ``cuda=`` fakes).
 
     Raises:
         EngineError: the path does not exist, or the argument is none of the above.
     """
     if isinstance(engine, (str, os.PathLike, bytes, bytearray, memoryview)):
-        with _open_runner(engine, profile_index) as session:
+        with _open_runner(engine, profile_index, runner_options or {}) as session:
             yield session
         return
     infer = engine if callable(engine) and not hasattr(engine, "infer") else getattr(engine, "infer", None)
@@ -63,11 +65,14 @@ def open_engine(engine, *, profile_index: int = 0):
             f"Cannot use {type(engine).__name__} as an engine: pass an engine file, its bytes, a TrtRunner, or a "
             f"callable taking {{input name: array}} and returning {{output name: array}}."
         )
-    yield EngineSession(infer=_casting(infer, engine), profile=runner_profile(engine, profile_index))
+    # An open runner already runs in its own profile.
+    index = getattr(engine, "profile", profile_index)
+    index = index if isinstance(index, int) else profile_index
+    yield EngineSession(infer=_casting(infer, engine), profile=runner_profile(engine, index))
 
 
 @contextlib.contextmanager
-def _open_runner(engine, profile_index: int):
+def _open_runner(engine, profile_index: int, runner_options: dict):
     from trtkit.runtime.runner import TrtRunner
 
     manifest = None
@@ -79,23 +84,24 @@ def _open_runner(engine, profile_index: int):
 
         manifest = read_manifest(path)
         engine = str(path)
-    with TrtRunner(engine, profile_index=profile_index) as runner:
+    with TrtRunner(engine, profile=profile_index, **runner_options) as runner:
         profile = runner_profile(runner, profile_index) or _manifest_profile(manifest, profile_index)
         yield EngineSession(infer=_casting(runner.infer, runner), profile=profile,
                             precision=precision_from_manifest(manifest))
 
 
 def runner_profile(runner, index: int) -> dict | None:
-    """{input name: (min, opt, max)} of profile ``index`` from a runner's engine introspection, or None.
+    """{input name: (min, opt, max)} of profile ``index`` from a runner's ``input_specs``, or None.
 
-    Works with anything exposing ``profile_shapes(index)`` (trtkit's TrtRunner) and quietly gives None for plain
-    callables.
+    Works with trtkit's ``TrtRunner`` (its input specs carry ``profiles``: (min, opt, max) per profile) and quietly
+    gives None for plain callables and runners of static engines without profile data.
     """
-    getter = getattr(runner, "profile_shapes", None)
-    if getter is None:
-        return None
-    shapes = getter(index) or {}
-    return {name: tuple(tuple(int(d) for d in s) for s in triple) for name, triple in dict(shapes).items()} or None
+    profile = {}
+    for spec in getattr(runner, "input_specs", None) or ():
+        ranges = getattr(spec, "profiles", None) or ()
+        if 0 <= index < len(ranges):
+            profile[spec.name] = tuple(tuple(int(d) for d in dims) for dims in ranges[index])
+    return profile or None
 
 
 def _manifest_profile(manifest: dict | None, index: int) -> dict | None:
@@ -111,7 +117,7 @@ def _casting(infer: Callable, runner) -> Callable:
     An engine built from an FP16-cast model may take FP16 inputs while the ONNX model it is compared with takes
     FP32; the same values go to both, in the type each expects.
     """
-    dtypes = _input_dtypes(runner)
+    dtypes = {s.name: np.dtype(s.dtype) for s in getattr(runner, "input_specs", None) or () if hasattr(s, "dtype")}
     if not dtypes:
         return infer
 
@@ -119,11 +125,3 @@ def _casting(infer: Callable, runner) -> Callable:
         return infer({n: a.astype(dtypes[n], copy=False) if n in dtypes else a for n, a in feed.items()})
 
     return cast_and_infer
-
-
-def _input_dtypes(runner) -> dict:
-    getter = getattr(runner, "input_dtypes", None)
-    if getter is None:
-        return {}
-    dtypes = getter() if callable(getter) else getter
-    return {name: np.dtype(dtype) for name, dtype in dict(dtypes).items()}
