@@ -592,3 +592,49 @@ def runtime_cuda_graphs(ctx: Context) -> dict:
     """TrtRunner with cuda_graph=True captures once and replays (the TensorRT side of CUDA graphs)."""
     facts = run_runner(ctx, cuda_graph=True)
     return {**facts, "features": {"cuda_graphs": True}}
+
+
+# --- precision planning against the real module (a calibrator subclasses the real TensorRT class) ---------------
+
+
+def run_plan(ctx: Context, path: str) -> dict:
+    """plan_precision on the real module for ``path``'s settings; same per-version expectations as the builds."""
+    from trtkit import _version_compat as compat
+    from trtkit.build.onnx_model import load_model
+    from trtkit.build.precision import plan_precision
+
+    trt, log = ctx.surface()
+    major = 8 if ctx.major < 10 else min(ctx.major, 11)
+    allowed = BUILD_PATHS[path][major]
+    try:
+        plan = plan_precision(trt, load_model(tiny_conv_model()), build_config(path), compat.capabilities(trt))
+    except Exception as exc:  # noqa: BLE001 - sorted out below
+        _raise_surface_problem(exc, log)
+        refusals = [a for a in allowed if a != OK]
+        assert refusals, f"{path} should be planned on TensorRT {ctx.version}: {type(exc).__name__}: {exc}"
+        assert any(_refusal_matches(exc, ctx.version, p) for p in refusals), (
+            f"{path} on TensorRT {ctx.version}: expected an UnsupportedError naming this version and matching "
+            f"{refusals}; got {type(exc).__name__}: {exc}")
+        return {"outcome": f"refused: {exc}"}
+    assert OK in allowed, f"{path} should be refused on TensorRT {ctx.version} ({allowed}), but it was planned"
+    check_plan(plan, expected_plan(path, major), f"{path} on TensorRT {ctx.version}")
+    if plan.calibrator is not None:
+        assert isinstance(plan.calibrator, ctx.real.IInt8Calibrator), type(plan.calibrator).__mro__
+    return {"outcome": "ok", "flags": list(plan.flags), "strongly_typed": plan.strongly_typed,
+            "calibrator_bases": [c.__name__ for c in type(plan.calibrator).__mro__] if plan.calibrator else None}
+
+
+def _register_plans() -> None:
+    for path in BUILD_PATHS:
+        if path == "all-options":
+            continue
+
+        def run(ctx, _path=path):
+            return run_plan(ctx, _path)
+
+        run.__name__ = f"plan_{path.replace('-', '_')}"
+        run.__doc__ = f"plan_precision with the {path} settings against the real module."
+        check(run)
+
+
+_register_plans()
