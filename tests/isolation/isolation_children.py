@@ -130,3 +130,72 @@ def fake_trt(version="8.6.0"):
     from trtkit.testing.fake_trt import make_fake_trt
 
     return make_fake_trt(version)
+
+
+def fake_trt_with_support_query(version="8.6.0", crash_op=None, unsupported=("NotARealOp",)):
+    """A fake ``tensorrt`` whose parser answers ``supports_model`` (8.6, 10.0) or ``supports_model_v2`` (10.1+).
+
+    Semantics as onnx-tensorrt's: parsing stops at the first node it cannot import; the subgraphs are the runs of
+    nodes (in order) that have an importer and did not fail; on 8.6 every subgraph is marked unsupported once
+    anything failed. ``crash_op`` makes the parse die by SIGSEGV at the first node of that type.
+    """
+    import onnx
+
+    from trtkit.testing.fake_trt import make_fake_trt
+    from trtkit.testing.fake_trt.builder import ParserError, ParserError10, Severity
+
+    trt = make_fake_trt(version)
+    error_cls = ParserError if version.startswith("8.") else ParserError10
+    v2 = not (version.startswith("8.") or version.startswith("10.0"))
+
+    class Parser(trt.OnnxParser):
+        def supports_operator(self, op):
+            return op not in unsupported
+
+        def _check(self, model):
+            nodes = list(onnx.load_from_string(bytes(model)).graph.node)
+            failed = None
+            for i, node in enumerate(nodes):
+                self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
+                if node.op_type == crash_op:
+                    os.kill(os.getpid(), signal.SIGSEGV)
+                if not self.supports_operator(node.op_type):
+                    failed = i
+                    self.errors.append(error_cls(trt.ErrorCode.UNSUPPORTED_NODE,
+                                                 f"No importer registered for op: {node.op_type}", i, node.name,
+                                                 node.op_type))
+                    break
+            subgraphs, current = [], None
+            for i, node in enumerate(nodes):
+                if self.supports_operator(node.op_type) and i != failed:
+                    if current is None:
+                        current = ([], False)
+                        subgraphs.append(current)
+                    current[0].append(i)
+                else:
+                    current = None
+            ok = failed is None
+            return ok, [(idx, ok) for idx, _ in subgraphs]
+
+        if v2:
+            def supports_model_v2(self, model, path=None):
+                ok, self._subgraphs = self._check(model)
+                if not ok and len(self._subgraphs) > 1:  # 10.x judges each subgraph: say the first one parses
+                    self._subgraphs[0] = (self._subgraphs[0][0], True)
+                return ok
+
+            @property
+            def num_subgraphs(self):
+                return len(self._subgraphs)
+
+            def get_subgraph_nodes(self, index):
+                return self._subgraphs[index][0]
+
+            def is_subgraph_supported(self, index):
+                return self._subgraphs[index][1]
+        else:
+            def supports_model(self, model, path=None):
+                return self._check(model)
+
+    trt.OnnxParser = Parser
+    return trt
