@@ -183,3 +183,16 @@ def test_runner_profile_reads_input_specs_or_gives_none():
     assert runner_profile(engine, 0) == PROFILE
     assert runner_profile(engine, 1) is None
     assert runner_profile(lambda feed: feed, 0) is None
+
+
+def test_image_folder_inputs_use_the_profile_batch(tmp_path):
+    from PIL import Image
+
+    for i in range(7):
+        Image.new("RGB", (8, 8), color=(i * 30, 0, 200)).save(tmp_path / f"{i}.jpg")
+    model = models.tiny_conv()
+    engine = FakeEngine(model, profile=PROFILE)
+    report = compare_engine_to_onnx(model, engine, inputs=tmp_path, precision="fp32")
+    assert report.passed and report.trials == 2 and report.shapes == {"x": (3, 3, 8, 8)}
+    assert report.input_source == f"images in {tmp_path}"
+    assert compare_engine_to_onnx(model, engine, inputs=tmp_path, trials=1, precision="fp32").trials == 1

@@ -177,3 +177,39 @@ def test_load_model_errors(tmp_path):
     path.write_bytes(models.two_inputs().SerializeToString())
     assert load_model(path).graph.output[0].name == "y"
     assert load_model(path.read_bytes()).graph.output[0].name == "y"
+
+
+def _images(folder, count, size=(12, 10)):
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        Image.new("RGB", size, color=(i * 40, 255, 0)).save(folder / f"img{i}.png")
+    return folder
+
+
+def test_image_folder_is_batched_to_the_input_shape(tmp_path):
+    from trtkit.parity.inputs import image_feeds, is_image_folder
+
+    folder = _images(tmp_path / "imgs", 5)
+    assert is_image_folder(folder) and not is_image_folder(tmp_path / "missing")
+    specs = input_specs(models.tiny_conv())
+    feeds = image_feeds(folder, specs, (2, 3, 8, 8))
+    assert len(feeds) == 2  # 5 images, batches of 2, the partial batch dropped
+    x = feeds[0]["x"]
+    assert x.shape == (2, 3, 8, 8) and x.dtype == np.float32
+    np.testing.assert_allclose(x[1, :, 0, 0], [40 / 255, 1.0, 0.0], rtol=1e-6)  # RGB, 0..1, NCHW
+    assert len(image_feeds(folder, specs, (2, 3, 8, 8), limit=1)) == 1
+
+
+def test_image_folder_errors(tmp_path):
+    from trtkit.parity.inputs import image_feeds
+
+    folder = _images(tmp_path / "imgs", 1)
+    with pytest.raises(InputError, match=r"fewer images than one batch of 4 \(input 'x' shape \(4, 3, 8, 8\)\)"):
+        image_feeds(folder, input_specs(models.tiny_conv()), (4, 3, 8, 8))
+    with pytest.raises(InputError, match="can feed a model with one input; this one has 2: a, b"):
+        image_feeds(folder, input_specs(models.two_inputs()), (2, 4))
+    (folder / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(InputError, match="broken.png"):
+        image_feeds(folder, input_specs(models.tiny_conv()), (1, 3, 8, 8))

@@ -24,9 +24,10 @@ def add_arguments(parser) -> None:
                    help="engine optimization profile to run in (default 0); shapes default to its opt shapes")
     g.add_argument("--inputs", metavar="PATH",
                    help="inputs instead of random ones: .npz (name -> array), .npy (single input), "
-                        "polygraphy --save-inputs .json, or a folder of .npz/.npy files (one feed each)")
-    g.add_argument("--trials", type=_positive_int, default=1, metavar="N",
-                   help="random input sets to run (or most feeds read from --inputs); default 1")
+                        "polygraphy --save-inputs .json, a folder of .npz/.npy files (one feed each), or an image "
+                        "folder (single-input models; RGB, 0..1, NCHW, batched to the shape's batch)")
+    g.add_argument("--trials", type=_positive_int, metavar="N",
+                   help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)")
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     g.add_argument("--ignore-manifest", action="store_true",
                    help="load the engine even if its manifest names another TensorRT or GPU")

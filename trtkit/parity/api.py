@@ -40,7 +40,7 @@ def compare_engine_to_onnx(
     metric_threshold: float | None = None,
     min_cosine: float | None = None,
     min_top1: float | None = None,
-    trials: int = 1,
+    trials: int | None = None,
     seed: int = 0,
     reference: str = "onnx-reference",
     polygraphy_check: bool = True,
@@ -53,8 +53,8 @@ def compare_engine_to_onnx(
         onnx_model: path, bytes or ``onnx.ModelProto``.
         engine: a callable ``feed -> {name: array}`` (or an object with ``infer``), or an engine path / bytes,
             which is opened with ``TrtRunner`` for the duration of the call.
-        inputs: None for random inputs; a path (.npz, .npy, .json, or a folder of .npz/.npy); one feed dict; or a
-            list of feed dicts.
+        inputs: None for random inputs; a path (.npz, .npy, .json, a folder of .npz/.npy files, or an image folder
+            for a single-input image model, read as calibration reads it); one feed dict; or a list of feed dicts.
         shapes: {input name: shape} for random inputs; default: the profile's opt shape.
         profile: the engine profile's shapes ({name: (min, opt, max)} or a trtkit ``Profile``); default: read from
             the engine (``profile_index``) when it is a path, bytes or a ``TrtRunner``.
@@ -65,7 +65,7 @@ def compare_engine_to_onnx(
         atol, rtol: turn on the element-wise check (Polygraphy's rule); Polygraphy's own verdict is added beside.
         metric_threshold: allowed max |out - ref| / max |ref| instead of the precision's default.
         min_cosine, min_top1: extra checks on cosine similarity and top-1 agreement.
-        trials: number of random input sets (or the most feeds to read from ``inputs``).
+        trials: number of random input sets (default 1), or the most feeds to take from ``inputs`` (default all).
         seed: seed of the random inputs.
         reference: "onnx-reference" (onnx's ReferenceEvaluator) or "onnxruntime" (needs the package).
         polygraphy_check: run Polygraphy's comparator beside trtkit's element-wise check when it is on.
@@ -116,13 +116,16 @@ def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]
     return ASSUMED_PRECISION
 
 
-def _feeds(inputs, specs, shapes, bounds, trials: int, seed: int) -> tuple[list[dict], str]:
+def _feeds(inputs, specs, shapes, bounds, trials: int | None, seed: int) -> tuple[list[dict], str]:
     """The feeds of the run and a description of where they came from."""
     if inputs is None:
         chosen = inputs_mod.resolve_shapes(specs, shapes, bounds)
-        return inputs_mod.random_feeds(specs, chosen, trials=trials, seed=seed), "random"
-    if isinstance(inputs, (str, os.PathLike)):
-        feeds, source = inputs_mod.load_feeds(inputs, specs, limit=trials if trials > 1 else None), str(inputs)
+        return inputs_mod.random_feeds(specs, chosen, trials=1 if trials is None else trials, seed=seed), "random"
+    if isinstance(inputs, (str, os.PathLike)) and inputs_mod.is_image_folder(inputs):
+        shape = inputs_mod.resolve_shapes(specs, shapes, bounds)[specs[0].name] if len(specs) == 1 else ()
+        feeds, source = inputs_mod.image_feeds(inputs, specs, shape, limit=trials), f"images in {inputs}"
+    elif isinstance(inputs, (str, os.PathLike)):
+        feeds, source = inputs_mod.load_feeds(inputs, specs, limit=trials), str(inputs)
     elif isinstance(inputs, Mapping):
         feeds, source = [inputs_mod.conform_feed(inputs, specs)], "given feed"
     else:
@@ -130,7 +133,7 @@ def _feeds(inputs, specs, shapes, bounds, trials: int, seed: int) -> tuple[list[
         source = "given feeds"
     if not feeds:
         raise InputError(f"No inputs found in {source}.")
-    bounds_by_name = inputs_mod._bounds(bounds)
+    bounds_by_name = inputs_mod.profile_bounds(bounds)
     for spec in specs:
         for feed in feeds:
             inputs_mod.check_shape(spec, feed[spec.name].shape, bounds_by_name.get(spec.name))

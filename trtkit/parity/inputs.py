@@ -67,7 +67,7 @@ def _dim(d):
     return d.dim_param or None
 
 
-def _bounds(profile) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+def profile_bounds(profile) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
     """Normalise a profile to {name: (min, opt, max)}; accepts a trtkit Profile, or a mapping of InputShape/tuples."""
     if profile is None:
         return {}
@@ -98,7 +98,7 @@ def resolve_shapes(specs: Iterable[InputSpec], shapes: Mapping | None = None, pr
             neither a given shape nor a profile.
     """
     specs = list(specs)
-    shapes, bounds = dict(shapes or {}), _bounds(profile)
+    shapes, bounds = dict(shapes or {}), profile_bounds(profile)
     unknown = sorted(set(shapes) - {s.name for s in specs})
     if unknown:
         known = ", ".join(f"'{s.name}'" for s in specs)
@@ -209,6 +209,63 @@ def load_feeds(path, specs: Iterable[InputSpec], *, limit: int | None = None) ->
             feeds.append(conform_feed(feed, specs, origin=str(file)))
             if limit is not None and len(feeds) >= limit:
                 return feeds
+    return feeds
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+def is_image_folder(path) -> bool:
+    """True for a folder (searched recursively) holding image files and no .npz/.npy files."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    suffixes = {p.suffix.lower() for p in path.rglob("*") if p.is_file()}
+    return bool(suffixes & set(IMAGE_SUFFIXES)) and not suffixes & {".npz", ".npy"}
+
+
+def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int | None = None,
+                preprocess=None) -> list[dict[str, np.ndarray]]:
+    """Feeds of a single-input image model from an image folder, the way calibration reads it.
+
+    Images are read in sorted order and preprocessed by :mod:`calibrators.preprocess` (default: RGB, scaled to 0..1,
+    NCHW, resized to the input's height and width), then grouped into batches of ``shape[0]``; a last partial
+    batch is dropped.
+
+    Args:
+        folder: the image folder.
+        specs: the model's inputs (exactly one).
+        shape: the input shape to fill (its batch and image size).
+        limit: at most this many feeds.
+        preprocess: a ``calibrators.preprocess.Preprocess`` (None: the defaults above).
+
+    Raises:
+        InputError: the model has several inputs, or the folder holds fewer images than one batch, or unreadable
+            images (each named).
+    """
+    from itertools import islice
+
+    from calibrators.sources import ImageFolderSource
+    from trtkit.errors import CalibrationError
+
+    specs = list(specs)
+    if len(specs) != 1:
+        raise InputError(f"Image folder '{folder}' can feed a model with one input; this one has {len(specs)}: "
+                         f"{', '.join(s.name for s in specs)}. Use .npz files keyed by input name.")
+    name, batch = specs[0].name, int(shape[0])
+    try:
+        samples = iter(ImageFolderSource(folder, name, preprocess, input_shape=shape))
+        feeds = []
+        while limit is None or len(feeds) < limit:
+            chunk = list(islice(samples, batch))
+            if len(chunk) < batch:
+                break
+            feeds.append({name: np.concatenate([c[name] for c in chunk]).astype(specs[0].dtype, copy=False)})
+    except CalibrationError as exc:
+        raise InputError(str(exc)) from exc
+    if not feeds:
+        raise InputError(f"Image folder '{folder}' has fewer images than one batch of {batch} (input '{name}' "
+                         f"shape {tuple(shape)}); add images or pass a smaller batch with --shapes.")
     return feeds
 
 
