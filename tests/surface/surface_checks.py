@@ -10,6 +10,7 @@ This module imports neither tensorrt nor trtkit at import time: the pytest side 
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -327,7 +328,8 @@ def _class_names(cls) -> list[str]:
 
 
 def fake_extras(fake, real, prefix: str = "", depth: int = 0) -> list[str]:
-    """Names the fake exposes (module attributes, class members, nested classes) that ``real`` lacks."""
+    """Names the fake exposes (module attributes, class members, nested classes) that ``real`` lacks, and
+    members that are a property on one side and a method on the other."""
     skip = set(getattr(fake, "__fake_only__", ())) if depth == 0 else set()
     names = [n for n in dir(fake) if not n.startswith("_")] if depth == 0 else _class_names(fake)
     extras = []
@@ -337,10 +339,21 @@ def fake_extras(fake, real, prefix: str = "", depth: int = 0) -> list[str]:
         if not hasattr(real, name):
             extras.append(prefix + name)
             continue
-        value = getattr(fake, name)
+        value = inspect.getattr_static(fake, name) if depth else getattr(fake, name)
+        real_value = inspect.getattr_static(real, name) if depth else getattr(real, name)
+        if depth and _kind(value) and _kind(real_value) and _kind(value) != _kind(real_value):
+            extras.append(f"{prefix}{name} (a {_kind(real_value)} in TensorRT, a {_kind(value)} in the fake)")
         if isinstance(value, type) and depth < 2:
             extras += fake_extras(value, getattr(real, name), f"{prefix}{name}.", depth + 1)
     return extras
+
+
+def _kind(attr) -> str | None:
+    if isinstance(attr, property):
+        return "property"
+    if inspect.isfunction(attr) or type(attr).__name__ == "instancemethod":
+        return "method"
+    return None
 
 
 @check

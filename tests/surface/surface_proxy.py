@@ -13,6 +13,7 @@ configs, networks, parsers and engines is checked without a live TensorRT. Every
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from dataclasses import dataclass, field
@@ -120,7 +121,24 @@ class _Proxy:
                 f"The fake backend imitating TensorRT {self._log.version} lacks {access.path}, which the real "
                 f"one has (used by {access.user}); add it to trtkit/testing/fake_trt"
             ) from None
+        if isinstance(self, InstanceProxy):
+            self._check_kind(name, value, access)
         return self._wrap(name, value)
+
+    def _check_kind(self, name: str, value, access: Access) -> None:
+        """A property of the real class must not be a method of the fake, nor the reverse.
+
+        Code written against such a fake (``parser.num_errors()``) runs on CPU tests and fails on real TensorRT.
+        """
+        real_attr = getattr(self._real, name, None)
+        method_like = inspect.ismethod(value) or inspect.isfunction(value) or inspect.isbuiltin(value)
+        if isinstance(real_attr, property) and method_like:
+            wrong = "a property in the real TensorRT but a method in the fake"
+        elif callable(real_attr) and not isinstance(real_attr, (type, property)) and not callable(value):
+            wrong = "a method in the real TensorRT but a plain value in the fake"
+        else:
+            return
+        self._log.fake_gaps.append(f"{access.path} is {wrong} (used by {access.user})")
 
     def _wrap(self, name: str, value):
         real_attr = getattr(self._real, name, None)
