@@ -196,3 +196,18 @@ def test_image_folder_inputs_use_the_profile_batch(tmp_path):
     assert report.passed and report.trials == 2 and report.shapes == {"x": (3, 3, 8, 8)}
     assert report.input_source == f"images in {tmp_path}"
     assert compare_engine_to_onnx(model, engine, inputs=tmp_path, trials=1, precision="fp32").trials == 1
+
+
+def test_save_arrays_writes_inputs_and_both_outputs(tmp_path):
+    model = models.tiny_conv()
+    path = tmp_path / "arrays.npz"
+    report = compare_engine_to_onnx(model, FakeEngine(model, scale=2.0, profile=PROFILE), trials=2, save_arrays=path)
+    assert report.notes[-1] == f"inputs and outputs of every trial saved to {path}"
+    with np.load(path) as data:
+        assert sorted(data.files) == sorted(f"trial{t}/{k}/{n}" for t in (0, 1)
+                                            for k, n in (("input", "x"), ("engine", "y"), ("reference", "y")))
+        np.testing.assert_allclose(data["trial1/engine/y"], 2 * data["trial1/reference/y"], rtol=1e-6)
+    from trtkit.errors import TrtkitError
+
+    with pytest.raises(TrtkitError, match="does not exist"):
+        compare_engine_to_onnx(model, FakeEngine(model), save_arrays=tmp_path / "no" / "dir.npz")

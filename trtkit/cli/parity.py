@@ -47,6 +47,8 @@ def add_arguments(parser) -> None:
                    help="require top-1 agreement >= X for classifier-like (N, C) outputs")
     t.add_argument("--no-polygraphy", dest="polygraphy", action="store_false",
                    help="skip Polygraphy's cross-check of the element-wise verdict")
+    parser.add_argument("--save-arrays", metavar="NPZ",
+                        help="write every trial's inputs, engine outputs and ONNX outputs to this .npz")
     options.add_json_option(parser)
 
 
@@ -92,7 +94,7 @@ def run(args, console, *, engine=None, runner_options: dict | None = None) -> in
             precision=args.precision, atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold,
             min_cosine=args.min_cosine, min_top1=args.min_top1, trials=args.trials, seed=args.seed,
             reference=args.reference, polygraphy_check=args.polygraphy, on_trial=on_trial,
-            runner_options=runner_options,
+            runner_options=runner_options, save_arrays=args.save_arrays,
         )
     if args.json != "-":
         render_report(console, report)

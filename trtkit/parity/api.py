@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from trtkit._atomic import check_writable, write_bytes_atomic
 from trtkit.errors import InputError
 from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
@@ -46,6 +47,7 @@ def compare_engine_to_onnx(
     polygraphy_check: bool = True,
     on_trial: Callable[[int, int], None] | None = None,
     runner_options: dict | None = None,
+    save_arrays=None,
 ) -> ParityReport:
     """Compare an engine's outputs with its ONNX model's on the same inputs.
 
@@ -72,6 +74,8 @@ def compare_engine_to_onnx(
         on_trial: called with (trial index, number of trials) before each trial (progress display).
         runner_options: keyword arguments for ``TrtRunner`` when ``engine`` is a path or bytes (e.g.
             ``allow_mismatch=True``).
+        save_arrays: an ``.npz`` path to write every trial's inputs, engine outputs and reference outputs to
+            (keys ``trial<i>/input/<name>``, ``trial<i>/engine/<name>``, ``trial<i>/reference/<name>``).
 
     Returns:
         A :class:`ParityReport`; ``report.passed`` is the overall verdict.
@@ -81,6 +85,8 @@ def compare_engine_to_onnx(
             message says which and what would fit). A mismatch between engine and model is never raised: it is
             the report's verdict.
     """
+    if save_arrays is not None:
+        check_writable(save_arrays)  # before minutes of work, not after
     model = load_model(onnx_model)
     specs = inputs_mod.input_specs(model)
     notes: list[str] = []
@@ -100,6 +106,9 @@ def compare_engine_to_onnx(
         outs, refs = _run_trials(report, feeds, session.infer, OnnxReference(model, backend=reference), on_trial)
     if tol.elementwise and polygraphy_check:
         _add_polygraphy(report, outs, refs, tol)
+    if save_arrays is not None:
+        write_arrays(save_arrays, feeds, outs, refs)
+        report.notes.append(f"inputs and outputs of every trial saved to {save_arrays}")
     return report
 
 
@@ -177,3 +186,16 @@ def _add_polygraphy(report: ParityReport, outs, refs, tol: Tolerance) -> None:
                 f"output '{result.name}' trial {result.trial}: Polygraphy's element-wise verdict "
                 f"({'pass' if result.polygraphy_passed else 'fail'}) differs from trtkit's"
             )
+
+
+def write_arrays(path, feeds, outs, refs) -> None:
+    """Write every trial's inputs, engine outputs and reference outputs to one ``.npz`` (atomically)."""
+    import io
+
+    arrays = {}
+    for trial, (feed, out, ref) in enumerate(zip(feeds, outs, refs)):
+        for kind, values in (("input", feed), ("engine", out), ("reference", ref)):
+            arrays.update({f"trial{trial}/{kind}/{name}": np.asarray(v) for name, v in values.items()})
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    write_bytes_atomic(path, buffer.getvalue())
