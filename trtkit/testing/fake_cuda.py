@@ -20,6 +20,7 @@ import enum
 import itertools
 import threading
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -419,6 +420,10 @@ class FakeCudart:
 
     def cudaRuntimeGetVersion(self):
         return (OK, 12080)
+
+    def cudaGetDeviceProperties(self, device):
+        props = SimpleNamespace(name=b"Fake GPU", major=9, minor=0, totalGlobalMem=self.total_bytes)
+        return self._call("cudaGetDeviceProperties", lambda: (OK, props))
 
 
 class _CudaFailure(Exception):
