@@ -266,6 +266,61 @@ def device_memory(ctx: Context) -> dict:
 
 
 @check
+def parser_support_queries(ctx: Context) -> dict:
+    """supports_model_v2 + subgraph queries from 10.1 (only form in 11), supports_model before; supports_operator."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    calls = []
+    parser = ctx.stand_in(
+        "OnnxParser", log, num_subgraphs=1,
+        supports_model_v2=lambda *a: calls.append("supports_model_v2") or True,
+        get_subgraph_nodes=lambda k: [0, 1], is_subgraph_supported=lambda k: True,
+        supports_model=lambda *a: calls.append("supports_model") or (True, [([0, 1], True)]),
+        supports_operator=lambda op: op == "Conv")
+    assert compat.parser_supports_model(parser, b"onnx") == (True, [([0, 1], True)])
+    assert calls == ["supports_model_v2" if ctx.at_least(10, 1) else "supports_model"], calls
+    assert compat.parser_supports_operator(parser, "Conv") is True
+    return {"call": calls[0]}
+
+
+@check
+def execution_contexts(ctx: Context) -> dict:
+    """Contexts own their memory (10+ passes ExecutionContextAllocationStrategy.STATIC); profile sharing 10+."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    engine = ctx.stand_in("ICudaEngine", log, create_execution_context=lambda *args: args)
+    args = compat.create_execution_context(trt, engine)
+    if ctx.major >= 10:
+        assert args == (ctx.real.ExecutionContextAllocationStrategy.STATIC,), args
+    else:
+        assert args == (), args
+    shared = compat.contexts_share_profiles(trt)
+    assert shared is (ctx.major >= 10), shared
+    return {"strategy_arg": bool(args), "contexts_share_profiles": shared}
+
+
+@check
+def int8_calibrator_attach(ctx: Context) -> dict:
+    """set_int8_calibrator sets the real config property (< 11) and names where calibrators exist on 11."""
+    from trtkit import _version_compat as compat
+
+    trt, log = ctx.surface()
+    config = ctx.stand_in("IBuilderConfig", log)
+    calibrator, profile = object(), object()
+    error = raises(compat.set_int8_calibrator, trt, config, calibrator, profile)
+    if ctx.major >= 11:
+        unsupported(error, f"TensorRT {ctx.version}", "8.6 to 10.x", "qdq")
+        return {"attached": False}
+    assert error is None, error
+    recorder = object.__getattribute__(config, "_target")
+    assert recorder.assigned == {"int8_calibrator": calibrator}, recorder.assigned
+    assert recorder.calls == [("set_calibration_profile", (profile,))], recorder.calls
+    return {"attached": True}
+
+
+@check
 def runtime_and_builder_queries(ctx: Context) -> dict:
     """platform_has_fast_* (None on 11) and engine_host_code_allowed resolve to real members."""
     from trtkit import _version_compat as compat
