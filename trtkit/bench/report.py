@@ -7,6 +7,8 @@ from dataclasses import asdict
 SCHEMA_VERSION = 1
 _ROWS = (("latency", "latency (GPU, H2D+compute+D2H)"), ("compute", "GPU compute"), ("h2d", "H2D copy"),
          ("d2h", "D2H copy"), ("enqueue", "enqueue (host)"), ("e2e", "end-to-end TrtRunner.infer"))
+_JSON_KEYS = {"latency": "latency_ms", "compute": "gpu_compute_ms", "h2d": "h2d_ms", "d2h": "d2h_ms",
+              "enqueue": "enqueue_ms", "e2e": "e2e_ms"}
 _COLUMNS = ("min", "mean", "median", "p90", "p95", "p99", "max")
 
 
@@ -25,7 +27,7 @@ def to_json(result, *, engine: str | None = None) -> dict:
     }
     for key, _ in _ROWS:
         summary = getattr(result, key)
-        data[f"{key}_ms"] = summary.to_json() if summary is not None else None
+        data[_JSON_KEYS[key]] = summary.to_json() if summary is not None else None
     return data
 
 

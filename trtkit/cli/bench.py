@@ -1,0 +1,107 @@
+"""``trtkit bench``: trtexec-style numbers from Python (latency percentiles, throughput, H2D/compute/D2H, enqueue)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from trtkit.cli.options import add_build_options, add_json_option, config_from_args
+
+HELP = "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUDA graphs."
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="engine file, or an ONNX model (.onnx: built first with the build options, "
+                                      "and cached by ONNX sha256 + build settings)")
+    add_build_options(parser)
+    g = parser.add_argument_group("benchmark")
+    g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
+                   help="replay the engine from a CUDA graph (default: on)")
+    g.add_argument("--no-data-transfers", dest="data_transfers", action="store_false",
+                   help="leave out the H2D and D2H copies")
+    g.add_argument("--streams", type=int, default=1, metavar="N",
+                   help="run N execution contexts, each on its own stream (throughput)")
+    g.add_argument("--warmup-ms", type=float, default=200.0, metavar="MS", help="warm-up time (default 200)")
+    g.add_argument("--duration-s", type=float, default=3.0, metavar="S", help="measuring time (default 3)")
+    g.add_argument("--iterations", type=int, metavar="N", help="measure exactly N queries instead")
+    g.add_argument("--use-profile", type=int, default=0, metavar="K", help="optimization profile to run")
+    g.add_argument("--no-e2e", dest="e2e", action="store_false",
+                   help="skip the end-to-end TrtRunner.infer latency")
+    g.add_argument("--cache-dir", metavar="DIR",
+                   help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or "
+                        "~/.cache/trtkit/engines)")
+    g.add_argument("--ignore-manifest", action="store_true",
+                   help="run an engine whose manifest names another TensorRT or GPU")
+    add_json_option(parser)
+
+
+def run(args, console) -> int:
+    from trtkit.bench import BenchSettings, benchmark
+    from trtkit.bench.report import render, to_json
+    from trtkit.cli.render import write_json
+    from trtkit.errors import InputError
+
+    if args.streams < 1:
+        raise InputError(f"--streams must be at least 1, got {args.streams}")
+    engine = engine_for(args, console)
+    settings = BenchSettings(shapes=bench_shapes(args.shapes), profile=args.use_profile, cuda_graph=args.cuda_graph,
+                             data_transfers=args.data_transfers, streams=args.streams, warmup_ms=args.warmup_ms,
+                             duration_s=args.duration_s, iterations=args.iterations, e2e=args.e2e)
+    result = benchmark(_engine_arg(engine, args), settings)
+    render(result, console, title=f"trtkit bench {engine.name}")
+    if args.json:
+        write_json(args.json, to_json(result, engine=str(engine)))
+    return 0
+
+
+def _engine_arg(engine: Path, args):
+    if args.ignore_manifest:
+        from trtkit.runtime.engine import check_engine_manifest, read_engine_bytes
+
+        check_engine_manifest(engine, allow_mismatch=True)
+        return read_engine_bytes(engine)
+    return engine
+
+
+def bench_shapes(specs: list) -> dict | None:
+    """The shapes to run: each input's opt shape in the first ``--shapes`` (one shape per input is min=opt=max)."""
+    if not specs:
+        return None
+    from trtkit.build.profiles import parse_shapes
+
+    return {name: shape.opt for name, shape in parse_shapes(specs[0]).shapes.items()}
+
+
+def engine_for(args, console) -> Path:
+    """The engine file to run: ``args.model`` itself, or the cached engine built from that ONNX model."""
+    model = Path(args.model)
+    if model.suffix.lower() != ".onnx":
+        return model
+    from trtkit.build.api import build
+    from trtkit.errors import ModelError
+
+    if not model.is_file():
+        raise ModelError(f"ONNX model '{model}' does not exist")
+    config = config_from_args(args)
+    path = cached_engine_path(model, config, args.cache_dir)
+    if path.exists():
+        console.print(f"using cached engine {path}")
+        return path
+    console.print(f"building {model} → {path}")
+    build(str(model), config, output=path, isolate=args.isolate)
+    return path
+
+
+def cached_engine_path(model: Path, config, cache_dir=None) -> Path:
+    """``<cache>/<model stem>-<key>.engine``, the key hashing the ONNX bytes, the build settings and TensorRT version."""
+    from trtkit._lazy import tensorrt
+
+    digest = hashlib.sha256(model.read_bytes())
+    digest.update(json.dumps(config.to_json(), sort_keys=True, default=str).encode())
+    digest.update(str(getattr(tensorrt(), "__version__", "")).encode())
+    folder = Path(cache_dir or os.environ.get("TRTKIT_CACHE_DIR") or Path.home() / ".cache" / "trtkit" / "engines")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{model.stem}-{digest.hexdigest()[:20]}.engine"

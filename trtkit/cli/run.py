@@ -1,0 +1,115 @@
+"""``trtkit run``: run an engine on given .npy/.npz inputs (or random ones within the profile) and show its outputs."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trtkit.cli.options import add_json_option, add_shape_options
+
+HELP = "Run an engine on .npy/.npz or random inputs and show its outputs."
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("engine", help="engine file built by `trtkit build`")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy | FILE.npz",
+                        help="input data: NAME=FILE.npy for one input, or an .npz holding inputs by name "
+                             "(repeatable); inputs not given are random within the profile")
+    add_shape_options(parser)
+    parser.add_argument("--use-profile", type=int, default=0, metavar="K", help="optimization profile to run")
+    parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
+    parser.add_argument("--iterations", type=int, default=1, metavar="N", help="run N times (shows latency)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    parser.add_argument("--save-outputs", metavar="FILE.npz", help="save the outputs to an .npz file")
+    parser.add_argument("--ignore-manifest", action="store_true",
+                        help="run an engine whose manifest names another TensorRT or GPU")
+    add_json_option(parser)
+
+
+def run(args, console) -> int:
+    from trtkit.bench.measure import make_feed
+    from trtkit.cli.bench import bench_shapes
+    from trtkit.runtime import TrtRunner
+
+    given = load_inputs(args.input)
+    with TrtRunner(args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph,
+                   allow_mismatch=args.ignore_manifest) as runner:
+        shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
+        # inputs given as files override random ones; unknown names reach infer(), which names the right ones
+        feed = {**make_feed(runner, shapes, seed=args.seed), **given}
+        times, outputs = [], {}
+        for _ in range(max(args.iterations, 1)):
+            t0 = time.perf_counter()
+            outputs = runner.infer(feed)
+            times.append((time.perf_counter() - t0) * 1e3)
+    report = make_report(args.engine, feed, outputs, times)
+    render(report, console)
+    if args.save_outputs:
+        from trtkit._atomic import write_bytes_atomic
+
+        buf = io.BytesIO()
+        np.savez(buf, **outputs)
+        write_bytes_atomic(Path(args.save_outputs), buf.getvalue())
+    if args.json:
+        from trtkit.cli.render import write_json
+
+        write_json(args.json, report)
+    return 0
+
+
+def load_inputs(specs: list) -> dict:
+    """Arrays from ``NAME=FILE.npy`` and ``FILE.npz`` specs.
+
+    Raises:
+        InputError: a file is missing or unreadable, or a spec is malformed.
+    """
+    from trtkit.errors import InputError
+
+    feed = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = None, spec
+        try:
+            data = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"Cannot read input file '{path}': {exc}") from exc
+        if isinstance(data, np.ndarray):
+            if name is None:
+                raise InputError(f"'{spec}': give the input name for an .npy file, e.g. images={path}")
+            feed[name] = data
+        else:
+            feed.update({k: data[k] for k in data.files})
+    return feed
+
+
+def make_report(engine, feed: dict, outputs: dict, times: list) -> dict:
+    def describe(array) -> dict:
+        a = np.asarray(array)
+        stats = {}
+        if a.size and a.dtype.kind in "fiub":
+            f = a.astype(np.float64)
+            stats = {"min": float(f.min()), "max": float(f.max()), "mean": float(f.mean()), "std": float(f.std())}
+        return {"shape": list(a.shape), "dtype": str(a.dtype), **stats}
+
+    return {"engine": str(engine), "inputs": {n: describe(a) for n, a in feed.items()},
+            "outputs": {n: describe(a) for n, a in outputs.items()},
+            "latency_ms": {"calls": len(times), "first": times[0], "median": float(np.median(times)),
+                           "min": min(times)}}
+
+
+def render(report: dict, console) -> None:
+    from trtkit.cli.render import shape_str, table
+
+    rows = [(n, "in", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
+            for n, d in report["inputs"].items()]
+    rows += [(n, "out", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
+             for n, d in report["outputs"].items()]
+    console.print(table(f"trtkit run {report['engine']}",
+                        ["tensor", "", "shape", "dtype", "min", "max", "mean", "std"], rows))
+    lat = report["latency_ms"]
+    console.print(f"{lat['calls']} call(s): first {lat['first']:.3f} ms, median {lat['median']:.3f} ms, "
+                  f"min {lat['min']:.3f} ms")
