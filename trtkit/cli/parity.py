@@ -47,6 +47,9 @@ def add_arguments(parser) -> None:
                    help="require top-1 agreement >= X for classifier-like (N, C) outputs")
     t.add_argument("--no-polygraphy", dest="polygraphy", action="store_false",
                    help="skip Polygraphy's cross-check of the element-wise verdict")
+    parser.add_argument("--localize", action="store_true",
+                        help="also build a debug engine (same settings, from the manifest) with every intermediate "
+                             "tensor as an output, and name the first tensor that diverges")
     parser.add_argument("--save-arrays", metavar="NPZ",
                         help="write every trial's inputs, engine outputs and ONNX outputs to this .npz")
     options.add_json_option(parser)
@@ -77,30 +80,60 @@ def shapes_from_args(args) -> dict | None:
     return {name: shape.opt for name, shape in parse_shapes(args.shapes[0]).shapes.items()}
 
 
-def run(args, console, *, engine=None, runner_options: dict | None = None) -> int:
-    """Run the comparison and render it.
+def run(args, console, *, engine=None, runner_options: dict | None = None, build_options: dict | None = None) -> int:
+    """Run the comparison (and, with ``--localize``, the per-tensor search) and render it.
 
-    ``engine`` (a callable) replaces ``args.engine``, and ``runner_options`` are added to TrtRunner's arguments: both
-    for tests and scripts (fake TensorRT and CUDA on a CPU).
+    ``engine`` (a callable) replaces ``args.engine``; ``runner_options`` are added to TrtRunner's arguments and
+    ``build_options`` to the debug build's: for tests and scripts (fake TensorRT and CUDA on a CPU).
     """
     from trtkit.parity.api import compare_engine_to_onnx
 
-    runner_options = {"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph, **(runner_options or {})}
-
+    options = _compare_options(args, runner_options)
     with _progress(console) as on_trial:
-        report = compare_engine_to_onnx(
-            args.model, engine if engine is not None else args.engine,
-            inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
-            precision=args.precision, atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold,
-            min_cosine=args.min_cosine, min_top1=args.min_top1, trials=args.trials, seed=args.seed,
-            reference=args.reference, polygraphy_check=args.polygraphy, on_trial=on_trial,
-            runner_options=runner_options, save_arrays=args.save_arrays,
-        )
+        report = compare_engine_to_onnx(args.model, engine if engine is not None else args.engine,
+                                        precision=args.precision, polygraphy_check=args.polygraphy,
+                                        save_arrays=args.save_arrays, on_trial=on_trial, **options)
+    data = report.to_dict()
     if args.json != "-":
         render_report(console, report)
+    if args.localize:
+        located = _localize(args, console, report.precision, options, build_options or {})
+        data["localize"] = located.to_dict()
+        if args.json != "-":
+            render_localize(console, located)
+            if not report.passed and located.first_failure is None:
+                console.print("[yellow]The debug engine, rebuilt from this ONNX model, matches it: the engine under "
+                              "test was probably built from another model or with other settings.[/yellow]",
+                              markup=True, highlight=False)
     if args.json:
-        render.write_json(args.json, report.to_dict())
+        render.write_json(args.json, data)
     return 0 if report.passed else 1
+
+
+def _compare_options(args, runner_options: dict | None) -> dict:
+    """The options shared by the comparison and the debug engine's comparison."""
+    return dict(
+        inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
+        atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold, min_cosine=args.min_cosine,
+        min_top1=args.min_top1, trials=args.trials, seed=args.seed, reference=args.reference,
+        runner_options={"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph,
+                        **(runner_options or {})},
+    )
+
+
+def _localize(args, console, precision: str, options: dict, build_options: dict):
+    """Rebuild the engine with every intermediate tensor marked as an output, with the engine's own settings."""
+    from trtkit.build.manifest import manifest_path, read_manifest
+    from trtkit.errors import EngineError
+    from trtkit.parity.localize import config_from_manifest, engine_builder, localize_divergence
+
+    manifest = read_manifest(args.engine)
+    if manifest is None:
+        raise EngineError(f"--localize rebuilds the engine with the settings in its manifest "
+                          f"'{manifest_path(args.engine)}', which does not exist; build the engine with `trtkit build`.")
+    build_engine = engine_builder(config_from_manifest(manifest), **build_options)
+    with console.status("localize: building a debug engine with every intermediate tensor marked as an output"):
+        return localize_divergence(args.model, build_engine, precision=precision, **options)
 
 
 class _progress:
@@ -179,3 +212,27 @@ def report_table(report):
 
 def _yes_no(value) -> str | None:
     return None if value is None else ("pass" if value else "fail")
+
+
+LOCALIZE_CONTEXT = 3  # rows shown after the first diverging tensor
+
+
+def render_localize(console, located) -> None:
+    """Per-tensor table up to a few rows past the first divergence, then the one-line verdict."""
+    from trtkit.parity.compare import fmt
+
+    first = located.first_failure
+    stop = located.tensors.index(first) + 1 + LOCALIZE_CONTEXT if first is not None else len(located.tensors)
+    rows = []
+    for check in located.tensors[:stop]:
+        m = check.result.metrics
+        rows.append([check.tensor, check.op, check.node, fmt(m.error_ratio) if m else None,
+                     f"{m.cosine:.6f}" if m is not None and m.cosine is not None else None,
+                     "PASS" if check.result.passed else "FAIL"])
+    console.print(render.table("localize (debug engine, graph order)",
+                               ["tensor", "op", "node", "err/max|ref|", "cosine", "verdict"], rows))
+    hidden = len(located.tensors) - len(rows)
+    if hidden:
+        console.print(f"[dim]... {hidden} more tensor(s) (all in --json)[/dim]", markup=True, highlight=False)
+    style = "bold red" if first is not None else "bold green"
+    console.print(f"[{style}]{located.verdict()}[/{style}]", markup=True, highlight=False)
