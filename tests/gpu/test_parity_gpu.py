@@ -115,3 +115,14 @@ def test_sample_cnn_fp16_in_its_second_profile(tmp_path, cache_dir):
     assert report.shapes == {"images": (8, 3, 64, 64)}
     (worst,) = report.worst()
     assert worst.metrics.top1_agreement is not None  # (N, 10) logits are classifier-like
+
+
+def test_localize_builds_a_debug_engine_with_every_tensor_marked(engines):
+    from trtkit.build.manifest import read_manifest
+    from trtkit.parity.localize import config_from_manifest, engine_builder, localize_divergence
+
+    config = config_from_manifest(read_manifest(engines["fp16"]))
+    located = localize_divergence(engines["onnx"], engine_builder(config), precision="fp16", trials=2)
+    _save("tiny-fp16-localize", located.report)
+    assert [t.tensor for t in located.tensors] == ["c", "r", "y"]
+    assert located.first_failure is None, located.verdict()
