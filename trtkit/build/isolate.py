@@ -665,7 +665,7 @@ def _model_label_and_opset(model):
 
 
 def installed_trt_version() -> str | None:
-    """The installed TensorRT's version from package metadata (without importing it), or ``None``."""
+    """The installed TensorRT's version (package metadata first; else by importing it, which starts no CUDA)."""
     from importlib import metadata
 
     for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-cu12-bindings", "tensorrt-bindings"):
@@ -673,4 +673,9 @@ def installed_trt_version() -> str | None:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return None
+    try:
+        import tensorrt
+
+        return str(tensorrt.__version__)
+    except Exception:  # not installed, or its libraries are missing
+        return None

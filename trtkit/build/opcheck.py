@@ -140,9 +140,8 @@ def _query_isolated(loaded, path, trt_factory, timeout):
     from trtkit.build.isolate import DEFAULT_TRT_FACTORY, model_crash_context, run_isolated
 
     factory = trt_factory or DEFAULT_TRT_FACTORY
-    context = dict(model_crash_context(loaded, "the op support check"))
-    return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto),
-                        timeout=timeout, crash_context=context)
+    return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
+                        crash_context=lambda: model_crash_context(loaded, "the op support check"))
 
 
 def _query_in_child(trt_factory, model_bytes, path, op_types):
@@ -182,6 +181,29 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
         "errors": [asdict(issue) for issue in compat.parser_errors(parser)],
         "ops": {op: compat.parser_supports_operator(parser, op) for op in op_types},
     }
+
+
+def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
+    """Parse a model with TensorRT's ONNX parser and report (no build); run it through ``run_isolated``.
+
+    Returns:
+        ``{"parsed": bool, "errors": [str], "trt": version, "layers": number of network layers}``.
+
+    Raises:
+        DependencyError: TensorRT is missing or CUDA cannot be initialized.
+    """
+    from trtkit import _version_compat as compat
+    from trtkit._lazy import tensorrt
+    from trtkit.build.isolate import _ChildLog
+    from trtkit.log import make_trt_logger
+
+    trt = trt or tensorrt()
+    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
+    network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    parsed = bool(parser.parse(model_bytes, path) if path else parser.parse(model_bytes))
+    return {"parsed": parsed, "errors": [str(e) for e in compat.parser_errors(parser)],
+            "trt": compat.version_string(trt), "layers": int(network.num_layers)}
 
 
 def _create_builder(trt, logger):

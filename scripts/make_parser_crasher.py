@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Find ONNX models that crash the installed TensorRT's ONNX parser, safely (each parse runs in a child process).
+
+Candidates are small scaled-dot-product attentions expanded into primitive ops (MatMul, Softmax, Where, ...) at
+recent opsets, in several flavours (masking with -inf, scale computed from shapes, causal masks built from Range,
+softmax expanded with opset-18 reductions that take axes as an input, dynamic sequence lengths). For each candidate
+the script writes ``<name>.onnx`` and records what the parser did: parsed, refused (its errors), or crashed (signal
+and the node being imported). The summary goes to ``<out_dir>/crashers.json``.
+
+Usage (on the GPU host)::
+
+    python scripts/make_parser_crasher.py OUT_DIR [--opset 21] [--only NAME ...]
+
+Exit status 0 whatever the parser did (the JSON says); 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+
+B, H, S, D = 1, 2, 8, 16
+
+
+def _const(name, array):
+    return helper.make_node("Constant", [], [name], name=f"/attn/{name}",
+                            value=numpy_helper.from_array(np.asarray(array), name))
+
+
+def _qkv(dynamic=False):
+    seq = "S" if dynamic else S
+    return [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, H, seq, D]) for n in ("q", "k", "v")]
+
+
+def _finish(name, nodes, inputs, opset, dynamic=False, extra_outputs=()):
+    seq = "S" if dynamic else S
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, H, seq, D])
+    graph = helper.make_graph(nodes, name, inputs, [out, *extra_outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8 if opset <= 17 else 9 if opset <= 20 else 10
+    return model
+
+
+def _scores(scale_node_output="scale"):
+    return [
+        helper.make_node("Transpose", ["k"], ["kT"], name="/attn/Transpose", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kT"], ["qk"], name="/attn/MatMul"),
+        helper.make_node("Mul", ["qk", scale_node_output], ["scores"], name="/attn/Mul"),
+    ]
+
+
+def sdpa_plain(opset):
+    nodes = [_const("scale", np.float32(1 / np.sqrt(D)))] + _scores() + [
+        helper.make_node("Softmax", ["scores"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["out"], name="/attn/MatMul_1"),
+    ]
+    return _finish("sdpa_plain", nodes, _qkv(), opset)
+
+
+def sdpa_mask_where(opset):
+    mask = helper.make_tensor_value_info("mask", TensorProto.BOOL, [B, 1, S, S])
+    nodes = [_const("scale", np.float32(1 / np.sqrt(D))), _const("ninf", np.float32(-np.inf))] + _scores() + [
+        helper.make_node("Where", ["mask", "scores", "ninf"], ["masked"], name="/attn/Where"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["out"], name="/attn/MatMul_1"),
+    ]
+    return _finish("sdpa_mask_where", nodes, _qkv() + [mask], opset)
+
+
+def sdpa_shape_scale(opset):
+    """Scale = 1/sqrt(last dim of q), computed from Shape at run time (as torch exports it), dynamic sequence."""
+    nodes = [
+        helper.make_node("Shape", ["q"], ["q_shape"], name="/attn/Shape", start=-1),
+        helper.make_node("Cast", ["q_shape"], ["q_dim"], name="/attn/Cast", to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["q_dim"], ["sqrt_d"], name="/attn/Sqrt"),
+        helper.make_node("Reciprocal", ["sqrt_d"], ["scale"], name="/attn/Reciprocal"),
+    ] + _scores() + [
+        helper.make_node("Softmax", ["scores"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["out"], name="/attn/MatMul_1"),
+    ]
+    return _finish("sdpa_shape_scale", nodes, _qkv(dynamic=True), opset, dynamic=True)
+
+
+def sdpa_causal_range(opset):
+    """Causal mask from Shape → Gather → Range → Unsqueeze → LessOrEqual → Where(-inf), dynamic sequence."""
+    nodes = [
+        _const("scale", np.float32(1 / np.sqrt(D))), _const("ninf", np.float32(-np.inf)),
+        _const("zero", np.int64(0)), _const("one", np.int64(1)), _const("two", np.int64(2)),
+        _const("ax0", np.array([0], dtype=np.int64)), _const("ax1", np.array([1], dtype=np.int64)),
+        helper.make_node("Shape", ["q"], ["q_shape"], name="/attn/Shape"),
+        helper.make_node("Gather", ["q_shape", "two"], ["seq"], name="/attn/Gather", axis=0),
+        helper.make_node("Range", ["zero", "seq", "one"], ["pos"], name="/attn/Range"),
+        helper.make_node("Unsqueeze", ["pos", "ax0"], ["row"], name="/attn/Unsqueeze"),
+        helper.make_node("Unsqueeze", ["pos", "ax1"], ["col"], name="/attn/Unsqueeze_1"),
+        helper.make_node("LessOrEqual", ["row", "col"], ["keep"], name="/attn/LessOrEqual"),
+    ] + _scores() + [
+        helper.make_node("Where", ["keep", "scores", "ninf"], ["masked"], name="/attn/Where"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["out"], name="/attn/MatMul_1"),
+    ]
+    return _finish("sdpa_causal_range", nodes, _qkv(dynamic=True), opset, dynamic=True)
+
+
+def sdpa_expanded_softmax(opset):
+    """Softmax written out with ReduceMax/ReduceSum whose axes are an input (opset 18+ form)."""
+    axes = [_const("axes", np.array([-1], dtype=np.int64))]
+    nodes = [_const("scale", np.float32(1 / np.sqrt(D)))] + axes + _scores() + [
+        helper.make_node("ReduceMax", ["scores", "axes"], ["mx"], name="/attn/ReduceMax", keepdims=1),
+        helper.make_node("Sub", ["scores", "mx"], ["shifted"], name="/attn/Sub"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="/attn/Exp"),
+        helper.make_node("ReduceSum", ["e", "axes"], ["den"], name="/attn/ReduceSum", keepdims=1),
+        helper.make_node("Div", ["e", "den"], ["probs"], name="/attn/Div"),
+        helper.make_node("MatMul", ["probs", "v"], ["out"], name="/attn/MatMul_1"),
+    ]
+    return _finish("sdpa_expanded_softmax", nodes, _qkv(), max(opset, 18))
+
+
+def sdpa_full(opset):
+    """Everything together: shape-derived scale, causal mask, -inf Where, expanded softmax, dynamic sequence."""
+    model = sdpa_causal_range(opset)
+    graph = model.graph
+    softmax = [n for n in graph.node if n.op_type == "Softmax"][0]
+    index = list(graph.node).index(softmax)
+    expanded = [
+        _const("axes", np.array([-1], dtype=np.int64)),
+        helper.make_node("ReduceMax", ["masked", "axes"], ["mx"], name="/attn/ReduceMax", keepdims=1),
+        helper.make_node("Sub", ["masked", "mx"], ["shifted"], name="/attn/Sub"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="/attn/Exp"),
+        helper.make_node("ReduceSum", ["e", "axes"], ["den"], name="/attn/ReduceSum", keepdims=1),
+        helper.make_node("Div", ["e", "den"], ["probs"], name="/attn/Div"),
+    ]
+    nodes = list(graph.node[:index]) + expanded + list(graph.node[index + 1:])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.name = "sdpa_full"
+    del model.opset_import[:]
+    model.opset_import.extend([helper.make_opsetid("", max(opset, 18))])
+    return model
+
+
+CANDIDATES = {f.__name__: f for f in (sdpa_plain, sdpa_mask_where, sdpa_shape_scale, sdpa_causal_range,
+                                      sdpa_expanded_softmax, sdpa_full)}
+
+
+def candidates(opset: int = 21) -> dict:
+    """``{name: onnx.ModelProto}`` of every candidate at ``opset``."""
+    return {name: make(opset) for name, make in CANDIDATES.items()}
+
+
+def try_candidate(name: str, model, out_dir: Path, timeout: float = 300) -> dict:
+    """Write the model, parse it in a child, and say what happened."""
+    import onnx
+
+    from trtkit.build.isolate import model_crash_context, run_isolated
+    from trtkit.build.opcheck import parse_only
+    from trtkit.errors import IsolationError, TrtkitError
+
+    path = out_dir / f"{name}.onnx"
+    onnx.save(model, path)
+    started = time.monotonic()
+    record = {"name": name, "path": str(path), "opset": max(o.version for o in model.opset_import),
+              "nodes": len(model.graph.node)}
+    try:
+        record.update(outcome="parsed", **run_isolated(parse_only, path.read_bytes(), timeout=timeout,
+                                                       crash_context=model_crash_context(str(path), "parsing")))
+        if not record["parsed"]:
+            record["outcome"] = "refused"
+    except IsolationError as exc:
+        crash = exc.crash
+        record.update(outcome="crashed", signal=crash.signal, node=crash.node, op_type=crash.op_type,
+                      nodes_seen=crash.nodes_seen, message=str(exc), output_tail=crash.output_tail[-10:])
+    except TrtkitError as exc:
+        record.update(outcome="error", error_class=type(exc).__name__, message=str(exc))
+    record["seconds"] = round(time.monotonic() - started, 2)
+    return record
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", help="folder for the candidate models and crashers.json")
+    parser.add_argument("--opset", type=int, default=21, help="ai.onnx opset of the candidates (default 21)")
+    parser.add_argument("--only", nargs="*", choices=sorted(CANDIDATES), help="try only these candidates")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name, model in candidates(args.opset).items():
+        if args.only and name not in args.only:
+            continue
+        record = try_candidate(name, model, out_dir)
+        results.append(record)
+        where = f" at node {record.get('node')} [{record.get('op_type')}]" if record["outcome"] == "crashed" else ""
+        print(f"{name:24s} {record['outcome']}{where} ({record['seconds']} s)", flush=True)
+    summary = {"opset": args.opset, "results": results,
+               "crashers": [r["name"] for r in results if r["outcome"] == "crashed"]}
+    (out_dir / "crashers.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"crashers: {summary['crashers'] or 'none'}; details in {out_dir / 'crashers.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
