@@ -129,10 +129,15 @@ class Provenance:
     # Fields that decide whether scales are still valid (samples is a result, not a setting).
     COMPARED = ("onnx_sha256", "tensorrt", "algorithm", "percentile", "preprocess", "data_digest", "max_samples")
 
-    def differences(self, other: "Provenance") -> list[str]:
-        """Human-readable differences between a stored provenance (self) and the current settings (other)."""
+    def differences(self, other: "Provenance", fields=None) -> list[str]:
+        """Human-readable differences between a stored provenance (self) and the current settings (other).
+
+        Args:
+            other: the current settings.
+            fields: the fields to compare (default: every setting that decides the scales).
+        """
         diffs = []
-        for name in self.COMPARED:
+        for name in fields or self.COMPARED:
             stored, current = getattr(self, name), getattr(other, name)
             if name == "data_digest" and (stored is None or current is None):
                 continue
@@ -192,13 +197,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise CalibrationError(f"Cannot write calibration cache '{path}': {exc}") from exc
 
 
-def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = False) -> CalibrationTable | None:
+def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = False,
+               fields=None) -> CalibrationTable | None:
     """Load a cache if it exists and matches ``expected``.
 
     Args:
         cache_path: the cache file.
         expected: provenance of the current build (``None``: no check).
         force: use the cache even if its provenance differs or is missing (logs a warning).
+        fields: provenance fields to compare (default: all that decide the scales).
 
     Returns:
         The table, or ``None`` when the file does not exist (calibrate and write it).
@@ -213,7 +220,7 @@ def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = 
     table = parse_cache(cache_path.read_bytes(), f"Calibration cache '{cache_path}'")
     if expected is None:
         return table
-    problems = _provenance_problems(cache_path, expected)
+    problems = _provenance_problems(cache_path, expected, fields)
     if problems and not force:
         raise CalibrationError(
             f"Calibration cache '{cache_path}' does not match this build: {'; '.join(problems)}. Delete it to "
@@ -226,7 +233,7 @@ def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = 
     return table
 
 
-def _provenance_problems(cache_path: Path, expected: Provenance) -> list[str]:
+def _provenance_problems(cache_path: Path, expected: Provenance, fields) -> list[str]:
     side = sidecar_path(cache_path)
     if not side.exists():
         return [f"it has no provenance file '{side.name}' (it was not written by trtkit, so its origin is unknown)"]
@@ -234,4 +241,4 @@ def _provenance_problems(cache_path: Path, expected: Provenance) -> list[str]:
     if expected.data_digest is None:
         logger.warning("Calibration data has no identity; the cache '%s' is matched without checking the data.",
                        cache_path)
-    return stored.differences(expected)
+    return stored.differences(expected, fields)

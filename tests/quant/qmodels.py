@@ -107,3 +107,15 @@ def matmul_block(seed=0):
     ]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8])], inits)
+
+
+def capture_trtkit_log(caplog, level):
+    """Attach pytest's log capture to the "trtkit" logger itself (the CLI may turn off propagation in other tests)."""
+    import logging
+
+    log = logging.getLogger("trtkit")
+    log.addHandler(caplog.handler)
+    old_level = log.level
+    log.setLevel(level)
+    caplog.handler.setLevel(level)
+    return lambda: (log.removeHandler(caplog.handler), log.setLevel(old_level))

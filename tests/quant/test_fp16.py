@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
-from tests.quant.qmodels import fp16_mix, residual_cnn
+from tests.quant.qmodels import capture_trtkit_log, fp16_mix, residual_cnn
 from trtkit.errors import ModelError
 from trtkit.quant.fp16 import convert_to_bf16, convert_to_fp16
 
@@ -50,8 +50,11 @@ def test_fp16_io_when_asked():
 
 
 def test_blocked_ops_shape_math_and_resize_scales_stay_fp32(caplog):
-    with caplog.at_level(logging.INFO, logger="trtkit"):
+    restore = capture_trtkit_log(caplog, logging.INFO)
+    try:
         conv = convert_to_fp16(fp16_mix())
+    finally:
+        restore()
     model = conv.model
     onnx.checker.check_model(model, full_check=True)
     types = _types(model)
@@ -67,8 +70,11 @@ def test_blocked_ops_shape_math_and_resize_scales_stay_fp32(caplog):
 
 
 def test_clipping_is_named_in_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="trtkit"):
+    restore = capture_trtkit_log(caplog, logging.WARNING)
+    try:
         conv = convert_to_fp16(fp16_mix())
+    finally:
+        restore()
     assert conv.clipped == ["big"]
     assert "clipped values beyond ±65504 in: big" in caplog.text
     big16 = next(t for t in conv.model.graph.initializer if t.name == "big__fp16")

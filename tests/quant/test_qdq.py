@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from tests.quant.qmodels import matmul_block, residual_cnn
+from tests.quant.qmodels import capture_trtkit_log, matmul_block, residual_cnn
 from trtkit.errors import CalibrationError, ModelError
 from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
 
@@ -92,8 +92,11 @@ def test_missing_amax_warns_or_raises(caplog):
     model = residual_cnn()
     with pytest.raises(CalibrationError, match="No amax for 1 tensor\\(s\\) to quantize: down"):
         insert_qdq(model, {"x": 1.0, "stem_r": 1.0, "a_r": 1.0, "res_r": 1.0}, strict=True)
-    with caplog.at_level(logging.WARNING, logger="trtkit"):
+    restore = capture_trtkit_log(caplog, logging.WARNING)
+    try:
         qdq, _ = insert_qdq(model, {"x": 1.0, "stem_r": 1.0, "a_r": 1.0, "res_r": 1.0})
+    finally:
+        restore()
     assert "left unquantized: down" in caplog.text
     onnx.checker.check_model(qdq, full_check=True)
 

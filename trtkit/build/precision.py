@@ -1,14 +1,29 @@
 """Choosing how a requested precision is reached on the installed TensorRT.
 
-Called by :func:`trtkit.build.builder.build_serialized` as ``plan_precision(trt, model, config, caps)``; keep that
-signature. (First version: FP32 and the FP16 / BF16 builder flags; the INT8 paths and FP16 cast mode extend it.)
+Called by :func:`trtkit.build.builder.build_serialized` as ``plan_precision(trt, model, config, caps)``.
+
+| precision | mode | 8.6 | 10.x | 11.x |
+|---|---|---|---|---|
+| fp16 | flag | ``BuilderFlag.FP16`` | ``BuilderFlag.FP16`` | — |
+| fp16 | cast | — (no strong typing) | FP16 model, strongly typed | FP16 model |
+| bf16 | flag / cast | — | ``BuilderFlag.BF16`` / BF16 model | BF16 model |
+| int8 | calibrator | INT8 (+FP16) flags + TensorRT calibrator | same (deprecated) | — |
+| int8 | qdq | Q/DQ model + INT8 (+FP16) flags | same | Q/DQ model, strongly typed |
+
+``auto`` takes the flag / calibrator where it exists and the strongly typed model otherwise. A model that already
+holds Q/DQ nodes needs no calibration. A mode absent from this TensorRT raises :class:`UnsupportedError` naming the
+versions that have it.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
-from trtkit.errors import UnsupportedError
+from trtkit import _version_compat as compat
+from trtkit.errors import CalibrationError, UnsupportedError
+
+logger = logging.getLogger("trtkit")
 
 
 @dataclass
@@ -21,6 +36,7 @@ class PrecisionPlan:
         flags: builder flag names to set (e.g. ``("FP16",)``).
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
         notes: what was decided, for the build summary and manifest.
+        calibration: facts about calibration for the manifest (path, algorithm, samples, cache reuse).
     """
 
     model: object
@@ -28,18 +44,234 @@ class PrecisionPlan:
     flags: tuple = ()
     calibrator: object = None
     notes: list = field(default_factory=list)
+    calibration: dict = field(default_factory=dict)
+
+    def finish(self) -> None:
+        """Call after ``build_serialized_network``: re-raises an error recorded by the calibrator, frees its buffers."""
+        if self.calibrator is not None and hasattr(self.calibrator, "raise_if_failed"):
+            self.calibrator.raise_if_failed()
+            self.calibration["samples"] = getattr(self.calibrator, "samples", None)
 
 
 def plan_precision(trt, model, config, caps) -> PrecisionPlan:
-    """Decide flags, network typing and model transforms for ``config.precision`` on this TensorRT."""
+    """Decide flags, network typing and model transforms for ``config.precision`` on this TensorRT.
+
+    Args:
+        trt: the ``tensorrt`` module.
+        model: the :class:`~trtkit.build.onnx_model.LoadedModel` to build.
+        config: the :class:`~trtkit.build.config.BuildConfig`.
+        caps: :func:`trtkit._version_compat.capabilities` of ``trt``.
+
+    Raises:
+        UnsupportedError: the asked precision or mode does not exist in this TensorRT (names where it exists).
+        CalibrationError: INT8 without usable calibration data or cache.
+    """
     if config.precision == "fp32":
-        return PrecisionPlan(model, strongly_typed=config.strongly_typed)
+        return PrecisionPlan(model, strongly_typed=config.strongly_typed, notes=["FP32" + _tf32_note(config)])
     if config.precision in ("fp16", "bf16"):
-        flag = config.precision.upper()
-        if flag not in caps.builder_flags:
-            raise UnsupportedError(
-                f"--{config.precision} as a builder flag is not available in TensorRT "
-                f"{'.'.join(map(str, caps.version))}; use --fp16-mode cast (a strongly typed model)"
-            )
-        return PrecisionPlan(model, flags=(flag,), notes=[f"{flag} builder flag"])
-    raise UnsupportedError(f"Precision '{config.precision}' is not supported by this build of trtkit yet")
+        return _plan_half(trt, model, config, caps, config.precision)
+    if config.precision == "int8":
+        return _plan_int8(trt, model, config, caps)
+    raise UnsupportedError(f"Precision '{config.precision}' is not known; use fp32, fp16, bf16 or int8.")
+
+
+def _tf32_note(config) -> str:
+    return " (TF32 allowed)" if config.tf32 else " (TF32 off)"
+
+
+def _version(caps) -> str:
+    return ".".join(map(str, caps.version))
+
+
+# --- FP16 / BF16 ---------------------------------------------------------------------------------------------------
+
+
+def resolve_half_mode(caps, precision: str, mode: str) -> str:
+    """``flag`` or ``cast`` for ``--fp16``/``--bf16`` with ``--fp16-mode`` on this TensorRT.
+
+    Raises:
+        UnsupportedError: the mode does not exist here; says which versions have it.
+    """
+    flag = precision.upper()
+    has_flag = flag in caps.builder_flags
+    if mode == "auto":
+        mode = "flag" if has_flag else "cast"
+    if mode == "flag" and not has_flag:
+        where = "TensorRT 8.6 to 10.x" if flag == "FP16" else "TensorRT 9.0 to 10.x"
+        raise UnsupportedError(
+            f"--{precision} with --fp16-mode flag needs BuilderFlag.{flag}, which TensorRT {_version(caps)} does not "
+            f"have; it exists in {where}. Use --fp16-mode cast (a strongly typed {flag} model)."
+        )
+    if mode == "cast" and not caps.strongly_typed:
+        alternative = "--fp16-mode flag" if has_flag else "TensorRT 10 or later"
+        raise UnsupportedError(
+            f"--{precision} with --fp16-mode cast needs strongly typed networks, which TensorRT {_version(caps)} does "
+            f"not have; they exist in TensorRT 9.1 and later. Use {alternative}."
+        )
+    return mode
+
+
+def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
+    mode = resolve_half_mode(caps, precision, config.fp16_mode)
+    flag = precision.upper()
+    if mode == "flag":
+        return PrecisionPlan(model, strongly_typed=config.strongly_typed, flags=(flag,),
+                             notes=[f"{flag} builder flag"])
+    conversion = _cast_model(model.proto, precision)
+    notes = [f"{flag} model (cast by trtkit), strongly typed network",
+             f"{len(conversion.kept_fp32)} node(s) kept in FP32, {conversion.casts} Cast(s) inserted"]
+    if conversion.clipped:
+        notes.append(f"clipped to the FP16 range: {', '.join(conversion.clipped)}")
+    return PrecisionPlan(_loaded(conversion.model), strongly_typed=True, notes=notes)
+
+
+def _cast_model(proto, precision: str):
+    from trtkit.quant.fp16 import convert_float
+
+    return convert_float(proto, dtype=precision, keep_io_types=True)
+
+
+def _loaded(proto):
+    from trtkit.build.onnx_model import load_model
+
+    return load_model(proto, check=False)
+
+
+# --- INT8 ----------------------------------------------------------------------------------------------------------
+
+
+def resolve_int8_mode(caps, mode: str, algorithm: str = "entropy") -> str:
+    """``calibrator`` or ``qdq`` for ``--int8`` with ``--int8-mode`` on this TensorRT.
+
+    ``auto`` takes TensorRT's calibrator where it exists and the algorithm has one (entropy, minmax), else Q/DQ.
+
+    Raises:
+        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for percentile.
+    """
+    native = caps.has_calibrators and caps.int8_flag and (algorithm != "minmax" or caps.has_minmax_calibrator)
+    if mode == "auto":
+        return "calibrator" if native and algorithm in ("entropy", "minmax") else "qdq"
+    if mode == "calibrator" and not (caps.has_calibrators and caps.int8_flag):
+        raise UnsupportedError(
+            f"--int8-mode calibrator needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
+            f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use --int8-mode qdq."
+        )
+    if mode == "calibrator" and algorithm == "percentile":
+        raise UnsupportedError(
+            "TensorRT has no percentile calibrator; use --int8-mode qdq with --calib-algo percentile, or "
+            "--calib-algo entropy|minmax."
+        )
+    return mode
+
+
+def _int8_flags(caps) -> tuple:
+    """INT8 plus FP16 (layers left unquantized run in FP16, as in ``trtexec --int8 --fp16``)."""
+    return ("INT8", "FP16") if caps.fp16_flag else ("INT8",)
+
+
+def has_qdq(proto) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
+
+
+def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
+    if has_qdq(model.proto):
+        return _qdq_plan(model, caps, ["the model already holds Q/DQ nodes: no calibration"])
+    algorithm = config.calibration.algorithm if config.calibration else "entropy"
+    mode = resolve_int8_mode(caps, config.int8_mode, algorithm)
+    session = _session(trt, model, config, native=(mode == "calibrator"))
+    if mode == "calibrator":
+        return _calibrator_plan(trt, model, caps, session)
+    return _explicit_plan(trt, model, config, caps, session)
+
+
+def _calibrator_plan(trt, model, caps, session) -> PrecisionPlan:
+    from calibrators.trt_calibrator import make_calibrator
+
+    calibrator = make_calibrator(trt, session)
+    reused = session.cached is not None
+    notes = [f"INT8 with TensorRT's {session.algorithm} calibrator, batch {session.batch_size}"
+             + (" (calibration cache reused)" if reused else "")]
+    return PrecisionPlan(model, flags=_int8_flags(caps), calibrator=calibrator, notes=notes,
+                         calibration=_calibration_facts(session, reused, "calibrator"))
+
+
+def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
+    from trtkit.quant.explicit import make_qdq_model
+
+    result = make_qdq_model(trt, model.proto, session, config)
+    if config.save_qdq_onnx:
+        _save_model(result.model, config.save_qdq_onnx)
+    source = "calibration cache" if result.from_cache else f"{result.samples} samples ({session.algorithm})"
+    notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
+    plan = _qdq_plan(_loaded(result.model), caps, notes)
+    plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
+    return plan
+
+
+def _qdq_plan(model, caps, notes: list) -> PrecisionPlan:
+    if caps.int8_flag:
+        return PrecisionPlan(model, flags=_int8_flags(caps), notes=notes + ["INT8 builder flag for the Q/DQ model"])
+    if not caps.strongly_typed:  # pragma: no cover - every TensorRT trtkit supports has one or the other
+        raise UnsupportedError(f"TensorRT {_version(caps)} has neither BuilderFlag.INT8 nor strongly typed networks.")
+    return PrecisionPlan(model, strongly_typed=True, notes=notes + ["strongly typed Q/DQ network"])
+
+
+def _calibration_facts(session, reused: bool, path: str, samples=None, seconds=None) -> dict:
+    facts = {"path": path, "algorithm": session.algorithm, "batch_size": session.batch_size,
+             "cache": session.settings.cache_path, "cache_reused": reused}
+    if samples is not None:
+        facts["samples"] = samples
+    if seconds is not None:
+        facts["seconds"] = round(seconds, 3)
+    return facts
+
+
+def _save_model(proto, path) -> None:
+    from pathlib import Path
+
+    from trtkit._atomic import write_bytes_atomic
+
+    write_bytes_atomic(Path(path), proto.SerializeToString())
+    logger.info("Saved the Q/DQ model to '%s'.", path)
+
+
+def _session(trt, model, config, *, native: bool):
+    from calibrators.session import prepare
+
+    batch = calibration_batch_size(model.proto, config, native=native)
+    return prepare(config.calibration, model, compat.version_string(trt), batch)
+
+
+def calibration_batch_size(proto, config, *, native: bool) -> int:
+    """The calibration batch size: ``--calib-batch``, else the first profile's opt batch, else the static batch.
+
+    TensorRT's calibrator runs at the calibration profile's opt shape (the first profile), so ``native`` requires
+    ``--calib-batch`` to equal it.
+
+    Raises:
+        CalibrationError: ``--calib-batch`` does not fit the profile or the model's fixed batch.
+    """
+    from trtkit.build.onnx_model import model_inputs
+    from trtkit.build.profiles import resolve_profiles
+
+    inputs = model_inputs(proto)
+    profiles = resolve_profiles(inputs, config.profiles)
+    asked = config.calibration.batch_size if config.calibration else None
+    if profiles:
+        name, shape = next(iter(profiles[0].shapes.items()))
+        low, opt, high = shape.min[0], shape.opt[0], shape.max[0]
+    else:
+        name, dims = next(iter(inputs.items()))
+        low = opt = high = dims[0] if dims and isinstance(dims[0], int) else 1
+    if asked is None:
+        return int(opt)
+    if native and asked != opt:
+        raise CalibrationError(
+            f"--calib-batch {asked} differs from the opt batch {opt} of input '{name}' in profile 0; TensorRT's "
+            f"calibrator runs at the opt shape. Drop --calib-batch or set the profile's opt batch to {asked}."
+        )
+    if not low <= asked <= high:
+        raise CalibrationError(
+            f"--calib-batch {asked} is outside the batch range {low}..{high} of input '{name}' in profile 0."
+        )
+    return int(asked)

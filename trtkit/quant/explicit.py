@@ -1,0 +1,163 @@
+"""Explicit INT8 made by trtkit, with TensorRT alone: calibrate in TensorRT, compute amax, insert Q/DQ.
+
+1. :func:`~trtkit.quant.qdq.plan_qdq` picks the tensors to quantize.
+2. :func:`collect_histograms` builds the FP32 network with those tensors marked as outputs, runs it in TensorRT
+   over the calibration batches (:class:`trtkit.runtime.runner.TrtRunner`), and accumulates a histogram of each
+   (graph inputs are histogrammed from the feed itself). No ONNX Runtime anywhere.
+3. amax per tensor with the chosen algorithm (:mod:`calibrators.algorithms`); a calibration cache in TensorRT's
+   format is written, and a matching cache (ours or TensorRT's own) skips steps 2-3.
+4. :func:`~trtkit.quant.qdq.insert_qdq` makes the Q/DQ model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from calibrators.algorithms import compute_amaxes
+from calibrators.cache import table_from_amaxes
+from calibrators.histogram import HistogramSet
+from trtkit import _version_compat as compat
+from trtkit.errors import CalibrationError
+from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
+
+logger = logging.getLogger("trtkit")
+
+
+@dataclass
+class ExplicitResult:
+    """What :func:`make_qdq_model` produced.
+
+    Attributes:
+        model: the Q/DQ ``onnx.ModelProto``.
+        plan: the :class:`~trtkit.quant.qdq.QdqPlan`.
+        amax: the activation ranges used.
+        from_cache: the ranges came from a calibration cache (no calibration run).
+        samples: calibration samples run (0 when from the cache).
+        seconds: time spent collecting statistics.
+    """
+
+    model: object
+    plan: object
+    amax: dict = field(default_factory=dict)
+    from_cache: bool = False
+    samples: int = 0
+    seconds: float = 0.0
+
+
+def with_outputs(model, names: list):
+    """A copy of ``model`` whose graph also outputs the tensors ``names`` (FP32; shapes from ONNX inference)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    try:
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # shapes are a courtesy: TensorRT infers them anyway
+        inferred = {}
+    existing = {o.name for o in out.graph.output}
+    for name in names:
+        if name in existing:
+            continue
+        value = out.graph.output.add()
+        if name in inferred:
+            value.CopyFrom(inferred[name])
+        else:
+            value.CopyFrom(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return out
+
+
+def collect_histograms(trt, model, tensors: list, session, build_config, *, threads: int | None = None):
+    """Histograms of ``tensors`` over the calibration data, computed by running the FP32 model in TensorRT.
+
+    Args:
+        trt: the ``tensorrt`` module.
+        model: the FP32 ``onnx.ModelProto``.
+        tensors: names of the tensors to histogram (graph inputs are read from the feed).
+        session: the :class:`~calibrators.session.CalibrationSession` (data, batch size).
+        build_config: the user's :class:`~trtkit.build.config.BuildConfig`; the statistics engine is built with the
+            same profiles, tactic sources, timing cache and optimization level, in FP32.
+        threads: histogram worker threads (numpy releases the GIL); default: up to 8.
+
+    Returns:
+        ``(HistogramSet, samples)``.
+    """
+    from trtkit.build.builder import build_serialized
+    from trtkit.runtime.runner import TrtRunner
+
+    inputs = {i.name for i in model.graph.input}
+    marked = [t for t in tensors if t not in inputs]
+    config = replace(build_config, precision="fp32", calibration=None, require_precision=False,
+                     profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None)
+    started = time.perf_counter()
+    result = build_serialized(with_outputs(model, marked), config, trt=trt)
+    logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
+                time.perf_counter() - started)
+    hists, samples = HistogramSet(), 0
+    workers = threads or min(8, os.cpu_count() or 1)
+    with TrtRunner(result.engine, trt=trt, check_manifest=False) as runner, ThreadPoolExecutor(workers) as pool:
+        for feed in session.batches():
+            outputs = runner.infer(feed)
+            arrays = {t: feed[t] for t in tensors if t in inputs}
+            arrays.update({t: outputs[t] for t in marked})
+            _update_parallel(hists, arrays, pool)
+            samples += next(iter(feed.values())).shape[0]
+    return hists, samples
+
+
+def _update_parallel(hists: HistogramSet, arrays: dict, pool) -> None:
+    for name in arrays:
+        if name not in hists.tensors:
+            hists.update({name: arrays[name][:0]})  # create, without data
+    futures = [pool.submit(hists.tensors[name].update, value) for name, value in arrays.items()]
+    for future in futures:
+        future.result()
+
+
+def make_qdq_model(trt, model, session, build_config, options: QdqOptions | None = None) -> ExplicitResult:
+    """The Q/DQ model for ``model``: amax from a matching cache, or from calibration in TensorRT.
+
+    Args:
+        trt: the ``tensorrt`` module.
+        model: the FP32 ``onnx.ModelProto``.
+        session: a :class:`~calibrators.session.CalibrationSession` (its ``cached`` table is used when present, and
+            a new cache is written when calibration runs).
+        build_config: the user's build settings (for the statistics engine).
+        options: Q/DQ placement settings.
+
+    Raises:
+        CalibrationError: a cache lacks ranges for tensors to quantize, or the data is unusable.
+    """
+    import onnx
+
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    plan = plan_qdq(work, options)
+    if session.cached is not None:
+        amax = _amax_from_cache(session.cached, plan.activations)
+        qdq, plan = insert_qdq(work, amax, plan)
+        return ExplicitResult(qdq, plan, amax, from_cache=True)
+    started = time.perf_counter()
+    hists, samples = collect_histograms(trt, work, plan.activations, session, build_config)
+    seconds = time.perf_counter() - started
+    amax = compute_amaxes(hists, session.algorithm, session.settings.percentile)
+    session.save(table_from_amaxes(amax, compat.version(trt), session.algorithm), samples=samples)
+    logger.info("Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples,
+                seconds)
+    qdq, plan = insert_qdq(work, amax, plan, strict=True)
+    return ExplicitResult(qdq, plan, amax, samples=samples, seconds=seconds)
+
+
+def _amax_from_cache(table, tensors: list) -> dict:
+    amax = table.amaxes()
+    missing = [t for t in tensors if t not in amax]
+    if len(missing) == len(tensors) and tensors:
+        raise CalibrationError(
+            f"The calibration cache has none of the {len(tensors)} tensors to quantize (e.g. '{tensors[0]}'); it was "
+            f"made for another model. Delete it to recalibrate."
+        )
+    return {t: amax[t] for t in tensors if t in amax}
