@@ -64,6 +64,21 @@ def api_union(results: dict) -> dict:
     return {key: sorted({n for api in passing for n in api[key]}) for key in ("used", "absent_probed")}
 
 
+def install_fake_cuda() -> None:
+    """Make ``cuda.bindings.runtime`` trtkit's fake CUDA: there is no driver here, and the runtime and Q/DQ
+    calibration paths must still run (their TensorRT side is what this tier checks)."""
+    import types
+
+    from trtkit.testing.fake_cuda import FakeCudart
+
+    rt = FakeCudart()
+    sys.modules["cuda.bindings.runtime"] = rt
+    bindings = sys.modules.get("cuda.bindings")
+    if bindings is None:
+        bindings = sys.modules.setdefault("cuda.bindings", types.ModuleType("cuda.bindings"))
+    bindings.runtime = rt
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", required=True, help="the TensorRT version whose surface is on PYTHONPATH")
@@ -75,6 +90,7 @@ def main(argv=None) -> int:
     if tensorrt.__version__ != args.version:
         print(f"PYTHONPATH gives TensorRT {tensorrt.__version__}, not {args.version}", file=sys.stderr)
         return 2
+    install_fake_cuda()
     names = args.checks.split(",") if args.checks else list(CHECKS)
     ctx = Context(real=tensorrt, version=args.version)
     results = {name: run_check(CHECKS[name], ctx) for name in names}

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import inspect
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 CHECKS: dict = {}
 
@@ -442,18 +444,19 @@ def tiny_conv_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _calibration(algorithm: str = "entropy"):
+def _calibration(algorithm: str = "entropy", cache_path=None):
     import numpy as np
 
     from trtkit.build.config import CalibrationSettings
 
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.standard_normal((1, 3, 8, 8)).astype("float32")} for _ in range(4)]
-    return CalibrationSettings(source=feeds, algorithm=algorithm, max_samples=4, batch_size=1)
+    return CalibrationSettings(source=feeds, algorithm=algorithm, max_samples=4, batch_size=1,
+                               cache_path=None if cache_path is None else str(cache_path))
 
 
-def build_config(path: str):
-    """The BuildConfig of one build path (name as in :data:`BUILD_PATHS`)."""
+def build_config(path: str, cache_path=None):
+    """The BuildConfig of one build path (name as in :data:`BUILD_PATHS`); INT8 calibration data is random."""
     from trtkit.build.config import BuildConfig
 
     own = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
@@ -465,13 +468,23 @@ def build_config(path: str):
         return BuildConfig(precision=precision, fp16_mode=mode or "auto", tactic_sources=own)
     mode, _, algorithm = mode.partition("-")
     return BuildConfig(precision="int8", int8_mode=mode or "auto", tactic_sources=own,
-                       calibration=_calibration(algorithm or "entropy"))
+                       calibration=_calibration(algorithm or "entropy", cache_path))
 
 
-# Per build path and TensorRT major: the outcomes allowed. "ok" = it builds; a tuple of regexes = trtkit refuses it
+@dataclass(frozen=True)
+class Refuse:
+    """An allowed refusal: an UnsupportedError matching every regex (and naming the version, if asked)."""
+
+    patterns: tuple
+    names_version: bool = True
+
+
+# Per build path and TensorRT major: the outcomes allowed. OK = it builds; a tuple of regexes = trtkit refuses it
 # with an UnsupportedError naming this version and matching each regex (the versions that have it, what to use).
 OK = "ok"
 HAS_10 = r"\b10(\.x)?\b"
+# TensorRT has no native percentile calibrator: trtkit may refuse it anywhere, pointing to Q/DQ.
+NO_NATIVE = Refuse(("qdq",), names_version=False)
 BUILD_PATHS = {
     "fp32": {8: [OK], 10: [OK], 11: [OK]},
     "all-options": {8: [OK], 10: [OK], 11: [OK]},
@@ -482,7 +495,7 @@ BUILD_PATHS = {
     "int8": {8: [OK], 10: [OK], 11: [OK]},
     "int8_calibrator": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
     "int8_calibrator-minmax": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
-    "int8_calibrator-percentile": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
+    "int8_calibrator-percentile": {8: [OK, NO_NATIVE], 10: [OK, NO_NATIVE], 11: [(HAS_10, "qdq"), NO_NATIVE]},
     "int8_qdq": {8: [OK], 10: [OK], 11: [OK]},
 }
 
@@ -515,12 +528,13 @@ def check_plan(plan, want: dict, where: str) -> None:
         assert (plan.calibrator is not None) == want["calibrator"], f"{where}: calibrator {plan.calibrator!r}"
 
 
-def _refusal_matches(exc, version: str, patterns) -> bool:
+def _refusal_matches(exc, version: str, allowed) -> bool:
     from trtkit.errors import UnsupportedError
 
+    refuse = allowed if isinstance(allowed, Refuse) else Refuse(tuple(allowed))
     text = str(exc)
-    return (isinstance(exc, UnsupportedError) and f"TensorRT {version}" in text
-            and all(re.search(p, text) for p in patterns))
+    return (isinstance(exc, UnsupportedError) and (f"TensorRT {version}" in text or not refuse.names_version)
+            and all(re.search(p, text) for p in refuse.patterns))
 
 
 def _capture_plans(plans: list):
@@ -540,8 +554,6 @@ def _capture_plans(plans: list):
 
 def run_build_path(ctx: Context, path: str) -> dict:
     """Build the tiny model on the checked fake backend with ``path``'s settings; assert the per-version outcome."""
-    from surface_proxy import MissingOnSurface, find_missing
-
     from trtkit.build.builder import build_serialized
 
     trt, log = ctx.fake_surface()
@@ -552,10 +564,7 @@ def run_build_path(ctx: Context, path: str) -> dict:
     try:
         build_serialized(tiny_conv_model(), build_config(path), trt=trt)
     except Exception as exc:  # noqa: BLE001 - sorted out below
-        missing = find_missing(exc)
-        if isinstance(missing, MissingOnSurface):
-            raise missing
-        _fail_on_gaps(log, f"the build failed: {type(exc).__name__}: {exc}")
+        _raise_surface_problem(exc, log)
         refusals = [a for a in allowed if a != OK]
         assert refusals, f"{path} should build on TensorRT {ctx.version}: {type(exc).__name__}: {exc}"
         assert any(_refusal_matches(exc, ctx.version, p) for p in refusals), (
@@ -564,7 +573,7 @@ def run_build_path(ctx: Context, path: str) -> dict:
         return {"outcome": f"refused: {exc}", "features": _path_features(path, False), "used": log.used()}
     finally:
         restore()
-    _fail_on_gaps(log, "the build succeeded")
+    _fail_on_gaps(log, "then the build succeeded")
     assert OK in allowed, f"{path} should be refused on TensorRT {ctx.version} ({allowed}), but it built"
     plan = plans[-1]
     check_plan(plan, expected_plan(path, major), f"{path} on TensorRT {ctx.version}")
@@ -580,7 +589,7 @@ def _fail_on_gaps(log, outcome: str) -> None:
         raise AssertionError(
             f"The fake backend imitating TensorRT {log.version} lacks names the real one has: "
             f"{'; '.join(dict.fromkeys(log.fake_gaps))}. Add them to trtkit/testing/fake_trt "
-            f"({outcome} on the fake's answers)."
+            f"(trtkit went on with the fake's answers; {outcome})."
         )
 
 
@@ -631,7 +640,7 @@ def run_runner(ctx: Context, cuda_graph: bool) -> dict:
     except Exception as exc:  # noqa: BLE001 - a missing name wins over what it caused
         _raise_surface_problem(exc, log)
         raise
-    _fail_on_gaps(log, "the run succeeded")
+    _fail_on_gaps(log, "then the run succeeded")
     expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
     for out in outputs:
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
@@ -641,12 +650,14 @@ def run_runner(ctx: Context, cuda_graph: bool) -> dict:
 
 
 def _raise_surface_problem(exc, log) -> None:
+    """Fail for gaps in the fake first (they steer trtkit's feature detection), then for a name the real lacks."""
     from surface_proxy import MissingOnSurface, find_missing
 
     missing = find_missing(exc)
+    cause = missing if missing is not None else exc
+    _fail_on_gaps(log, f"then: {type(cause).__name__}: {cause}")
     if isinstance(missing, MissingOnSurface):
         raise missing
-    _fail_on_gaps(log, f"the run failed: {type(exc).__name__}: {exc}")
 
 
 @check
@@ -667,15 +678,38 @@ def runtime_cuda_graphs(ctx: Context) -> dict:
 
 def run_plan(ctx: Context, path: str) -> dict:
     """plan_precision on the real module for ``path``'s settings; same per-version expectations as the builds."""
+    trt, log = ctx.surface()
+    major = 8 if ctx.major < 10 else min(ctx.major, 11)
+    allowed = BUILD_PATHS[path][major]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = build_config(path, Path(tmp) / "calibration.cache")
+        if config.calibration is not None:
+            _calibrate_on_fake(ctx, config)
+        return _plan_on_real(ctx, path, config, trt, log, allowed, major)
+
+
+def _calibrate_on_fake(ctx: Context, config) -> None:
+    """Explicit Q/DQ calibrates by running the model in TensorRT: do that on the fake (same version string), so
+    the real module's plan reuses the cache (its provenance matches) instead of needing a GPU."""
     from trtkit import _version_compat as compat
     from trtkit.build.onnx_model import load_model
     from trtkit.build.precision import plan_precision
 
-    trt, log = ctx.surface()
-    major = 8 if ctx.major < 10 else min(ctx.major, 11)
-    allowed = BUILD_PATHS[path][major]
+    fake, _ = ctx.fake_surface()
     try:
-        plan = plan_precision(trt, load_model(tiny_conv_model()), build_config(path), compat.capabilities(trt))
+        plan_precision(fake, load_model(tiny_conv_model()), config, compat.capabilities(fake))
+    except Exception:  # noqa: BLE001 - the real module's run reports what matters
+        pass
+    ctx.logs.pop()  # the fake's log is not this check's evidence
+
+
+def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int) -> dict:
+    from trtkit import _version_compat as compat
+    from trtkit.build.onnx_model import load_model
+    from trtkit.build.precision import plan_precision
+
+    try:
+        plan = plan_precision(trt, load_model(tiny_conv_model()), config, compat.capabilities(trt))
     except Exception as exc:  # noqa: BLE001 - sorted out below
         _raise_surface_problem(exc, log)
         refusals = [a for a in allowed if a != OK]
@@ -706,3 +740,47 @@ def _register_plans() -> None:
 
 
 _register_plans()
+
+
+# --- inspection and the parser pre-flight on the fake backend, names checked against the real module ------------
+
+
+@check
+def opcheck_query(ctx: Context) -> dict:
+    """`trtkit inspect --check`'s parser query: builder, network flags, parser, supports_model(_v2), operators."""
+    from trtkit.build.opcheck import query_parser
+
+    trt, log = ctx.fake_surface()
+    model = tiny_conv_model()
+    try:
+        answer = query_parser(trt, model.SerializeToString(), None, ["Conv", "Relu"])
+    except Exception as exc:  # noqa: BLE001 - a missing name wins over what it caused
+        _raise_surface_problem(exc, log)
+        raise
+    _fail_on_gaps(log, "then the query succeeded")
+    assert answer["trt_version"] == ctx.version and answer["supported"] is True, answer
+    return {"answer": answer}
+
+
+@check
+def inspect_engine(ctx: Context) -> dict:
+    """`trtkit inspect model.engine`: I/O, profiles, inspector layers, device memory through real names."""
+    from trtkit.inspection import describe_engine
+    from trtkit.log import make_trt_logger
+    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+
+    trt, log = ctx.fake_surface()
+    model = tiny_conv_model()
+    io = [{"name": "x", "mode": "INPUT", "dtype": "float32", "shape": [-1, 3, 8, 8]},
+          {"name": "y", "mode": "OUTPUT", "dtype": "float32", "shape": [-1, 4, 8, 8]}]
+    profile = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
+    data = serialize_fake_engine(model.SerializeToString(), io, [profile], ctx.version, build_flags=())
+    try:
+        engine = trt.Runtime(make_trt_logger(trt)).deserialize_cuda_engine(data)
+        info = describe_engine(engine, trt)
+    except Exception as exc:  # noqa: BLE001 - a missing name wins over what it caused
+        _raise_surface_problem(exc, log)
+        raise
+    _fail_on_gaps(log, "then the inspection succeeded")
+    assert [t["name"] for t in info["io"]] == ["x", "y"] and info["profiles"][0]["x"]["max"] == [4, 3, 8, 8], info
+    return {"layers": len(info["layers"]), "device_memory_bytes": info["device_memory_bytes"]}
