@@ -1,0 +1,54 @@
+"""``trtkit bench`` on a real GPU with a tiny engine: runs in a few seconds, sane numbers, JSON. No timing targets.
+
+Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q tests/gpu/test_bench_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests import models
+from tests.conftest import GPU_TACTIC_SOURCES
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def engine_path(tmp_path_factory):
+    from trtkit.build.builder import build_serialized
+    from trtkit.build.config import BuildConfig
+    from trtkit.build.profiles import parse_shapes
+
+    config = BuildConfig(profiles=[parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")], tactic_sources=GPU_TACTIC_SOURCES)
+    path = tmp_path_factory.mktemp("bench") / "tiny.engine"
+    path.write_bytes(build_serialized(models.tiny_conv(), config).engine)
+    return path
+
+
+@pytest.mark.parametrize("graph,streams,transfers", [(True, 1, True), (False, 1, True), (True, 2, False)])
+def test_benchmark_tiny_engine(engine_path, graph, streams, transfers):
+    from trtkit.bench import BenchSettings, benchmark
+
+    result = benchmark(engine_path, BenchSettings(cuda_graph=graph, streams=streams, data_transfers=transfers,
+                                                  duration_s=0.5, warmup_ms=50))
+    assert result.queries > 10 and result.qps > 0 and result.items_per_s == pytest.approx(2 * result.qps)
+    assert 0 < result.compute.min <= result.compute.median <= result.compute.max
+    assert result.latency.median >= result.compute.median * 0.99
+    assert (result.h2d is not None) == transfers
+    assert result.e2e.count >= 10
+
+
+def test_cli_bench_json(engine_path, tmp_path, capsys):
+    from trtkit.cli import main as cli_main
+
+    out = tmp_path / "bench.json"
+    code = cli_main.main(["bench", str(engine_path), "--shapes", "x:4x3x8x8", "--duration-s", "0.5",
+                          "--warmup-ms", "50", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(out.read_text())
+    assert data["shapes"] == {"x": [4, 3, 8, 8]}
+    assert data["gpu_compute_ms"]["median"] > 0 and data["throughput"]["qps"] > 0
+    print(captured.out)
