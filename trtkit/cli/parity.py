@@ -170,6 +170,11 @@ def render_report(console, report) -> None:
     if others:
         console.print(f"[red]- and {others} more failing output(s) in other trials (all in --json)[/red]",
                       markup=True, highlight=False)
+    polygraphy = [f"'{r.name}' {_yes_no(r.polygraphy_passed)}" for r in worst if r.polygraphy_passed is not None]
+    if polygraphy:
+        tol = report.tolerance
+        console.print(f"Polygraphy's verdict (CompareFunc.simple, atol {tol.atol or 0}, rtol {tol.rtol or 0}): "
+                      f"{', '.join(polygraphy)}", highlight=False)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False)
     style = "bold green" if report.passed else "bold red"
@@ -179,12 +184,16 @@ def render_report(console, report) -> None:
 def _header(report) -> str:
     shapes = ", ".join(f"{n} {render.shape_str(s)}" for n, s in report.shapes.items())
     source = "random inputs (seed {})".format(report.seed) if report.input_source == "random" else report.input_source
-    return (f"{report.engine} vs {report.model}: precision {report.precision}, {report.trials} trial(s) of "
-            f"{source}, shapes {shapes}, reference {report.reference_backend}")
+    tol = report.tolerance
+    from trtkit.parity.compare import fmt
+
+    return (f"{report.engine} vs {report.model}: {report.trials} trial(s) of {source}, shapes {shapes}, reference "
+            f"{report.reference_backend}\ntolerance {tol.source}: ratio = max|err| / max|ref| <= "
+            f"{fmt(tol.max_error_ratio)}")
 
 
-COLUMNS = ["output", "shape", "max |err|", "max |ref|", "err/max|ref|", "allowed", "mean |err|", "rel p99",
-           "cosine", "top-1", "worst at", "verdict"]
+COLUMNS = ["output", "shape", "max|err|", "max|ref|", "ratio", "mean err", "rel p99", "cosine", "top1", "worst",
+           "verdict"]
 
 
 def report_table(report):
@@ -192,12 +201,12 @@ def report_table(report):
     from trtkit.parity.compare import fmt
 
     elementwise = report.tolerance.elementwise
-    columns = COLUMNS[:-1] + (["elem. fails", "polygraphy"] if elementwise else []) + COLUMNS[-1:]
+    columns = COLUMNS[:-1] + ([">tol"] if elementwise else []) + COLUMNS[-1:]
     rows = []
     for r in report.worst():
         m = r.metrics
         verdict = "PASS" if r.passed else "FAIL"
-        extra = [r.elementwise_failures, _yes_no(r.polygraphy_passed)] if elementwise else []
+        extra = [r.elementwise_failures] if elementwise else []
         if m is None:
             rows.append([r.name, "missing"] + [None] * (len(columns) - 3) + [verdict])
             continue
@@ -205,9 +214,21 @@ def report_table(report):
         cosine = f"{m.cosine:.6f}" if m.cosine is not None else None
         worst = ",".join(str(i) for i in m.worst_index) if m.worst_index is not None else None
         rows.append([r.name, render.shape_str(m.shape), fmt(m.max_abs_error), fmt(m.max_abs_ref),
-                     fmt(m.error_ratio), fmt(report.tolerance.max_error_ratio), fmt(m.mean_abs_error),
-                     fmt(m.rel_error.get("p99")), cosine, top1, worst, *extra, verdict])
-    return render.table("parity", columns, rows)
+                     fmt(m.error_ratio), fmt(m.mean_abs_error), fmt(m.rel_error.get("p99")), cosine, top1, worst,
+                     *extra, verdict])
+    return _compact_table("parity (worst trial per output)", columns, rows)
+
+
+def _compact_table(title: str, columns: list, rows: list):
+    """Like render.table, with light borders and unwrapped names so a dozen columns fit 100 characters."""
+    from rich import box
+
+    table = render.table(title, columns, rows)
+    table.box, table.pad_edge, table.padding = box.SIMPLE_HEAD, False, (0, 1, 0, 0)
+    table.columns[0].no_wrap = True
+    for column in table.columns:
+        column.overflow = "ellipsis" if column is table.columns[0] else "fold"
+    return table
 
 
 def _yes_no(value) -> str | None:
@@ -229,8 +250,8 @@ def render_localize(console, located) -> None:
         rows.append([check.tensor, check.op, check.node, fmt(m.error_ratio) if m else None,
                      f"{m.cosine:.6f}" if m is not None and m.cosine is not None else None,
                      "PASS" if check.result.passed else "FAIL"])
-    console.print(render.table("localize (debug engine, graph order)",
-                               ["tensor", "op", "node", "err/max|ref|", "cosine", "verdict"], rows))
+    console.print(_compact_table("localize (debug engine, graph order)",
+                                 ["tensor", "op", "node", "ratio", "cosine", "verdict"], rows))
     hidden = len(located.tensors) - len(rows)
     if hidden:
         console.print(f"[dim]... {hidden} more tensor(s) (all in --json)[/dim]", markup=True, highlight=False)
