@@ -98,6 +98,40 @@ class CheckReport:
         data["ok"] = self.ok
         return data
 
+    def failure_message(self) -> str:
+        """One paragraph saying what the parser cannot import and what to try (empty when ``ok``)."""
+        if self.ok:
+            return ""
+        if self.crash:
+            return self.crash
+        trt = f"TensorRT {self.trt_version}" if self.trt_version else "This TensorRT"
+        nodes = self.unsupported_nodes
+        listed = "; ".join(f"'{n.name}' ({n.op_type}): {n.reason}" for n in nodes[:5])
+        more = f"; and {len(nodes) - 5} more" if len(nodes) > 5 else ""
+        what = f"{len(nodes)} node(s)" if nodes else "some ops"
+        return (f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed or self._bad_ops()}{more}. "
+                f"Run `trtkit inspect {self.model} --check` for the full table; try --fold-constants, a lower "
+                "opset, or a newer TensorRT.")
+
+    def _bad_ops(self) -> str:
+        return ", ".join(r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED))
+
+
+def require_supported(report: CheckReport) -> CheckReport:
+    """Return ``report`` if nothing is known to be unsupported, else raise.
+
+    Raises:
+        ModelError: the parser cannot import some nodes (or crashed); the message names them, the report is
+            attached as ``.report``.
+    """
+    from trtkit.errors import ModelError
+
+    if report.ok:
+        return report
+    error = ModelError(report.failure_message())
+    error.report = report
+    raise error
+
 
 def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600) -> CheckReport:
     """Check a model's ops against the installed TensorRT's ONNX parser.
