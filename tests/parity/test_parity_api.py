@@ -211,3 +211,23 @@ def test_save_arrays_writes_inputs_and_both_outputs(tmp_path):
 
     with pytest.raises(TrtkitError, match="does not exist"):
         compare_engine_to_onnx(model, FakeEngine(model), save_arrays=tmp_path / "no" / "dir.npz")
+
+
+def test_feeds_are_cast_to_the_engine_input_dtypes_and_unused_inputs_dropped():
+    from trtkit.parity.engine import open_engine
+
+    class Runner:
+        input_specs = (TensorSpec("a", True, np.dtype(np.float16), (2,), (((2,), (2,), (2,)),)),)
+
+        def __init__(self):
+            self.fed = None
+
+        def infer(self, feed):
+            self.fed = feed
+            return {}
+
+    runner = Runner()
+    with open_engine(runner) as session:
+        session.infer({"a": np.ones(2, np.float32), "unused": np.zeros(1, np.float32)})
+    assert list(runner.fed) == ["a"] and runner.fed["a"].dtype == np.float16
+    assert session.profile == {"a": ((2,), (2,), (2,))}

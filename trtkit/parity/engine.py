@@ -112,16 +112,17 @@ def _manifest_profile(manifest: dict | None, index: int) -> dict | None:
 
 
 def _casting(infer: Callable, runner) -> Callable:
-    """Wrap ``infer`` so feeds are cast to the engine's input dtypes where it declares them.
+    """Wrap ``infer`` so feeds match the engine's declared inputs: their dtypes, and only those names.
 
-    An engine built from an FP16-cast model may take FP16 inputs while the ONNX model it is compared with takes
-    FP32; the same values go to both, in the type each expects.
+    The same values go to both sides, in the type each expects: an engine built from an FP16-cast model may take
+    FP16 inputs where the ONNX model takes FP32, TensorRT 8.6 takes INT32 where ONNX says INT64, and TensorRT drops
+    inputs the network does not use.
     """
     dtypes = {s.name: np.dtype(s.dtype) for s in getattr(runner, "input_specs", None) or () if hasattr(s, "dtype")}
     if not dtypes:
         return infer
 
     def cast_and_infer(feed):
-        return infer({n: a.astype(dtypes[n], copy=False) if n in dtypes else a for n, a in feed.items()})
+        return infer({n: a.astype(dtypes[n], copy=False) for n, a in feed.items() if n in dtypes})
 
     return cast_and_infer
