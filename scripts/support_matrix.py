@@ -66,7 +66,8 @@ def gpu_evidence(files: list) -> list:
     for path in files:
         data = json.loads(Path(path).read_text())
         features = {k: v in (True, "pass", "passed") for k, v in data.get("features", {}).items()}
-        evidence.append({"version": str(data["tensorrt_version"]), "device": data.get("device", "GPU"),
+        device = str(data.get("device") or "GPU").replace("NVIDIA ", "")
+        evidence.append({"version": str(data["tensorrt_version"]), "device": device,
                          "features": features})
     return evidence
 

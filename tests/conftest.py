@@ -53,3 +53,11 @@ def fake_trt_any(request):
     from trtkit.testing.fake_trt import make_fake_trt
 
     return make_fake_trt(request.param)
+
+
+def pytest_configure(config):
+    # `@pytest.mark.proves(...)` on GPU tests -> TRTKIT_GPU_RESULTS json for docs/support-matrix.md
+    from tests.surface import gpu_evidence
+
+    config.pluginmanager.register(gpu_evidence, "trtkit-gpu-evidence")
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -111,3 +112,23 @@ def test_matrix_cells_say_how_each_is_proven(tmp_path):
     assert row11[cols.index("Calibrators")] == "none — absent in this TensorRT (API surface)"
     assert "- 11.4.0.106: `build_int8_qdq` — build_int8_qdq broke" in text
     assert "| `BuilderFlag.FP16` | used | absent, avoided |" in text
+
+
+def test_gpu_tests_marked_proves_write_the_evidence_the_matrix_reads(tmp_path):
+    (tmp_path / "tensorrt.py").write_text('__version__ = "8.6.0"\n')
+    (tmp_path / "test_gpu_like.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.proves('fp32', 'cuda_graphs')\ndef test_a():\n    pass\n"
+        "@pytest.mark.proves('fp16_flag')\ndef test_b():\n    assert False\n"
+        "@pytest.mark.proves('int8_qdq')\ndef test_c():\n    pytest.skip('no GPU')\n")
+    out = tmp_path / "gpu-results" / "h200.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), TRTKIT_GPU_RESULTS=str(out))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.surface.gpu_evidence", "-p",
+                           "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_gpu_like.py")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "1 failed, 1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["tensorrt_version"] == "8.6.0"
+    assert data["features"] == {"cuda_graphs": True, "fp16_flag": False, "fp32": True}
+    row = _row(matrix.render({"8.6.1": _results("8.6.1", {})}, matrix.gpu_evidence([out])), "8.6.1")
+    assert row[1] == "yes — GPU (8.6.0, GPU)" and row[2] == "not proven"
