@@ -60,4 +60,3 @@ def pytest_configure(config):
     from tests.surface import gpu_evidence
 
     config.pluginmanager.register(gpu_evidence, "trtkit-gpu-evidence")
-
