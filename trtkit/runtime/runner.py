@@ -52,6 +52,13 @@ class _Bucket:
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
 
 
+def _closest(name: str, candidates: list) -> str | None:
+    """The candidate ``name`` was probably meant to be (case-insensitive), or None."""
+    lowered = {c.lower(): c for c in candidates}
+    match = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return lowered[match[0]] if match else None
+
+
 def _nbytes(shape: tuple, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
@@ -330,11 +337,12 @@ class TrtRunner:
         missing = [n for n in expected if n not in feed]
         parts = []
         for name in unknown:
-            close = difflib.get_close_matches(str(name), missing or expected, n=1)
-            parts.append(f"unknown input '{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            close = _closest(str(name), missing or expected)
+            parts.append(f"unknown input '{name}'" + (f" (did you mean '{close}'?)" if close else ""))
         if missing:
             parts.append("missing input(s) " + ", ".join(f"'{n}'" for n in missing))
-        raise InputError(f"{'; '.join(parts).capitalize()}; the engine's inputs are {self._names()}")
+        text = "; ".join(parts)
+        raise InputError(f"{text[:1].upper()}{text[1:]}; the engine's inputs are {self._names()}")
 
     def _check_input(self, spec, value) -> tuple:
         dev = device_input(spec.name, value)

@@ -1,0 +1,384 @@
+"""TrtRunner on the fake backend: results, the hot path's work per call, graphs and their fallback, device I/O,
+async calls, several runners, threads, validation messages, resources freed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.runtime.fakes import fake_engine_bytes
+from trtkit.errors import CudaError, EngineError, InputError
+from trtkit.runtime import DeviceArray, TrtRunner
+from trtkit.runtime.cuda import Cuda
+from trtkit.testing.fake_cuda import FakeCudart
+
+
+def reference(x):
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(models.tiny_conv()).run(None, {"x": x})[0]
+
+
+def rand(batch, seed=0):
+    return np.random.default_rng(seed).standard_normal((batch, 3, 8, 8)).astype(np.float32)
+
+
+def runner(env, **kwargs) -> TrtRunner:
+    return TrtRunner(env.engine, trt=env.trt, cuda=env.cuda, **kwargs)
+
+
+# --- results -------------------------------------------------------------------------------------------------------
+
+
+def test_infer_matches_the_model_on_every_version(env_any):
+    x = rand(3)
+    with runner(env_any) as r:
+        out = r.infer({"x": x})
+    assert list(out) == ["y"]
+    np.testing.assert_allclose(out["y"], reference(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_changing_shapes_and_repeats(env, graph):
+    with runner(env, cuda_graph=graph) as r:
+        for batch, seed in [(1, 1), (4, 2), (1, 3), (2, 4), (4, 5)]:
+            x = rand(batch, seed)
+            np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+
+
+def test_engine_from_a_file(env, tmp_path):
+    path = tmp_path / "m.engine"
+    path.write_bytes(env.engine)
+    with TrtRunner(path, trt=env.trt, cuda=env.cuda) as r:
+        assert r.infer({"x": rand(1)})["y"].shape == (1, 4, 1, 1)
+
+
+# --- the hot path ----------------------------------------------------------------------------------------------------
+
+
+def test_one_sync_per_call_and_bindings_set_once(env):
+    with runner(env) as r:
+        r.infer({"x": rand(2)})
+        sync0, addr0, shape0 = env.rt.calls["cudaStreamSynchronize"], r.context.calls["set_tensor_address"], \
+            r.context.calls["set_input_shape"]
+        for _ in range(5):
+            r.infer({"x": rand(2)})
+        assert env.rt.calls["cudaStreamSynchronize"] - sync0 == 5
+        assert r.context.calls["set_tensor_address"] == addr0  # addresses bound once
+        assert r.context.calls["set_input_shape"] == shape0  # same shape: not set again
+        r.infer({"x": rand(3)})
+        assert r.context.calls["set_input_shape"] == shape0 + 1
+
+
+def test_outputs_are_copies_or_views_into_pinned_memory(env):
+    with runner(env) as r:
+        first = r.infer({"x": rand(2, 1)})["y"]
+        kept = first.copy()
+        r.infer({"x": rand(2, 2)})
+        assert np.array_equal(first, kept)  # a copy is not overwritten
+        view = r.infer({"x": rand(2, 3)}, copy_outputs=False)["y"]
+        r.infer({"x": rand(2, 4)}, copy_outputs=False)
+        np.testing.assert_allclose(view, reference(rand(2, 4)), rtol=1e-6)  # a view is
+
+
+def test_inputs_that_are_not_contiguous_or_arrays(env):
+    x = np.asfortranarray(rand(2))
+    with runner(env) as r:
+        np.testing.assert_allclose(r.infer({"x": x})["y"], reference(np.ascontiguousarray(x)), rtol=1e-6)
+        nested = rand(1).tolist()
+        with pytest.raises(InputError, match="dtype float64, expected float32"):
+            r.infer({"x": nested})
+
+
+# --- CUDA graphs -------------------------------------------------------------------------------------------------------
+
+
+def test_graph_per_shape_replays_without_enqueue(env):
+    with runner(env, cuda_graph=True) as r:
+        for _ in range(4):
+            r.infer({"x": rand(2)})
+        assert env.rt.calls["cudaStreamBeginCapture"] == 1 and env.rt.calls["cudaGraphLaunch"] == 3
+        assert r.context.calls["execute_async_v3"] == 2  # warm-up outside capture + the captured one
+        r.infer({"x": rand(4)})
+        assert env.rt.calls["cudaStreamBeginCapture"] == 2 and len(r._graphs) == 2
+
+
+def test_capture_failure_falls_back_with_a_warning(caplog):
+    rt = FakeCudart(fail_capture=True)
+    env_engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    with caplog.at_level(logging.WARNING, logger="trtkit"):
+        with TrtRunner(env_engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt), cuda_graph=True) as r:
+            for seed in range(3):
+                x = rand(2, seed)
+                np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+            assert len(r._graphs) == 0
+    warned = [rec.message for rec in caplog.records if "capture failed" in rec.message]
+    assert len(warned) == 1 and "falling back to plain enqueue" in warned[0]  # once per shape, not per call
+    assert rt.live_allocations()["graphs"] == 0
+
+
+def test_enqueue_failing_inside_capture_falls_back(env, caplog):
+    with runner(env, cuda_graph=True) as r:
+        r.engine.fail_enqueue_in_capture = True
+        with caplog.at_level(logging.WARNING, logger="trtkit"):
+            x = rand(3)
+            np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+            np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+        assert "capture failed (TensorRT's execute_async_v3 failed" in caplog.text
+        assert env.rt.calls["cudaGetLastError"] >= 1  # CUDA's sticky error cleared
+
+
+# --- device-resident inputs and outputs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_device_inputs_and_outputs_skip_the_host(env, graph):
+    x = rand(3, 9)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    with runner(env, cuda_graph=graph, device_outputs=True) as r:
+        for _ in range(2):
+            h2d_before = _copies(env.rt)
+            out = r.infer({"x": dx})["y"]
+            assert isinstance(out, DeviceArray)
+            assert out.__cuda_array_interface__["shape"] == (3, 4, 1, 1)
+            np.testing.assert_allclose(out.to_host(), reference(x), rtol=1e-6)
+        # a host input on the same runner still works
+        np.testing.assert_allclose(r.infer({"x": x})["y"].to_host(), reference(x), rtol=1e-6)
+    assert h2d_before is not None
+    dx.free()
+
+
+def _copies(rt):
+    return rt.calls["cudaMemcpyAsync"]
+
+
+def test_device_input_is_bound_not_copied_without_graphs(env):
+    x = rand(2)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    with runner(env, device_outputs=True) as r:
+        r.infer({"x": dx})
+        copies = _copies(env.rt)
+        r.infer({"x": dx})
+        assert _copies(env.rt) == copies  # no H2D, no D2H, no D2D: zero copies
+        assert r.context.get_tensor_address("x") == dx.ptr
+    dx.free()
+
+
+def test_device_input_waits_for_its_producer_stream(env):
+    x = rand(2)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    producer = env.cuda.stream_create()
+    iface = dict(dx.__cuda_array_interface__, stream=producer)
+    holder = type("Tensor", (), {"__cuda_array_interface__": iface})()
+    with runner(env) as r:
+        np.testing.assert_allclose(r.infer({"x": holder})["y"], reference(x), rtol=1e-6)
+    assert env.rt.calls["cudaStreamWaitEvent"] == 1
+    env.cuda.stream_destroy(producer)
+    dx.free()
+
+
+def test_non_contiguous_device_input_is_refused(env):
+    dx = env.rt.device_array((2, 3, 8, 8), np.float32)
+    holder = type("T", (), {"__cuda_array_interface__": dict(dx.__cuda_array_interface__,
+                                                               strides=(4, 8, 96, 768))})()
+    with runner(env) as r, pytest.raises(InputError, match="Input 'x': the device array is not C-contiguous"):
+        r.infer({"x": holder})
+    dx.free()
+
+
+# --- async, several runners, threads ---------------------------------------------------------------------------------------
+
+
+def test_infer_async_returns_the_same_as_infer(env):
+    xs = [rand(1 + i % 4, i) for i in range(6)]
+    with runner(env) as r:
+        handles = [r.infer_async({"x": x}) for x in xs]  # each call finishes the previous one first
+        for handle, x in zip(handles, xs):
+            np.testing.assert_allclose(handle.wait()["y"], reference(x), rtol=1e-6)
+            assert handle.done()
+
+
+def test_async_work_is_not_read_before_it_finishes(env):
+    with runner(env) as r:
+        handle = r.infer_async({"x": rand(2, 5)})
+        assert not handle.done()  # the fake GPU runs work only when something waits for it
+        np.testing.assert_allclose(handle.wait()["y"], reference(rand(2, 5)), rtol=1e-6)
+
+
+def test_several_runners_on_their_own_streams(env_any):
+    runners = [runner(env_any, cuda_graph=bool(i % 2)).activate() for i in range(3)]
+    try:
+        assert len({r.stream for r in runners}) == 3
+        xs = [rand(1 + i % 4, i) for i in range(9)]
+        handles = [runners[i % 3].infer_async({"x": x}) for i, x in enumerate(xs)]
+        for handle, x in zip(handles, xs):
+            np.testing.assert_allclose(handle.wait()["y"], reference(x), rtol=1e-6)
+    finally:
+        for r in runners:
+            r.close()
+
+
+def test_sharing_a_loaded_engine_on_86_explains_profile_sharing(env):
+    from trtkit.runtime import load_engine
+
+    engine = load_engine(env.engine, trt=env.trt)
+    with TrtRunner(engine, trt=env.trt, cuda=env.cuda):
+        with pytest.raises(EngineError, match="PROFILE_SHARING_0806.*own engine"):
+            TrtRunner(engine, trt=env.trt, cuda=env.cuda).activate()
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+
+
+@pytest.mark.parametrize("env_any", ["10.8.0", "11.4.0"], indirect=True)
+def test_sharing_a_loaded_engine_works_from_10(env_any):
+    from trtkit.runtime import load_engine
+
+    engine = load_engine(env_any.engine, trt=env_any.trt)
+    with TrtRunner(engine, trt=env_any.trt, cuda=env_any.cuda) as a, \
+            TrtRunner(engine, trt=env_any.trt, cuda=env_any.cuda) as b:
+        x = rand(2)
+        assert np.array_equal(a.infer({"x": x})["y"], b.infer({"x": x})["y"])
+
+
+def test_one_runner_shared_by_threads_is_serialized(env):
+    xs = [rand(1 + i % 4, i) for i in range(4)]
+    expected = [reference(x) for x in xs]
+    errors = []
+    with runner(env, cuda_graph=True) as r:
+        def work():
+            for _ in range(10):
+                for x, want in zip(xs, expected):
+                    if not np.allclose(r.infer({"x": x})["y"], want, rtol=1e-6):
+                        errors.append("mismatch")
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
+# --- validation ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_env(env):
+    env.engine = fake_engine_bytes(models.two_inputs(), [{"a": [[1, 4], [2, 4], [8, 4]],
+                                                          "b": [[1, 4], [2, 4], [8, 4]]}])
+    return env
+
+
+def test_missing_input_lists_expected_names(two_env):
+    with runner(two_env) as r, pytest.raises(InputError) as err:
+        r.infer({"a": np.zeros((2, 4), np.float32)})
+    assert str(err.value) == "Missing input(s) 'b'; the engine's inputs are 'a', 'b'"
+
+
+def test_misnamed_input_suggests_the_right_name(env):
+    with runner(env) as r, pytest.raises(InputError) as err:
+        r.infer({"X": rand(1)})
+    assert str(err.value) == ("Unknown input 'X' (did you mean 'x'?); missing input(s) 'x'; "
+                              "the engine's inputs are 'x'")
+
+
+def test_extra_input_is_named(two_env):
+    z = np.zeros((2, 4), np.float32)
+    with runner(two_env) as r, pytest.raises(InputError, match="Unknown input 'c'; the engine's inputs are 'a', 'b'"):
+        r.infer({"a": z, "b": z, "c": z})
+
+
+def test_wrong_dtype_says_how_to_convert(env):
+    with runner(env) as r, pytest.raises(InputError) as err:
+        r.infer({"x": rand(1).astype(np.float16)})
+    assert str(err.value) == "Input 'x': dtype float16, expected float32 (convert with .astype(numpy.float32))"
+
+
+def test_shape_outside_profile_names_the_range_and_enqueues_nothing(env):
+    with runner(env, cuda_graph=True) as r:
+        calls = dict(r.context.calls)
+        copies = _copies(env.rt)
+        with pytest.raises(InputError) as err:
+            r.infer({"x": np.zeros((1, 3, 8, 9), np.float32)})
+        assert str(err.value) == ("Input 'x': shape (1, 3, 8, 9) is outside profile 0 "
+                                  "(min (1, 3, 8, 8), max (4, 3, 8, 8))")
+        with pytest.raises(InputError, match=r"shape \(3, 8, 8\) has rank 3, expected rank 4; profile 0"):
+            r.infer({"x": np.zeros((3, 8, 8), np.float32)})
+        with pytest.raises(InputError, match="dict of input name"):
+            r.infer([rand(1)])
+        assert dict(r.context.calls) == calls and _copies(env.rt) == copies
+        assert r.infer({"x": rand(1)})["y"].shape == (1, 4, 1, 1)
+
+
+def test_unknown_profile_index(env):
+    with pytest.raises(EngineError, match="Profile 2 does not exist: the engine has 1 optimization profile"):
+        runner(env, profile=2).activate()
+    assert env.rt.live_allocations()["device"] == 0
+
+
+def test_second_profile_is_used(env):
+    env.engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8]] * 3}, {"x": [[2, 3, 8, 8], [4, 3, 8, 8],
+                                                                                         [8, 3, 8, 8]]}])
+    with runner(env, profile=1) as r:
+        assert r.infer({"x": rand(8)})["y"].shape == (8, 4, 1, 1)
+        with pytest.raises(InputError, match=r"outside profile 1 \(min \(2, 3, 8, 8\), max \(8, 3, 8, 8\)\)"):
+            r.infer({"x": rand(1)})
+
+
+# --- resources ----------------------------------------------------------------------------------------------------------
+
+
+def test_everything_is_freed_on_exit(env):
+    with runner(env, cuda_graph=True) as r:
+        for batch in (1, 2, 4):
+            r.infer({"x": rand(batch)})
+        r.infer_async({"x": rand(2)})
+        live = env.rt.live_allocations()
+        assert live["device"] == 2 and live["host"] == 2 and live["graphs"] == 6 and live["streams"] == 1
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert r.context is None and not r.active
+
+
+def test_runner_refuses_calls_outside_with(env):
+    r = runner(env)
+    with pytest.raises(EngineError, match="not active: use it inside `with TrtRunner"):
+        r.infer({"x": rand(1)})
+    with r:
+        pass
+    with pytest.raises(EngineError, match="not active"):
+        r.infer({"x": rand(1)})
+
+
+def test_unclosed_runner_only_warns(env):
+    r = runner(env).activate()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r.__del__()
+    assert any(issubclass(w.category, ResourceWarning) and "not closed" in str(w.message) for w in caught)
+    assert env.rt.live_allocations()["device"] == 2  # __del__ frees nothing
+    r.close()
+
+
+def test_allocation_failure_frees_what_was_allocated():
+    rt = FakeCudart(free_bytes=600)  # less than the input buffer (4x3x8x8 float32 = 3072 B): cudaMalloc fails
+    engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    with pytest.raises(CudaError, match="cudaMalloc.*cudaErrorMemoryAllocation: the GPU is out of memory"):
+        TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt)).activate()
+    assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+
+
+def test_given_stream_is_used_and_not_destroyed(env):
+    stream = env.cuda.stream_create()
+    with runner(env, stream=stream) as r:
+        assert r.stream == stream
+        r.infer({"x": rand(1)})
+    assert env.rt.live_allocations()["streams"] == 1
+    env.cuda.stream_destroy(stream)
