@@ -231,3 +231,10 @@ def test_feeds_are_cast_to_the_engine_input_dtypes_and_unused_inputs_dropped():
         session.infer({"a": np.ones(2, np.float32), "unused": np.zeros(1, np.float32)})
     assert list(runner.fed) == ["a"] and runner.fed["a"].dtype == np.float16
     assert session.profile == {"a": ((2,), (2,), (2,))}
+
+
+def test_int8_on_random_inputs_suggests_real_inputs():
+    model = models.tiny_conv()
+    report = compare_engine_to_onnx(model, FakeEngine(model, profile=PROFILE), precision="int8")
+    assert report.passed
+    assert any("pass real inputs (--inputs, e.g. the calibration folder)" in n for n in report.notes)

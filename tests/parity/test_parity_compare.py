@@ -142,3 +142,10 @@ def test_precision_from_manifest():
                                          (0.0, "0"), (12345.0, "1.23e4"), (None, "n/a")])
 def test_number_format(value, text):
     assert fmt(value) == text
+
+
+def test_a_ratio_just_over_the_limit_shows_the_digits_that_differ():
+    ref = np.array([1.0, 1000.0])
+    out = ref + np.array([0.0, 2.0004])  # ratio 2.0004e-3
+    result = judge(compute_metrics("y", out, ref), tolerance_for("tf32"))
+    assert "= 2.0004e-3 > 2e-3 allowed for tf32" in result.reasons[0]

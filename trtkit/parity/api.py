@@ -97,6 +97,9 @@ def compare_engine_to_onnx(
         )
         bounds = profile if profile is not None else session.profile
         feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed)
+        if tol.precision == "int8" and source == "random":
+            notes.append("int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
+                         "ranges: for a fair verdict pass real inputs (--inputs, e.g. the calibration folder)")
         report = ParityReport(
             model=describe_model(onnx_model), engine=describe_engine(engine), tolerance=tol,
             trials=len(feeds), seed=seed if source == "random" else None, input_source=source,

@@ -50,13 +50,13 @@ class OutputResult:
         )
 
 
-def fmt(value: float | None) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
     """Numbers in verdict messages: 3 significant digits, scientific below 0.1 and from 1e4 (``7.4e-3``, ``2e-3``)."""
     if value is None:
         return "n/a"
     if value == 0 or 0.1 <= abs(value) < 1e4 or not np.isfinite(value):
-        return f"{value:.3g}"
-    mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{value:.{digits}g}"
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
     if "." in mantissa:
         mantissa = mantissa.rstrip("0").rstrip(".")
     return f"{mantissa}e{int(exponent)}"
@@ -106,9 +106,18 @@ def _ratio_sentence(m: OutputMetrics, tol: Tolerance) -> str:
     if m.ratio_basis == "absolute":
         head = f"max abs error {fmt(m.max_abs_error)} (the reference is all zeros)"
     else:
-        head = f"max abs error {fmt(m.max_abs_error)} / max |ref| {fmt(m.max_abs_ref)} = {fmt(m.error_ratio)}"
+        head = f"max abs error {fmt(m.max_abs_error)} / max |ref| {fmt(m.max_abs_ref)} = {_distinct(m.error_ratio, tol)}"
     worst = f"worst at {_at(m.worst_index)}: engine {fmt(m.worst_value)}, reference {fmt(m.worst_ref)}"
     return f"output '{m.name}': {head} {op} {fmt(tol.max_error_ratio)} allowed {tol.source} ({worst})"
+
+
+def _distinct(ratio: float, tol: Tolerance) -> str:
+    """The ratio with enough digits that "2.0004e-3 > 2e-3" never reads "2e-3 > 2e-3"."""
+    for digits in range(3, 8):
+        text = fmt(ratio, digits)
+        if ratio == tol.max_error_ratio or text != fmt(tol.max_error_ratio, digits):
+            return text
+    return repr(ratio)
 
 
 def _nonfinite_reasons(m: OutputMetrics) -> list[str]:
