@@ -148,3 +148,14 @@ def test_path_input_labels_the_report_with_the_path(tmp_path):
     onnx.save(_clean_model(), path)
     report = preflight(str(path), trt=children.fake_trt_with_support_query("8.6.0"))
     assert report.model == str(path)
+
+
+def test_notes_when_constant_folding_would_change_the_model():
+    from tests.sanitize import sanitize_models
+
+    report = preflight(sanitize_models.constant_of_shape_conv(),
+                       trt=children.fake_trt_with_support_query("8.6.0"))
+    assert any(n.startswith("--fold-constants would change this model: folded 5 node(s)")
+               for n in report.notes)
+    plain = preflight(_clean_model(), trt=children.fake_trt_with_support_query("8.6.0"))
+    assert not any("fold" in n for n in plain.notes)

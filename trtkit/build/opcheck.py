@@ -133,7 +133,8 @@ def require_supported(report: CheckReport) -> CheckReport:
     raise error
 
 
-def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600) -> CheckReport:
+def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600,
+              fold_hint: bool = True) -> CheckReport:
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
@@ -143,6 +144,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
         isolate: ask in a child process (default); ``False`` asks in this process.
         trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests).
         timeout: seconds before the child is stopped.
+        fold_hint: also try constant folding (on a copy) and add a note when it would change the model.
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is False when a node is unsupported or the parser crashed.
@@ -154,6 +156,8 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
 
     loaded = load_model(model, check=False)
     report = _static_report(loaded)
+    if fold_hint:
+        _fold_note(report, loaded)
     path = str(loaded.path) if loaded.path else None
     try:
         if trt is not None or not isolate:
@@ -168,6 +172,19 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
         return report
     _apply_answer(report, loaded.proto, answer)
     return report
+
+
+def _fold_note(report: CheckReport, loaded) -> None:
+    from trtkit.build.sanitize import fold_constants
+    from trtkit.errors import TrtkitError
+
+    try:
+        _, fold = fold_constants(loaded)
+    except TrtkitError:
+        return  # a hint only; the check itself goes on
+    if fold.changed:
+        summary = fold.summary().removeprefix("constant folding: ")
+        report.notes.append(f"--fold-constants would change this model: {summary}")
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):

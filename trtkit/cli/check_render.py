@@ -126,7 +126,7 @@ def prepare_for_build(args, console):
             if getattr(args, "save_sanitized", None):
                 notes["sanitized model"] = str(save_model(folded, args.save_sanitized))
     if getattr(args, "check", False):
-        report = preflight(model)
+        report = preflight(model, fold_hint=not getattr(args, "fold_constants", False))
         if not report.ok:
             console.print(render_check(report))
             require_supported(report)
