@@ -157,7 +157,7 @@ def test_report_json_schema():
     report = compare_engine_to_onnx(model, FakeEngine(model, scale=1.05, profile=PROFILE), precision="fp16",
                                     trials=2, seed=3)
     data = json.loads(json.dumps(report.to_dict()))
-    assert set(data) == {"schema", "passed", "verdict", "model", "engine", "precision", "tolerance",
+    assert set(data) == {"schema", "passed", "verdict", "model", "engine", "precision", "max_error_ratio", "tolerance",
                          "reference_backend", "inputs", "outputs", "trials", "failures", "notes", "timings_s"}
     assert data["schema"] == "trtkit.parity/1" and data["passed"] is False
     assert data["inputs"] == {"source": "random", "seed": 3, "trials": 2, "shapes": {"x": [3, 3, 8, 8]}}
@@ -168,6 +168,7 @@ def test_report_json_schema():
     assert set(out["metrics"]) >= {"max_abs_error", "max_abs_ref", "error_ratio", "mean_abs_error", "rel_error",
                                    "cosine", "top1_agreement", "worst_index", "nonfinite", "shape"}
     assert out["metrics"]["error_ratio"] == pytest.approx(0.05, rel=1e-3)
+    assert data["max_error_ratio"] == pytest.approx(0.05, rel=1e-3) == report.max_error_ratio
     assert len(data["trials"]) == 2 and set(data["timings_s"]) == {"reference", "engine"}
 
 

@@ -50,6 +50,12 @@ class ParityReport:
     def precision(self) -> str:
         return self.tolerance.precision
 
+    @property
+    def max_error_ratio(self) -> float | None:
+        """The largest max |out - ref| / max |ref| over every output and trial (one number for summary tables)."""
+        ratios = [r.metrics.error_ratio for r in self.results if r.metrics is not None and r.metrics.error_ratio is not None]
+        return max(ratios) if ratios else None
+
     def worst(self) -> list[OutputResult]:
         """One result per output: its failing trial if any, else the trial with the largest error ratio."""
         by_name: dict[str, OutputResult] = {}
@@ -89,6 +95,7 @@ class ParityReport:
                 "model": self.model,
                 "engine": self.engine,
                 "precision": self.precision,
+                "max_error_ratio": self.max_error_ratio,
                 "tolerance": self.tolerance.to_dict(),
                 "reference_backend": self.reference_backend,
                 "inputs": {"source": self.input_source, "seed": self.seed, "trials": self.trials, "shapes": self.shapes},
