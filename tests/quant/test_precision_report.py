@@ -1,0 +1,84 @@
+"""Proof of precision from TensorRT 8.6 detailed-inspector JSON samples (digits CNN in FP32/TF32, FP16, INT8)."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from tests.quant.qmodels import capture_trtkit_log
+from trtkit.build.precision_report import analyze, datatype, layer_flops, layer_precision
+from trtkit.errors import BuildError
+
+DATA = Path(__file__).parent / "data"
+
+
+def _info(name):
+    return (DATA / f"inspector_trt86_digits_{name}.json").read_text()
+
+
+@pytest.mark.parametrize("fmt, expected", [
+    ("Row major linear FP32 format", "FP32"), ("Float", "FP32"), ("Half", "FP16"),
+    ("Channel major FP16 format where channel % 8 == 0", "FP16"), ("Two wide channel vectorized row major FP16 format",
+                                                                   "FP16"),
+    ("Thirty-two wide channel vectorized row major Int8 format", "INT8"), ("Int8", "INT8"),
+    ("Row major linear BF16 format", "BF16"), ("Row major linear Int32 format", "INT32"), ("", "unknown")])
+def test_datatype_names(fmt, expected):
+    assert datatype(fmt) == expected
+
+
+def test_int8_engine_counts_layers_and_flops_per_precision():
+    report = analyze(_info("int8"), "int8")
+    assert report.total_layers == 9
+    assert report.layers_by_precision == {"FP16": 4, "INT8": 4, "FP32": 1}
+    # conv2 (16→32, 3x3 on 8x8): 2 * 4608 weights * 64 positions; conv1 stays FP16 (first layer, 144 weights)
+    assert report.flops_by_precision["INT8"] == pytest.approx(589824 + 512 + 512 + 65536)
+    assert report.share("INT8") == pytest.approx(656384 / report.total_flops)
+    assert report.check() == []
+    assert report.to_json()["flops_share"]["INT8"] == pytest.approx(0.9707, abs=1e-4)
+    assert "INT8 97.1% (4), FP16 2.9% (4), FP32 0.0% (1)" in report.summary()
+
+
+def test_convolution_reads_int8_but_writes_fp16_counts_as_int8():
+    layer = json.loads(_info("int8"))["Layers"][5]  # fc1 as a 1x1 convolution: Int8 in, FP16 out
+    assert layer["Outputs"][0]["Format/Datatype"].endswith("FP16 format")
+    assert layer_precision(layer) == "INT8"
+    assert layer_flops(layer) == 2 * 512 * 64
+
+
+def test_tf32_kernels_are_told_apart_from_fp32():
+    report = analyze(_info("fp32_tf32"), "fp32")
+    assert report.layers_by_precision == {"FP32": 5, "TF32": 4}
+    assert report.share("TF32") > 0.99
+    assert report.check() == []
+
+
+def test_fp16_engine_passes_the_fp16_check():
+    report = analyze(_info("fp16"), "fp16")
+    assert report.layers_by_precision["FP16"] == 8
+    assert report.check(require=True) == []
+
+
+def test_fp16_asked_but_mostly_fp32_warns_loudly(caplog):
+    report = analyze(_info("fp32_tf32"), "fp16")
+    restore = capture_trtkit_log(caplog, logging.WARNING)
+    try:
+        problems = report.check()
+    finally:
+        restore()
+    assert problems and "--fp16 was asked but 100% of the engine's FLOPs run in FP32/TF32" in problems[0]
+    assert "PRECISION WARNING" in caplog.text
+    assert report.to_json()["warnings"] == problems
+
+
+def test_require_precision_makes_it_an_error():
+    with pytest.raises(BuildError, match="--int8 was asked but 100% .* --require-precision makes this an error"):
+        analyze(_info("fp32_tf32"), "int8").check(require=True)
+    with pytest.raises(BuildError, match="--int8 was asked but no layer runs in INT8"):
+        analyze(_info("fp16"), "int8").check(require=True)
+
+
+def test_names_only_inspector_output_is_counted_as_unknown():
+    report = analyze(json.dumps({"Layers": ["conv", "relu"], "Bindings": ["x", "y"]}), "fp16")
+    assert report.layers_by_precision == {"unknown": 2}
+    assert report.check() == []  # nothing to prove either way
