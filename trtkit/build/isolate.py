@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from trtkit.errors import IsolationError, TrtkitError
+from trtkit.log import logger
 
 _HEADER = struct.Struct("!Q")
 # onnx-tensorrt (ModelImporter.cpp, 8.x to 11.x): LOG_VERBOSE("Parsing node: " << nodeName << " [" << op << "]");
@@ -368,8 +369,13 @@ class _FrameReader:
             (size,) = _HEADER.unpack(self.buffer[: _HEADER.size])
             if len(self.buffer) < _HEADER.size + size:
                 break
-            items.append(pickle.loads(bytes(self.buffer[_HEADER.size: _HEADER.size + size])))
+            frame = bytes(self.buffer[_HEADER.size: _HEADER.size + size])
             del self.buffer[: _HEADER.size + size]
+            try:
+                items.append(pickle.loads(frame))
+            except Exception as exc:  # e.g. the answer's class cannot be imported here
+                items.append(("error", None, "", "trtkit.errors.IsolationError",
+                              f"The worker process answered, but its answer cannot be read here: {exc}"))
         return items
 
 
@@ -595,7 +601,9 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
     """
     def on_event(event: dict) -> None:
         kind = event.get("kind")
-        if kind == "log" and on_log is not None:
+        if kind == "output":  # what TensorRT or Python printed in the child: kept for debugging, not shown
+            logger.debug("[build worker] %s", event.get("line", ""))
+        elif kind == "log" and on_log is not None:
             on_log(event["severity"], event["message"])
         elif kind == "phase" and on_phase is not None:
             on_phase(*event.get("args", [event.get("name")]))
