@@ -115,7 +115,8 @@ def test_inputs_from_a_file_a_feed_and_a_list(tmp_path):
     report = compare_engine_to_onnx(model, engine, inputs=[{"x": x}, {"x": x[:1]}], precision="fp32")
     assert report.trials == 2 and report.passed
     with pytest.raises(ProfileError, match="outside the engine's profile"):
-        compare_engine_to_onnx(model, FakeEngine(model, profile=PROFILE), inputs={"x": np.zeros((9, 3, 8, 8), np.float32)})
+        compare_engine_to_onnx(model, FakeEngine(model, profile=PROFILE),
+                               inputs={"x": np.zeros((9, 3, 8, 8), np.float32)})
     with pytest.raises(InputError, match="No inputs found"):
         compare_engine_to_onnx(model, engine, inputs=[])
 

@@ -27,11 +27,13 @@ SHAPES = {"images": (2, 3, 64, 64)}
 
 def test_markable_tensors_are_float_node_outputs_in_graph_order():
     found = markable_tensors(make_sample_cnn())
-    assert found[:3] == [("stem.conv", "Conv", "stem/Conv"), ("stem.bn", "BatchNormalization", "stem/BatchNormalization"),
+    assert found[:3] == [("stem.conv", "Conv", "stem/Conv"),
+                         ("stem.bn", "BatchNormalization", "stem/BatchNormalization"),
                          ("stem.out", "Relu", "stem/Relu")]
     assert found[-1][0] == "logits"
     assert markable_tensors(models.tiny_conv(), ["r"]) == [("r", "Relu", "relu")]
-    with pytest.raises(ModelError, match=r"Tensor\(s\) \['w'\] are not float outputs of the model's nodes; pick from: c, r, y"):
+    with pytest.raises(ModelError, match=r"Tensor\(s\) \['w'\] are not float outputs of the model's nodes; "
+                                         r"pick from: c, r, y"):
         markable_tensors(models.tiny_conv(), ["w"])
 
 

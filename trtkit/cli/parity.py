@@ -130,7 +130,8 @@ def _localize(args, console, precision: str, options: dict, build_options: dict)
     manifest = read_manifest(args.engine)
     if manifest is None:
         raise EngineError(f"--localize rebuilds the engine with the settings in its manifest "
-                          f"'{manifest_path(args.engine)}', which does not exist; build the engine with `trtkit build`.")
+                          f"'{manifest_path(args.engine)}', which does not exist; "
+                          f"build the engine with `trtkit build`.")
     build_engine = engine_builder(config_from_manifest(manifest), **build_options)
     with console.status("localize: building a debug engine with every intermediate tensor marked as an output"):
         return localize_divergence(args.model, build_engine, precision=precision, **options)

@@ -176,7 +176,8 @@ def _add_polygraphy(report: ParityReport, outs, refs, tol: Tolerance) -> None:
     try:
         verdicts = polygraphy_verdicts(outs, refs, atol=tol.atol or 0.0, rtol=tol.rtol or 0.0)
     except Exception as exc:  # an API change in some Polygraphy release must not cost the user trtkit's verdict
-        report.notes.append(f"Polygraphy's comparator could not run ({type(exc).__name__}: {exc}); trtkit's verdict stands")
+        report.notes.append(
+            f"Polygraphy's comparator could not run ({type(exc).__name__}: {exc}); trtkit's verdict stands")
         return
     if verdicts is None:
         report.notes.append("Polygraphy is not installed: its element-wise verdict was not added")

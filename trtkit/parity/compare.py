@@ -82,7 +82,8 @@ def judge(metrics: OutputMetrics, tolerance: Tolerance, *, trial: int = 0, out=N
     result = OutputResult(name=name, trial=trial, passed=True, metrics=metrics)
     if not metrics.shapes_match:
         result.reasons.append(
-            f"output '{name}': engine shape {tuple(metrics.shape)} differs from the ONNX model's {tuple(metrics.ref_shape)}"
+            f"output '{name}': engine shape {tuple(metrics.shape)} differs from the ONNX model's "
+            f"{tuple(metrics.ref_shape)}"
         )
         result.summary = result.reasons[0]
         result.passed = False
@@ -106,7 +107,8 @@ def _ratio_sentence(m: OutputMetrics, tol: Tolerance) -> str:
     if m.ratio_basis == "absolute":
         head = f"max abs error {fmt(m.max_abs_error)} (the reference is all zeros)"
     else:
-        head = f"max abs error {fmt(m.max_abs_error)} / max |ref| {fmt(m.max_abs_ref)} = {_distinct(m.error_ratio, tol)}"
+        ratio = _distinct(m.error_ratio, tol)
+        head = f"max abs error {fmt(m.max_abs_error)} / max |ref| {fmt(m.max_abs_ref)} = {ratio}"
     worst = f"worst at {_at(m.worst_index)}: engine {fmt(m.worst_value)}, reference {fmt(m.worst_ref)}"
     return f"output '{m.name}': {head} {op} {fmt(tol.max_error_ratio)} allowed {tol.source} ({worst})"
 

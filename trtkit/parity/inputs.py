@@ -102,7 +102,8 @@ def resolve_shapes(specs: Iterable[InputSpec], shapes: Mapping | None = None, pr
     unknown = sorted(set(shapes) - {s.name for s in specs})
     if unknown:
         known = ", ".join(f"'{s.name}'" for s in specs)
-        raise ProfileError(f"--shapes names input(s) {', '.join(map(repr, unknown))} the model does not have (inputs: {known}).")
+        raise ProfileError(
+            f"--shapes names input(s) {', '.join(map(repr, unknown))} the model does not have (inputs: {known}).")
     resolved = {}
     for spec in specs:
         if spec.name in shapes:
@@ -135,7 +136,8 @@ def check_shape(spec: InputSpec, shape: tuple, bounds=None) -> None:
     """
     shape = tuple(int(d) for d in shape)
     if len(shape) != len(spec.dims):
-        raise ProfileError(f"Input {spec.describe()}: shape {shape} has rank {len(shape)}, the model's has {len(spec.dims)}.")
+        raise ProfileError(
+            f"Input {spec.describe()}: shape {shape} has rank {len(shape)}, the model's has {len(spec.dims)}.")
     for axis, (want, got) in enumerate(zip(spec.dims, shape)):
         if isinstance(want, int) and want >= 0 and want != got:
             raise ProfileError(f"Input {spec.describe()}: shape {shape} changes fixed axis {axis} ({want}) to {got}.")
@@ -143,7 +145,8 @@ def check_shape(spec: InputSpec, shape: tuple, bounds=None) -> None:
         low, _, high = bounds
         if any(not lo <= d <= hi for lo, d, hi in zip(low, shape, high)):
             raise ProfileError(
-                f"Input '{spec.name}': shape {shape} is outside the engine's profile (min {tuple(low)}, max {tuple(high)})."
+                f"Input '{spec.name}': shape {shape} is outside the engine's profile "
+                f"(min {tuple(low)}, max {tuple(high)})."
             )
 
 
@@ -172,7 +175,8 @@ def random_feeds(
     if trials < 1:
         raise InputError(f"trials must be at least 1, got {trials}.")
     rng = np.random.default_rng(seed)
-    return [{s.name: _random_array(rng, s.dtype, shapes[s.name], float_range, int_range) for s in specs} for _ in range(trials)]
+    return [{s.name: _random_array(rng, s.dtype, shapes[s.name], float_range, int_range) for s in specs}
+            for _ in range(trials)]
 
 
 def _random_array(rng, dtype: np.dtype, shape, float_range, int_range) -> np.ndarray:
@@ -291,7 +295,8 @@ def _read_file(file: Path, specs: list[InputSpec]) -> list[dict]:
     if isinstance(loaded, np.ndarray):
         if len(specs) != 1:
             names = ", ".join(f"'{s.name}'" for s in specs)
-            raise InputError(f"'{file}' holds one array but the model has {len(specs)} inputs ({names}); use a .npz keyed by input name.")
+            raise InputError(f"'{file}' holds one array but the model has {len(specs)} inputs ({names}); "
+                             f"use a .npz keyed by input name.")
         return [{specs[0].name: loaded}]
     with loaded:
         return [{key: loaded[key] for key in loaded.files}]
@@ -311,7 +316,8 @@ def conform_feed(feed: Mapping, specs: Iterable[InputSpec], *, origin: str = "in
     if missing or extra:
         expected = ", ".join(f"'{n}'" for n in names)
         raise InputError(
-            f"{origin}: missing input(s) {missing or 'none'}, unknown input(s) {extra or 'none'} (the model takes {expected})."
+            f"{origin}: missing input(s) {missing or 'none'}, unknown input(s) {extra or 'none'} "
+            f"(the model takes {expected})."
         )
     conformed = {}
     for spec in specs:

@@ -93,7 +93,7 @@ def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
     return found
 
 
-def mark_outputs(model, tensors) -> "onnx.ModelProto":  # noqa: F821
+def mark_outputs(model, tensors):
     """A copy of ``model`` whose graph outputs also include ``tensors`` (types and shapes from shape inference)."""
     import onnx
 

@@ -37,7 +37,7 @@ def load_model(model):
     except ModelError:
         raise
     except Exception as exc:  # protobuf's DecodeError and friends
-        raise ModelError(f"Cannot read ONNX model '{model if not isinstance(model, bytes) else '<bytes>'}': {exc}") from exc
+        raise ModelError(f"Cannot read ONNX model '{describe_model(model)}': {exc}") from exc
 
 
 def describe_model(model) -> str:

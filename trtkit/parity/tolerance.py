@@ -79,7 +79,8 @@ def tolerance_for(
     """
     precision = (precision or "fp32").lower()
     if precision not in DEFAULT_ERROR_RATIO:
-        raise TrtkitError(f"Unknown precision '{precision}' for parity tolerances; use one of: {', '.join(PRECISIONS)}.")
+        raise TrtkitError(
+            f"Unknown precision '{precision}' for parity tolerances; use one of: {', '.join(PRECISIONS)}.")
     tol = Tolerance(
         precision=precision,
         max_error_ratio=DEFAULT_ERROR_RATIO[precision],
