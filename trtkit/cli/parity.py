@@ -33,7 +33,8 @@ def add_arguments(parser) -> None:
                    help="load the engine even if its manifest names another TensorRT or GPU")
     g.add_argument("--cuda-graph", action="store_true", help="run the engine through CUDA graph replay")
     g.add_argument("--reference", choices=REFERENCES, default="onnx-reference",
-                   help="how to run the ONNX model: onnx's ReferenceEvaluator (default) or onnxruntime if installed")
+                   help="how to run the ONNX model: onnx's ReferenceEvaluator (default; pure numpy, slow on big "
+                        "models) or onnxruntime (much faster; needs `pip install onnxruntime`)")
     t = parser.add_argument_group("tolerances (defaults depend on the precision)")
     t.add_argument("--precision", choices=PRECISION_CHOICES,
                    help="judge as this precision (default: the engine's manifest, else tf32)")
