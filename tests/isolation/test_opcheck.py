@@ -159,3 +159,13 @@ def test_notes_when_constant_folding_would_change_the_model():
                for n in report.notes)
     plain = preflight(_clean_model(), trt=children.fake_trt_with_support_query("8.6.0"))
     assert not any("fold" in n for n in plain.notes)
+
+
+def test_a_failing_query_degrades_to_static_knowledge(monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("supports_model(): incompatible function arguments")
+
+    monkeypatch.setattr("trtkit.build.opcheck.query_parser", broken)
+    report = preflight(_clean_model(), isolate=False)
+    assert report.ok and not report.queried
+    assert "TypeError: supports_model(): incompatible function arguments" in report.notes[0]

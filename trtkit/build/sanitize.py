@@ -321,7 +321,10 @@ def _export(graph, original):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = gs.export_onnx(graph, do_type_check=False)
+        try:
+            model = gs.export_onnx(graph, do_type_check=False)
+        except TypeError:  # onnx-graphsurgeon before do_type_check existed
+            model = gs.export_onnx(graph)
     model.ir_version = original.ir_version
     del model.opset_import[:]
     model.opset_import.extend(original.opset_import)
