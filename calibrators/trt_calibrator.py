@@ -122,6 +122,7 @@ class _FeedState:
             feed = next(self._batches, None)
             if feed is None:
                 logger.info("Calibration: fed %d sample(s) to TensorRT.", self.samples)
+                self.close()  # TensorRT is done with the previous batch once it asks for the next
                 return None
             pointers = [self._upload(name, feed) for name in names]
             self.samples += self.session.batch_size

@@ -46,19 +46,18 @@ def _data(n=16, seed=0):
 
 
 @pytest.mark.parametrize("version, mode, expected", [
-    ("8.6.0", "auto", "flag"), ("10.8.0", "auto", "flag"), ("11.4.0", "auto", "cast"), ("10.8.0", "cast", "cast")])
+    ("8.6.0", "auto", "flag"), ("10.8.0", "auto", "flag"), ("11.4.0", "auto", "cast"), ("10.8.0", "cast", "cast"),
+    ("8.6.0", "cast", "cast+flag")])
 def test_fp16_mode_per_version(version, mode, expected):
     assert resolve_half_mode(capabilities(make_fake_trt(version)), "fp16", mode) == expected
 
 
 def test_fp16_modes_missing_in_a_version_say_where_they_exist():
-    with pytest.raises(UnsupportedError, match="strongly typed networks, which TensorRT 8.6.0 does not have; .*9.1 "
-                                               "and later. Use --fp16-mode flag"):
-        resolve_half_mode(capabilities(make_fake_trt("8.6.0")), "fp16", "cast")
     with pytest.raises(UnsupportedError, match="BuilderFlag.FP16, which TensorRT 11.4.0 does not have; it exists in "
                                                "TensorRT 8.6 to 10.x. Use --fp16-mode cast"):
         resolve_half_mode(capabilities(make_fake_trt("11.4.0")), "fp16", "flag")
-    with pytest.raises(UnsupportedError, match="--bf16 with --fp16-mode cast .* Use TensorRT 10 or later"):
+    with pytest.raises(UnsupportedError, match="--bf16 needs BuilderFlag.BF16 or strongly typed networks; TensorRT "
+                                               "8.6.0 has neither.* use TensorRT 10 or later"):
         resolve_half_mode(capabilities(make_fake_trt("8.6.0")), "bf16", "auto")
 
 
@@ -70,6 +69,9 @@ def test_fp16_plans_flag_and_cast():
     assert cast.model.proto.graph.initializer[0].data_type == onnx.TensorProto.FLOAT16 or any(
         t.data_type == onnx.TensorProto.FLOAT16 for t in cast.model.proto.graph.initializer)
     assert "FP16 model (cast by trtkit), strongly typed network" in cast.notes
+    on_86 = _plan(make_fake_trt("8.6.0"), "fp16", fp16_mode="cast")
+    assert on_86.flags == ("FP16",) and not on_86.strongly_typed
+    assert "FP16 model (cast by trtkit), BuilderFlag.FP16 (TensorRT 8.6.0 has no strongly typed networks)" in on_86.notes
     bf16 = _plan(make_fake_trt("10.8.0"), "bf16", fp16_mode="cast")
     assert any(t.data_type == onnx.TensorProto.BFLOAT16 for t in bf16.model.proto.graph.initializer)
 

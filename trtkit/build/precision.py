@@ -5,7 +5,7 @@ Called by :func:`trtkit.build.builder.build_serialized` as ``plan_precision(trt,
 | precision | mode | 8.6 | 10.x | 11.x |
 |---|---|---|---|---|
 | fp16 | flag | ``BuilderFlag.FP16`` | ``BuilderFlag.FP16`` | — |
-| fp16 | cast | — (no strong typing) | FP16 model, strongly typed | FP16 model |
+| fp16 | cast | FP16 model + ``BuilderFlag.FP16`` | FP16 model, strongly typed | FP16 model |
 | bf16 | flag / cast | — | ``BuilderFlag.BF16`` / BF16 model | BF16 model |
 | int8 | calibrator | INT8 (+FP16) flags + TensorRT calibrator | same (deprecated) | — |
 | int8 | qdq | Q/DQ model + INT8 (+FP16) flags | same | Q/DQ model, strongly typed |
@@ -87,7 +87,11 @@ def _version(caps) -> str:
 
 
 def resolve_half_mode(caps, precision: str, mode: str) -> str:
-    """``flag`` or ``cast`` for ``--fp16``/``--bf16`` with ``--fp16-mode`` on this TensorRT.
+    """How ``--fp16``/``--bf16`` with ``--fp16-mode`` is reached on this TensorRT.
+
+    Returns:
+        ``"flag"`` (builder flag), ``"cast"`` (model cast by trtkit, strongly typed network) or ``"cast+flag"`` (the
+        cast model built with the builder flag: TensorRT 8.6 has no strongly typed networks).
 
     Raises:
         UnsupportedError: the mode does not exist here; says which versions have it.
@@ -103,10 +107,12 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
             f"have; it exists in {where}. Use --fp16-mode cast (a strongly typed {flag} model)."
         )
     if mode == "cast" and not caps.strongly_typed:
-        alternative = "--fp16-mode flag" if has_flag else "TensorRT 10 or later"
+        if has_flag:
+            return "cast+flag"
         raise UnsupportedError(
-            f"--{precision} with --fp16-mode cast needs strongly typed networks, which TensorRT {_version(caps)} does "
-            f"not have; they exist in TensorRT 9.1 and later. Use {alternative}."
+            f"--{precision} needs BuilderFlag.{flag} or strongly typed networks; TensorRT {_version(caps)} has "
+            f"neither. {flag} exists in TensorRT 9.0 to 10.x as a flag and from 9.1 as a strongly typed model: use "
+            f"TensorRT 10 or later."
         )
     return mode
 
@@ -118,11 +124,15 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
         return PrecisionPlan(model, strongly_typed=config.strongly_typed, flags=(flag,),
                              notes=[f"{flag} builder flag"])
     conversion = _cast_model(model.proto, precision)
-    notes = [f"{flag} model (cast by trtkit), strongly typed network",
+    strongly_typed = mode == "cast"
+    how = "strongly typed network" if strongly_typed else (
+        f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)")
+    notes = [f"{flag} model (cast by trtkit), {how}",
              f"{len(conversion.kept_fp32)} node(s) kept in FP32, {conversion.casts} Cast(s) inserted"]
     if conversion.clipped:
         notes.append(f"clipped to the FP16 range: {', '.join(conversion.clipped)}")
-    return PrecisionPlan(_loaded(conversion.model), strongly_typed=True, notes=notes)
+    flags = () if strongly_typed else (flag,)
+    return PrecisionPlan(_loaded(conversion.model), strongly_typed=strongly_typed, flags=flags, notes=notes)
 
 
 def _cast_model(proto, precision: str):
