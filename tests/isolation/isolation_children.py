@@ -55,7 +55,7 @@ def abort():
 def blow_up_memory():
     hoard = []
     while True:
-        hoard.append(bytearray(64 << 20))
+        hoard.append(bytearray(32 << 20))
 
 
 def sigkill_self():

@@ -68,7 +68,7 @@ def test_abort_is_reported_as_sigabrt():
 
 def test_memory_blow_up_under_rlimit_reports_out_of_memory():
     with pytest.raises(IsolationError, match="ran out of memory .*MemoryError"):
-        run_isolated(children.blow_up_memory, memory_limit=1 << 30)
+        run_isolated(children.blow_up_memory, memory_limit=512 << 20)
 
 
 def test_sigkill_is_reported_as_probable_oom_kill():
