@@ -107,3 +107,17 @@ def test_errors_are_one_line_and_exit_1(model_path, tmp_path, capsys):
 def test_usage_errors_exit_2(model_path):
     assert main(["parity", str(model_path)]) == 2
     assert main(["parity", str(model_path), "e", "--trials", "0"]) == 2
+
+
+def test_value_range_reaches_the_random_inputs(model_path):
+    seen = []
+    inner = _engine()
+
+    def engine(feed):
+        seen.append(feed["x"])
+        return inner(feed)
+
+    code, _ = _run([str(model_path), "e", "--shapes", "x:2x3x8x8", "--value-range", "0,255"], engine)
+    assert code == 0 and seen[0].min() >= 0 and seen[0].max() > 1.0
+    assert main(["parity", str(model_path), "e", "--value-range", "5,1"]) == 2
+    assert main(["parity", str(model_path), "e", "--value-range", "abc"]) == 2

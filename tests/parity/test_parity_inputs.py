@@ -93,9 +93,11 @@ def test_random_feeds_are_reproducible_typed_and_in_range():
     assert not np.array_equal(random_feeds(specs, shapes, seed=8)[0]["f"], a[0]["f"])
 
 
-def test_random_feeds_refuse_zero_trials():
+def test_random_feeds_refuse_zero_trials_and_empty_ranges():
     with pytest.raises(InputError, match="trials must be at least 1, got 0"):
         random_feeds([], {}, trials=0)
+    with pytest.raises(InputError, match=r"must be \(low, high\) with low < high, got \(1.0, 1.0\)"):
+        random_feeds([], {}, float_range=(1.0, 1.0))
 
 
 def test_load_npz_npy_folder_and_json(tmp_path):

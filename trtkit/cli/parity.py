@@ -29,6 +29,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--trials", type=_positive_int, metavar="N",
                    help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)")
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--value-range", type=_value_range, metavar="LOW,HIGH",
+                   help="range of random float inputs (default -1,1), e.g. 0,255 for a model taking raw pixels")
     g.add_argument("--ignore-manifest", action="store_true",
                    help="load the engine even if its manifest names another TensorRT or GPU")
     g.add_argument("--cuda-graph", action="store_true", help="run the engine through CUDA graph replay")
@@ -54,6 +56,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--save-arrays", metavar="NPZ",
                         help="write every trial's inputs, engine outputs and ONNX outputs to this .npz")
     options.add_json_option(parser)
+
+
+def _value_range(text: str) -> tuple[float, float]:
+    import argparse
+
+    try:
+        low, high = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not LOW,HIGH (e.g. 0,255)") from None
+    if not low < high:
+        raise argparse.ArgumentTypeError(f"LOW must be below HIGH, got {text}")
+    return low, high
 
 
 def _positive_int(text: str) -> int:
@@ -116,7 +130,8 @@ def _compare_options(args, runner_options: dict | None) -> dict:
     return dict(
         inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
         atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold, min_cosine=args.min_cosine,
-        min_top1=args.min_top1, trials=args.trials, seed=args.seed, reference=args.reference,
+        min_top1=args.min_top1, trials=args.trials, seed=args.seed, value_range=args.value_range,
+        reference=args.reference,
         runner_options={"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph,
                         **(runner_options or {})},
     )

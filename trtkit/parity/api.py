@@ -43,6 +43,7 @@ def compare_engine_to_onnx(
     min_top1: float | None = None,
     trials: int | None = None,
     seed: int = 0,
+    value_range: tuple[float, float] | None = None,
     reference: str = "onnx-reference",
     polygraphy_check: bool = True,
     on_trial: Callable[[int, int], None] | None = None,
@@ -69,6 +70,8 @@ def compare_engine_to_onnx(
         min_cosine, min_top1: extra checks on cosine similarity and top-1 agreement.
         trials: number of random input sets (default 1), or the most feeds to take from ``inputs`` (default all).
         seed: seed of the random inputs.
+        value_range: (low, high) of random floating-point inputs (default (-1, 1)); e.g. (0, 255) for a model
+            that takes raw pixels.
         reference: "onnx-reference" (onnx's ReferenceEvaluator) or "onnxruntime" (needs the package).
         polygraphy_check: run Polygraphy's comparator beside trtkit's element-wise check when it is on.
         on_trial: called with (trial index, number of trials) before each trial (progress display).
@@ -96,7 +99,7 @@ def compare_engine_to_onnx(
             max_error_ratio=metric_threshold, atol=atol, rtol=rtol, min_cosine=min_cosine, min_top1=min_top1,
         )
         bounds = profile if profile is not None else session.profile
-        feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed)
+        feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed, value_range)
         if tol.precision == "int8" and source == "random":
             notes.append("int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
                          "ranges: for a fair verdict pass real inputs (--inputs, e.g. the calibration folder)")
@@ -128,11 +131,13 @@ def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]
     return ASSUMED_PRECISION
 
 
-def _feeds(inputs, specs, shapes, bounds, trials: int | None, seed: int) -> tuple[list[dict], str]:
+def _feeds(inputs, specs, shapes, bounds, trials: int | None, seed: int, value_range) -> tuple[list[dict], str]:
     """The feeds of the run and a description of where they came from."""
     if inputs is None:
         chosen = inputs_mod.resolve_shapes(specs, shapes, bounds)
-        return inputs_mod.random_feeds(specs, chosen, trials=1 if trials is None else trials, seed=seed), "random"
+        feeds = inputs_mod.random_feeds(specs, chosen, trials=1 if trials is None else trials, seed=seed,
+                                        float_range=tuple(value_range or inputs_mod.DEFAULT_FLOAT_RANGE))
+        return feeds, "random"
     if isinstance(inputs, (str, os.PathLike)) and inputs_mod.is_image_folder(inputs):
         shape = inputs_mod.resolve_shapes(specs, shapes, bounds)[specs[0].name] if len(specs) == 1 else ()
         feeds, source = inputs_mod.image_feeds(inputs, specs, shape, limit=trials), f"images in {inputs}"

@@ -174,6 +174,8 @@ def random_feeds(
     """
     if trials < 1:
         raise InputError(f"trials must be at least 1, got {trials}.")
+    if len(float_range) != 2 or not float_range[0] < float_range[1]:
+        raise InputError(f"The value range of random inputs must be (low, high) with low < high, got {float_range}.")
     rng = np.random.default_rng(seed)
     return [{s.name: _random_array(rng, s.dtype, shapes[s.name], float_range, int_range) for s in specs}
             for _ in range(trials)]
