@@ -31,3 +31,11 @@ def env_any(request):
     return SimpleNamespace(version=version, trt=make_fake_trt(version), rt=rt, cuda=Cuda(rt),
                            model=models.tiny_conv(),
                            engine=fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE], version))
+
+
+@pytest.fixture(autouse=True)
+def _trtkit_logs_reach_caplog(monkeypatch):
+    """The CLI's logging setup (run by other tests) stops propagation; caplog listens at the root."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("trtkit"), "propagate", True)
