@@ -141,3 +141,17 @@ def plain_relu(opset=17):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     return _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")], [x], [y], opset=opset, name="relu")
+
+
+def shape_derived_scale(opset=17):
+    """x * 1/sqrt(last dim), the dim read by Shape(start=-1) of a tensor whose batch is dynamic (as torch exports)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["last"], name="shape_last", start=-1),
+        helper.make_node("Cast", ["last"], ["last_f"], name="cast0", to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["last_f"], ["root"], name="sqrt0"),
+        helper.make_node("Reciprocal", ["root"], ["scale"], name="recip0"),
+        helper.make_node("Mul", ["x", "scale"], ["y"], name="mul0"),
+    ]
+    return _model(nodes, [x], [y], opset=opset, name="shape_scale")

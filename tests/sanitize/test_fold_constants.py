@@ -71,6 +71,14 @@ def test_dynamic_batch_keeps_batch_part_and_folds_static_dims():
     _assert_same_outputs(model, folded)
 
 
+def test_shape_slice_of_static_dims_folds_even_with_dynamic_batch():
+    model = models.shape_derived_scale()
+    folded, report = fold_constants(model)
+    assert _ops(folded) == ["Mul"]
+    assert [op for _, op in report.folded] == ["Shape", "Cast", "Sqrt", "Reciprocal"]
+    _assert_same_outputs(model, folded)
+
+
 def test_subgraph_use_of_a_folded_value_keeps_working():
     model = models.if_with_outer_constant()
     folded, report = fold_constants(model)

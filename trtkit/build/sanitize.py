@@ -229,20 +229,23 @@ def _eligible(node, graph_outputs: set) -> bool:
 
 
 def _static_shape_value(node):
-    """``Shape``/``Size`` of a tensor whose shape shape inference fully knows, else ``None``."""
+    """``Shape``/``Size`` when the dims they read are all static (for ``Shape``, only those in ``start:end``)."""
     import numpy as np
 
     if node.op not in ("Shape", "Size") or not node.inputs or len(node.outputs) != 1:
         return None
     shape = node.inputs[0].shape
-    if shape is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+    if shape is None:
+        return None
+    rank = len(shape)
+    if node.op == "Shape":
+        shape = list(shape)[_clamp_axis(node.attrs.get("start", 0), rank):
+                            _clamp_axis(node.attrs.get("end", rank), rank)]
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
         return None
     if node.op == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
-    rank = len(shape)
-    start = _clamp_axis(node.attrs.get("start", 0), rank)
-    end = _clamp_axis(node.attrs.get("end", rank), rank)
-    return np.array([int(d) for d in shape[start:end]], dtype=np.int64)
+    return np.array([int(d) for d in shape], dtype=np.int64)
 
 
 def _shape_gather_value(node, values: dict):
