@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a :class:`~trtkit.errors.TrtkitError` (one line on stde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
@@ -81,9 +82,9 @@ def main(argv: list | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 0 if args.command is None else 2
-    _setup_logging(args.verbose)
     console = make_console()
-    return _run(args, console)
+    with _cli_logging(args.verbose):
+        return _run(args, console)
 
 
 def _run(args, console) -> int:
@@ -105,19 +106,26 @@ def _error_line(text: str) -> None:
     sys.stderr.write(text.rstrip() + "\n")
 
 
-def _setup_logging(verbose: bool) -> None:
+@contextlib.contextmanager
+def _cli_logging(verbose: bool):
+    """Show trtkit's log on stderr for the duration of one command, then restore the logger as it was."""
     from rich.logging import RichHandler
 
     from trtkit.cli.render import make_console
 
     logger = logging.getLogger("trtkit")
-    if logger.handlers:
-        return
     handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    saved = (logger.level, logger.propagate)
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 if __name__ == "__main__":  # pragma: no cover
