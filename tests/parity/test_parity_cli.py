@@ -13,7 +13,7 @@ from tests import models
 from trtkit.cli import parity as parity_cli
 from trtkit.cli.main import main, make_parser
 from trtkit.cli.render import make_console
-from trtkit.errors import ProfileError
+from trtkit.errors import ProfileError, TrtkitError
 from trtkit.parity import OnnxReference
 
 
@@ -121,3 +121,14 @@ def test_value_range_reaches_the_random_inputs(model_path):
     assert code == 0 and seen[0].min() >= 0 and seen[0].max() > 1.0
     assert main(["parity", str(model_path), "e", "--value-range", "5,1"]) == 2
     assert main(["parity", str(model_path), "e", "--value-range", "abc"]) == 2
+
+
+def test_metric_threshold_per_output(model_path, capsys):
+    argv = [str(model_path), "e", "--shapes", "x:1x3x8x8", "--precision", "fp16"]
+    code, text = _run(argv + ["--metric-threshold", "y:0.2"], _engine(scale=1.1))
+    assert code == 0 and "tolerance for fp16: ratio = max|err| / max|ref| <= 1e-2; 'y' <= 0.2" in text
+    with pytest.raises(TrtkitError, match=r"--metric-threshold names output\(s\) \['logits'\] the model does not "
+                                          r"have \(outputs: y\)"):
+        _run(argv + ["--metric-threshold", "logits:0.2"], _engine())
+    assert main(["parity", str(model_path), "e", "--metric-threshold", "y:big"]) == 2
+    assert "is not a number or OUTPUT:NUMBER" in capsys.readouterr().err

@@ -149,3 +149,19 @@ def test_a_ratio_just_over_the_limit_shows_the_digits_that_differ():
     out = ref + np.array([0.0, 2.0004])  # ratio 2.0004e-3
     result = judge(compute_metrics("y", out, ref), tolerance_for("tf32"))
     assert "= 2.0004e-3 > 2e-3 allowed for tf32" in result.reasons[0]
+
+
+def test_per_output_thresholds():
+    tol = tolerance_for("fp16", max_error_ratio={"boxes": 5e-2, "": 2e-2})
+    assert tol.max_error_ratio == 2e-2 and tol.source == "by --metric-threshold"
+    assert tol.for_output("boxes").max_error_ratio == 5e-2
+    assert tol.for_output("scores") is tol
+    assert tol.to_dict()["per_output"] == {"boxes": 5e-2}
+    ref = {"boxes": np.array([10.0, 20.0]), "scores": np.array([1.0, 0.5])}
+    out = {"boxes": np.array([10.0, 20.8]), "scores": np.array([1.0, 0.53])}  # ratios 4e-2 and 3e-2
+    boxes, scores = compare_outputs(out, ref, tol)
+    assert boxes.passed and "<= 5e-2 allowed by --metric-threshold for this output" in boxes.summary
+    assert not scores.passed and "= 3e-2 > 2e-2 allowed by --metric-threshold" in scores.reasons[0]
+    assert tolerance_for("fp16", max_error_ratio={"boxes": 5e-2}).max_error_ratio == 1e-2
+    with pytest.raises(TrtkitError, match="max_error_ratio of 'boxes' must be >= 0, got -1.0"):
+        tolerance_for("fp16", max_error_ratio={"boxes": -1})

@@ -40,9 +40,9 @@ def add_arguments(parser) -> None:
     t = parser.add_argument_group("tolerances (defaults depend on the precision)")
     t.add_argument("--precision", choices=PRECISION_CHOICES,
                    help="judge as this precision (default: the engine's manifest, else tf32)")
-    t.add_argument("--metric-threshold", type=float, metavar="X",
-                   help="allowed max|engine - onnx| / max|onnx| per output (fp32 1e-4, tf32 2e-3, fp16 1e-2, "
-                        "bf16 5e-2, int8 1e-1)")
+    t.add_argument("--metric-threshold", action="append", type=_threshold, metavar="[OUTPUT:]X",
+                   help="allowed max|engine - onnx| / max|onnx| (defaults: fp32 1e-4, tf32 2e-3, fp16 1e-2, "
+                        "bf16 5e-2, int8 1e-1); OUTPUT:X for one output, repeatable, e.g. boxes:5e-2")
     t.add_argument("--atol", type=float, help="element-wise check: fail elements beyond both atol and rtol*|ref|")
     t.add_argument("--rtol", type=float, help="element-wise check (see --atol); Polygraphy's verdict is shown too")
     t.add_argument("--min-cosine", type=float, metavar="X", help="require cosine similarity >= X (int8: 0.99)")
@@ -56,6 +56,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--save-arrays", metavar="NPZ",
                         help="write every trial's inputs, engine outputs and ONNX outputs to this .npz")
     options.add_json_option(parser)
+
+
+def _threshold(text: str) -> tuple[str, float]:
+    """``1e-2`` → ("", 0.01); ``boxes:5e-2`` → ("boxes", 0.05)."""
+    import argparse
+
+    name, _, value = text.rpartition(":")
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number or OUTPUT:NUMBER (e.g. 1e-2, boxes:5e-2)") from None
+
+
+def metric_threshold_from_args(args):
+    """None, one number, or {output: number} ("" for the rest) from the ``--metric-threshold`` values."""
+    pairs = args.metric_threshold or []
+    if not pairs:
+        return None
+    if len(pairs) == 1 and pairs[0][0] == "":
+        return pairs[0][1]
+    return dict(pairs)
 
 
 def _value_range(text: str) -> tuple[float, float]:
@@ -129,7 +150,7 @@ def _compare_options(args, runner_options: dict | None) -> dict:
     """The options shared by the comparison and the debug engine's comparison."""
     return dict(
         inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
-        atol=args.atol, rtol=args.rtol, metric_threshold=args.metric_threshold, min_cosine=args.min_cosine,
+        atol=args.atol, rtol=args.rtol, metric_threshold=metric_threshold_from_args(args), min_cosine=args.min_cosine,
         min_top1=args.min_top1, trials=args.trials, seed=args.seed, value_range=args.value_range,
         reference=args.reference,
         runner_options={"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph,
@@ -206,7 +227,7 @@ def _header(report) -> str:
 
     return (f"{report.engine} vs {report.model}: {report.trials} trial(s) of {source}, shapes {shapes}, reference "
             f"{report.reference_backend}\ntolerance {tol.source}: ratio = max|err| / max|ref| <= "
-            f"{fmt(tol.max_error_ratio)}")
+            f"{fmt(tol.max_error_ratio)}" + "".join(f"; '{n}' <= {fmt(v)}" for n, v in tol.per_output))
 
 
 COLUMNS = ["output", "shape", "max|err|", "max|ref|", "ratio", "mean err", "rel p99", "cosine", "top1", "worst",

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from trtkit._atomic import check_writable, write_bytes_atomic
-from trtkit.errors import InputError
+from trtkit.errors import InputError, TrtkitError
 from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
 from trtkit.parity.engine import describe_engine, open_engine
@@ -38,7 +38,7 @@ def compare_engine_to_onnx(
     tolerance: Tolerance | None = None,
     atol: float | None = None,
     rtol: float | None = None,
-    metric_threshold: float | None = None,
+    metric_threshold: float | Mapping[str, float] | None = None,
     min_cosine: float | None = None,
     min_top1: float | None = None,
     trials: int | None = None,
@@ -66,7 +66,8 @@ def compare_engine_to_onnx(
             manifest, else "tf32" (noted in the report).
         tolerance: a complete :class:`Tolerance`; overrides ``precision`` and the five values below.
         atol, rtol: turn on the element-wise check (Polygraphy's rule); Polygraphy's own verdict is added beside.
-        metric_threshold: allowed max |out - ref| / max |ref| instead of the precision's default.
+        metric_threshold: allowed max |out - ref| / max |ref| instead of the precision's default: a number, or
+            {output name: number} (key "" for every other output).
         min_cosine, min_top1: extra checks on cosine similarity and top-1 agreement.
         trials: number of random input sets (default 1), or the most feeds to take from ``inputs`` (default all).
         seed: seed of the random inputs.
@@ -92,6 +93,7 @@ def compare_engine_to_onnx(
         check_writable(save_arrays)  # before minutes of work, not after
     model = load_model(onnx_model)
     specs = inputs_mod.input_specs(model)
+    _check_output_names(model, metric_threshold)
     notes: list[str] = []
     with open_engine(engine, profile_index=profile_index, runner_options=runner_options) as session:
         tol = tolerance or tolerance_for(
@@ -116,6 +118,16 @@ def compare_engine_to_onnx(
         write_arrays(save_arrays, feeds, outs, refs)
         report.notes.append(f"inputs and outputs of every trial saved to {save_arrays}")
     return report
+
+
+def _check_output_names(model, metric_threshold) -> None:
+    if not isinstance(metric_threshold, Mapping):
+        return
+    names = [o.name for o in model.graph.output]
+    unknown = sorted(set(metric_threshold) - set(names) - {""})
+    if unknown:
+        raise TrtkitError(f"--metric-threshold names output(s) {unknown} the model does not have "
+                          f"(outputs: {', '.join(names)}).")
 
 
 def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]) -> str:

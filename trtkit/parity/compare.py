@@ -173,7 +173,7 @@ def compare_outputs(
     Args:
         outputs: the engine's outputs by name.
         reference: the ONNX model's outputs by name (every one is judged; engine-only outputs are ignored).
-        tolerance: what each output must meet.
+        tolerance: what each output must meet (``tolerance.for_output(name)``).
         trial: the trial index, carried into the results.
 
     Returns:
@@ -188,5 +188,5 @@ def compare_outputs(
             continue
         out = outputs[name]
         metrics = compute_metrics(name, out, ref)
-        results.append(judge(metrics, tolerance, trial=trial, out=out, ref=ref))
+        results.append(judge(metrics, tolerance.for_output(name), trial=trial, out=out, ref=ref))
     return results

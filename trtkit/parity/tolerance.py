@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Mapping
 
 from trtkit.errors import TrtkitError
 
@@ -35,6 +36,8 @@ class Tolerance:
         min_cosine: optional lower bound on the cosine similarity.
         min_top1: optional lower bound on top-1 agreement (classifier-like outputs only).
         source: how the threshold was chosen, used in messages ("for fp16", "by --metric-threshold").
+        per_output: ((output name, max_error_ratio), ...) overriding ``max_error_ratio`` for those outputs (a
+            detector's boxes and scores rarely share one limit).
     """
 
     precision: str = "fp32"
@@ -44,6 +47,15 @@ class Tolerance:
     min_cosine: float | None = None
     min_top1: float | None = None
     source: str = "for fp32"
+    per_output: tuple = ()
+
+    def for_output(self, name: str) -> "Tolerance":
+        """The tolerance that applies to output ``name``."""
+        ratio = dict(self.per_output).get(name)
+        if ratio is None:
+            return self
+        return replace(self, max_error_ratio=ratio, source="by --metric-threshold for this output",
+                       per_output=())
 
     @property
     def elementwise(self) -> bool:
@@ -51,13 +63,15 @@ class Tolerance:
         return self.atol is not None or self.rtol is not None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["per_output"] = dict(self.per_output)
+        return data
 
 
 def tolerance_for(
     precision: str | None = None,
     *,
-    max_error_ratio: float | None = None,
+    max_error_ratio: float | Mapping[str, float] | None = None,
     atol: float | None = None,
     rtol: float | None = None,
     min_cosine: float | None = None,
@@ -67,7 +81,8 @@ def tolerance_for(
 
     Args:
         precision: one of ``PRECISIONS`` (None means "fp32").
-        max_error_ratio: overrides the precision's allowed max |out - ref| / max |ref| (``--metric-threshold``).
+        max_error_ratio: overrides the precision's allowed max |out - ref| / max |ref| (``--metric-threshold``):
+            one number for every output, or {output name: number} for some (the key "" sets every other one).
         atol, rtol: turn on the element-wise check (``--atol``, ``--rtol``).
         min_cosine, min_top1: turn on those checks (``--min-cosine``, ``--min-top1``).
 
@@ -87,6 +102,10 @@ def tolerance_for(
         min_cosine=DEFAULT_MIN_COSINE.get(precision),
         source=f"for {precision}",
     )
+    if isinstance(max_error_ratio, Mapping):
+        per_output = {k: float(v) for k, v in max_error_ratio.items()}
+        max_error_ratio = per_output.pop("", None)
+        tol = replace(tol, per_output=tuple(sorted(per_output.items())))
     if max_error_ratio is not None:
         tol = replace(tol, max_error_ratio=max_error_ratio, source="by --metric-threshold")
     tol = replace(tol, atol=atol, rtol=rtol)
@@ -99,8 +118,9 @@ def tolerance_for(
 
 
 def _validate(tol: Tolerance) -> None:
-    for name in ("max_error_ratio", "atol", "rtol"):
-        value = getattr(tol, name)
+    values = [(name, getattr(tol, name)) for name in ("max_error_ratio", "atol", "rtol")]
+    values += [(f"max_error_ratio of '{output}'", ratio) for output, ratio in tol.per_output]
+    for name, value in values:
         if value is not None and not value >= 0:
             raise TrtkitError(f"Tolerance {name} must be >= 0, got {value}.")
     for name in ("min_cosine", "min_top1"):
