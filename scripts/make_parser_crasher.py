@@ -159,7 +159,8 @@ def try_candidate(name: str, model, out_dir: Path, timeout: float = 300) -> dict
     """Write the model, parse it in a child, and say what happened."""
     import onnx
 
-    from trtkit.build.isolate import model_crash_context, run_isolated
+    from trtkit.build.crash_report import model_crash_context
+    from trtkit.build.isolate import run_isolated
     from trtkit.build.opcheck import parse_only
     from trtkit.errors import IsolationError, TrtkitError
 

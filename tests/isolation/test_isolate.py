@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import isolation_children as children
-from trtkit.build.isolate import ChildTraceback, model_crash_context, run_isolated
+from trtkit.build.crash_report import model_crash_context
+from trtkit.build.isolate import ChildTraceback, run_isolated
 from trtkit.errors import IsolationError, ParseError, ProfileError, TrtkitError
 
 CONTEXT = {"model": "attn.onnx", "opset": 21, "trt_version": "8.6.0", "what": "the build"}

@@ -19,10 +19,8 @@ The child's stdout and stderr (TensorRT writes there too) go to the parent as ``
 
 from __future__ import annotations
 
-import collections
 import os
 import pickle
-import re
 import select
 import signal
 import struct
@@ -30,17 +28,20 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
+from trtkit.build.crash_report import (
+    PARSING_NODE,
+    Tracker,
+    crash_error,
+    memory_message,
+    model_crash_context,
+    timeout_error,
+)
 from trtkit.errors import IsolationError, TrtkitError
 from trtkit.log import logger
 
 _HEADER = struct.Struct("!Q")
-# onnx-tensorrt (ModelImporter.cpp, 8.x to 11.x): LOG_VERBOSE("Parsing node: " << nodeName << " [" << op << "]");
-# some versions prefix "<file>:<line>: ", so search rather than match.
-_PARSING_NODE = re.compile(r"Parsing node: (?P<name>.*) \[(?P<op>[^\[\]]+)\]\s*$")
-_OUTPUT_TAIL_LINES = 40
 _TERMINATE_GRACE_S = 5.0
 
 # --- child side ------------------------------------------------------------------------------------------------------
@@ -189,61 +190,6 @@ def _finish(channel_fd: int, message) -> None:
 # --- parent side -----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class CrashInfo:
-    """What the parent knows about a child that died (attached to :class:`IsolationError` as ``.crash``)."""
-
-    signal: str | None = None
-    exit_code: int | None = None
-    node: str | None = None
-    op_type: str | None = None
-    phase: str | None = None
-    nodes_seen: int = 0
-    output_tail: list = field(default_factory=list)
-    context: dict = field(default_factory=dict)
-
-
-class _Tracker:
-    """Follows the child's events: last ONNX node the parser started, last phase, last lines of output."""
-
-    def __init__(self):
-        self.node = self.op_type = self.phase = None
-        self.nodes_seen = 0
-        self.node_phase = None
-        self.output = collections.deque(maxlen=_OUTPUT_TAIL_LINES)
-
-    def see(self, event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "log":
-            found = _PARSING_NODE.search(str(event.get("message", "")))
-            if found:
-                self.node, self.op_type = found.group("name"), found.group("op").strip()
-                self.nodes_seen += 1
-                self.node_phase = self.phase
-        elif kind == "node":
-            self.node, self.op_type = event.get("name"), event.get("op_type")
-            self.nodes_seen += 1
-            self.node_phase = self.phase
-        elif kind == "phase":
-            self.phase = event.get("name")
-        elif kind == "output":
-            self.output.append(str(event.get("line", "")))
-
-    def crash_info(self, returncode: int, context: dict) -> CrashInfo:
-        # a node counts only while its phase is still the current one (a crash later, in the build, is not its fault)
-        importing = self.node is not None and self.node_phase == self.phase
-        return CrashInfo(
-            signal=_signal_name(-returncode) if returncode < 0 else None,
-            exit_code=returncode,
-            node=self.node if importing else None,
-            op_type=self.op_type if importing else None,
-            phase=self.phase,
-            nodes_seen=self.nodes_seen,
-            output_tail=list(self.output),
-            context=context,
-        )
-
-
 def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
                  memory_limit: int | None = None, crash_context=None, **kwargs):
     """Call ``func(*args, **kwargs)`` in a child Python process and return its result.
@@ -266,7 +212,7 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
     Raises:
         IsolationError: the child died by a signal (message names it, and the ONNX node being parsed when known),
             ran out of memory, exited without answering, or exceeded ``timeout``. The error has a ``.crash``
-            attribute (:class:`CrashInfo`).
+            attribute (:class:`~trtkit.build.crash_report.CrashInfo`).
         Exception: an exception raised by ``func`` is raised again here, same class and message (its traceback in
             the child is chained as the cause).
         KeyboardInterrupt: Ctrl-C; the child is stopped first.
@@ -278,7 +224,7 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
         proc = _start_child(write_fd)
     finally:
         os.close(write_fd)
-    tracker = _Tracker()
+    tracker = Tracker()
     try:
         proc.stdin.write(_HEADER.pack(len(payload)) + payload)
         proc.stdin.flush()
@@ -320,7 +266,7 @@ def _start_child(write_fd: int) -> subprocess.Popen:
         raise IsolationError(f"Could not start a child Python process ({sys.executable}): {exc}") from exc
 
 
-def _pump(proc, read_fd: int, tracker: _Tracker, on_event, timeout):
+def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
     """Deliver events until the child answers or both its pipes close; returns the answer or ``None``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     frames, lines = _FrameReader(read_fd), _LineReader(proc.stdout.fileno())
@@ -344,7 +290,7 @@ def _pump(proc, read_fd: int, tracker: _Tracker, on_event, timeout):
                     answer = item
         if deadline is not None and time.monotonic() >= deadline and answer is None:
             _stop(proc)
-            raise _timeout_error(timeout, tracker)
+            raise timeout_error(timeout, tracker)
         if answer is not None and read_fd not in open_fds:
             break
     for line in lines.flush():
@@ -417,13 +363,13 @@ def _close_quietly(stream) -> None:
         pass
 
 
-def _resolve(outcome, proc: subprocess.Popen, tracker: _Tracker, crash_context):
+def _resolve(outcome, proc: subprocess.Popen, tracker: Tracker, crash_context):
     returncode = proc.wait()
     if outcome is not None and outcome[0] == "result":
         return outcome[1]  # answered; a crash while tearing down afterwards does not matter
     if outcome is not None and outcome[0] == "error":
         raise _rebuild_exception(outcome, tracker, crash_context)
-    raise _crash_error(tracker.crash_info(returncode, _context(crash_context)))
+    raise crash_error(tracker.crash_info(returncode, _context(crash_context)))
 
 
 def _context(crash_context) -> dict:
@@ -441,13 +387,13 @@ class ChildTraceback(Exception):
         return "\n" + (self.args[0] if self.args else "")
 
 
-def _rebuild_exception(outcome, tracker: _Tracker, crash_context) -> BaseException:
+def _rebuild_exception(outcome, tracker: Tracker, crash_context) -> BaseException:
     exc, text = outcome[1], outcome[2]
     if exc is None:
         exc = _from_name(outcome[3], outcome[4])
     if isinstance(exc, MemoryError):
         info = tracker.crash_info(0, _context(crash_context))
-        error = IsolationError(_memory_message(info))
+        error = IsolationError(memory_message(info))
         error.crash = info
         return error
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt...: the child stopped, not a failure mode
@@ -473,96 +419,6 @@ def _from_name(qualified: str, message: str) -> BaseException:
         pass
     return TrtkitError(f"{qualified}: {message}")
 
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-_SIGNAL_MEANING = {
-    "SIGSEGV": "a segmentation fault: invalid memory access inside native code",
-    "SIGABRT": "an abort: native code hit a failed assertion or an uncaught C++ exception",
-    "SIGBUS": "a bus error: invalid memory access inside native code",
-    "SIGILL": "an illegal instruction inside native code",
-    "SIGFPE": "an arithmetic fault inside native code",
-    "SIGKILL": "killed, most often by the kernel's out-of-memory killer",
-    "SIGTERM": "terminated by another process",
-}
-
-
-def _crash_error(info: CrashInfo) -> IsolationError:
-    if info.signal is None:
-        text = (f"The worker process {_what(info)} exited with status {info.exit_code} without answering. "
-                f"{_tail_hint(info)}")
-    elif info.signal == "SIGKILL":
-        text = _memory_message(info)
-    else:
-        meaning = _SIGNAL_MEANING.get(info.signal, "killed by a signal")
-        text = (f"The worker process {_what(info)} died from {info.signal} ({meaning}){_where(info)}. "
-                f"This process is unharmed and no files were written. {_next_steps(info)}")
-    error = IsolationError(text.strip())
-    error.crash = info
-    return error
-
-
-def _what(info: CrashInfo) -> str:
-    what = info.context.get("what")
-    model = info.context.get("model")
-    if what and model:
-        return f"running {what} of '{model}'"
-    if what:
-        return f"running {what}"
-    return f"working on '{model}'" if model else "doing the work"
-
-
-def _where(info: CrashInfo) -> str:
-    opset = info.context.get("opset")
-    if info.node is not None:
-        detail = f"op {info.op_type}" + (f", model opset {opset}" if opset else "")
-        return f" while TensorRT's ONNX parser was importing node '{info.node}' ({detail})"
-    opset_text = f" (model opset {opset})" if opset else ""
-    if info.phase:
-        return f" during the '{info.phase}' phase{opset_text}"
-    return opset_text
-
-
-def _next_steps(info: CrashInfo) -> str:
-    model = info.context.get("model") or "MODEL.onnx"
-    trt_version = info.context.get("trt_version")
-    newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
-    steps = [f"run `trtkit inspect {model} --check` to see which ops this TensorRT supports",
-             "build with --fold-constants to fold constant subgraphs before parsing",
-             f"try {newer}"]
-    if info.node is not None and info.op_type:
-        steps.insert(1, f"rewrite or replace the {info.op_type} node '{info.node}'")
-    return "Next: " + "; ".join(steps) + "."
-
-
-def _memory_message(info: CrashInfo) -> str:
-    cause = ("killed by SIGKILL, most often the kernel's out-of-memory killer" if info.signal == "SIGKILL"
-             else "MemoryError")
-    return (f"The worker process {_what(info)} ran out of memory{_where(info)} ({cause}). This process is unharmed "
-            "and no files were written. Free memory, lower the workspace (--workspace), or build with smaller "
-            "optimization profiles.")
-
-
-def _tail_hint(info: CrashInfo) -> str:
-    tail = [line for line in info.output_tail if line.strip()][-3:]
-    return ("Its last output: " + " | ".join(tail)) if tail else "It printed nothing."
-
-
-def _timeout_error(timeout: float, tracker: _Tracker) -> IsolationError:
-    info = tracker.crash_info(0, {})
-    where = f" (last ONNX node started: '{info.node}' [{info.op_type}])" if info.node else ""
-    phase = f" in the '{info.phase}' phase" if info.phase else ""
-    error = IsolationError(
-        f"The worker process did not finish within {timeout:g} s{phase}{where} and was stopped; "
-        "no files were written. Raise the timeout or simplify the model."
-    )
-    error.crash = info
-    return error
 
 
 # --- the isolated build ----------------------------------------------------------------------------------------------
@@ -630,60 +486,8 @@ class _ChildLog:
     def __call__(self, severity: str, message: str) -> None:
         rank = _SEVERITY_RANK.get(severity, 1)
         if rank == 0:
-            found = _PARSING_NODE.search(message)
+            found = PARSING_NODE.search(message)
             if found:
                 emit({"kind": "node", "name": found.group("name"), "op_type": found.group("op").strip()})
         if rank >= self.threshold:
             log_sink(severity, message)
-
-
-def model_crash_context(model, what: str | None = None) -> dict:
-    """``crash_context`` for :func:`run_isolated`: the model's label and opset, and the installed TensorRT version.
-
-    Never raises: wording a crash report must not fail (a missing piece is left out).
-    """
-    context = {"what": what} if what else {}
-    try:
-        label, opset = _model_label_and_opset(model)
-        context.update(model=label, opset=opset)
-    except Exception:
-        pass
-    version = installed_trt_version()
-    if version:
-        context["trt_version"] = version
-    return context
-
-
-def _model_label_and_opset(model):
-    import onnx
-
-    from trtkit.build.onnx_model import LoadedModel
-
-    if isinstance(model, LoadedModel):
-        return (str(model.path) if model.path else model.name), model.opset
-    if isinstance(model, (str, os.PathLike)):
-        proto = onnx.load(os.fspath(model), load_external_data=False)
-        label = os.fspath(model)
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto, label = onnx.load_from_string(bytes(model)), None
-    else:
-        proto, label = model, None
-    label = label or proto.graph.name or "model"
-    return label, max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
-
-
-def installed_trt_version() -> str | None:
-    """The installed TensorRT's version (package metadata first; else by importing it, which starts no CUDA)."""
-    from importlib import metadata
-
-    for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-cu12-bindings", "tensorrt-bindings"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    try:
-        import tensorrt
-
-        return str(tensorrt.__version__)
-    except Exception:  # not installed, or its libraries are missing
-        return None

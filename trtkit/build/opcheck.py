@@ -189,7 +189,8 @@ def _fold_note(report: CheckReport, loaded) -> None:
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):
-    from trtkit.build.isolate import DEFAULT_TRT_FACTORY, model_crash_context, run_isolated
+    from trtkit.build.crash_report import model_crash_context
+    from trtkit.build.isolate import DEFAULT_TRT_FACTORY, run_isolated
 
     factory = trt_factory or DEFAULT_TRT_FACTORY
     return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
