@@ -124,16 +124,16 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
     """
     from trtkit.parity.api import compare_engine_to_onnx
 
-    options = _compare_options(args, runner_options)
+    shared = _compare_options(args, runner_options)
     with _progress(console) as on_trial:
         report = compare_engine_to_onnx(args.model, engine if engine is not None else args.engine,
                                         precision=args.precision, polygraphy_check=args.polygraphy,
-                                        save_arrays=args.save_arrays, on_trial=on_trial, **options)
+                                        save_arrays=args.save_arrays, on_trial=on_trial, **shared)
     data = report.to_dict()
     if args.json != "-":
         render_report(console, report)
     if args.localize:
-        located = _localize(args, console, report.precision, options, build_options or {})
+        located = _localize(args, console, report.precision, shared, build_options or {})
         data["localize"] = located.to_dict()
         if args.json != "-":
             render_localize(console, located)
