@@ -384,14 +384,17 @@ def _class_names(cls) -> list[str]:
     return sorted(names)
 
 
-def fake_extras(fake, real, prefix: str = "", depth: int = 0) -> list[str]:
+def fake_extras(fake, real, prefix: str = "", depth: int = 0, fake_only=frozenset()) -> list[str]:
     """Names the fake exposes (module attributes, class members, nested classes) that ``real`` lacks, and
-    members that are a property on one side and a method on the other."""
-    skip = set(getattr(fake, "__fake_only__", ())) if depth == 0 else set()
+    members that are a property on one side and a method on the other.
+
+    The fake module's ``__fake_only__`` lists test-only names to skip (``"fail_cuda_init"``, ``"ICudaEngine.evaluate"``).
+    """
+    skip = set(getattr(fake, "__fake_only__", ())) if depth == 0 else fake_only
     names = [n for n in dir(fake) if not n.startswith("_")] if depth == 0 else _class_names(fake)
     extras = []
     for name in names:
-        if name in skip:
+        if prefix + name in skip:
             continue
         if not hasattr(real, name):
             extras.append(prefix + name)
@@ -401,7 +404,7 @@ def fake_extras(fake, real, prefix: str = "", depth: int = 0) -> list[str]:
         if depth and _kind(value) and _kind(real_value) and _kind(value) != _kind(real_value):
             extras.append(f"{prefix}{name} (a {_kind(real_value)} in TensorRT, a {_kind(value)} in the fake)")
         if isinstance(value, type) and depth < 2:
-            extras += fake_extras(value, getattr(real, name), f"{prefix}{name}.", depth + 1)
+            extras += fake_extras(value, getattr(real, name), f"{prefix}{name}.", depth + 1, skip)
     return extras
 
 
