@@ -1,0 +1,63 @@
+"""``benchmarks/runner_vs_anchors.py`` end to end on the fake backend (a tiny stand-in for ResNet-50, no torch): the
+GPU host gets one call per session, so the script must not fail on anything but the GPU itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from onnx import TensorProto, helper, save
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"floor_ms", "floor_compute_ms", "trtkit_ms", "trtkit_graph_ms", "trtkit_device_ms", "polygraphy_ms",
+        "loop_ms", "torch_eager_ms", "torch_compile_ms", "bench_gpu_compute_ms"}
+
+WRAPPER = """
+import runpy, sys
+import cuda.bindings
+from trtkit.testing.fake_cuda import FakeCudart
+from trtkit.testing.fake_trt import make_fake_trt
+rt = FakeCudart()
+sys.modules["cuda.bindings.runtime"] = rt
+cuda.bindings.runtime = rt
+sys.modules["tensorrt"] = make_fake_trt("8.6.0")
+sys.argv = [{script!r}] + sys.argv[1:]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def stand_in_model(path: Path) -> None:
+    """images (N,3,224,224) → GlobalAveragePool → Flatten → logits (N,3): ResNet-50's I/O names, cheap to run."""
+    nodes = [helper.make_node("GlobalAveragePool", ["images"], ["p"]), helper.make_node("Flatten", ["p"], ["logits"])]
+    graph = helper.make_graph(nodes, "standin",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 224, 224])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+
+
+def test_runner_vs_anchors_writes_every_key(tmp_path):
+    stand_in_model(tmp_path / "m.onnx")
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "runner_vs_anchors.py")))
+    results, out = tmp_path / "results" / "runner-h200.json", tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(wrapper), "--onnx", str(tmp_path / "m.onnx"), "--no-torch", "--budget-s", "0.05",
+         "--leak-calls", "200", "--batches", "1,2", "--cache", str(tmp_path / "cache"), "--results", str(results),
+         "--out", str(out)], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads(results.read_text())
+    assert json.loads((out / "runner-h200.json").read_text()) == data
+    assert data["gpu"] == "Fake GPU" and data["tensorrt"] == "8.6.0"
+    for batch in ("1", "2"):
+        assert set(data[batch]) == KEYS
+        for key in KEYS - {"polygraphy_ms", "torch_eager_ms", "torch_compile_ms"}:
+            assert data[batch][key] > 0, (batch, key)
+    assert data["leak_calls"] >= 200 and data["leak_bytes_device"] == 0
+    assert "leak_bytes_host" in data and "b1_graph_over_floor" in data["targets"]
+    unexpected = [k for k in data["errors"] if not k.startswith(("torch", "1.polygraphy", "2.polygraphy"))]
+    assert unexpected == []
+    assert len(list((tmp_path / "cache").glob("*.engine"))) == 1
