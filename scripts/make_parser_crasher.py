@@ -9,7 +9,10 @@ and the node being imported). The summary goes to ``<out_dir>/crashers.json``.
 
 Usage (on the GPU host)::
 
-    python scripts/make_parser_crasher.py OUT_DIR [--opset 21] [--only NAME ...]
+    python scripts/make_parser_crasher.py OUT_DIR [--opset 17 21] [--only NAME ...] [--no-fold]
+
+For a crasher it also tries the crashing node alone (``<name>.minimal.onnx``); unless ``--no-fold``, it also tries
+each candidate after trtkit's constant folding (``<name>.folded.onnx``) when folding changes it.
 
 Exit status 0 whatever the parser did (the JSON says); 2 on bad arguments.
 """
@@ -184,24 +187,77 @@ def try_candidate(name: str, model, out_dir: Path, timeout: float = 300) -> dict
     return record
 
 
+def minimal_model(model, node_name: str):
+    """The crashing node alone: its inputs become graph inputs (types from shape inference), or ``None``."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    graph = inferred.graph
+    node = next((n for n in graph.node if n.name == node_name), None)
+    if node is None:
+        return None
+    infos = {v.name: v for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
+    initializers = [t for t in graph.initializer if t.name in node.input]
+    for const in graph.node:  # constants stay constants (a Reduce's axes must be, for example)
+        if const.op_type == "Constant" and const.output[0] in node.input and const.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(const.attribute[0].t)
+            tensor.name = const.output[0]
+            initializers.append(tensor)
+    known = {t.name for t in initializers}
+    inputs = [infos[name] for name in node.input if name and name not in known and name in infos]
+    outputs = [infos.get(name) or helper.make_empty_tensor_value_info(name) for name in node.output if name]
+    if len(inputs) + len(initializers) != len([i for i in node.input if i]):
+        return None  # an input's type is unknown: the single node cannot stand alone
+    single = helper.make_graph([node], f"{graph.name}_minimal", inputs, outputs, initializer=initializers)
+    minimal = helper.make_model(single, opset_imports=list(model.opset_import))
+    minimal.ir_version = model.ir_version
+    return minimal
+
+
+def _with_followups(name: str, model, out_dir: Path, fold: bool) -> dict:
+    """Try a candidate; for a crasher also its crashing node alone; with ``fold``, also the folded model."""
+    record = try_candidate(name, model, out_dir)
+    if record["outcome"] == "crashed" and record.get("node"):
+        minimal = minimal_model(model, record["node"])
+        if minimal is not None:
+            record["minimal"] = try_candidate(f"{name}.minimal", minimal, out_dir)
+    if fold:
+        from trtkit.build.sanitize import fold_constants
+
+        folded, report = fold_constants(model)
+        if report.changed:
+            record["folded"] = dict(try_candidate(f"{name}.folded", folded, out_dir), fold=report.summary())
+    return record
+
+
+def _line(record: dict) -> str:
+    where = f" at node {record.get('node')} [{record.get('op_type')}]" if record["outcome"] == "crashed" else ""
+    return f"{record['name']:34s} {record['outcome']}{where} ({record['seconds']} s)"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="folder for the candidate models and crashers.json")
-    parser.add_argument("--opset", type=int, default=21, help="ai.onnx opset of the candidates (default 21)")
+    parser.add_argument("--opset", type=int, nargs="+", default=[21],
+                        help="ai.onnx opset(s) of the candidates (default 21)")
     parser.add_argument("--only", nargs="*", choices=sorted(CANDIDATES), help="try only these candidates")
+    parser.add_argument("--no-fold", dest="fold", action="store_false",
+                        help="do not also try each candidate after constant folding")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for name, model in candidates(args.opset).items():
-        if args.only and name not in args.only:
-            continue
-        record = try_candidate(name, model, out_dir)
-        results.append(record)
-        where = f" at node {record.get('node')} [{record.get('op_type')}]" if record["outcome"] == "crashed" else ""
-        print(f"{name:24s} {record['outcome']}{where} ({record['seconds']} s)", flush=True)
-    summary = {"opset": args.opset, "results": results,
+    for opset in args.opset:
+        for name, model in candidates(opset).items():
+            if args.only and name not in args.only:
+                continue
+            record = _with_followups(f"{name}_op{opset}", model, out_dir, args.fold)
+            results.append(record)
+            for sub in [record] + [record[k] for k in ("minimal", "folded") if k in record]:
+                print(_line(sub), flush=True)
+    summary = {"opsets": args.opset, "results": results,
                "crashers": [r["name"] for r in results if r["outcome"] == "crashed"]}
     (out_dir / "crashers.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"crashers: {summary['crashers'] or 'none'}; details in {out_dir / 'crashers.json'}")
