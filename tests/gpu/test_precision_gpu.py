@@ -1,0 +1,139 @@
+"""FP16 and INT8 on a real GPU with the digits CNN: both FP16 paths, both INT8 paths, caches, proof of precision.
+
+Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q tests/gpu/test_precision_gpu.py``. Set
+``TRTKIT_GPU_CACHE`` to keep the timing cache between runs. On TensorRT 8.6 the FP16 cast path builds the FP16
+model with BuilderFlag.FP16 (8.6 has no strongly typed networks); strongly typed FP16 / Q/DQ builds (10/11) are
+covered by the CPU tests on the fake backend.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import GPU_TACTIC_SOURCES
+from trtkit.build.builder import build_serialized
+from trtkit.build.config import BuildConfig, CalibrationSettings
+from trtkit.build.profiles import parse_shapes
+from trtkit.errors import UnsupportedError
+
+pytestmark = pytest.mark.gpu
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODEL = DATA / "digits_cnn.onnx"
+PROFILE = "images:1x1x8x8,32x1x8x8,64x1x8x8"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    folder = os.environ.get("TRTKIT_GPU_CACHE")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("precision")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def holdout():
+    data = np.load(DATA / "digits_holdout.npz")
+    return data["x"], data["y"]
+
+
+@pytest.fixture(scope="module")
+def calib_dir(tmp_path_factory):
+    """The calibration split as a folder of .npy batches (what `--calib DIR` reads)."""
+    folder = tmp_path_factory.mktemp("calib")
+    x = np.load(DATA / "digits_calib.npz")["x"]
+    for i in range(0, len(x), 64):
+        np.save(folder / f"batch{i // 64:02d}.npy", x[i:i + 64])
+    return folder
+
+
+def config(work, **options) -> BuildConfig:
+    return BuildConfig(profiles=[parse_shapes(PROFILE)], tactic_sources=GPU_TACTIC_SOURCES,
+                       timing_cache=str(work / "digits.timing"), **options)
+
+
+def top1(engine: bytes, x, y) -> float:
+    from trtkit.runtime.runner import TrtRunner
+
+    with TrtRunner(engine, check_manifest=False) as runner:
+        logits = np.concatenate([runner.infer({"images": x[i:i + 64]})["logits"] for i in range(0, len(x), 64)])
+    return float((logits.argmax(1) == y).mean())
+
+
+def share(result, precision: str) -> float:
+    return result.precision_report["flops_share"].get(precision, 0.0)
+
+
+@pytest.fixture(scope="module")
+def fp32(work, holdout):
+    result = build_serialized(str(MODEL), config(work))
+    return result, top1(result.engine, *holdout)
+
+
+def test_fp32_baseline(fp32):
+    result, acc = fp32
+    assert acc >= 0.95
+    assert share(result, "FP32") + share(result, "TF32") > 0.9
+
+
+@pytest.mark.parametrize("mode", ["flag", "cast"])
+def test_fp16_paths_build_run_and_show_fp16(work, holdout, fp32, mode):
+    result = build_serialized(str(MODEL), config(work, precision="fp16", fp16_mode=mode, require_precision=True))
+    notes = " ".join(result.manifest["build"]["precision_plan"]["notes"])
+    assert ("cast by trtkit" in notes) == (mode == "cast")
+    assert share(result, "FP16") > 0.5, result.precision_report
+    assert abs(top1(result.engine, *holdout) - fp32[1]) <= 0.005
+
+
+@pytest.mark.parametrize("algorithm", ["entropy", "minmax"])
+def test_int8_calibrator_builds_runs_shows_int8_and_reuses_its_cache(work, holdout, fp32, calib_dir, algorithm):
+    cache = work / f"digits.{algorithm}.cache"
+    for path in (cache, Path(f"{cache}.trtkit.json")):
+        path.unlink(missing_ok=True)
+    settings = CalibrationSettings(source=str(calib_dir), cache_path=str(cache), algorithm=algorithm)
+    first = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="calibrator", calibration=settings))
+    header = "EntropyCalibration2" if algorithm == "entropy" else "MinMaxCalibration"
+    assert cache.read_text().splitlines()[0].endswith(header)
+    assert share(first, "INT8") > 0.5, first.precision_report
+    assert top1(first.engine, *holdout) >= fp32[1] - 0.02
+    again = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="calibrator", calibration=settings))
+    assert "calibration cache reused" in " ".join(again.manifest["build"]["precision_plan"]["notes"])
+    assert share(again, "INT8") > 0.5
+
+
+def test_int8_qdq_builds_runs_shows_int8_and_saves_the_model(work, holdout, fp32, calib_dir):
+    cache, saved = work / "digits.qdq.cache", work / "digits.qdq.onnx"
+    for path in (cache, Path(f"{cache}.trtkit.json"), saved):
+        path.unlink(missing_ok=True)
+    settings = CalibrationSettings(source=str(calib_dir), cache_path=str(cache), algorithm="entropy")
+    result = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="qdq", calibration=settings,
+                                                 save_qdq_onnx=str(saved)))
+    assert saved.exists() and cache.read_text().startswith("TRT-8")
+    assert share(result, "INT8") > 0.5, result.precision_report
+    assert top1(result.engine, *holdout) >= fp32[1] - 0.02
+
+
+def test_a_tensorrt_calibrator_cache_drives_the_qdq_path(work, holdout, fp32, calib_dir):
+    native = work / "digits.native-for-qdq.cache"
+    for path in (native, Path(f"{native}.trtkit.json")):
+        path.unlink(missing_ok=True)
+    settings = CalibrationSettings(source=str(calib_dir), cache_path=str(native))
+    build_serialized(str(MODEL), config(work, precision="int8", int8_mode="calibrator", calibration=settings))
+    reused = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="qdq", calibration=settings))
+    assert "from calibration cache" in " ".join(reused.manifest["build"]["precision_plan"]["notes"])
+    assert share(reused, "INT8") > 0.5
+    assert top1(reused.engine, *holdout) >= fp32[1] - 0.02
+
+
+def test_bf16_says_where_it_exists(work):
+    import tensorrt as trt
+
+    if hasattr(trt.BuilderFlag, "BF16"):
+        pytest.skip("this TensorRT has BF16")
+    with pytest.raises(UnsupportedError, match="--bf16 needs BuilderFlag.BF16 or strongly typed networks"):
+        build_serialized(str(MODEL), config(work, precision="bf16"))
+
