@@ -330,6 +330,23 @@ def bench_anchor(engine: bytes, x: np.ndarray, budget_s: float, extra: dict) -> 
     return result.compute.median
 
 
+def host_copy_figures(x: np.ndarray, extra: dict) -> None:
+    """How long copying the input into pinned memory takes, on one thread and split over threads."""
+    from trtkit.runtime import buffers
+    from trtkit.runtime.cuda import default_cuda
+
+    pinned = buffers.HostBuffer(default_cuda(), x.nbytes)
+    try:
+        dst = pinned.view(x.dtype, x.shape)
+        extra["copy_threads_default"] = buffers.COPY_THREADS
+        for threads in (1, 4, 8):
+            key = f"host_copy_{threads}t_ms"
+            extra[key] = _round(timed(lambda: buffers.copy_into(dst, x, threads=threads), warmup_s=0.05,
+                                      budget_s=0.2))
+    finally:
+        pinned.free()
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -429,6 +446,7 @@ def measure_batch(engine: bytes, batch: int, budget_s: float, errors: Errors) ->
         row[key] = _round(raw.get(key))
     extra["loop_graph_ms"] = _round(raw.get("loop_graph_ms"))
     guard("bench_gpu_compute_ms", lambda: bench_anchor(engine, x, budget_s, extra))
+    errors.guard(f"{batch}.host_copy", lambda: host_copy_figures(x, extra))
     log(f"batch {batch}: {row} {extra}")
     return row, extra
 

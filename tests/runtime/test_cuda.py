@@ -134,3 +134,16 @@ def test_host_buffer_views_share_memory():
     assert ctypes.c_float.from_address(buf.ptr).value == 3.0
     buf.free()
     buf.free()
+
+
+@pytest.mark.parametrize("threads", [0, 4])
+def test_copy_into_splits_large_copies_exactly(threads):
+    from trtkit.runtime.buffers import PARALLEL_COPY_BYTES, copy_into, copy_of
+
+    src = np.random.default_rng(0).standard_normal(PARALLEL_COPY_BYTES // 4 + 12345).astype(np.float32)
+    dst = np.zeros_like(src)
+    copy_into(dst, src, threads=threads)
+    assert np.array_equal(dst, src)
+    assert np.array_equal(copy_of(src.reshape(1, -1)), src.reshape(1, -1))
+    with pytest.raises(TypeError):
+        copy_into(dst, src.astype(np.float64), threads=threads)  # no silent casts

@@ -7,11 +7,60 @@ TensorRT context never change and a captured CUDA graph stays valid.
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from trtkit.errors import InputError
+
+
+# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core copies
+# ~10-20 GB/s, so a 19 MB batch of 32 images takes ~1 ms alone.
+PARALLEL_COPY_BYTES = 2 << 20
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+# Threads used for large copies: half the cores, at most 8; none on machines with fewer than 8 cores.
+COPY_THREADS = min(8, (os.cpu_count() or 1) // 2) if (os.cpu_count() or 1) >= 8 else 0
+
+
+def _copy_pool():
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = ThreadPoolExecutor(max_workers=max(COPY_THREADS, 2), thread_name_prefix="trtkit-copy")
+        return _POOL
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray, *, threads: int | None = None) -> None:
+    """``np.copyto(dst, src)`` (same dtype and shape required), split over threads for large contiguous arrays.
+
+    Args:
+        threads: override :data:`COPY_THREADS` (0 or 1: one thread).
+    """
+    threads = COPY_THREADS if threads is None else threads
+    if (threads < 2 or src.nbytes < PARALLEL_COPY_BYTES
+            or not (src.flags.c_contiguous and dst.flags.c_contiguous)):
+        np.copyto(dst, src, casting="no")
+        return
+    pool = _copy_pool()
+    flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
+    bounds = np.linspace(0, flat_src.size, min(threads, pool._max_workers) + 1, dtype=np.int64)
+    jobs = [pool.submit(np.copyto, flat_dst[a:b], flat_src[a:b], casting="no") for a, b in zip(bounds, bounds[1:])]
+    for job in jobs:
+        job.result()
+
+
+def copy_of(src: np.ndarray) -> np.ndarray:
+    """A new array equal to ``src`` (threads for large ones, as :func:`copy_into`)."""
+    out = np.empty(src.shape, src.dtype)
+    copy_into(out, src)
+    return out
 
 
 def host_view(ptr: int, nbytes: int) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 
 from trtkit import _version_compat as compat
 from trtkit.errors import EngineError, InputError, UnsupportedError
-from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, device_input
+from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of, device_input
 from trtkit.runtime.engine import deserialize, io_specs, load_engine
 from trtkit.runtime.graphs import GraphCache
 
@@ -407,7 +407,7 @@ class TrtRunner:
         host_mask = tuple(dev is None for _, dev in prepared)
         for i, (array, dev) in enumerate(prepared):
             if dev is None:
-                np.copyto(bucket.in_views[i], array, casting="no")
+                copy_into(bucket.in_views[i], array)
             else:
                 self._use_device_input(i, dev, bucket)
         self._launch(bucket, host_mask, not self.device_outputs)
@@ -469,7 +469,7 @@ class TrtRunner:
             return {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
                     for spec, buf, shape in zip(self.output_specs, self._dev_out, bucket.out_shapes)}
         if copy:
-            return {spec.name: view.copy() for spec, view in zip(self.output_specs, bucket.out_views)}
+            return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
         return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
 
     # --- pieces for benchmarks: stage once, then time the copies and the engine separately ------------------------
@@ -487,7 +487,7 @@ class TrtRunner:
                 raise InputError("stage() takes host (numpy) inputs only")
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))
             for view, (array, _) in zip(bucket.in_views, prepared):
-                np.copyto(view, array, casting="no")
+                copy_into(view, array)
             for spec, buf in zip(self.input_specs, self._dev_in):
                 self._bind(spec.name, buf.ptr)
             return bucket.key
