@@ -34,7 +34,8 @@ def test_every_submodule_imports_without_heavy_dependencies():
 import importlib
 for name in {modules!r}:
     importlib.import_module(name)
-assert not any(m.split(".")[0] in ("tensorrt", "cuda") for m in sys.modules), sorted(sys.modules)
+heavy = [m for m in sys.modules if m.split(".")[0] == "tensorrt" or m.startswith(("cuda.bindings", "cuda.cudart"))]
+assert not heavy, heavy
 print("imported", {len(modules)})
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
