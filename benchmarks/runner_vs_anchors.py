@@ -482,7 +482,7 @@ def main() -> int:
     results: dict = {"gpu": None, "tensorrt": None, "batches": args.batches,
                      **{str(b): {key: None for key in KEYS} for b in args.batches}, "extra": {}}
     workdir = Path(tempfile.mkdtemp(prefix="trtkit-anchors-"))
-    onnx_path = Path(args.onnx) if args.onnx else cache / "resnet50-dynbatch.onnx"
+    onnx_path = Path(args.onnx) if args.onnx else cache / "resnet50.onnx"  # the name the GPU tests use too
     proc = start_torch(args, onnx_path, workdir)
     try:
         run(args, results, errors, onnx_path, proc, workdir, cache, started)

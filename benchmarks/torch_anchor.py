@@ -23,7 +23,7 @@ def export_onnx(model, path: str, opset: int = 17) -> None:
     """Export with a dynamic batch; the legacy exporter first (no onnxscript needed), then the dynamo one."""
     import torch
 
-    x = torch.randn(1, 3, 224, 224, device="cuda")
+    x = torch.randn(1, 3, 224, 224)  # exported on the CPU, as scripts/export_torchvision.py does
     tmp = f"{path}.tmp{os.getpid()}"
     kwargs = dict(input_names=["images"], output_names=["logits"], opset_version=opset)
     try:
@@ -70,7 +70,7 @@ def main() -> int:
 
     out["torch"] = torch.__version__
     torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None).eval().cuda()
+    model = torchvision.models.resnet50(weights=None).eval()
     if args.export:
         try:
             with torch.no_grad():
@@ -79,7 +79,7 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001
             out["errors"]["export"] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
-    runners = prepare(model, batches, out["errors"])
+    runners = prepare(model.cuda(), batches, out["errors"])
     with open(args.ready, "w") as f:
         f.write("ready\n")
     deadline = time.time() + args.wait_s
