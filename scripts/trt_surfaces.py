@@ -245,6 +245,7 @@ def prepare(version: str, root: Path = DEFAULT_ROOT, *, cuda: str = "12", force:
     if marker:
         return marker
     check_tools()
+    root.mkdir(parents=True, exist_ok=True)
     wheel = download_wheel(version, root / "_wheels", cuda)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{version}-") as tmp:
         staging = Path(tmp) / version

@@ -132,3 +132,49 @@ def test_gpu_tests_marked_proves_write_the_evidence_the_matrix_reads(tmp_path):
     assert data["features"] == {"cuda_graphs": True, "fp16_flag": False, "fp32": True}
     row = _row(matrix.render({"8.6.1": _results("8.6.1", {})}, matrix.gpu_evidence([out])), "8.6.1")
     assert row[1] == "yes — GPU (8.6.0, GPU)" and row[2] == "not proven"
+
+
+BINDINGS_INIT = '''import ctypes, os
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "tensorrt.so"))
+__version__ = "99.0.0"
+class BuilderFlag:
+    __members__ = {"TF32": 0}
+'''
+
+
+def _fake_bindings_wheel(tmp_path: Path, wheels: Path) -> Path:
+    """A bindings-shaped wheel whose tensorrt.so needs libnvinfer.so.99 for one symbol (built with gcc)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "nvinfer.c").write_text("void *createInferBuilder_INTERNAL(void *l, int v) { return (void *)42; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvinfer.so.99", "-o", str(real / "libnvinfer.so.99"),
+                    str(real / "nvinfer.c")], check=True)
+    (real / "binding.c").write_text("void *createInferBuilder_INTERNAL(void *, int);\n"
+                                    "int make(void) { return (int)(long)createInferBuilder_INTERNAL(0, 0); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(real / "tensorrt.so"), str(real / "binding.c"),
+                    str(real / "libnvinfer.so.99")], check=True)
+    import zipfile
+
+    wheels.mkdir(parents=True)
+    wheel = wheels / f"tensorrt_cu12_bindings-99.0.0-{surfaces.python_tag()}-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tensorrt_bindings/__init__.py", BINDINGS_INIT)
+        archive.write(real / "tensorrt.so", "tensorrt_bindings/tensorrt.so")
+    return wheel
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm") and shutil.which("readelf")),
+                    reason="needs gcc, nm and readelf")
+def test_prepare_stubs_what_the_binding_needs_and_caches_the_result(tmp_path):
+    root = tmp_path / "surfaces"
+    _fake_bindings_wheel(tmp_path, root / "_wheels")
+    marker = surfaces.prepare("99.0.0", root)
+    assert marker["stubs"] == {"libnvinfer.so.99": ["createInferBuilder_INTERNAL"]}
+    assert marker["imported_version"] == "99.0.0"
+    code = "import tensorrt, ctypes; print(tensorrt.__name__, tensorrt._lib.make())"
+    env = dict(os.environ, PYTHONPATH=str(root / "99.0.0"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["tensorrt_bindings", "0"]  # the stub's NULL, not the real library's 42
+    stamp = (root / "99.0.0" / surfaces.MARKER).stat().st_mtime_ns
+    assert surfaces.prepare("99.0.0", root) == marker
+    assert (root / "99.0.0" / surfaces.MARKER).stat().st_mtime_ns == stamp  # cached: nothing rebuilt
