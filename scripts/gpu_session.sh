@@ -1,35 +1,36 @@
 #!/usr/bin/env bash
-# One GPU-host call that runs everything GPU-side and leaves logs and results under $OUT.
+# One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests demo runner precision crasher (default: env tests demo).
-# Caches (timing caches, exported models) live in $TRTKIT_GPU_CACHE (default /root/trtkit-cache); a tarball of the
-# small ones is written to $OUT/caches.tar so a later call can bring them back (carry gpu-cache/).
+# Steps: env tests demo crasher runner precision (default: env tests demo).
+# Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
+# models, to carry back in gpu-cache/ so a later call skips slow first builds).
 set -u
 OUT=${OUT:-/tmp/trtkit-out}; mkdir -p "$OUT"
+W=/tmp/trtkit-results; mkdir -p "$W"
 export TRTKIT_GPU_CACHE=${TRTKIT_GPU_CACHE:-/root/trtkit-cache}; mkdir -p "$TRTKIT_GPU_CACHE"
-[ -d gpu-cache ] && cp -n gpu-cache/* "$TRTKIT_GPU_CACHE"/ 2>/dev/null
+export TRTKIT_PARITY_OUT=$W TRTKIT_GPU_RESULTS=$W/gpu-proofs.json
+[ -d gpu-cache ] && cp -rn gpu-cache/. "$TRTKIT_GPU_CACHE"/ 2>/dev/null
 TACTICS=EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS
-steps=${*:-env tests demo}
-for step in $steps; do
+for step in ${*:-env tests demo}; do
   echo "=== $step $(date +%T)"
   case $step in
     env) { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version;
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
-           trtkit doctor; } > "$OUT/env.log" 2>&1; tail -20 "$OUT/env.log" ;;
-    tests) timeout 560 python3 -m pytest -m gpu -q -rs --timeout 300 -p no:cacheprovider \
-             --junitxml="$OUT/gpu-junit.xml" ${GPU_TESTS:-tests} > "$OUT/gpu-tests.log" 2>&1;
-           echo "pytest rc=$?"; tail -40 "$OUT/gpu-tests.log" ;;
-    demo) trtkit demo --tactic-sources $TACTICS --json "$OUT/demo.json" > "$OUT/demo.log" 2>&1;
-          echo "demo rc=$?"; cat "$OUT/demo.log" ;;
-    runner) timeout 560 python3 benchmarks/runner_vs_anchors.py --out "$OUT" --cache "$TRTKIT_GPU_CACHE" \
-              > "$OUT/runner.log" 2>&1; echo "runner rc=$?"; tail -30 "$OUT/runner.log" ;;
-    precision) timeout 560 python3 benchmarks/precision_h200.py --out "$OUT" --cache "$TRTKIT_GPU_CACHE" \
-                 > "$OUT/precision.log" 2>&1; echo "precision rc=$?"; tail -30 "$OUT/precision.log" ;;
-    crasher) timeout 300 python3 scripts/make_parser_crasher.py --out "$OUT" > "$OUT/crasher.log" 2>&1;
-             echo "crasher rc=$?"; tail -20 "$OUT/crasher.log" ;;
+           trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
+    tests) timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -q -rs --timeout 300 -p no:cacheprovider \
+             --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} > "$W/gpu-tests.log" 2>&1;
+           echo "pytest rc=$?"; grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | tail -40 ;;
+    demo) trtkit demo --tactic-sources $TACTICS --json "$W/demo.json" > "$W/demo.log" 2>&1;
+          echo "demo rc=$?"; cat "$W/demo.log" ;;
+    crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
+             echo "crasher rc=$?"; cp /tmp/crasher/*.json "$W"/ 2>/dev/null; tail -15 "$W/crasher.log" ;;
+    runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+              > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log" ;;
+    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+                 > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done
-(cd "$TRTKIT_GPU_CACHE" && find . -maxdepth 1 -type f \( -name '*.cache' -o -name '*.calib' -o -name '*.json' \) -size -8M \
-   | tar -cf "$OUT/caches.tar" -T - 2>/dev/null)
+tar -cf "$OUT/results.tar" -C "$W" .
+(cd "$TRTKIT_GPU_CACHE" && find . -maxdepth 1 -type f -size -12M | tar -cf "$OUT/caches.tar" -T - 2>/dev/null)
 ls -la "$OUT"
