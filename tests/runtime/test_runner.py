@@ -382,3 +382,10 @@ def test_given_stream_is_used_and_not_destroyed(env):
         r.infer({"x": rand(1)})
     assert env.rt.live_allocations()["streams"] == 1
     env.cuda.stream_destroy(stream)
+
+
+def test_close_finishes_a_pending_async_call(env):
+    x = rand(2, 8)
+    with runner(env) as r:
+        handle = r.infer_async({"x": x})
+    np.testing.assert_allclose(handle.wait()["y"], reference(x), rtol=1e-6)

@@ -161,6 +161,7 @@ class TrtRunner:
         """Wait for pending work, then free the context, stream, buffers and graphs (idempotent)."""
         with self._lock:
             if self.active:
+                self._complete_pending()  # its handle keeps its outputs
                 self.cuda.stream_synchronize(self.stream)
             self.active = False
             self._release()
@@ -221,14 +222,17 @@ class TrtRunner:
         if getattr(self.context, "active_optimization_profile", None) == self.profile:
             return
         if not self.context.set_optimization_profile_async(self.profile, self.stream):
-            hint = ("" if compat.contexts_share_profiles(self._trt) else
-                    " TensorRT 8.6 lets contexts share a profile only for engines built with "
-                    "PreviewFeature.PROFILE_SHARING_0806;")
             raise EngineError(
                 f"Could not select optimization profile {self.profile} for a new execution context: another "
-                f"context of this engine probably uses it.{hint} give each runner its own engine (pass the engine "
-                f"path or bytes rather than a loaded engine) or use another profile"
+                f"context of this engine probably uses it.{self._sharing_hint()} give each runner its own engine "
+                f"(pass the engine path or bytes rather than a loaded engine) or use another profile"
             )
+
+    def _sharing_hint(self) -> str:
+        if compat.contexts_share_profiles(self._trt):
+            return ""
+        return (" TensorRT 8.6 lets contexts share a profile only for engines built with "
+                "PreviewFeature.PROFILE_SHARING_0806;")
 
     def _allocate_buffers(self) -> None:
         max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
@@ -369,8 +373,11 @@ class TrtRunner:
         for spec, shape, old in zip(self.input_specs, key, previous):
             if shape != old and not self.context.set_input_shape(spec.name, shape):
                 self._context_key = None
+                hint = self._sharing_hint()
                 raise EngineError(f"TensorRT refused shape {shape} for input '{spec.name}' (profile "
-                                  f"{self.profile}: {spec.profile_range(self.profile)})")
+                                  f"{self.profile}: {spec.profile_range(self.profile)})."
+                                  + (f" If another context uses this profile:{hint} give each runner its own "
+                                     f"engine" if hint else ""))
         self._context_key = key
         out_shapes = tuple(tuple(int(d) for d in self.context.get_tensor_shape(s.name)) for s in self.output_specs)
         for spec, shape in zip(self.output_specs, out_shapes):
