@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """trtkit's runner against its anchors on one GPU, in one call (issue 4 §3).
 
-ResNet-50 (torchvision, random weights, dynamic batch 1..32) exported by the torch venv, built FP16 with trtkit (TensorRT's
-own tactic sources only: the GPU bundle stubs cuBLAS/cuDNN), then at batch 1, 8 and 32, numpy in → numpy out unless noted:
+ResNet-50 (torchvision, random weights, dynamic batch 1..32) exported by the torch venv, built FP16 with trtkit
+(TensorRT's own tactic sources only: the GPU bundle stubs cuBLAS/cuDNN), then at batch 1, 8 and 32, numpy in → numpy
+out unless noted:
 
 - ``trtkit_ms`` / ``trtkit_graph_ms``: ``TrtRunner.infer`` without / with CUDA graphs;
 - ``trtkit_device_ms``: device-resident input and output, CUDA graph on;
@@ -279,7 +280,6 @@ def raw_anchors(engine_bytes: bytes, x: np.ndarray, budget_s: float, errors: Err
         for ptr in (p_in, p_out):
             rt.cudaFreeHost(ptr)
         rt.cudaStreamDestroy(s)
-        del ctx
     return out
 
 

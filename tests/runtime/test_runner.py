@@ -32,7 +32,7 @@ def runner(env, **kwargs) -> TrtRunner:
     return TrtRunner(env.engine, trt=env.trt, cuda=env.cuda, **kwargs)
 
 
-# --- results -------------------------------------------------------------------------------------------------------
+# --- results ----------------------------------------------------------------------------------------------------------
 
 
 def test_infer_matches_the_model_on_every_version(env_any):
@@ -58,7 +58,7 @@ def test_engine_from_a_file(env, tmp_path):
         assert r.infer({"x": rand(1)})["y"].shape == (1, 4, 1, 1)
 
 
-# --- the hot path ----------------------------------------------------------------------------------------------------
+# --- the hot path -----------------------------------------------------------------------------------------------------
 
 
 def test_one_sync_per_call_and_bindings_set_once(env):
@@ -95,7 +95,7 @@ def test_inputs_that_are_not_contiguous_or_arrays(env):
             r.infer({"x": nested})
 
 
-# --- CUDA graphs -------------------------------------------------------------------------------------------------------
+# --- CUDA graphs ------------------------------------------------------------------------------------------------------
 
 
 def test_graph_per_shape_replays_without_enqueue(env):
@@ -193,7 +193,7 @@ def test_non_contiguous_device_input_is_refused(env):
     dx.free()
 
 
-# --- async, several runners, threads ---------------------------------------------------------------------------------------
+# --- async, several runners, threads ----------------------------------------------------------------------------------
 
 
 def test_infer_async_returns_the_same_as_infer(env):
@@ -265,7 +265,7 @@ def test_one_runner_shared_by_threads_is_serialized(env):
     assert errors == []
 
 
-# --- validation ---------------------------------------------------------------------------------------------------------
+# --- validation -------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -331,7 +331,7 @@ def test_second_profile_is_used(env):
             r.infer({"x": rand(1)})
 
 
-# --- resources ----------------------------------------------------------------------------------------------------------
+# --- resources --------------------------------------------------------------------------------------------------------
 
 
 def test_everything_is_freed_on_exit(env):

@@ -96,7 +96,7 @@ def engine_for(args, console) -> Path:
 
 
 def cached_engine_path(model: Path, config, cache_dir=None) -> Path:
-    """``<cache>/<model stem>-<key>.engine``, the key hashing the ONNX bytes, the build settings and TensorRT version."""
+    """``<cache>/<model stem>-<key>.engine``; the key hashes the ONNX bytes, build settings and TensorRT version."""
     from trtkit._lazy import tensorrt
 
     digest = hashlib.sha256(model.read_bytes())

@@ -20,7 +20,6 @@ each its own engine by passing the engine path or bytes.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import threading
@@ -31,9 +30,10 @@ import numpy as np
 
 from trtkit import _version_compat as compat
 from trtkit.errors import EngineError, InputError, UnsupportedError
-from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of, device_input
+from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
 from trtkit.runtime.engine import deserialize, io_specs, load_engine
 from trtkit.runtime.graphs import GraphCache
+from trtkit.runtime.inputs import validate_feed
 
 logger = logging.getLogger("trtkit")
 
@@ -50,13 +50,6 @@ class _Bucket:
                               for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
         self.out_views = tuple(runner._host_out[i].view(spec.dtype, s)
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
-
-
-def _closest(name: str, candidates: list) -> str | None:
-    """The candidate ``name`` was probably meant to be (case-insensitive), or None."""
-    lowered = {c.lower(): c for c in candidates}
-    match = difflib.get_close_matches(name.lower(), list(lowered), n=1)
-    return lowered[match[0]] if match else None
 
 
 def _nbytes(shape: tuple, dtype) -> int:
@@ -321,49 +314,8 @@ class TrtRunner:
         if self._pending is not None:
             self._complete(self._pending)
 
-    # --- validation ----------------------------------------------------------------------------------------------
-
     def _validate(self, feed) -> list:
-        """``[(array or None, DeviceInput or None)]`` per input in engine order; raises before any enqueue."""
-        if not isinstance(feed, Mapping):
-            raise InputError(f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
-                             f"engine's inputs are {self._names()}")
-        if len(feed) != len(self.input_specs) or any(name not in self._input_index for name in feed):
-            self._raise_name_error(feed)
-        return [self._check_input(spec, feed[spec.name]) for spec in self.input_specs]
-
-    def _names(self) -> str:
-        return ", ".join(f"'{s.name}'" for s in self.input_specs)
-
-    def _raise_name_error(self, feed) -> None:
-        expected = [s.name for s in self.input_specs]
-        unknown = [n for n in feed if n not in self._input_index]
-        missing = [n for n in expected if n not in feed]
-        parts = []
-        for name in unknown:
-            close = _closest(str(name), missing or expected)
-            parts.append(f"unknown input '{name}'" + (f" (did you mean '{close}'?)" if close else ""))
-        if missing:
-            parts.append("missing input(s) " + ", ".join(f"'{n}'" for n in missing))
-        text = "; ".join(parts)
-        raise InputError(f"{text[:1].upper()}{text[1:]}; the engine's inputs are {self._names()}")
-
-    def _check_input(self, spec, value) -> tuple:
-        dev = device_input(spec.name, value)
-        if dev is not None:
-            array, shape, dtype = None, dev.shape, dev.dtype
-        else:
-            array = value if isinstance(value, np.ndarray) else np.asarray(value)
-            shape, dtype = array.shape, array.dtype
-        if dtype != spec.dtype:
-            raise InputError(f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} "
-                             f"(convert with .astype(numpy.{spec.dtype.name}))")
-        lo, _, hi = spec.profile_range(self.profile)
-        if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
-            what = (f"has rank {len(shape)}, expected rank {len(lo)};" if len(shape) != len(lo) else "is outside")
-            raise InputError(f"Input '{spec.name}': shape {tuple(shape)} {what} profile {self.profile} "
-                             f"(min {tuple(lo)}, max {tuple(hi)})")
-        return array, dev
+        return validate_feed(feed, self.input_specs, self._input_index, self.profile)
 
     # --- shapes and bindings -------------------------------------------------------------------------------------
 

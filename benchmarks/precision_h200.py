@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""FP16 and INT8 on one GPU, in one call (issue 3 §5): accuracy on real data, throughput next to raw TensorRT.
+
+1. Digits CNN (``tests/data``, real data): top-1 on the held-out split of engines built by trtkit in FP32, FP16
+   (flag), FP16 (cast), INT8 with TensorRT's calibrator (entropy, min-max) and INT8 Q/DQ made by trtkit.
+2. ResNet-50 (torchvision, random weights, dynamic batch 1..32, exported here with the torch venv): FP32 (TF32),
+   FP16, INT8 calibrator and INT8 Q/DQ engines built by trtkit, and their twins built with the raw TensorRT API with
+   the same settings (the INT8 twins read trtkit's calibration cache / build trtkit's Q/DQ model). Throughput at
+   batch 1, 8 and 32 is measured the same way for both (one CUDA graph of ``execute_async_v3`` on device buffers,
+   replayed back to back, timed with CUDA events), interleaved, best of three rounds.
+3. Calibration time of the INT8 calibrator build: first run (calibrates) and cached run (reads the cache).
+
+Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on. Builds use TensorRT's own
+tactic sources only (the GPU bundle stubs cuBLAS/cuDNN) and a shared timing cache under ``--cache`` (keep it between
+calls), plus ``--opt-level`` for trtkit and raw builds alike. Parts past ``--budget`` seconds are skipped (recorded).
+
+    python3 benchmarks/precision_h200.py --out "$OUT" --cache "$OUT/precision-cache" [--parts digits,resnet50]
+
+Writes ``<out>/precision-h200.json`` and ``benchmarks/results/precision-h200.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+TORCH_PY = "/opt/torch/.venv/bin/python3"
+DIGITS_PROFILE = "images:1x1x8x8,32x1x8x8,64x1x8x8"
+RESNET_PROFILE = "images:1x3x224x224,32x3x224x224,32x3x224x224"
+BATCHES = (1, 8, 32)
+STARTED = time.perf_counter()
+
+EXPORT = """
+import sys, torch, torchvision
+torch.manual_seed(0)
+m = torchvision.models.resnet50(weights=None).eval()
+x = torch.randn(1, 3, 224, 224)
+torch.onnx.export(m, (x,), sys.argv[1], input_names=["images"], output_names=["logits"], opset_version=17,
+                  dynamic_axes={"images": {0: "N"}, "logits": {0: "N"}}, dynamo=False)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - STARTED:6.1f}s] {msg}", flush=True)
+
+
+class Run:
+    """Results, errors and timings; ``guard`` runs one measurement and records its failure instead of raising."""
+
+    def __init__(self, budget: float):
+        self.budget = budget
+        self.result: dict = {"errors": {}, "timings_s": {}, "notes": {}}
+
+    def guard(self, key: str, fn, *, cost: float = 0.0):
+        left = self.budget - (time.perf_counter() - STARTED)
+        if left < cost:
+            self.result["errors"][key] = f"skipped: {left:.0f} s left of the {self.budget:.0f} s budget"
+            log(f"SKIP {key}")
+            return None
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - one failure must not stop the other measurements
+            self.result["errors"][key] = f"{type(exc).__name__}: {exc}"[:2000]
+            log(f"ERROR {key}: {exc}")
+            traceback.print_exc()
+            return None
+        finally:
+            self.result["timings_s"][key] = round(time.perf_counter() - t0, 2)
+
+
+# --- trtkit side ---------------------------------------------------------------------------------------------------
+
+
+def trtkit_config(profile: str, cache: Path, opt_level, **options):
+    from trtkit.build.config import BuildConfig
+    from trtkit.build.profiles import parse_shapes
+
+    return BuildConfig(profiles=[parse_shapes(profile)], tactic_sources=TACTICS, optimization_level=opt_level,
+                       timing_cache=str(cache / "timing.cache"), workspace_bytes=4 << 30, **options)
+
+
+def trtkit_build(model, config, cache: Path):
+    """Build in this process; save the timing cache back (the builder returns it, the API writes it)."""
+    from trtkit.build.builder import build_serialized
+
+    result = build_serialized(str(model), config)
+    if result.timing_cache:
+        (cache / "timing.cache").write_bytes(result.timing_cache)
+    return result
+
+
+def notes_of(result) -> list:
+    return result.manifest["build"]["precision_plan"]["notes"]
+
+
+def top1(engine: bytes, x, y) -> float:
+    from trtkit.runtime.runner import TrtRunner
+
+    with TrtRunner(engine, check_manifest=False) as runner:
+        logits = np.concatenate([runner.infer({"images": x[i:i + 64]})["logits"] for i in range(0, len(x), 64)])
+    return round(float((logits.argmax(1) == y).mean()) * 100, 3)
+
+
+def digits(run: Run, cache: Path, opt_level) -> None:
+    from calibrators.sources import IterableSource
+    from trtkit.build.config import CalibrationSettings
+
+    data = ROOT / "tests" / "data"
+    model = data / "digits_cnn.onnx"
+    hold = np.load(data / "digits_holdout.npz")
+    calib = np.load(data / "digits_calib.npz")["x"]
+    source = IterableSource([{"images": calib}], identity="tests/data/digits_calib.npz")
+    variants = {
+        "fp32": {},
+        "fp16_flag": {"precision": "fp16", "fp16_mode": "flag"},
+        "fp16_cast": {"precision": "fp16", "fp16_mode": "cast"},
+        "int8_calibrator_entropy": {"precision": "int8", "int8_mode": "calibrator", "algorithm": "entropy"},
+        "int8_calibrator_minmax": {"precision": "int8", "int8_mode": "calibrator", "algorithm": "minmax"},
+        "int8_qdq": {"precision": "int8", "int8_mode": "qdq", "algorithm": "entropy"},
+    }
+    accuracy, shares, notes = {}, {}, {}
+    for key, options in variants.items():
+        options = dict(options)
+        algorithm = options.pop("algorithm", None)
+        if algorithm:
+            cache_file = cache / f"digits.{key}.calib"
+            options["calibration"] = CalibrationSettings(source=source, cache_path=str(cache_file), algorithm=algorithm,
+                                                         force=True)
+            for stale in (cache_file, Path(f"{cache_file}.trtkit.json")):
+                stale.unlink(missing_ok=True)  # measure a real calibration every time
+
+        def one(options=options):
+            result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options), cache)
+            return result, top1(result.engine, hold["x"], hold["y"])
+
+        out = run.guard(f"digits/{key}", one, cost=5)
+        if out:
+            accuracy[key] = out[1]
+            shares[key] = out[0].precision_report["flops_share"] if out[0].precision_report else None
+            notes[key] = notes_of(out[0])
+            log(f"digits {key}: top-1 {out[1]:.2f}%  {shares[key]}")
+    run.result["digits_top1"] = accuracy
+    run.result["digits_precision_share"] = shares
+    run.result["notes"]["digits"] = notes
+
+
+# --- ResNet-50 -----------------------------------------------------------------------------------------------------
+
+
+class RandomImages:
+    """Deterministic synthetic calibration batches (random weights make real images pointless here)."""
+
+    def __init__(self, count: int, batch: int = 32):
+        self.count, self.batch = count, batch
+
+    def __iter__(self):
+        for i in range(self.count // self.batch):
+            rng = np.random.default_rng(1000 + i)
+            yield {"images": rng.standard_normal((self.batch, 3, 224, 224), dtype=np.float32)}
+
+
+def export_resnet(cache: Path) -> Path:
+    path = cache / "resnet50.onnx"
+    if not path.exists():
+        tmp = cache / "resnet50.onnx.tmp"
+        subprocess.run([TORCH_PY, "-c", EXPORT, str(tmp)], check=True, timeout=300)
+        os.replace(tmp, path)
+    return path
+
+
+def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
+    from calibrators.sources import IterableSource
+    from trtkit.build.config import CalibrationSettings
+
+    model = run.guard("resnet50/export", lambda: export_resnet(cache), cost=30)
+    if model is None:
+        return
+    source = IterableSource(RandomImages(calib_images), identity=f"random-normal-{calib_images}")
+    calib_cache, qdq_cache, qdq_model = (cache / "resnet50.calib", cache / "resnet50.qdq.calib",
+                                         cache / "resnet50.qdq.onnx")
+    for stale in (calib_cache, qdq_cache, Path(f"{calib_cache}.trtkit.json"), Path(f"{qdq_cache}.trtkit.json")):
+        stale.unlink(missing_ok=True)
+    engines, raw, calib_s, shares, notes = {}, {}, {}, {}, {}
+
+    def build(key, **options):
+        t0 = time.perf_counter()
+        result = trtkit_build(model, trtkit_config(RESNET_PROFILE, cache, opt_level, **options), cache)
+        engines[key] = result.engine
+        shares[key] = result.precision_report["flops_share"] if result.precision_report else None
+        notes[key] = notes_of(result)
+        log(f"resnet50 {key}: built in {time.perf_counter() - t0:.1f} s  {shares[key]}")
+        return time.perf_counter() - t0
+
+    run.guard("resnet50/trtkit/fp32", lambda: build("fp32"), cost=60)
+    run.guard("resnet50/raw/fp32", lambda: raw.__setitem__("fp32", raw_build(model, cache, opt_level, ())), cost=30)
+    run.guard("resnet50/trtkit/fp16", lambda: build("fp16", precision="fp16", fp16_mode="flag"), cost=60)
+    run.guard("resnet50/raw/fp16", lambda: raw.__setitem__("fp16", raw_build(model, cache, opt_level, ("FP16",))),
+              cost=30)
+    calib = CalibrationSettings(source=source, cache_path=str(calib_cache), algorithm="entropy")
+    first = run.guard("resnet50/trtkit/int8_calibrator",
+                      lambda: build("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib),
+                      cost=120)
+    raw_int8 = ("INT8", "FP16")
+    run.guard("resnet50/raw/int8_calibrator", lambda: raw.__setitem__(
+        "int8_calibrator", raw_build(model, cache, opt_level, raw_int8, calib_cache=calib_cache)), cost=40)
+    qdq = CalibrationSettings(source=source, cache_path=str(qdq_cache), algorithm="entropy")
+    run.guard("resnet50/trtkit/int8_qdq", lambda: build("int8_qdq", precision="int8", int8_mode="qdq",
+                                                        calibration=qdq, save_qdq_onnx=str(qdq_model)), cost=120)
+    run.guard("resnet50/raw/int8_qdq", lambda: raw.__setitem__(
+        "int8_qdq", raw_build(qdq_model, cache, opt_level, raw_int8)), cost=40)
+    cached = run.guard("resnet50/trtkit/int8_calibrator_cached",
+                       lambda: build("int8_calibrator_cached", precision="int8", int8_mode="calibrator",
+                                     calibration=calib), cost=60)
+    calib_s = {"first": round(first, 2) if first else None, "cached": round(cached, 2) if cached else None,
+               "what": "seconds of the whole INT8 calibrator build: calibrating, then reading the cache",
+               "qdq_first": run.result["timings_s"].get("resnet50/trtkit/int8_qdq")}
+    engines.pop("int8_calibrator_cached", None)
+    run.result["calibration_seconds"] = calib_s
+    run.result["resnet50_precision_share"] = shares
+    run.result["notes"]["resnet50"] = notes
+    measure_all(run, engines, raw)
+
+
+def measure_all(run: Run, engines: dict, raw: dict) -> None:
+    """Throughput of each trtkit engine and its raw twin, interleaved, best of three rounds."""
+    trtkit_ips = {k: {} for k in engines}
+    raw_ips = {k: {} for k in raw}
+    for key in ("fp32", "fp16", "int8_calibrator", "int8_qdq"):
+        for batch in BATCHES:
+            for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
+                if key not in table:
+                    continue
+                value = run.guard(f"throughput/{side}/{key}/{batch}", lambda: best_of(table[key], batch), cost=5)
+                store[key][str(batch)] = value
+            log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(key, {}).get(str(batch))} "
+                f"raw {raw_ips.get(key, {}).get(str(batch))} img/s")
+    run.result["resnet50_images_per_s"] = trtkit_ips
+    run.result["raw_api_images_per_s"] = raw_ips
+    run.result["trtkit_vs_raw"] = {
+        k: {b: round(v / raw_ips[k][b], 4) for b, v in trtkit_ips[k].items() if v and raw_ips.get(k, {}).get(b)}
+        for k in trtkit_ips}
+
+
+# --- raw TensorRT API twins (deliberately no trtkit code) -----------------------------------------------------------
+
+
+def _raw_trt():
+    import tensorrt as trt
+
+    return trt, trt.Logger(trt.Logger.WARNING)
+
+
+def raw_build(onnx_path: Path, cache: Path, opt_level, flags: tuple, calib_cache: Path | None = None) -> bytes:
+    """The same engine with the raw API: same profile, tactic sources, timing cache, optimization level, flags."""
+    trt, logger = _raw_trt()
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(Path(onnx_path).read_bytes()):
+        raise RuntimeError(f"parse failed: {[parser.get_error(i).desc() for i in range(parser.num_errors)]}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 4 << 30)
+    mask = 0
+    for name in TACTICS:
+        mask |= 1 << int(getattr(trt.TacticSource, name))
+    config.set_tactic_sources(mask)
+    if opt_level is not None:
+        config.builder_optimization_level = int(opt_level)
+    config.set_flag(trt.BuilderFlag.TF32)
+    for flag in flags:
+        config.set_flag(getattr(trt.BuilderFlag, flag))
+    profile = builder.create_optimization_profile()
+    profile.set_shape("images", (1, 3, 224, 224), (32, 3, 224, 224), (32, 3, 224, 224))
+    config.add_optimization_profile(profile)
+    timing_path = cache / "timing.cache"
+    timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.exists() else b"")
+    config.set_timing_cache(timing, True)
+    if calib_cache is not None:
+        config.int8_calibrator = _cache_only_calibrator(trt, calib_cache.read_bytes())
+        config.set_calibration_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise RuntimeError("raw build failed")
+    timing_path.write_bytes(bytes(timing.serialize()))
+    return bytes(serialized)
+
+
+def _cache_only_calibrator(trt, data: bytes):
+    class CacheOnly(trt.IInt8EntropyCalibrator2):
+        def __init__(self):
+            trt.IInt8EntropyCalibrator2.__init__(self)
+
+        def get_batch_size(self):
+            return 32
+
+        def get_batch(self, names):
+            return None
+
+        def read_calibration_cache(self):
+            return data
+
+        def write_calibration_cache(self, cache):
+            return None
+
+    return CacheOnly()
+
+
+def _ok(result):
+    err = result[0]
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA error {err}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def throughput(engine_bytes: bytes, batch: int, seconds: float = 0.6) -> float:
+    """Images per second: one CUDA graph of ``execute_async_v3`` on device buffers, replayed, timed with events."""
+    from trtkit._lazy import cudart
+
+    rt = cudart()
+    trt, logger = _raw_trt()
+    engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
+    context = engine.create_execution_context()
+    context.set_input_shape("images", (batch, 3, 224, 224))
+    buffers = []
+    try:
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            shape = context.get_tensor_shape(name)
+            size = int(np.prod(shape)) * np.dtype(trt.nptype(engine.get_tensor_dtype(name))).itemsize
+            buffers.append(_ok(rt.cudaMalloc(max(size, 1))))
+            context.set_tensor_address(name, int(buffers[-1]))
+        stream = _ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+        if not context.execute_async_v3(int(stream)):
+            raise RuntimeError("execute_async_v3 failed")
+        _ok(rt.cudaStreamSynchronize(stream))
+        _ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        context.execute_async_v3(int(stream))
+        graph = _ok(rt.cudaStreamEndCapture(stream))
+        exe = _ok(rt.cudaGraphInstantiate(graph, 0))
+        start, end = _ok(rt.cudaEventCreate()), _ok(rt.cudaEventCreate())
+        per_launch = _timed(rt, exe, stream, start, end, 20) / 20
+        launches = max(20, int(seconds * 1000 / max(per_launch, 1e-3)))
+        ms = _timed(rt, exe, stream, start, end, launches)
+        return round(batch * launches / (ms / 1000.0), 1)
+    finally:
+        for ptr in buffers:
+            rt.cudaFree(ptr)
+
+
+def _timed(rt, exe, stream, start, end, launches: int) -> float:
+    _ok(rt.cudaEventRecord(start, stream))
+    for _ in range(launches):
+        _ok(rt.cudaGraphLaunch(exe, stream))
+    _ok(rt.cudaEventRecord(end, stream))
+    _ok(rt.cudaEventSynchronize(end))
+    return float(_ok(rt.cudaEventElapsedTime(start, end)))
+
+
+def best_of(engine_bytes: bytes, batch: int, rounds: int = 3) -> float:
+    return max(throughput(engine_bytes, batch) for _ in range(rounds))
+
+
+# --- main ----------------------------------------------------------------------------------------------------------
+
+
+def environment(run: Run) -> None:
+    from trtkit._device import device_info
+
+    info = device_info()
+    run.result["gpu"] = info.get("name") or info.get("error")
+    try:
+        import tensorrt as trt
+
+        run.result["tensorrt"] = trt.__version__
+    except ImportError as exc:
+        run.result["tensorrt"] = f"not importable: {exc}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for precision-h200.json (e.g. $OUT)")
+    ap.add_argument("--cache", help="folder kept between calls: timing cache, exported ResNet-50 (default: --out)")
+    ap.add_argument("--parts", default="digits,resnet50", help="comma-separated: digits, resnet50")
+    ap.add_argument("--opt-level", type=int, default=None, help="builder optimization level for every build")
+    ap.add_argument("--calib-images", type=int, default=512, help="ResNet-50 calibration images (synthetic)")
+    ap.add_argument("--budget", type=float, default=530.0, help="seconds; later parts are skipped past it")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    cache = Path(args.cache) if args.cache else out / "precision-cache"
+    out.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    run = Run(args.budget)
+    run.result["settings"] = {"opt_level": args.opt_level, "tactic_sources": list(TACTICS),
+                              "calib_images": args.calib_images, "parts": args.parts,
+                              "resnet50_profile": RESNET_PROFILE, "int8_flags": "INT8+FP16 (trtkit and raw alike)",
+                              "throughput": "CUDA graph of execute_async_v3 on device buffers, best of 3 rounds"}
+    environment(run)
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if "digits" in parts:
+        digits(run, cache, args.opt_level)
+        write(run, out)
+    if "resnet50" in parts:
+        resnet(run, cache, args.opt_level, args.calib_images)
+    run.result["total_seconds"] = round(time.perf_counter() - STARTED, 1)
+    write(run, out)
+    return 0
+
+
+def write(run: Run, out: Path) -> None:
+    text = json.dumps(run.result, indent=2, sort_keys=True) + "\n"
+    (out / "precision-h200.json").write_text(text)
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "precision-h200.json").write_text(text)
+    log(f"wrote {out / 'precision-h200.json'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Validation of the inputs given to a runner: names, dtypes, shapes within the active profile.
+
+Everything here runs before anything is enqueued, and every message names the input, what came and what the engine
+accepts, e.g. ``Input 'images': shape (1, 3, 640, 641) is outside profile 0 (min (1, 3, 640, 640), max (8, 3, 640,
+640))``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+import numpy as np
+
+from trtkit.errors import InputError
+from trtkit.runtime.buffers import device_input
+
+
+def validate_feed(feed, specs: tuple, index: dict, profile: int) -> list:
+    """Check ``feed`` against the engine's input ``specs`` (``index``: name → position).
+
+    Returns:
+        ``[(numpy array or None, DeviceInput or None)]`` per input, in engine order.
+
+    Raises:
+        InputError: not a mapping, a missing/unknown input, a wrong dtype, or a shape outside ``profile``.
+    """
+    if not isinstance(feed, Mapping):
+        raise InputError(f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
+                         f"engine's inputs are {_names(specs)}")
+    if len(feed) != len(specs) or any(name not in index for name in feed):
+        _raise_name_error(feed, specs, index)
+    return [check_input(spec, feed[spec.name], profile) for spec in specs]
+
+
+def _names(specs) -> str:
+    return ", ".join(f"'{s.name}'" for s in specs)
+
+
+def _closest(name: str, candidates: list) -> str | None:
+    """The candidate ``name`` was probably meant to be (case-insensitive), or None."""
+    lowered = {c.lower(): c for c in candidates}
+    match = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return lowered[match[0]] if match else None
+
+
+def _raise_name_error(feed, specs, index) -> None:
+    expected = [s.name for s in specs]
+    unknown = [n for n in feed if n not in index]
+    missing = [n for n in expected if n not in feed]
+    parts = []
+    for name in unknown:
+        close = _closest(str(name), missing or expected)
+        parts.append(f"unknown input '{name}'" + (f" (did you mean '{close}'?)" if close else ""))
+    if missing:
+        parts.append("missing input(s) " + ", ".join(f"'{n}'" for n in missing))
+    text = "; ".join(parts)
+    raise InputError(f"{text[:1].upper()}{text[1:]}; the engine's inputs are {_names(specs)}")
+
+
+def check_input(spec, value, profile: int) -> tuple:
+    """``(array, None)`` for host data, ``(None, DeviceInput)`` for device data; raises on dtype or shape."""
+    dev = device_input(spec.name, value)
+    if dev is not None:
+        array, shape, dtype = None, dev.shape, dev.dtype
+    else:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        shape, dtype = array.shape, array.dtype
+    if dtype != spec.dtype:
+        raise InputError(f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} "
+                         f"(convert with .astype(numpy.{spec.dtype.name}))")
+    lo, _, hi = spec.profiles[profile]
+    if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
+        what = f"has rank {len(shape)}, expected rank {len(lo)};" if len(shape) != len(lo) else "is outside"
+        raise InputError(f"Input '{spec.name}': shape {tuple(shape)} {what} profile {profile} "
+                         f"(min {tuple(lo)}, max {tuple(hi)})")
+    return array, dev
