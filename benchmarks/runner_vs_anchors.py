@@ -170,28 +170,23 @@ def trtkit_anchor(engine: bytes, x: np.ndarray, budget_s: float, **runner_args) 
 
 
 def trtkit_throughput_anchor(engine: bytes, x: np.ndarray, budget_s: float, runners: int = 2) -> float:
-    """Milliseconds per call, amortized, with ``runners`` graph runners (own streams) kept busy by ``infer_async``:
-    the host copies of one call overlap the GPU work of the other (numpy in, numpy out)."""
-    from trtkit.runtime import TrtRunner
+    """Milliseconds per call, amortized, through a ``RunnerPool`` of graph runners (each its own stream): the host
+    copies of one call overlap the GPU work of another (numpy in, numpy out)."""
+    from trtkit.runtime import RunnerPool
 
-    pool = [TrtRunner(engine, cuda_graph=True).activate() for _ in range(runners)]
-    try:
+    with RunnerPool(engine, size=runners, cuda_graph=True) as pool:
         feed = {INPUT: x}
 
         def run(calls: int) -> float:
             t0 = time.perf_counter()
-            handles = [pool[i % runners].infer_async(feed) for i in range(calls)]
-            for handle in handles[-runners:]:
-                handle.wait()
+            for _ in pool.map(feed for _ in range(calls)):
+                pass
             return (time.perf_counter() - t0) * 1e3 / calls
 
         run(max(10, runners * 5))
         per_call = run(20)
         calls = max(20, int(budget_s * 1e3 / max(per_call, 1e-3)))
-        return statistics.median(run(calls // 3) for _ in range(3))
-    finally:
-        for runner in pool:
-            runner.close()
+        return statistics.median(run(max(calls // 3, 10)) for _ in range(3))
 
 
 def trtkit_device_anchor(engine: bytes, x: np.ndarray, budget_s: float) -> float:

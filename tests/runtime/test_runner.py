@@ -389,3 +389,36 @@ def test_close_finishes_a_pending_async_call(env):
     with runner(env) as r:
         handle = r.infer_async({"x": x})
     np.testing.assert_allclose(handle.wait()["y"], reference(x), rtol=1e-6)
+
+
+# --- RunnerPool ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_any", ["8.6.0", "10.8.0"], indirect=True)
+def test_pool_map_keeps_order_and_overlaps_calls(env_any):
+    from trtkit.runtime import RunnerPool, load_engine
+
+    xs = [rand(1 + i % 4, i) for i in range(10)]
+    engine = load_engine(env_any.engine, trt=env_any.trt)  # 8.6: each runner gets its own copy of the engine
+    with RunnerPool(engine, size=3, cuda_graph=True, trt=env_any.trt, cuda=env_any.cuda) as pool:
+        assert len({r.stream for r in pool.runners}) == 3
+        outs = list(pool.map({"x": x} for x in xs))
+    for out, x in zip(outs, xs):
+        np.testing.assert_allclose(out["y"], reference(x), rtol=1e-6)
+    assert env_any.rt.live_allocations()["device"] == 0
+
+
+def test_pool_from_a_file_and_its_errors(env, tmp_path):
+    from trtkit.runtime import RunnerPool
+
+    path = tmp_path / "m.engine"
+    path.write_bytes(env.engine)
+    with pytest.raises(EngineError, match="at least one runner"):
+        RunnerPool(path, size=0)
+    pool = RunnerPool(path, size=2, trt=env.trt, cuda=env.cuda)
+    with pytest.raises(EngineError, match="not active"):
+        pool.infer_async({"x": rand(1)})
+    with pool:
+        handle = pool.infer_async({"x": rand(2)})
+        assert pool.infer_async({"x": rand(3)}) is not handle
+        assert handle.wait()["y"].shape == (2, 4, 1, 1)
