@@ -137,8 +137,7 @@ def digits(run: Run, cache: Path, opt_level) -> None:
         algorithm = options.pop("algorithm", None)
         if algorithm:
             cache_file = cache / f"digits.{key}.calib"
-            options["calibration"] = CalibrationSettings(source=source, cache_path=str(cache_file), algorithm=algorithm,
-                                                         force=True)
+            options["calibration"] = CalibrationSettings(source=source, cache_path=str(cache_file), algorithm=algorithm)
             for stale in (cache_file, Path(f"{cache_file}.trtkit.json")):
                 stale.unlink(missing_ok=True)  # measure a real calibration every time
 

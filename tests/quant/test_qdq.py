@@ -77,7 +77,9 @@ def test_qdq_model_stays_close_to_fp32():
 def test_matmul_weights_per_channel_and_activation_pairs():
     plan = plan_qdq(matmul_block(), QdqOptions(keep_output_layers=False))
     assert plan.quantized == ["mm_weight", "mm_act"]
-    assert plan.weights[("mm_weight", 1)].axis == 1
+    assert plan.weights[("mm_weight", 1)].axis is None  # per tensor unless asked
+    assert plan_qdq(matmul_block(), QdqOptions(keep_output_layers=False, per_channel_matmul=True)).weights[
+        ("mm_weight", 1)].axis == 1
     assert plan.activations == ["x", "h_r", "h_t"]
     assert plan_qdq(matmul_block()).skipped == {"mm_act": "final layer (head) kept in higher precision"}
 

@@ -91,8 +91,10 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
 
     inputs = {i.name for i in model.graph.input}
     marked = [t for t in tensors if t not in inputs]
+    # The statistics engine only runs the calibration data once: build it fast (optimization level 1).
+    level = 1 if build_config.optimization_level is None else min(int(build_config.optimization_level), 1)
     config = replace(build_config, precision="fp32", calibration=None, require_precision=False,
-                     profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None)
+                     profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None, optimization_level=level)
     started = time.perf_counter()
     result = build_serialized(with_outputs(model, marked), config, trt=trt)
     logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
@@ -101,7 +103,7 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
     workers = threads or min(8, os.cpu_count() or 1)
     with TrtRunner(result.engine, trt=trt, check_manifest=False) as runner, ThreadPoolExecutor(workers) as pool:
         for feed in session.batches():
-            outputs = runner.infer(feed)
+            outputs = runner.infer(feed, copy_outputs=False)  # views, read before the next call
             arrays = {t: feed[t] for t in tensors if t in inputs}
             arrays.update({t: outputs[t] for t in marked})
             _update_parallel(hists, arrays, pool)

@@ -4,8 +4,9 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
 
 - Q/DQ go on the **inputs** of Conv, ConvTranspose, Gemm and MatMul, never on their outputs (TensorRT fuses a
   following Q into the layer and propagates Q/DQ across ReLU, pooling and other commuting ops).
-- Weights are quantized per channel along the output-channel axis (Conv axis 0, ConvTranspose axis 1, Gemm/MatMul
-  the axis of N); activations per tensor. Symmetric, zero point 0.
+- Weights are quantized per channel along the output-channel axis (Conv axis 0, ConvTranspose axis 1; Gemm/MatMul
+  the axis of N only with ``per_channel_matmul``: per tensor by default, which every TensorRT version parses);
+  activations per tensor. Symmetric, zero point 0.
 - On a residual ``Add`` whose one input is a quantized convolution's only output, the *other* (skip) input is
   quantized too, so the convolution can fuse with the add (conv + add + relu in INT8).
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
@@ -37,7 +38,8 @@ class QdqOptions:
     """Settings of :func:`plan_qdq`.
 
     Attributes:
-        per_channel: per-channel weight scales (else per-tensor).
+        per_channel: per-channel weight scales for convolutions (else per-tensor).
+        per_channel_matmul: per-channel weight scales for Gemm/MatMul too (along N).
         quantize_residual: quantize the skip input of residual adds.
         keep_output_layers: keep the final compute layers (heads) in higher precision.
         min_weight_elements: convolutions/GEMMs with fewer weights stay in higher precision.
@@ -45,6 +47,7 @@ class QdqOptions:
     """
 
     per_channel: bool = True
+    per_channel_matmul: bool = False
     quantize_residual: bool = True
     keep_output_layers: bool = True
     min_weight_elements: int = 256
@@ -172,7 +175,8 @@ def _plan_compute(g: _Graph, node, options: QdqOptions, plan: QdqPlan) -> None:
         if not name:
             continue
         if g.is_weight(name):
-            axis = _weight_axis(g, node, name) if options.per_channel else None
+            per_channel = options.per_channel_matmul if node.op_type in ("Gemm", "MatMul") else options.per_channel
+            axis = _weight_axis(g, node, name) if per_channel else None
             plan.weights[(node.name, index)] = WeightQuant(name, axis)
         else:
             plan.add_activation(name, node.name, index)
