@@ -53,6 +53,7 @@ def test_bench_json_schema(fake_gpu, engine_file, tmp_path, capsys):
     assert data["latency_ms"]["count"] == 20
     assert data["throughput"]["items_per_s"] == pytest.approx(3 * data["throughput"]["qps"], rel=1e-3)
     assert isinstance(data["warnings"], list)
+    assert data["environment"] == {"tensorrt": "8.6.0", "gpu": "Fake GPU", "compute_capability": "9.0"}
 
 
 def test_bench_without_transfers_has_no_copy_times(fake_gpu, engine_file, tmp_path, capsys):

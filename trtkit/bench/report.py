@@ -48,6 +48,7 @@ def render(result, console, *, title: str = "trtkit bench") -> None:
     console.print(f"throughput: {result.qps:,.1f} qps, {result.items_per_s:,.1f} items/s "
                   f"(batch {result.batch}, {result.queries} queries in {result.wall_s:.2f} s, "
                   f"{result.settings.streams} stream(s), CUDA graph {'on' if result.settings.cuda_graph else 'off'})")
-    console.print(f"shapes: {shapes}; latency coefficient of variation {result.latency.cov:.2%}")
+    console.print(f"shapes: {shapes}; coefficient of variation: GPU compute {result.compute.cov:.2%}, "
+                  f"latency {result.latency.cov:.2%}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -78,12 +78,14 @@ def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | N
     """Warnings about how trustworthy and how well used the measurement is.
 
     Returns:
-        Sentences: a noisy machine (latency coefficient of variation above 2.5%), and a launch-bound run (median
-        enqueue time above 0.8x the median GPU compute time; suggests CUDA graphs when they were off).
+        Sentences: a noisy machine (coefficient of variation of the GPU compute time, as trtexec checks, or of the
+        latency when there is no compute time, above 2.5%), and a launch-bound run (median enqueue time above 0.8x
+        the median GPU compute time; suggests CUDA graphs when they were off).
     """
     out = []
-    if latency.cov > COV_LIMIT:
-        out.append(f"Latency varies a lot (coefficient of variation {latency.cov:.1%} > {COV_LIMIT:.1%}): the "
+    what, noisy = ("GPU compute time", compute) if compute is not None else ("Latency", latency)
+    if noisy.cov > COV_LIMIT:
+        out.append(f"{what} is unstable (coefficient of variation {noisy.cov:.1%} > {COV_LIMIT:.1%}): the "
                    f"machine is noisy (other processes, clocks, thermals); the numbers may not be repeatable")
     if enqueue is not None and compute is not None and enqueue.median > LAUNCH_BOUND_RATIO * compute.median:
         fix = ("enable CUDA graphs (--cuda-graph)" if not cuda_graph

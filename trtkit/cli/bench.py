@@ -53,8 +53,17 @@ def run(args, console) -> int:
     result = benchmark(_engine_arg(engine, args), settings)
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
-        write_json(args.json, to_json(result, engine=str(engine)))
+        write_json(args.json, {**to_json(result, engine=str(engine)), "environment": _environment()})
     return 0
+
+
+def _environment() -> dict:
+    from trtkit._device import device_info
+    from trtkit._lazy import tensorrt
+
+    info = device_info()
+    return {"tensorrt": getattr(tensorrt(), "__version__", None), "gpu": info.get("name"),
+            "compute_capability": info.get("compute_capability")}
 
 
 def _engine_arg(engine: Path, args):
