@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.quant.qmodels import capture_trtkit_log
-from trtkit.build.precision_report import analyze, datatype, layer_flops, layer_precision
+from trtkit.build.precision_report import analyze, datatype, describe, layer_flops, layer_precision
 from trtkit.errors import BuildError
 
 DATA = Path(__file__).parent / "data"
@@ -82,3 +82,13 @@ def test_names_only_inspector_output_is_counted_as_unknown():
     report = analyze(json.dumps({"Layers": ["conv", "relu"], "Bindings": ["x", "y"]}), "fp16")
     assert report.layers_by_precision == {"unknown": 2}
     assert report.check() == []  # nothing to prove either way
+
+
+def test_describe_for_the_build_summary():
+    report = analyze(_info("int8"), "int8")
+    report.check()
+    assert describe(report.to_json()) == "INT8 97.1% of FLOPs (4 layers), FP16 2.9% (4), FP32 0.0% (1)"
+    warned = analyze(_info("fp32_tf32"), "fp16")
+    warned.check()
+    assert "— WARNING: --fp16 was asked but" in describe(warned.to_json())
+    assert describe(None) == ""

@@ -120,6 +120,23 @@ class PrecisionReport:
         return None
 
 
+def describe(report_json: dict | None) -> str:
+    """One line for a build summary from :meth:`PrecisionReport.to_json` output, e.g.
+    ``INT8 97.1% of FLOPs (4 layers), FP16 2.9% (4), FP32 0.0% (1)``; empty when there is no report."""
+    if not report_json or not report_json.get("layers_by_precision"):
+        return ""
+    layers, shares = report_json["layers_by_precision"], report_json.get("flops_share", {})
+    order = [p for p in PRECISIONS if p in layers] + [p for p in layers if p not in PRECISIONS]
+    parts = []
+    for i, p in enumerate(order):
+        share = f"{shares[p] * 100:.1f}%" if p in shares else "?"
+        parts.append(f"{p} {share}" + (" of FLOPs" if i == 0 else "") + f" ({layers[p]}{' layers' if i == 0 else ''})")
+    text = ", ".join(parts)
+    if report_json.get("warnings"):
+        text += " — WARNING: " + "; ".join(report_json["warnings"])
+    return text
+
+
 def analyze(engine_info_json: str, requested: str) -> PrecisionReport:
     """Per-precision layer counts and FLOPs of an engine, from its inspector JSON."""
     report = PrecisionReport(requested)
