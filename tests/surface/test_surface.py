@@ -36,6 +36,8 @@ def _load(name: str, path: Path):
 
 
 surfaces = _load("trt_surfaces", REPO / "scripts" / "trt_surfaces.py")
+if str(HERE) not in sys.path:  # surface_checks imports its sibling modules by name, as in driver.py
+    sys.path.insert(0, str(HERE))
 checks = _load("surface_checks", HERE / "surface_checks.py")
 ROOT = Path(os.environ.get("TRTKIT_SURFACES", surfaces.DEFAULT_ROOT))
 
