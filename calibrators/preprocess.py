@@ -62,6 +62,49 @@ class Preprocess:
         return data
 
 
+_FIELDS = {"size": "HxW", "resize": "stretch|letterbox", "color": "RGB|BGR|GRAY", "scale": "float",
+           "mean": "a/b/c", "std": "a/b/c", "layout": "NCHW|NHWC", "pad": "0-255"}
+
+
+def parse_preprocess(text: str | None) -> dict:
+    """``--calib-preprocess`` text → keyword arguments of :class:`Preprocess`.
+
+    Example: ``"resize=letterbox,color=BGR,scale=0.00392157,mean=0.485/0.456/0.406,std=0.229/0.224/0.225,
+    layout=NCHW,size=640x640"`` (every key optional).
+
+    Raises:
+        CalibrationError: an unknown key or a malformed value (names the key and the expected form).
+    """
+    out: dict = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or key not in _FIELDS:
+            raise CalibrationError(
+                f"--calib-preprocess item '{item.strip()}' is not KEY=VALUE with a key of: "
+                + ", ".join(f"{k}={v}" for k, v in _FIELDS.items())
+            )
+        try:
+            out.update(_parse_field(key, value))
+        except ValueError:
+            raise CalibrationError(f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.")
+    Preprocess(**out)  # validate the choices now, with Preprocess's messages
+    return out
+
+
+def _parse_field(key: str, value: str) -> dict:
+    if key == "size":
+        height, width = (int(v) for v in value.lower().split("x"))
+        return {"size": (height, width)}
+    if key in ("mean", "std"):
+        return {key: tuple(float(v) for v in value.split("/"))}
+    if key in ("scale", "pad"):
+        return {"pad_value" if key == "pad" else key: float(value)}
+    return {key: value.upper() if key in ("color", "layout") else value.lower()}
+
+
 def with_model_size(settings: Preprocess, input_shape) -> Preprocess:
     """Fill in ``size`` (and a one-channel color mode) from a model input shape such as ``(-1, 3, 224, 224)``.
 

@@ -130,3 +130,18 @@ def test_identity_changes_with_the_file_list(tmp_path):
     assert ImageFolderSource(folder, "images", Preprocess(size=(8, 8))).identity() != first
     assert IterableSource([], identity="set-a").identity() != IterableSource([], identity="set-b").identity()
     assert IterableSource([]).identity() is None
+
+
+def test_parse_preprocess_spec():
+    from calibrators.preprocess import parse_preprocess
+
+    spec = parse_preprocess("resize=letterbox, color=bgr, scale=0.5, mean=1/2/3, std=4/5/6, layout=nhwc, size=640x480")
+    assert spec == {"resize": "letterbox", "color": "BGR", "scale": 0.5, "mean": (1.0, 2.0, 3.0),
+                    "std": (4.0, 5.0, 6.0), "layout": "NHWC", "size": (640, 480)}
+    assert parse_preprocess(None) == {}
+    with pytest.raises(CalibrationError, match="'gamma=2' is not KEY=VALUE with a key of: size=HxW"):
+        parse_preprocess("gamma=2")
+    with pytest.raises(CalibrationError, match="size='640' is malformed; expected size=HxW"):
+        parse_preprocess("size=640")
+    with pytest.raises(CalibrationError, match="Resize mode 'crop' is not known"):
+        parse_preprocess("resize=crop")

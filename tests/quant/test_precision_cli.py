@@ -74,3 +74,25 @@ def test_fp16_cast_on_86_notes_the_flag(tmp_path, capsys, fake_gpu):  # noqa: F8
     assert code == 0, err
     assert manifest["build"]["precision_plan"]["flags"] == ["FP16"]
     assert manifest["precision_report"]["flops_share"]
+
+
+def test_int8_from_an_image_folder_with_preprocessing(tmp_path, capsys, fake_gpu):  # noqa: F811
+    from PIL import Image
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    x = np.load(DATA / "digits_calib.npz")["x"][:40]
+    for i, img in enumerate(x):
+        Image.fromarray((img[0] * 255).astype(np.uint8)).resize((16, 16)).save(folder / f"{i:03d}.png")
+    cache = tmp_path / "img.cache"
+    code, _, err, manifest = _build(tmp_path, capsys, "--int8", "--int8-mode", "qdq", "--calib", str(folder),
+                                    "--calib-cache", str(cache), "--calib-batch", "8",
+                                    "--calib-preprocess", "resize=letterbox,scale=0.0039216")
+    assert code == 0, err
+    assert "from 40 samples (entropy)" in manifest["build"]["precision_plan"]["notes"][0]
+    provenance = json.loads(Path(f"{cache}.trtkit.json").read_text())
+    assert provenance["preprocess"]["color"] == "GRAY" and provenance["preprocess"]["size"] == [8, 8]
+    assert provenance["preprocess"]["resize"] == "letterbox" and provenance["batch_size"] == 8
+    code, _, err, _ = _build(tmp_path, capsys, "--int8", "--int8-mode", "qdq", "--calib", str(folder),
+                             "--calib-cache", str(cache), "--calib-batch", "8", "--calib-preprocess", "scale=1")
+    assert code == 1 and "preprocess: cache has" in err

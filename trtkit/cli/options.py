@@ -57,6 +57,10 @@ def add_calibration_options(parser) -> None:
     g.add_argument("--calib-batch", type=int, metavar="N", help="calibration batch size")
     g.add_argument("--calib-cache-force", action="store_true",
                    help="reuse --calib-cache even if it was made for another model, TensorRT or data")
+    g.add_argument("--calib-preprocess", metavar="SPEC",
+                   help="image preprocessing, e.g. resize=letterbox,color=BGR,scale=0.0039216,"
+                        "mean=0.485/0.456/0.406,std=0.229/0.224/0.225,layout=NCHW,size=640x640 "
+                        "(default: stretch to the model's size, RGB, scale 1/255, NCHW)")
 
 
 def add_build_options(parser) -> None:
@@ -86,7 +90,7 @@ def config_from_args(args) -> BuildConfig:
         calibration = CalibrationSettings(
             source=args.calib, cache_path=args.calib_cache, algorithm=args.calib_algo,
             percentile=args.calib_percentile, max_samples=args.calib_max_samples, batch_size=args.calib_batch,
-            force=args.calib_cache_force)
+            force=args.calib_cache_force, preprocess=_preprocess(args))
     tactics = None
     if getattr(args, "tactic_sources", None):
         tactics = tuple(s.strip() for s in args.tactic_sources.split(",") if s.strip())
@@ -100,6 +104,12 @@ def config_from_args(args) -> BuildConfig:
         hardware_compatibility=args.hardware_compatibility, version_compatible=args.version_compatible,
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
         save_qdq_onnx=args.save_qdq_onnx)
+
+
+def _preprocess(args) -> dict:
+    from calibrators.preprocess import parse_preprocess
+
+    return parse_preprocess(getattr(args, "calib_preprocess", None))
 
 
 def add_json_option(parser) -> None:
