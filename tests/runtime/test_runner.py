@@ -422,3 +422,23 @@ def test_pool_from_a_file_and_its_errors(env, tmp_path):
         handle = pool.infer_async({"x": rand(2)})
         assert pool.infer_async({"x": rand(3)}) is not handle
         assert handle.wait()["y"].shape == (2, 4, 1, 1)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_host_inputs_are_filled_in_place_without_a_copy(env, graph, monkeypatch):
+    from trtkit.runtime import runner as runner_module
+
+    with runner(env, cuda_graph=graph) as r:
+        feed = r.host_inputs({"x": (3, 3, 8, 8)})
+        assert feed["x"].shape == (3, 3, 8, 8) and feed["x"].dtype == np.float32
+        copies = []
+        monkeypatch.setattr(runner_module, "copy_into", lambda dst, src: copies.append(src))
+        for seed in range(3):
+            feed["x"][...] = rand(3, seed)
+            np.testing.assert_allclose(r.infer(feed)["y"], reference(rand(3, seed)), rtol=1e-6)
+        assert copies == []
+        assert r.host_inputs()["x"].shape == (2, 3, 8, 8)  # default: the profile's opt shape
+        with pytest.raises(InputError, match="outside profile 0"):
+            r.host_inputs({"x": (5, 3, 8, 8)})
+        with pytest.raises(InputError, match="Unknown input 'y'"):
+            r.host_inputs({"y": (1, 4, 1, 1)})

@@ -52,6 +52,11 @@ class _Bucket:
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
 
 
+def _placeholder(shape, dtype) -> np.ndarray:
+    """A stand-in array of ``shape`` and ``dtype`` using no memory, so ``host_inputs`` validates like ``infer``."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(int(d) for d in shape))
+
+
 def _nbytes(shape: tuple, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
@@ -366,7 +371,8 @@ class TrtRunner:
         host_mask = tuple(dev is None for _, dev in prepared)
         for i, (array, dev) in enumerate(prepared):
             if dev is None:
-                copy_into(bucket.in_views[i], array)
+                if array is not bucket.in_views[i]:  # a view from host_inputs() is already in place
+                    copy_into(bucket.in_views[i], array)
             else:
                 self._use_device_input(i, dev, bucket)
         self._launch(bucket, host_mask, not self.device_outputs)
@@ -430,6 +436,30 @@ class TrtRunner:
         if copy:
             return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
         return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+
+    def host_inputs(self, shapes: Mapping | None = None) -> dict:
+        """Views of the runner's pinned input buffers, to fill in place and pass to :meth:`infer` (no host copy).
+
+        Args:
+            shapes: input name → shape (default: each input's opt shape in the runner's profile).
+
+        Returns:
+            Input name → numpy array in pinned memory. Passing these very arrays to ``infer`` skips the copy into
+            pinned memory; they are valid until the runner closes. With ``infer_async``, wait for a call before
+            refilling them.
+
+        Raises:
+            InputError: a shape is outside the profile or names an unknown input.
+        """
+        shapes = dict(shapes or {})
+        with self._lock:
+            self._require_active()
+            feed = {s.name: _placeholder(shapes.pop(s.name, s.profile_range(self.profile)[1]), s.dtype)
+                    for s in self.input_specs}
+            feed.update({name: _placeholder(shape, np.float32) for name, shape in shapes.items()})
+            prepared = self._validate(feed)
+            bucket = self._bucket(tuple(array.shape for array, _ in prepared))
+            return {spec.name: view for spec, view in zip(self.input_specs, bucket.in_views)}
 
     # --- pieces for benchmarks: stage once, then time the copies and the engine separately ------------------------
 
