@@ -183,3 +183,24 @@ def test_a_model_with_qdq_needs_no_calibration():
     plan = plan_precision(trt, load_model(qdq, check=False), config, capabilities(trt))
     assert plan.flags == ("INT8", "FP16")
     assert "already holds Q/DQ nodes" in plan.notes[0]
+
+
+def test_strongly_typed_requests_take_the_model_paths():
+    trt10 = with_calibrators(make_fake_trt("10.8.0"))
+    fp16 = _plan(trt10, "fp16", strongly_typed=True)
+    assert fp16.strongly_typed and fp16.flags == ()
+    with pytest.raises(UnsupportedError, match="refuse BuilderFlag.FP16; use --fp16-mode cast"):
+        _plan(trt10, "fp16", strongly_typed=True, fp16_mode="flag")
+    with pytest.raises(UnsupportedError, match="calibrators need BuilderFlag.INT8, which --strongly-typed networks"):
+        _plan(trt10, "int8", strongly_typed=True, int8_mode="calibrator",
+              calibration=CalibrationSettings(source=_data()))
+
+
+def test_strongly_typed_qdq_model_on_10():
+    from trtkit.quant.qdq import insert_qdq
+
+    qdq, _ = insert_qdq(residual_cnn(), {t: 1.0 for t in ("x", "stem_r", "a_r", "res_r", "down")})
+    trt = make_fake_trt("10.8.0")
+    config = BuildConfig(precision="int8", profiles=[parse_shapes(PROFILE)], strongly_typed=True)
+    plan = plan_precision(trt, load_model(qdq, check=False), config, capabilities(trt))
+    assert plan.strongly_typed and plan.flags == ()

@@ -120,9 +120,15 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
 def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
     mode = resolve_half_mode(caps, precision, config.fp16_mode)
     flag = precision.upper()
+    if config.strongly_typed and mode != "cast":
+        if config.fp16_mode == "flag" or not caps.strongly_typed:
+            raise UnsupportedError(
+                f"--strongly-typed networks take their types from the model and refuse BuilderFlag.{flag}; use "
+                f"--fp16-mode cast (TensorRT 9.1 and later), or drop --strongly-typed."
+            )
+        mode = "cast"
     if mode == "flag":
-        return PrecisionPlan(model, strongly_typed=config.strongly_typed, flags=(flag,),
-                             notes=[f"{flag} builder flag"])
+        return PrecisionPlan(model, flags=(flag,), notes=[f"{flag} builder flag"])
     conversion = _cast_model(model.proto, precision)
     strongly_typed = mode == "cast"
     how = "strongly typed network" if strongly_typed else (
@@ -185,9 +191,14 @@ def has_qdq(proto) -> bool:
 
 def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
     if has_qdq(model.proto):
-        return _qdq_plan(model, caps, ["the model already holds Q/DQ nodes: no calibration"])
+        return _qdq_plan(model, caps, ["the model already holds Q/DQ nodes: no calibration"], config.strongly_typed)
     algorithm = config.calibration.algorithm if config.calibration else "entropy"
     mode = resolve_int8_mode(caps, config.int8_mode, algorithm)
+    if config.strongly_typed and mode == "calibrator":
+        if config.int8_mode == "calibrator":
+            raise UnsupportedError("TensorRT's calibrators need BuilderFlag.INT8, which --strongly-typed networks "
+                                   "refuse; use --int8-mode qdq or drop --strongly-typed.")
+        mode = "qdq"
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
         return _calibrator_plan(trt, model, caps, session)
@@ -213,13 +224,16 @@ def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
         _save_model(result.model, config.save_qdq_onnx)
     source = "calibration cache" if result.from_cache else f"{result.samples} samples ({session.algorithm})"
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
-    plan = _qdq_plan(_loaded(result.model), caps, notes)
+    plan = _qdq_plan(_loaded(result.model), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
     return plan
 
 
-def _qdq_plan(model, caps, notes: list) -> PrecisionPlan:
-    if caps.int8_flag:
+def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> PrecisionPlan:
+    if strongly_typed and not caps.strongly_typed:
+        raise UnsupportedError(f"Strongly typed networks do not exist in TensorRT {_version(caps)}; they exist in "
+                               f"TensorRT 9.1 and later. Drop --strongly-typed.")
+    if caps.int8_flag and not strongly_typed:
         return PrecisionPlan(model, flags=_int8_flags(caps), notes=notes + ["INT8 builder flag for the Q/DQ model"])
     if not caps.strongly_typed:  # pragma: no cover - every TensorRT trtkit supports has one or the other
         raise UnsupportedError(f"TensorRT {_version(caps)} has neither BuilderFlag.INT8 nor strongly typed networks.")
