@@ -34,6 +34,9 @@ def run_check(func, ctx: Context) -> dict:
         detail = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
         tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:]
         return {"ok": False, "error": detail, "traceback": "".join(tail), "seconds": _since(started)}
+    swallowed = [e for log in ctx.logs for e in log.call_errors]
+    if swallowed:  # trtkit caught the TypeError, but real TensorRT would have refused the call all the same
+        return {"ok": False, "error": "; ".join(dict.fromkeys(swallowed)), "seconds": _since(started)}
     return {"ok": True, "error": None, "facts": facts, "api": api_names(ctx.logs), "seconds": _since(started)}
 
 

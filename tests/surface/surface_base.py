@@ -81,7 +81,8 @@ class Recorder:
 
 
 def raises(func, *args, **kwargs) -> Exception | None:
-    """The exception ``func`` raised, or None; a missing name on the surface is re-raised (it fails the check)."""
+    """The exception ``func`` raised, or None; a missing name or a bad call on the surface is re-raised (it fails
+    the check)."""
     from surface_proxy import find_missing
 
     try:
@@ -117,7 +118,10 @@ def tiny_conv_model():
 
 
 def fail_on_gaps(log, outcome: str) -> None:
-    """Fail listing every name the fake lacked (``outcome``: what happened next, on the fake's answers)."""
+    """Fail for calls no real signature accepts (even if trtkit caught the TypeError), then for every name the fake
+    lacked (``outcome``: what happened next, on the fake's answers)."""
+    if log.call_errors:
+        raise AssertionError("; ".join(dict.fromkeys(log.call_errors)) + f" ({outcome})")
     if log.fake_gaps:
         raise AssertionError(
             f"The fake backend imitating TensorRT {log.version} lacks names the real one has: "
@@ -127,10 +131,13 @@ def fail_on_gaps(log, outcome: str) -> None:
 
 
 def raise_surface_problem(exc, log) -> None:
-    """Fail for gaps in the fake first (they steer trtkit's feature detection), then for a name the real lacks."""
-    from surface_proxy import MissingOnSurface, find_missing
+    """Fail for a call the real signature refuses; then for gaps in the fake (they steer trtkit's feature
+    detection, and so may cause what follows); then for a name the real module lacks."""
+    from surface_proxy import CallMismatch, MissingOnSurface, find_missing
 
     missing = find_missing(exc)
+    if isinstance(missing, CallMismatch):  # read off the real signature: no gap in the fake can cause it
+        raise missing
     cause = missing if missing is not None else exc
     fail_on_gaps(log, f"then: {type(cause).__name__}: {cause}")
     if isinstance(missing, MissingOnSurface):

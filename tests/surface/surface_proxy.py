@@ -25,6 +25,10 @@ class MissingOnSurface(AttributeError):
     """trtkit touched a name that this TensorRT version does not have."""
 
 
+class CallMismatch(TypeError):
+    """trtkit called a TensorRT function with arguments no overload of that version accepts."""
+
+
 class FakeIncomplete(AttributeError):
     """The fake backend lacks a name the real TensorRT has.
 
@@ -54,6 +58,7 @@ class AccessLog:
     accesses: list = field(default_factory=list)
     unchecked: set = field(default_factory=set)
     fake_gaps: list = field(default_factory=list)
+    call_errors: list = field(default_factory=list)
 
     def record(self, owner: str, name: str, present: bool) -> Access:
         access = Access(owner, name, present, calling_function())
@@ -145,7 +150,9 @@ class _Proxy:
         if isinstance(value, type) and isinstance(real_attr, type):
             return ClassProxy(value, real_attr, real_attr.__name__, self._log)
         if callable(value) and not isinstance(value, type):
-            return _wrap_callable(value, _returned_class(real_attr, self._log), self._log)
+            where = f"{self._name}.{name}" if self._name else name
+            return _wrap_callable(value, _returned_class(real_attr, self._log), self._log,
+                                  signatures(real_attr, name), where)
         cls = _returned_class(getattr(real_attr, "fget", None), self._log)
         return wrap_instance(value, cls, self._log)
 
@@ -188,6 +195,8 @@ class ClassProxy(_Proxy):
         return object.__getattribute__(self, name)
 
     def __call__(self, *args, **kwargs):
+        init = self._real.__dict__.get("__init__")
+        check_call(self._log, signatures(init, "__init__"), self._name, args, kwargs)
         obj = self._target(*_unwrap_all(args), **_unwrap_kwargs(kwargs))
         return wrap_instance(obj, self._real, self._log)
 
@@ -274,8 +283,9 @@ def wrap_instance(value, real_cls, log: AccessLog):
     return InstanceProxy(value, real_cls, real_cls.__name__, log)
 
 
-def _wrap_callable(func, returns, log: AccessLog):
+def _wrap_callable(func, returns, log: AccessLog, sigs=None, where: str = ""):
     def call(*args, **kwargs):
+        check_call(log, sigs, where, args, kwargs)
         return wrap_instance(func(*_unwrap_all(args), **_unwrap_kwargs(kwargs)), returns, log)
 
     call.__name__ = getattr(func, "__name__", "call")
@@ -293,6 +303,61 @@ def _returned_class(real_attr, log: AccessLog):
     if doc and real_attr is not None:
         log.unchecked.add(doc.splitlines()[0][:120])
     return None
+
+
+def signatures(real_attr, name: str) -> list | None:
+    """Parameter lists ``[(name, has_default), ...]`` (``self`` dropped) of a pybind11 function, one per overload,
+    read from its docstring; None when it has none to read (a plain Python function, a property)."""
+    doc = getattr(real_attr, "__doc__", None) or ""
+    found = []
+    for line in doc.splitlines():
+        match = re.match(rf"^\s*(?:\d+\.\s+)?{re.escape(name)}\((.*)\)\s*->", line)
+        if match and match.group(1) != "*args, **kwargs":
+            params = [_param(p) for p in _split_top_level(match.group(1)) if p.strip()]
+            found.append([p for p in params if p[0] != "self"])
+    return found or None
+
+
+def _param(text: str) -> tuple:
+    """``("name", has_default)`` of ``"name: type = default"``."""
+    return text.partition(":")[0].strip(), len(_split_top_level(text, "=")) > 1
+
+
+def _split_top_level(text: str, sep: str = ",") -> list:
+    """Split at ``sep`` outside brackets (types such as ``List[Tuple[int, int]]``, defaults such as ``<X.Y: 0>``)."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "[(<":
+            depth += 1
+        elif ch in "])>":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def fits(params: list, n_positional: int, keywords) -> bool:
+    """Whether a call with ``n_positional`` arguments and ``keywords`` binds to ``params``."""
+    names = [p[0] for p in params]
+    if n_positional > len(names) or any(k not in names[n_positional:] for k in keywords):
+        return False
+    return all(has_default or i < n_positional or name in keywords for i, (name, has_default) in enumerate(params))
+
+
+def check_call(log: AccessLog, sigs, where: str, args, kwargs) -> None:
+    """Raise :class:`CallMismatch` (and log it) when no overload of the real function accepts this call."""
+    if not sigs or any(fits(params, len(args), kwargs) for params in sigs):
+        return
+    user = calling_function()
+    shown = " | ".join(f"({', '.join(n + ('=...' if d else '') for n, d in params)})" for params in sigs)
+    called = ", ".join(["<arg>"] * len(args) + [f"{k}=" for k in kwargs])
+    error = CallMismatch(f"TensorRT {log.version}: {where}({called}) matches none of its signatures {shown} "
+                         f"(used by {user})")
+    log.call_errors.append(str(error))
+    raise error
 
 
 # C++ names in signatures whose Python class is named differently.
@@ -318,10 +383,11 @@ def _unwrap_kwargs(kwargs):
 
 
 def find_missing(exc: BaseException | None) -> BaseException | None:
-    """The :class:`MissingOnSurface` or :class:`FakeIncomplete` in ``exc``'s cause/context chain, if any."""
+    """The :class:`MissingOnSurface`, :class:`CallMismatch` or :class:`FakeIncomplete` in ``exc``'s cause/context
+    chain, if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (MissingOnSurface, FakeIncomplete)):
+        if isinstance(exc, (MissingOnSurface, CallMismatch, FakeIncomplete)):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

@@ -132,3 +132,33 @@ def test_subclassing_and_isinstance_go_to_the_target_class():
     logger = MyLogger()
     assert isinstance(logger, fake.ILogger) and isinstance(logger, trt.ILogger)
     assert trt.Builder(logger).create_builder_config() is not None
+
+
+def test_a_call_no_real_signature_accepts_is_refused_and_logged():
+    real = _real_module()
+    real.IBuilderConfig.set_timing_cache = lambda self, cache, ignore_mismatch: True
+    real.IBuilderConfig.set_timing_cache.__doc__ = (
+        "set_timing_cache(self: tensorrt_bindings.tensorrt.IBuilderConfig, cache: tensorrt_bindings.tensorrt."
+        "ITimingCache, ignore_mismatch: bool) -> bool")
+    fake = _fake_module()
+    fake.IBuilderConfig.set_timing_cache = lambda self, cache, ignore_mismatch=False: True
+    trt, log = proxy.make_surface(fake, real, "8.6.1")
+    config = trt.Builder(None).create_builder_config()
+    assert config.set_timing_cache("cache", True) is True
+    with pytest.raises(proxy.CallMismatch, match=r"TensorRT 8\.6\.1: IBuilderConfig\.set_timing_cache\(<arg>\) "
+                                                 r"matches none of its signatures \(cache, ignore_mismatch\)"):
+        config.set_timing_cache("cache")  # the fake would accept it; TensorRT 8.6 would not
+    assert len(log.call_errors) == 1
+
+
+def test_signatures_are_read_from_pybind_docstrings_with_overloads_and_defaults():
+    func = types.SimpleNamespace(__doc__=(
+        "create_execution_context(*args, **kwargs)\nOverloaded function.\n\n"
+        "1. create_execution_context(self: tensorrt.ICudaEngine, strategy: tensorrt.ExecutionContextAllocationStrategy"
+        " = <ExecutionContextAllocationStrategy.STATIC: 0>) -> tensorrt.IExecutionContext\n\n"
+        "2. create_execution_context(self: tensorrt.ICudaEngine, runtime_config: tensorrt.IRuntimeConfig = None) "
+        "-> tensorrt.IExecutionContext\n"))
+    sigs = proxy.signatures(func, "create_execution_context")
+    assert sigs == [[("strategy", True)], [("runtime_config", True)]]
+    assert proxy.fits(sigs[0], 0, {}) and proxy.fits(sigs[0], 1, {}) and not proxy.fits(sigs[0], 2, {})
+    assert proxy.fits(sigs[1], 0, {"runtime_config": None}) and not proxy.fits(sigs[0], 0, {"stream": 1})
