@@ -109,7 +109,8 @@ def render(results: dict, gpu: list) -> str:
         "",
         "How a cell is proven: **GPU (version, device)** — an engine was built and run on that GPU; "
         "**API surface** — trtkit's code path ran against that version's real Python bindings (names, enums, "
-        "methods; builds on the fake backend, every TensorRT name checked against the real module); "
+        "methods, call signatures; builds on the fake backend, every TensorRT name and call checked against the real "
+        "module); "
         "**absent** — the version lacks the feature and trtkit refuses it with an error naming the versions that "
         "have it; **not proven** — no passing check covers it. GPU cells come from "
         "`TRTKIT_GPU_RESULTS=docs/gpu-results/<name>.json pytest -m gpu` (tests marked `@pytest.mark.proves(...)`).",
