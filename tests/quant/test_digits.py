@@ -71,3 +71,20 @@ def test_qdq_model_keeps_top1_within_one_point(digits, fp32_top1, calibrated, al
     qdq, _ = insert_qdq(model, compute_amaxes(hists, algorithm), plan, strict=True)
     qdq.opset_import[0].version = 19  # the reference evaluator implements DequantizeLinear from opset 19
     assert top1(qdq, x, y) >= fp32_top1 - 0.01
+
+
+def test_int8_with_fp16_rest_for_strongly_typed_builds(digits, fp32_top1, calibrated):
+    from onnx import TensorProto
+
+    from trtkit.quant.qdq import to_fp16_rest
+
+    model, x, y, _ = digits
+    plan, hists = calibrated
+    qdq, _ = insert_qdq(model, compute_amaxes(hists, "entropy"), plan, strict=True)
+    mixed, conversion = to_fp16_rest(qdq)
+    onnx.checker.check_model(mixed, full_check=True)
+    assert mixed.opset_import[0].version == 19
+    scales = {n.input[1] for n in mixed.graph.node if n.op_type == "DequantizeLinear"}
+    assert {t.data_type for t in mixed.graph.initializer if t.name in scales} == {TensorProto.FLOAT16}
+    assert mixed.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT  # FP32 I/O kept
+    assert top1(mixed, x, y) >= fp32_top1 - 0.01

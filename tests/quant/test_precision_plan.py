@@ -172,6 +172,8 @@ def test_explicit_path_on_11_is_strongly_typed(tmp_path, fake_gpu):  # noqa: F81
     plan = _plan(trt, "int8", calibration=CalibrationSettings(cache_path=str(cache)))
     assert plan.strongly_typed and plan.flags == ()
     assert "strongly typed Q/DQ network" in plan.notes
+    assert any(n.startswith("unquantized layers in FP16 (opset 19, FP16 scales") for n in plan.notes)
+    assert plan.model.proto.opset_import[0].version == 19
 
 
 def test_a_model_with_qdq_needs_no_calibration():

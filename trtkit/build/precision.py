@@ -8,7 +8,7 @@ Called by :func:`trtkit.build.builder.build_serialized` as ``plan_precision(trt,
 | fp16 | cast | FP16 model + ``BuilderFlag.FP16`` | FP16 model, strongly typed | FP16 model |
 | bf16 | flag / cast | — | ``BuilderFlag.BF16`` / BF16 model | BF16 model |
 | int8 | calibrator | INT8 (+FP16) flags + TensorRT calibrator | same (deprecated) | — |
-| int8 | qdq | Q/DQ model + INT8 (+FP16) flags | same | Q/DQ model, strongly typed |
+| int8 | qdq | Q/DQ model + INT8 (+FP16) flags | same | Q/DQ model with FP16 elsewhere, strongly typed |
 
 ``auto`` takes the flag / calibrator where it exists and the strongly typed model otherwise. A model that already
 holds Q/DQ nodes needs no calibration. A mode absent from this TensorRT raises :class:`UnsupportedError` naming the
@@ -220,13 +220,31 @@ def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
     from trtkit.quant.explicit import make_qdq_model
 
     result = make_qdq_model(trt, model.proto, session, config)
-    if config.save_qdq_onnx:
-        _save_model(result.model, config.save_qdq_onnx)
     source = "calibration cache" if result.from_cache else f"{result.samples} samples ({session.algorithm})"
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
-    plan = _qdq_plan(_loaded(result.model), caps, notes, config.strongly_typed)
+    qdq = result.model
+    if config.strongly_typed or not caps.int8_flag:
+        qdq, more = _fp16_rest(qdq)
+        notes += more
+    if config.save_qdq_onnx:
+        _save_model(qdq, config.save_qdq_onnx)
+    plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
     return plan
+
+
+def _fp16_rest(qdq):
+    """Strongly typed INT8 with FP16 around it (as the INT8+FP16 flags give on 8.6/10); FP32 if that cannot be done."""
+    from trtkit.errors import ModelError
+    from trtkit.quant.qdq import to_fp16_rest
+
+    try:
+        mixed, conversion = to_fp16_rest(qdq)
+    except ModelError as exc:
+        logger.warning("Unquantized layers stay FP32: %s", exc)
+        return qdq, [f"unquantized layers in FP32 ({exc})"]
+    return mixed, [f"unquantized layers in FP16 (opset 19, FP16 scales; {len(conversion.kept_fp32)} node(s) kept "
+                   f"in FP32)"]
 
 
 def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> PrecisionPlan:

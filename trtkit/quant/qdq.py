@@ -338,3 +338,40 @@ class _Inserter:
             nodes.append(node)
         del self.graph.node[:]
         self.graph.node.extend(nodes)
+
+
+FP16_MIN_NORMAL = 2.0 ** -14
+
+
+def to_fp16_rest(model):
+    """A strongly typed Q/DQ model whose unquantized layers run in FP16: opset 19, FP16 scales, FP16 elsewhere.
+
+    In a strongly typed network a DequantizeLinear's output has its scale's type, so FP16 around INT8 layers needs
+    FP16 scales (ONNX opset 19). Scales below FP16's smallest normal value are raised to it (a channel of weights
+    that small loses resolution instead of becoming zero).
+
+    Returns:
+        ``(model, conversion)``, the second a :class:`trtkit.quant.fp16.Conversion`.
+
+    Raises:
+        ModelError: the opset cannot be raised (below 13, or subgraphs).
+    """
+    from onnx import numpy_helper
+
+    from trtkit.quant.fp16 import convert_to_fp16
+    from trtkit.quant.opset import upgrade_opset
+
+    upgraded = upgrade_opset(model)
+    scale_names = {n.input[1] for n in upgraded.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
+    raised = []
+    for init in upgraded.graph.initializer:
+        if init.name in scale_names:
+            values = numpy_helper.to_array(init)
+            if (values < FP16_MIN_NORMAL).any():
+                raised.append(init.name)
+                init.CopyFrom(numpy_helper.from_array(np.maximum(values, FP16_MIN_NORMAL).astype(values.dtype),
+                                                      init.name))
+    if raised:
+        logger.info("Raised %d Q/DQ scale(s) to FP16's smallest normal value: %s", len(raised), ", ".join(raised[:5]))
+    conversion = convert_to_fp16(upgraded)
+    return conversion.model, conversion
