@@ -100,9 +100,12 @@ def test_graph_and_plain_are_bit_identical_across_shapes(engine_bytes):
         assert len(graphed._graphs) == 3  # one graph per input shape
 
 
-def test_device_resident_inputs_and_outputs_equal_the_host_path(engine_bytes):
+@pytest.mark.parametrize("address_graphs", [8, 0])  # 0: device inputs are copied into the runner's buffer
+def test_device_resident_inputs_and_outputs_equal_the_host_path(engine_bytes, address_graphs, monkeypatch):
     from trtkit.runtime import DeviceArray, TrtRunner
+    from trtkit.runtime import runner as runner_module
 
+    monkeypatch.setattr(runner_module, "MAX_ADDRESS_GRAPHS", address_graphs)
     x = inputs(4, 7)
     dx = to_device(x)
     try:

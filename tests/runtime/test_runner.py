@@ -442,3 +442,26 @@ def test_host_inputs_are_filled_in_place_without_a_copy(env, graph, monkeypatch)
             r.host_inputs({"x": (5, 3, 8, 8)})
         with pytest.raises(InputError, match="Unknown input 'y'"):
             r.host_inputs({"y": (1, 4, 1, 1)})
+
+
+def test_graphs_use_device_inputs_in_place_up_to_a_limit(env, monkeypatch):
+    from trtkit.runtime import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "MAX_ADDRESS_GRAPHS", 2)
+    xs = [rand(2, seed) for seed in range(4)]
+    arrays = [env.rt.device_array(x.shape, x.dtype, fill=x) for x in xs]
+    with runner(env, cuda_graph=True, device_outputs=True) as r:
+        for _ in range(2):
+            for x, dx in zip(xs[:2], arrays[:2]):  # two address sets: a graph each, no copies
+                copies = _copies(env.rt)
+                np.testing.assert_allclose(r.infer({"x": dx})["y"].to_host(), reference(x), rtol=1e-6)
+                assert _copies(env.rt) - copies == 1  # only to_host's copy
+        assert len(r._graphs) == 2
+        for x, dx in zip(xs[2:], arrays[2:]):  # past the limit: copied on the device into one shared graph
+            copies = _copies(env.rt)
+            np.testing.assert_allclose(r.infer({"x": dx})["y"].to_host(), reference(x), rtol=1e-6)
+            assert _copies(env.rt) - copies == 2  # the device-to-device copy + to_host
+        assert len(r._graphs) == 3
+        np.testing.assert_allclose(r.infer({"x": arrays[0]})["y"].to_host(), reference(xs[0]), rtol=1e-6)
+    for dx in arrays:
+        dx.free()

@@ -10,7 +10,10 @@ only when they change, copies host inputs into the pinned buffers, enqueues H2D 
 copies (or replays the CUDA graph captured for that shape), and synchronizes once.
 
 Device-resident inputs (anything exposing ``__cuda_array_interface__``: CuPy arrays, torch CUDA tensors) are used
-without a host round trip; with ``device_outputs=True`` outputs come back as :class:`DeviceArray` views.
+where they are, without a host round trip or a copy (with CUDA graphs, each set of input addresses gets its own graph,
+up to ``MAX_ADDRESS_GRAPHS``; past that new addresses are copied on the device). With ``device_outputs=True`` outputs
+come back as :class:`DeviceArray` views of the runner's buffers. Filling the views from :meth:`TrtRunner.host_inputs`
+in place and passing them back skips the host copy of numpy inputs too.
 
 Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
 parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
@@ -36,6 +39,9 @@ from trtkit.runtime.graphs import GraphCache
 from trtkit.runtime.inputs import validate_feed
 
 logger = logging.getLogger("trtkit")
+
+# Graphs keyed by the addresses of device-resident inputs, per runner, before such inputs get copied instead.
+MAX_ADDRESS_GRAPHS = 8
 
 
 class _Bucket:
@@ -125,6 +131,7 @@ class TrtRunner:
         self._buckets: dict = {}
         self._context_key = None
         self._graphs = GraphCache()
+        self._address_graphs = 0
         self._pending: InferHandle | None = None
         self.input_specs: tuple = ()
         self.output_specs: tuple = ()
@@ -369,33 +376,50 @@ class TrtRunner:
         key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
         bucket = self._bucket(key)
         host_mask = tuple(dev is None for _, dev in prepared)
+        devices = []
         for i, (array, dev) in enumerate(prepared):
             if dev is None:
                 if array is not bucket.in_views[i]:  # a view from host_inputs() is already in place
                     copy_into(bucket.in_views[i], array)
             else:
-                self._use_device_input(i, dev, bucket)
-        self._launch(bucket, host_mask, not self.device_outputs)
+                self._wait_for_producer(dev)
+                devices.append((i, dev))
+        addresses = self._place_device_inputs(devices, bucket, host_mask) if devices else ()
+        self._launch(bucket, host_mask, not self.device_outputs, addresses)
         return bucket
 
-    def _use_device_input(self, i: int, dev, bucket: _Bucket) -> None:
-        """Order after the producer's stream, then bind the array itself (plain) or copy it on-device (graphs)."""
+    def _wait_for_producer(self, dev) -> None:
+        """Order our stream after the stream the device array was produced on (``__cuda_array_interface__`` v3)."""
         if dev.stream is not None:
             self.cuda.event_record(self._wait_event, int(dev.stream))
             self.cuda.stream_wait_event(self.stream, self._wait_event)
-        name = self.input_specs[i].name
-        if self.cuda_graph:  # a graph bakes addresses in: keep our own buffer bound
-            self._bind(name, self._dev_in[i].ptr)
-            if bucket.in_nbytes[i]:
-                self.cuda.memcpy_dtod_async(self._dev_in[i].ptr, dev.ptr, bucket.in_nbytes[i], self.stream)
-        else:
-            self._bind(name, dev.ptr)
 
-    def _launch(self, bucket: _Bucket, host_mask: tuple, copy_out: bool) -> None:
+    def _place_device_inputs(self, devices: list, bucket: _Bucket, host_mask: tuple) -> tuple:
+        """Bind device inputs where they are (no copy), or copy them into the runner's buffers.
+
+        Without graphs they are always bound in place. A graph bakes addresses in, so with graphs each set of input
+        addresses gets its own graph, up to ``MAX_ADDRESS_GRAPHS``; past that, new addresses are copied on the
+        device into the runner's buffers and share one graph per shape.
+
+        Returns:
+            The addresses to key the graph with (empty when copied).
+        """
+        addresses = tuple(dev.ptr for _, dev in devices)
+        gkey = (bucket.key, host_mask, not self.device_outputs, addresses)
+        in_place = (not self.cuda_graph or self._graphs.get(gkey) is not None or self._graphs.failed(gkey)
+                    or self._address_graphs < MAX_ADDRESS_GRAPHS)
+        for i, dev in devices:
+            own = self._dev_in[i].ptr
+            self._bind(self.input_specs[i].name, dev.ptr if in_place else own)
+            if not in_place and bucket.in_nbytes[i]:
+                self.cuda.memcpy_dtod_async(own, dev.ptr, bucket.in_nbytes[i], self.stream)
+        return addresses if in_place else ()
+
+    def _launch(self, bucket: _Bucket, host_mask: tuple, copy_out: bool, addresses: tuple = ()) -> None:
         if not self.cuda_graph:
             self._enqueue_body(bucket, host_mask, copy_out)
             return
-        gkey = (bucket.key, host_mask, copy_out)
+        gkey = (bucket.key, host_mask, copy_out, addresses)
         graph = self._graphs.get(gkey)
         if graph is not None:
             graph.launch(self.stream)
@@ -404,6 +428,7 @@ class TrtRunner:
         self._enqueue_body(bucket, host_mask, copy_out)
         if not self._graphs.failed(gkey):
             self.cuda.stream_synchronize(self.stream)
+            self._address_graphs += bool(addresses)
             self._graphs.capture(gkey, self.cuda, self.stream, lambda: self._enqueue_body(bucket, host_mask, copy_out))
 
     def _enqueue_body(self, bucket: _Bucket, host_mask: tuple, copy_out: bool) -> None:
