@@ -234,7 +234,7 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
 
 
 def measure_all(run: Run, engines: dict, raw: dict) -> None:
-    """Throughput of each trtkit engine and its raw twin, interleaved, best of three rounds."""
+    """Throughput of each trtkit engine and its raw twin, interleaved per batch size, best of three rounds."""
     trtkit_ips = {k: {} for k in engines}
     raw_ips = {k: {} for k in raw}
     for key in ("fp32", "fp16", "int8_calibrator", "int8_qdq"):
@@ -242,7 +242,7 @@ def measure_all(run: Run, engines: dict, raw: dict) -> None:
             for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
                 if key not in table:
                     continue
-                value = run.guard(f"throughput/{side}/{key}/{batch}", lambda: best_of(table[key], batch), cost=5)
+                value = run.guard(f"throughput/{side}/{key}/{batch}", lambda: throughput(table[key], batch), cost=5)
                 store[key][str(batch)] = value
             log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(key, {}).get(str(batch))} "
                 f"raw {raw_ips.get(key, {}).get(str(batch))} img/s")
@@ -324,8 +324,9 @@ def _ok(result):
     return result[1] if len(result) == 2 else result[1:]
 
 
-def throughput(engine_bytes: bytes, batch: int, seconds: float = 0.6) -> float:
-    """Images per second: one CUDA graph of ``execute_async_v3`` on device buffers, replayed, timed with events."""
+def throughput(engine_bytes: bytes, batch: int, *, rounds: int = 3, seconds: float = 0.5) -> float:
+    """Images per second, best of ``rounds``: one CUDA graph of ``execute_async_v3`` on device buffers, replayed back
+    to back and timed with CUDA events."""
     from trtkit._lazy import cudart
 
     rt = cudart()
@@ -333,30 +334,40 @@ def throughput(engine_bytes: bytes, batch: int, seconds: float = 0.6) -> float:
     engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
     context = engine.create_execution_context()
     context.set_input_shape("images", (batch, 3, 224, 224))
-    buffers = []
+    buffers, handles = [], {}
     try:
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
-            shape = context.get_tensor_shape(name)
-            size = int(np.prod(shape)) * np.dtype(trt.nptype(engine.get_tensor_dtype(name))).itemsize
+            size = int(np.prod(context.get_tensor_shape(name))) * np.dtype(
+                trt.nptype(engine.get_tensor_dtype(name))).itemsize
             buffers.append(_ok(rt.cudaMalloc(max(size, 1))))
             context.set_tensor_address(name, int(buffers[-1]))
-        stream = _ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+        stream = handles["stream"] = _ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
         if not context.execute_async_v3(int(stream)):
             raise RuntimeError("execute_async_v3 failed")
         _ok(rt.cudaStreamSynchronize(stream))
         _ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
         context.execute_async_v3(int(stream))
-        graph = _ok(rt.cudaStreamEndCapture(stream))
-        exe = _ok(rt.cudaGraphInstantiate(graph, 0))
-        start, end = _ok(rt.cudaEventCreate()), _ok(rt.cudaEventCreate())
+        graph = handles["graph"] = _ok(rt.cudaStreamEndCapture(stream))
+        exe = handles["exe"] = _ok(rt.cudaGraphInstantiate(graph, 0))
+        start = handles["start"] = _ok(rt.cudaEventCreate())
+        end = handles["end"] = _ok(rt.cudaEventCreate())
         per_launch = _timed(rt, exe, stream, start, end, 20) / 20
         launches = max(20, int(seconds * 1000 / max(per_launch, 1e-3)))
-        ms = _timed(rt, exe, stream, start, end, launches)
-        return round(batch * launches / (ms / 1000.0), 1)
+        best_ms = min(_timed(rt, exe, stream, start, end, launches) for _ in range(rounds))
+        return round(batch * launches / (best_ms / 1000.0), 1)
     finally:
-        for ptr in buffers:
-            rt.cudaFree(ptr)
+        _release(rt, handles, buffers)
+        del context, engine
+
+
+def _release(rt, handles: dict, buffers: list) -> None:
+    for key, call in (("exe", rt.cudaGraphExecDestroy), ("graph", rt.cudaGraphDestroy), ("start", rt.cudaEventDestroy),
+                      ("end", rt.cudaEventDestroy), ("stream", rt.cudaStreamDestroy)):
+        if key in handles:
+            call(handles[key])
+    for ptr in buffers:
+        rt.cudaFree(ptr)
 
 
 def _timed(rt, exe, stream, start, end, launches: int) -> float:
@@ -366,10 +377,6 @@ def _timed(rt, exe, stream, start, end, launches: int) -> float:
     _ok(rt.cudaEventRecord(end, stream))
     _ok(rt.cudaEventSynchronize(end))
     return float(_ok(rt.cudaEventElapsedTime(start, end)))
-
-
-def best_of(engine_bytes: bytes, batch: int, rounds: int = 3) -> float:
-    return max(throughput(engine_bytes, batch) for _ in range(rounds))
 
 
 # --- main ----------------------------------------------------------------------------------------------------------
