@@ -228,3 +228,19 @@ def test_corrupt_engine_bytes_are_a_clear_error():
 
     with pytest.raises(EngineError, match="could not be deserialized"):
         load_engine(b"not an engine at all" * 10)
+
+
+def test_pool_and_pinned_inputs_equal_sync(engine_bytes):
+    from trtkit.runtime import RunnerPool, TrtRunner
+
+    xs = [inputs(1 + i % 4, 60 + i) for i in range(10)]
+    with TrtRunner(engine_bytes) as sync:
+        expected = [sync.infer({"x": x})["y"] for x in xs]
+    with RunnerPool(engine_bytes, size=3, cuda_graph=True) as pool:
+        for out, want in zip(pool.map({"x": x} for x in xs), expected):
+            assert np.array_equal(out["y"], want)
+    with TrtRunner(engine_bytes, cuda_graph=True, copy_outputs=False) as runner:
+        for x, want in zip(xs, expected):
+            feed = runner.host_inputs({"x": x.shape})
+            feed["x"][...] = x
+            assert np.array_equal(runner.infer(feed)["y"], want)
