@@ -9,21 +9,15 @@ import json
 
 import pytest
 
-from tests import models
-from tests.conftest import GPU_TACTIC_SOURCES
+from tests.gpu.test_runtime_gpu import engine_bytes  # noqa: F401 - the session's tiny conv engine (a fixture)
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def engine_path(tmp_path_factory):
-    from trtkit.build.builder import build_serialized
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
-
-    config = BuildConfig(profiles=[parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")], tactic_sources=GPU_TACTIC_SOURCES)
+def engine_path(engine_bytes, tmp_path_factory):  # noqa: F811
     path = tmp_path_factory.mktemp("bench") / "tiny.engine"
-    path.write_bytes(build_serialized(models.tiny_conv(), config).engine)
+    path.write_bytes(engine_bytes)
     return path
 
 

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.gpu
 PROFILE = "x:1x3x8x8,2x3x8x8,4x3x8x8"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine_bytes():
+    """The tiny conv net, built once per session (test_bench_gpu.py uses it too)."""
     from trtkit.build.builder import build_serialized
     from trtkit.build.config import BuildConfig
     from trtkit.build.profiles import parse_shapes
