@@ -403,6 +403,7 @@ def main(argv=None) -> int:
     ap.add_argument("--opt-level", type=int, default=None, help="builder optimization level for every build")
     ap.add_argument("--calib-images", type=int, default=512, help="ResNet-50 calibration images (synthetic)")
     ap.add_argument("--budget", type=float, default=530.0, help="seconds; later parts are skipped past it")
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"), help="also write the JSON here")
     args = ap.parse_args(argv)
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "precision-cache"
@@ -415,23 +416,23 @@ def main(argv=None) -> int:
                               "throughput": "CUDA graph of execute_async_v3 on device buffers, best of 3 rounds"}
     environment(run)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    targets = (out, Path(args.results))
     if "digits" in parts:
         digits(run, cache, args.opt_level)
-        write(run, out)
+        write(run, targets)
     if "resnet50" in parts:
         resnet(run, cache, args.opt_level, args.calib_images)
     run.result["total_seconds"] = round(time.perf_counter() - STARTED, 1)
-    write(run, out)
+    write(run, targets)
     return 0
 
 
-def write(run: Run, out: Path) -> None:
+def write(run: Run, folders) -> None:
     text = json.dumps(run.result, indent=2, sort_keys=True) + "\n"
-    (out / "precision-h200.json").write_text(text)
-    results = ROOT / "benchmarks" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "precision-h200.json").write_text(text)
-    log(f"wrote {out / 'precision-h200.json'}")
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "precision-h200.json").write_text(text)
+        log(f"wrote {folder / 'precision-h200.json'}")
 
 
 if __name__ == "__main__":
