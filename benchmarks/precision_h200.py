@@ -188,53 +188,64 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
     if model is None:
         return
     source = IterableSource(RandomImages(calib_images), identity=f"random-normal-{calib_images}")
-    calib_cache, qdq_cache, qdq_model = (cache / "resnet50.calib", cache / "resnet50.qdq.calib",
-                                         cache / "resnet50.qdq.onnx")
-    for stale in (calib_cache, qdq_cache, Path(f"{calib_cache}.trtkit.json"), Path(f"{qdq_cache}.trtkit.json")):
-        stale.unlink(missing_ok=True)
-    engines, raw, calib_s, shares, notes = {}, {}, {}, {}, {}
+    paths = {"calib": cache / "resnet50.calib", "qdq_calib": cache / "resnet50.qdq.calib",
+             "qdq_model": cache / "resnet50.qdq.onnx"}
+    for key in ("calib", "qdq_calib"):
+        for stale in (paths[key], Path(f"{paths[key]}.trtkit.json")):
+            stale.unlink(missing_ok=True)  # measure a real calibration every time
+    calib = CalibrationSettings(source=source, cache_path=str(paths["calib"]), algorithm="entropy")
+    qdq = CalibrationSettings(source=source, cache_path=str(paths["qdq_calib"]), algorithm="entropy")
+    builds = ResnetBuilds(run, model, cache, opt_level)
+    builds.both("fp32", (), {})
+    builds.both("fp16", ("FP16",), {"precision": "fp16", "fp16_mode": "flag"})
+    first = builds.trtkit("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib)
+    builds.raw_twin("int8_calibrator", model, ("INT8", "FP16"), calib_cache=paths["calib"])
+    builds.trtkit("int8_qdq", precision="int8", int8_mode="qdq", calibration=qdq, save_qdq_onnx=str(paths["qdq_model"]))
+    builds.raw_twin("int8_qdq", paths["qdq_model"], ("INT8", "FP16"))
+    run.result["resnet50_precision_share"] = builds.shares
+    run.result["notes"]["resnet50"] = builds.notes
+    measure_all(run, builds.engines, builds.raw)
+    cached = builds.trtkit("int8_calibrator_cached", precision="int8", int8_mode="calibrator", calibration=calib)
+    run.result["calibration_seconds"] = {
+        "first": round(first, 2) if first else None, "cached": round(cached, 2) if cached else None,
+        "what": "seconds of the whole ResNet-50 INT8 calibrator build: calibrating, then reading the cache",
+        "calib_images": calib_images, "qdq_first": run.result["timings_s"].get("resnet50/trtkit/int8_qdq")}
 
-    def build(key, **options):
+
+class ResnetBuilds:
+    """trtkit builds and their raw-API twins, each guarded; engines kept for the throughput measurements."""
+
+    def __init__(self, run: Run, model: Path, cache: Path, opt_level):
+        self.run, self.model, self.cache, self.opt_level = run, model, cache, opt_level
+        self.engines, self.raw, self.shares, self.notes = {}, {}, {}, {}
+
+    def trtkit(self, key: str, **options):
+        return self.run.guard(f"resnet50/trtkit/{key}", lambda: self._trtkit(key, options), cost=60)
+
+    def _trtkit(self, key: str, options: dict) -> float:
         t0 = time.perf_counter()
-        result = trtkit_build(model, trtkit_config(RESNET_PROFILE, cache, opt_level, **options), cache)
-        engines[key] = result.engine
-        shares[key] = result.precision_report["flops_share"] if result.precision_report else None
-        notes[key] = notes_of(result)
-        log(f"resnet50 {key}: built in {time.perf_counter() - t0:.1f} s  {shares[key]}")
+        result = trtkit_build(self.model, trtkit_config(RESNET_PROFILE, self.cache, self.opt_level, **options),
+                              self.cache)
+        self.engines[key] = result.engine
+        self.shares[key] = result.precision_report["flops_share"] if result.precision_report else None
+        self.notes[key] = notes_of(result)
+        log(f"resnet50 {key}: built in {time.perf_counter() - t0:.1f} s  {self.shares[key]}")
         return time.perf_counter() - t0
 
-    run.guard("resnet50/trtkit/fp32", lambda: build("fp32"), cost=60)
-    run.guard("resnet50/raw/fp32", lambda: raw.__setitem__("fp32", raw_build(model, cache, opt_level, ())), cost=30)
-    run.guard("resnet50/trtkit/fp16", lambda: build("fp16", precision="fp16", fp16_mode="flag"), cost=60)
-    run.guard("resnet50/raw/fp16", lambda: raw.__setitem__("fp16", raw_build(model, cache, opt_level, ("FP16",))),
-              cost=30)
-    calib = CalibrationSettings(source=source, cache_path=str(calib_cache), algorithm="entropy")
-    first = run.guard("resnet50/trtkit/int8_calibrator",
-                      lambda: build("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib),
-                      cost=120)
-    raw_int8 = ("INT8", "FP16")
-    run.guard("resnet50/raw/int8_calibrator", lambda: raw.__setitem__(
-        "int8_calibrator", raw_build(model, cache, opt_level, raw_int8, calib_cache=calib_cache)), cost=40)
-    qdq = CalibrationSettings(source=source, cache_path=str(qdq_cache), algorithm="entropy")
-    run.guard("resnet50/trtkit/int8_qdq", lambda: build("int8_qdq", precision="int8", int8_mode="qdq",
-                                                        calibration=qdq, save_qdq_onnx=str(qdq_model)), cost=120)
-    run.guard("resnet50/raw/int8_qdq", lambda: raw.__setitem__(
-        "int8_qdq", raw_build(qdq_model, cache, opt_level, raw_int8)), cost=40)
-    cached = run.guard("resnet50/trtkit/int8_calibrator_cached",
-                       lambda: build("int8_calibrator_cached", precision="int8", int8_mode="calibrator",
-                                     calibration=calib), cost=60)
-    calib_s = {"first": round(first, 2) if first else None, "cached": round(cached, 2) if cached else None,
-               "what": "seconds of the whole INT8 calibrator build: calibrating, then reading the cache",
-               "qdq_first": run.result["timings_s"].get("resnet50/trtkit/int8_qdq")}
-    engines.pop("int8_calibrator_cached", None)
-    run.result["calibration_seconds"] = calib_s
-    run.result["resnet50_precision_share"] = shares
-    run.result["notes"]["resnet50"] = notes
-    measure_all(run, engines, raw)
+    def raw_twin(self, key: str, model: Path, flags: tuple, calib_cache: Path | None = None) -> None:
+        def build():
+            self.raw[key] = raw_build(model, self.cache, self.opt_level, flags, calib_cache=calib_cache)
+
+        self.run.guard(f"resnet50/raw/{key}", build, cost=30)
+
+    def both(self, key: str, flags: tuple, options: dict) -> None:
+        self.trtkit(key, **options)
+        self.raw_twin(key, self.model, flags)
 
 
 def measure_all(run: Run, engines: dict, raw: dict) -> None:
     """Throughput of each trtkit engine and its raw twin, interleaved per batch size, best of three rounds."""
+    engines = {k: v for k, v in engines.items() if k != "int8_calibrator_cached"}
     trtkit_ips = {k: {} for k in engines}
     raw_ips = {k: {} for k in raw}
     for key in ("fp32", "fp16", "int8_calibrator", "int8_qdq"):
@@ -324,7 +335,7 @@ def _ok(result):
     return result[1] if len(result) == 2 else result[1:]
 
 
-def throughput(engine_bytes: bytes, batch: int, *, rounds: int = 3, seconds: float = 0.5) -> float:
+def throughput(engine_bytes: bytes, batch: int, *, rounds: int = 3, seconds: float = 0.3) -> float:
     """Images per second, best of ``rounds``: one CUDA graph of ``execute_async_v3`` on device buffers, replayed back
     to back and timed with CUDA events."""
     from trtkit._lazy import cudart

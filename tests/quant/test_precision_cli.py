@@ -42,7 +42,7 @@ def test_int8_qdq_from_a_folder_writes_cache_and_model(tmp_path, capsys, fake_gp
     assert code == 0, err
     plan = manifest["build"]["precision_plan"]
     assert plan["flags"] == ["INT8", "FP16"]
-    assert "explicit Q/DQ made by trtkit from 64 samples (percentile)" in plan["notes"][0]
+    assert "explicit Q/DQ made by trtkit from 64 samples (percentile, " in plan["notes"][0]
     assert cache.read_text().startswith("TRT-8600-EntropyCalibration2\n")
     provenance = json.loads(Path(f"{cache}.trtkit.json").read_text())
     assert provenance["algorithm"] == "percentile" and provenance["percentile"] == 99.99
@@ -89,7 +89,7 @@ def test_int8_from_an_image_folder_with_preprocessing(tmp_path, capsys, fake_gpu
                                     "--calib-cache", str(cache), "--calib-batch", "8",
                                     "--calib-preprocess", "resize=letterbox,scale=0.0039216")
     assert code == 0, err
-    assert "from 40 samples (entropy)" in manifest["build"]["precision_plan"]["notes"][0]
+    assert "from 40 samples (entropy, " in manifest["build"]["precision_plan"]["notes"][0]
     provenance = json.loads(Path(f"{cache}.trtkit.json").read_text())
     assert provenance["preprocess"]["color"] == "GRAY" and provenance["preprocess"]["size"] == [8, 8]
     assert provenance["preprocess"]["resize"] == "letterbox" and provenance["batch_size"] == 8

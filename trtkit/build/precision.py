@@ -220,7 +220,8 @@ def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
     from trtkit.quant.explicit import make_qdq_model
 
     result = make_qdq_model(trt, model.proto, session, config)
-    source = "calibration cache" if result.from_cache else f"{result.samples} samples ({session.algorithm})"
+    source = ("calibration cache" if result.from_cache
+              else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT)")
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
     qdq = result.model
     if config.strongly_typed or not caps.int8_flag:
