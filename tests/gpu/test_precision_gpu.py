@@ -142,3 +142,22 @@ def test_bf16_says_where_it_exists(work):
     with pytest.raises(UnsupportedError, match="--bf16 needs BuilderFlag.BF16 or strongly typed networks"):
         build_serialized(str(MODEL), config(work, precision="bf16"))
 
+
+
+@pytest.mark.parametrize("mode", ["calibrator", "qdq"])
+def test_cli_int8_in_the_isolated_child_then_run(tmp_path, work, holdout, fp32, calib_dir, mode):
+    """`trtkit build --int8` as a user runs it: the build (and the Q/DQ path's calibration in TensorRT) happens in
+    the isolated child process; the engine file then runs here."""
+    import json
+
+    from trtkit.cli.main import main
+
+    engine, cache = tmp_path / f"digits.{mode}.engine", tmp_path / f"digits.{mode}.calib"
+    argv = ["build", str(MODEL), "-o", str(engine), "--shapes", PROFILE, "--int8", "--int8-mode", mode,
+            "--calib", str(calib_dir), "--calib-cache", str(cache), "--tactic-sources", ",".join(GPU_TACTIC_SOURCES),
+            "--timing-cache", str(work / "digits.timing"), "--json", str(tmp_path / "m.json")]
+    assert main(argv) == 0
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert manifest["precision_report"]["layers_by_precision"].get("INT8", 0) >= 1
+    assert cache.read_text().startswith("TRT-8")
+    assert top1(engine.read_bytes(), *holdout) >= fp32[1] - 0.02
