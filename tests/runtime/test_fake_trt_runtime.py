@@ -21,7 +21,7 @@ def test_device_memory_and_context_creation_per_version(fake_trt_any):
     engine = engine_for(fake_trt_any)
     major = int(fake_trt_any.__version__.split(".")[0])
     assert hasattr(engine, "device_memory_size") == (major < 11)
-    assert hasattr(engine, "device_memory_size_v2") == (major >= 10)
+    assert hasattr(engine, "device_memory_size_v2") == (major >= 10)  # from 10.1 (see the 10.0 test below)
     assert hasattr(engine, "create_execution_context_without_device_memory") == (major < 11)
     assert hasattr(fake_trt_any, "ExecutionContextAllocationStrategy") == (major >= 10)
     assert compat.device_memory_size(engine) > 0
@@ -78,3 +78,10 @@ def test_truncated_engines_are_refused(fake_trt, data):
 
     with pytest.raises(EngineError, match="could not be deserialized"):
         load_engine(data + b"x", trt=fake_trt)
+
+
+def test_device_memory_v2_arrives_in_10_1():
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    assert not hasattr(engine_for(make_fake_trt("10.0.1")), "device_memory_size_v2")
+    assert hasattr(engine_for(make_fake_trt("10.1.0")), "device_memory_size_v2")

@@ -7,8 +7,8 @@ bound addresses. Like TensorRT it captures the addresses and shapes when enqueue
 checks that every shape and address was set, and refuses shapes outside the active profile.
 
 Per version, as in the real bindings: 8.6 has ``device_memory_size`` and contexts that cannot share a profile of an
-engine with dynamic shapes (unless built with ``PROFILE_SHARING_0806``); 10.x adds ``device_memory_size_v2`` and
-``ExecutionContextAllocationStrategy``; 11.x drops ``device_memory_size`` and
+engine with dynamic shapes (unless built with ``PROFILE_SHARING_0806``); 10.x adds
+``ExecutionContextAllocationStrategy`` (and ``device_memory_size_v2`` from 10.1); 11.x drops ``device_memory_size`` and
 ``create_execution_context_without_device_memory``.
 """
 
@@ -75,7 +75,7 @@ def make_runtime_classes(trt) -> dict:
     """Runtime-side classes bound to the fake module ``trt`` (its version decides which methods exist)."""
     major = int(trt.__version__.split(".")[0])
     classes = {"Runtime": _runtime_class(trt), "ICudaEngine": _engine_class(trt, major),
-               "IExecutionContext": _FakeContext, "IEngineInspector": _FakeInspector}
+               "IExecutionContext": _FakeContext, "EngineInspector": _FakeInspector}
     if major >= 10:
         classes["ExecutionContextAllocationStrategy"] = enum.IntEnum(
             "ExecutionContextAllocationStrategy", {"STATIC": 0, "ON_PROFILE_CHANGE": 1, "USER_MANAGED": 2})
@@ -169,7 +169,7 @@ class _EngineBase:
         return False
 
     @property
-    def has_dynamic_shapes(self) -> bool:
+    def _has_dynamic_shapes(self) -> bool:
         return any(-1 in spec["shape"] for spec in self.header["io"] if spec["mode"] == "INPUT")
 
     # --- contexts, serialization, inspection ----------------------------------------------------------------------
@@ -193,7 +193,7 @@ class _EngineBase:
 
         return onnx.load_from_string(self.onnx_bytes)
 
-    def evaluate(self, feeds: dict) -> dict:
+    def _evaluate(self, feeds: dict) -> dict:
         from onnx.reference import ReferenceEvaluator
 
         if self._evaluator is None:
@@ -204,12 +204,16 @@ class _EngineBase:
         return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False)
                 for n, r in zip(self._output_names, results)}
 
-    def output_shapes(self, input_shapes: dict) -> dict:
+    def _output_shapes(self, input_shapes: dict) -> dict:
         key = tuple(sorted((n, tuple(s)) for n, s in input_shapes.items()))
         if key not in self._shape_cache:
             feeds = {n: np.zeros(s, dtype=self.io[n]["dtype"]) for n, s in input_shapes.items()}
-            self._shape_cache[key] = {n: a.shape for n, a in self.evaluate(feeds).items()}
+            self._shape_cache[key] = {n: a.shape for n, a in self._evaluate(feeds).items()}
         return self._shape_cache[key]
+
+
+def _version(trt) -> tuple:
+    return tuple(int(p) for p in trt.__version__.split(".")[:2])
 
 
 def _engine_class(trt, major: int):
@@ -223,8 +227,9 @@ def _engine_class(trt, major: int):
             return context
 
         attrs["create_execution_context_without_device_memory"] = create_execution_context_without_device_memory
-    if major >= 10:
+    if _version(trt) >= (10, 1):
         attrs["device_memory_size_v2"] = property(lambda self: FAKE_DEVICE_MEMORY)
+    if major >= 10:
 
         def create_execution_context(self, strategy=None):
             return self._new_context()
@@ -232,7 +237,7 @@ def _engine_class(trt, major: int):
         def create_execution_context(self):
             return self._new_context()
     attrs["create_execution_context"] = create_execution_context
-    attrs["profile_sharing"] = property(
+    attrs["_profile_sharing"] = property(
         lambda self: major >= 10 or "PROFILE_SHARING_0806" in self.header.get("build_flags", ()))
     return type("ICudaEngine", (_EngineBase,), attrs)
 
@@ -248,7 +253,7 @@ class _FakeContext:
         self.needs_device_memory = False
         self.device_memory = None
         others = [c for c in engine.live_contexts if c.active_optimization_profile == 0]
-        self.active_optimization_profile = 0 if (engine.profile_sharing or not engine.has_dynamic_shapes
+        self.active_optimization_profile = 0 if (engine._profile_sharing or not engine._has_dynamic_shapes
                                                  or not others) else -1
 
     def _log_error(self, msg: str) -> None:
@@ -260,7 +265,7 @@ class _FakeContext:
             return False
         taken = [c for c in self.engine.live_contexts
                  if c is not self and c.active_optimization_profile == profile_index]
-        if taken and self.engine.has_dynamic_shapes and not self.engine.profile_sharing:
+        if taken and self.engine._has_dynamic_shapes and not self.engine._profile_sharing:
             self._log_error(f"Profile {profile_index} has been chosen by another IExecutionContext.")
             return False
         self.active_optimization_profile = profile_index
@@ -296,7 +301,7 @@ class _FakeContext:
         if spec["mode"] == "INPUT":
             return self.shapes.get(name, tuple(spec["shape"]))
         inputs = self._input_shapes()
-        return tuple(spec["shape"]) if inputs is None else tuple(self.engine.output_shapes(inputs)[name])
+        return tuple(spec["shape"]) if inputs is None else tuple(self.engine._output_shapes(inputs)[name])
 
     def set_tensor_address(self, name: str, ptr: int) -> bool:
         self.calls["set_tensor_address"] += 1
@@ -326,7 +331,7 @@ class _FakeContext:
         cuda = owner_of_stream(stream_handle)
         if self.engine.fail_enqueue_in_capture and cuda.is_capturing(stream_handle):
             return False
-        outputs = self.engine.output_shapes(inputs)
+        outputs = self.engine._output_shapes(inputs)
         addresses = dict(self.addresses)
         sizes = {n: int(np.prod(s)) * np.dtype(self.engine.io[n]["dtype"]).itemsize
                  for n, s in {**inputs, **outputs}.items()}
@@ -341,7 +346,7 @@ class _FakeContext:
 
         io = self.engine.io
         feeds = {n: view_of(addresses[n], s, io[n]["dtype"]).copy() for n, s in inputs.items()}
-        for name, value in self.engine.evaluate(feeds).items():
+        for name, value in self.engine._evaluate(feeds).items():
             view_of(addresses[name], outputs[name], io[name]["dtype"])[...] = value
 
     def __del__(self):
