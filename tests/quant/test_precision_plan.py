@@ -59,6 +59,9 @@ def test_fp16_modes_missing_in_a_version_say_where_they_exist():
     with pytest.raises(UnsupportedError, match="--bf16 needs BuilderFlag.BF16 or strongly typed networks; TensorRT "
                                                "8.6.0 has neither.* use TensorRT 10 or later"):
         resolve_half_mode(capabilities(make_fake_trt("8.6.0")), "bf16", "auto")
+    with pytest.raises(UnsupportedError, match="needs BuilderFlag.BF16, which TensorRT 8.6.0 does not have; it exists "
+                                               "in TensorRT 9.0 to 10.x. Use TensorRT 10 or later."):
+        resolve_half_mode(capabilities(make_fake_trt("8.6.0")), "bf16", "flag")
 
 
 def test_fp16_plans_flag_and_cast():

@@ -102,9 +102,11 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
         mode = "flag" if has_flag else "cast"
     if mode == "flag" and not has_flag:
         where = "TensorRT 8.6 to 10.x" if flag == "FP16" else "TensorRT 9.0 to 10.x"
+        instead = (f"Use --fp16-mode cast (a strongly typed {flag} model)" if caps.strongly_typed
+                   else "Use TensorRT 10 or later")
         raise UnsupportedError(
             f"--{precision} with --fp16-mode flag needs BuilderFlag.{flag}, which TensorRT {_version(caps)} does not "
-            f"have; it exists in {where}. Use --fp16-mode cast (a strongly typed {flag} model)."
+            f"have; it exists in {where}. {instead}."
         )
     if mode == "cast" and not caps.strongly_typed:
         if has_flag:
