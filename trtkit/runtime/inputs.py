@@ -60,7 +60,7 @@ def _raise_name_error(feed, specs, index) -> None:
 
 def check_input(spec, value, profile: int) -> tuple:
     """``(array, None)`` for host data, ``(None, DeviceInput)`` for device data; raises on dtype or shape."""
-    dev = device_input(spec.name, value)
+    dev = None if type(value) is np.ndarray else device_input(spec.name, value)  # the common case first
     if dev is not None:
         array, shape, dtype = None, dev.shape, dev.dtype
     else:
