@@ -154,6 +154,17 @@ def digits(run: Run, cache: Path, opt_level) -> None:
     run.result["digits_top1"] = accuracy
     run.result["digits_precision_share"] = shares
     run.result["notes"]["digits"] = notes
+    run.guard("digits/entropy_vs_tensorrt", lambda: compare_caches(run, cache))
+
+
+def compare_caches(run: Run, cache: Path) -> None:
+    """trtkit's entropy amax (Q/DQ path) against TensorRT's EntropyCalibrator2 on the same data, per shared tensor."""
+    from calibrators.cache import parse_cache
+
+    ours = parse_cache((cache / "digits.int8_qdq.calib").read_bytes()).amaxes()
+    theirs = parse_cache((cache / "digits.int8_calibrator_entropy.calib").read_bytes()).amaxes()
+    run.result["digits_entropy_amax_trtkit_over_tensorrt"] = {
+        name: round(ours[name] / theirs[name], 4) for name in sorted(ours) if theirs.get(name)}
 
 
 # --- ResNet-50 -----------------------------------------------------------------------------------------------------
