@@ -465,3 +465,14 @@ def test_graphs_use_device_inputs_in_place_up_to_a_limit(env, monkeypatch):
         np.testing.assert_allclose(r.infer({"x": arrays[0]})["y"].to_host(), reference(xs[0]), rtol=1e-6)
     for dx in arrays:
         dx.free()
+
+
+def test_close_frees_everything_even_when_the_stream_fails(env, monkeypatch):
+    r = runner(env).activate()
+    r.infer({"x": rand(1)})
+    monkeypatch.setattr(env.rt, "cudaStreamSynchronize", lambda stream: (env.rt.cudaError_t.cudaErrorIllegalAddress,))
+    with pytest.raises(CudaError, match="cudaStreamSynchronize failed with cudaErrorIllegalAddress"):
+        r.close()
+    monkeypatch.undo()
+    assert not r.active
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}

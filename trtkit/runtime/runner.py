@@ -165,11 +165,13 @@ class TrtRunner:
     def close(self) -> None:
         """Wait for pending work, then free the context, stream, buffers and graphs (idempotent)."""
         with self._lock:
-            if self.active:
-                self._complete_pending()  # its handle keeps its outputs
-                self.cuda.stream_synchronize(self.stream)
-            self.active = False
-            self._release()
+            try:
+                if self.active:
+                    self._complete_pending()  # its handle keeps its outputs
+                    self.cuda.stream_synchronize(self.stream)
+            finally:
+                self.active = False
+                self._release()
 
     def __del__(self):
         if getattr(self, "active", False):
