@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 SCHEMA_VERSION = 1
-_ROWS = (("latency", "latency (GPU, H2D+compute+D2H)"), ("compute", "GPU compute"), ("h2d", "H2D copy"),
-         ("d2h", "D2H copy"), ("enqueue", "enqueue (host)"), ("e2e", "end-to-end TrtRunner.infer"))
+_ROWS = (("latency", "latency (GPU)"), ("compute", "GPU compute"), ("h2d", "H2D copy"), ("d2h", "D2H copy"),
+         ("enqueue", "enqueue (host)"), ("e2e", "infer() call"))
 _JSON_KEYS = {"latency": "latency_ms", "compute": "gpu_compute_ms", "h2d": "h2d_ms", "d2h": "d2h_ms",
               "enqueue": "enqueue_ms", "e2e": "e2e_ms"}
 _COLUMNS = ("min", "mean", "median", "p90", "p95", "p99", "max")
@@ -33,16 +33,17 @@ def to_json(result, *, engine: str | None = None) -> dict:
 
 def render(result, console, *, title: str = "trtkit bench") -> None:
     """Print the summary table, throughput and warnings on a rich ``console``."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
-    table.add_column("time (ms)")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("time (ms)", no_wrap=True)
     for col in _COLUMNS:
         table.add_column(col, justify="right")
     for key, label in _ROWS:
         summary = getattr(result, key)
         if summary is not None:
-            table.add_row(label, *(f"{getattr(summary, c):.4f}" for c in _COLUMNS))
+            table.add_row(label, *(_ms(getattr(summary, c)) for c in _COLUMNS))
     console.print(table)
     shapes = ", ".join(f"{n} {tuple(s)}" for n, s in result.shapes.items())
     console.print(f"throughput: {result.qps:,.1f} qps, {result.items_per_s:,.1f} items/s "
@@ -50,5 +51,12 @@ def render(result, console, *, title: str = "trtkit bench") -> None:
                   f"{result.settings.streams} stream(s), CUDA graph {'on' if result.settings.cuda_graph else 'off'})")
     console.print(f"shapes: {shapes}; coefficient of variation: GPU compute {result.compute.cov:.2%}, "
                   f"latency {result.latency.cov:.2%}")
+    console.print("latency: H2D + compute + D2H of one query on the GPU (CUDA events); infer() call: a whole "
+                  "TrtRunner.infer from Python, numpy in and out")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _ms(value: float) -> str:
+    """Milliseconds with 4 significant digits at most, so the table fits 80 columns."""
+    return f"{value:.3f}" if value < 100 else f"{value:.1f}"
