@@ -95,7 +95,8 @@ class TrtRunner:
         engine: an engine file path, engine bytes, or a loaded ``trt.ICudaEngine``.
         profile: the optimization profile this runner uses.
         cuda_graph: capture each input-shape bucket (copies included) into a CUDA graph and replay it.
-        device_outputs: return outputs as :class:`DeviceArray` (device memory) instead of numpy arrays.
+        device_outputs: return outputs as :class:`DeviceArray` views of the runner's device buffers (valid until
+            the next call; copy them, e.g. with CuPy or torch, to keep them) instead of numpy arrays.
         copy_outputs: return fresh numpy arrays (True) or views into the pinned buffers, overwritten by the next
             call (False).
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
