@@ -124,3 +124,12 @@ def test_run_npy_without_name_is_one_line(fake_gpu, engine_file, tmp_path, capsy
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
     code, _, err = run_cli(["run", str(engine_file), "-i", str(tmp_path / "x.npy")], capsys)
     assert code == 1 and "give the input name" in err
+
+
+@pytest.mark.parametrize("option,value,message", [("--streams", "0", "--streams must be at least 1, got 0"),
+                                                  ("--iterations", "0", "--iterations must be at least 1"),
+                                                  ("--duration-s", "0", "--duration-s must be positive"),
+                                                  ("--warmup-ms", "-1", "--warmup-ms cannot be negative")])
+def test_bench_refuses_settings_that_measure_nothing(engine_file, capsys, option, value, message):
+    code, _, err = run_cli(["bench", str(engine_file), option, value], capsys)
+    assert code == 1 and message in err and err.count("\n") == 1

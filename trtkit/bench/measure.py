@@ -83,8 +83,7 @@ def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=N
     from trtkit.runtime.runner import TrtRunner
 
     settings = settings or BenchSettings()
-    if settings.streams < 1:
-        raise InputError(f"--streams must be at least 1, got {settings.streams}")
+    check_settings(settings)
     source = _engine_source(engine)
     runners = []
     try:
@@ -96,6 +95,18 @@ def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=N
     finally:
         for runner in runners:
             runner.close()
+
+
+def check_settings(settings: BenchSettings) -> None:
+    """Raise :class:`InputError` for settings that cannot measure anything."""
+    if settings.streams < 1:
+        raise InputError(f"--streams must be at least 1, got {settings.streams}")
+    if settings.iterations is not None and settings.iterations < 1:
+        raise InputError(f"--iterations must be at least 1, got {settings.iterations}")
+    if settings.iterations is None and settings.duration_s <= 0:
+        raise InputError(f"--duration-s must be positive, got {settings.duration_s}")
+    if settings.warmup_ms < 0:
+        raise InputError(f"--warmup-ms cannot be negative, got {settings.warmup_ms}")
 
 
 def _engine_source(engine):

@@ -40,16 +40,15 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     from trtkit.bench import BenchSettings, benchmark
+    from trtkit.bench.measure import check_settings
     from trtkit.bench.report import render, to_json
     from trtkit.cli.render import write_json
-    from trtkit.errors import InputError
 
-    if args.streams < 1:
-        raise InputError(f"--streams must be at least 1, got {args.streams}")
-    engine = engine_for(args, console)
     settings = BenchSettings(shapes=bench_shapes(args.shapes), profile=args.use_profile, cuda_graph=args.cuda_graph,
                              data_transfers=args.data_transfers, streams=args.streams, warmup_ms=args.warmup_ms,
                              duration_s=args.duration_s, iterations=args.iterations, e2e=args.e2e)
+    check_settings(settings)  # before a possibly long build
+    engine = engine_for(args, console)
     result = benchmark(_engine_arg(engine, args), settings)
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
