@@ -245,3 +245,14 @@ def test_pool_and_pinned_inputs_equal_sync(engine_bytes):
             feed = runner.host_inputs({"x": x.shape})
             feed["x"][...] = x
             assert np.array_equal(runner.infer(feed)["y"], want)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_inputs_straight_from_pageable_memory_equal_pinned(engine_bytes, graph):
+    from trtkit.runtime import TrtRunner
+
+    xs = [inputs(b, 70 + b) for b in (1, 4, 2, 4)]
+    with TrtRunner(engine_bytes, cuda_graph=graph) as pinned, \
+            TrtRunner(engine_bytes, cuda_graph=graph, pinned_inputs=False) as direct:
+        for x in xs:
+            assert np.array_equal(direct.infer({"x": x})["y"], pinned.infer({"x": x})["y"])

@@ -476,3 +476,21 @@ def test_close_frees_everything_even_when_the_stream_fails(env, monkeypatch):
     monkeypatch.undo()
     assert not r.active
     assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_inputs_transferred_straight_from_pageable_memory(env, graph, monkeypatch):
+    from trtkit.runtime import runner as runner_module
+
+    copies = []
+    monkeypatch.setattr(runner_module, "copy_into", lambda dst, src: copies.append(src))
+    with runner(env, cuda_graph=graph, pinned_inputs=False) as r:
+        for batch, seed in [(2, 1), (2, 2), (4, 3), (2, 4)]:
+            x = np.asfortranarray(rand(batch, seed)) if seed == 4 else rand(batch, seed)
+            np.testing.assert_allclose(r.infer({"x": x})["y"], reference(np.ascontiguousarray(x)), rtol=1e-6)
+        x = rand(3, 5)
+        handle = r.infer_async({"x": x})
+        expected = reference(x.copy())
+        x[...] = 0  # CUDA staged the pageable data when the copy was enqueued
+        np.testing.assert_allclose(handle.wait()["y"], expected, rtol=1e-6)
+    assert copies == []

@@ -99,6 +99,9 @@ class TrtRunner:
             the next call; copy them, e.g. with CuPy or torch, to keep them) instead of numpy arrays.
         copy_outputs: return fresh numpy arrays (True) or views into the pinned buffers, overwritten by the next
             call (False).
+        pinned_inputs: copy numpy inputs into the runner's pinned buffers and transfer them from there, inside the
+            CUDA graph (True); or transfer them straight from the caller's (pageable) memory, where the driver
+            overlaps its staging copy with the transfer, the graph then holding the engine and output copies (False).
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
         check_manifest: compare an engine file's manifest with this machine before loading it.
         allow_mismatch: load even if the manifest names another TensorRT version or GPU.
@@ -107,13 +110,14 @@ class TrtRunner:
     """
 
     def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
-                 copy_outputs: bool = True, stream: int | None = None, check_manifest: bool = True,
-                 allow_mismatch: bool = False, trt=None, cuda=None):
+                 copy_outputs: bool = True, pinned_inputs: bool = True, stream: int | None = None,
+                 check_manifest: bool = True, allow_mismatch: bool = False, trt=None, cuda=None):
         self._source = engine
         self.profile = int(profile)
         self.cuda_graph = bool(cuda_graph)
         self.device_outputs = bool(device_outputs)
         self.copy_outputs = bool(copy_outputs)
+        self.pinned_inputs = bool(pinned_inputs)
         self._given_stream = stream
         self._check_manifest = check_manifest
         self._allow_mismatch = allow_mismatch
@@ -378,18 +382,31 @@ class TrtRunner:
         prepared = self._validate(feed)
         key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
         bucket = self._bucket(key)
-        host_mask = tuple(dev is None for _, dev in prepared)
+        host_mask = [dev is None for _, dev in prepared]
         devices = []
         for i, (array, dev) in enumerate(prepared):
-            if dev is None:
-                if array is not bucket.in_views[i]:  # a view from host_inputs() is already in place
-                    copy_into(bucket.in_views[i], array)
-            else:
+            if dev is not None:
                 self._wait_for_producer(dev)
                 devices.append((i, dev))
+            elif array is bucket.in_views[i]:  # a view from host_inputs(): already in place
+                pass
+            elif self.pinned_inputs:
+                copy_into(bucket.in_views[i], array)
+            else:
+                self._transfer_directly(i, array, bucket)
+                host_mask[i] = False
+        host_mask = tuple(host_mask)
         addresses = self._place_device_inputs(devices, bucket, host_mask) if devices else ()
         self._launch(bucket, host_mask, not self.device_outputs, addresses)
         return bucket
+
+    def _transfer_directly(self, i: int, array: np.ndarray, bucket: _Bucket) -> None:
+        """H2D from the caller's memory; CUDA stages pageable memory before returning, so ``array`` may change
+        afterwards."""
+        self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
+        if bucket.in_nbytes[i]:
+            source = np.ascontiguousarray(array)
+            self.cuda.memcpy_htod_async(self._dev_in[i].ptr, source.ctypes.data, bucket.in_nbytes[i], self.stream)
 
     def _wait_for_producer(self, dev) -> None:
         """Order our stream after the stream the device array was produced on (``__cuda_array_interface__`` v3)."""

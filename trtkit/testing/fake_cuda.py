@@ -249,7 +249,12 @@ class FakeCudart:
         host_side = [(ptr, dev) for ptr, dev in ((dst, dst_dev), (src, src_dev)) if not dev]
         if self.is_capturing(stream) and any(not self._pinned(ptr, count) for ptr, _ in host_side):
             raise _CudaFailure(cudaError_t.cudaErrorStreamCaptureUnsupported)  # pageable memory in a graph
-        self.enqueue(stream, lambda: ctypes.memmove(dst, src, count))
+        if not src_dev and not self._pinned(src, count):
+            # From pageable memory CUDA stages the data before returning: the caller may reuse its buffer at once.
+            staged = ctypes.create_string_buffer(ctypes.string_at(src, count), count)
+            self.enqueue(stream, lambda: ctypes.memmove(dst, staged, count))
+        else:
+            self.enqueue(stream, lambda: ctypes.memmove(dst, src, count))
         return (OK,)
 
     def _pinned(self, ptr, count) -> bool:
