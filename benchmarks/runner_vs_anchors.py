@@ -499,7 +499,7 @@ def main() -> int:
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "runner-h200.json"))
     ap.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[1, 8, 32])
     ap.add_argument("--opt-batch", type=int, default=32, help="the profile's opt batch (min 1, max 32)")
-    ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of measured calls per anchor and batch")
+    ap.add_argument("--budget-s", type=float, default=1.0, help="seconds of measured calls per anchor and batch")
     ap.add_argument("--leak-calls", type=int, default=100_000)
     ap.add_argument("--deadline-s", type=float, default=450, help="shorten the leak check to end by then")
     ap.add_argument("--torch-python", default="/opt/torch/.venv/bin/python3")
