@@ -128,7 +128,8 @@ class TrtRunner:
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self.engine = self.context = self.stream = None
+        self.context = None  # before the engine it was created from
+        self.engine = self.stream = None
         self._own_stream = False
         self._done_event = self._wait_event = None
         self._dev_in, self._dev_out, self._host_in, self._host_out = [], [], [], []
@@ -162,7 +163,10 @@ class TrtRunner:
         try:
             self._allocate()
         except BaseException:
-            self._release()
+            try:
+                self._release()
+            except Exception:  # noqa: BLE001 - the allocation error is the one to report
+                logger.debug("freeing a partly activated TrtRunner failed too", exc_info=True)
             raise
         self.active = True
         return self
