@@ -235,8 +235,8 @@ def raw_anchors(engine_bytes: bytes, x: np.ndarray, budget_s: float, errors: Err
     from trtkit.runtime.cuda import check
     from trtkit.runtime.engine import deserialize
 
-    engine = deserialize(engine_bytes, trt=trt)
-    ctx = engine.create_execution_context()
+    held = {"engine": deserialize(engine_bytes, trt=trt)}  # dropped in order at the end: context, then engine
+    ctx = held["ctx"] = held["engine"].create_execution_context()
     s = int(check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking)))
     ctx.set_input_shape(INPUT, x.shape)
     out_shape = tuple(ctx.get_tensor_shape(OUTPUT))
@@ -299,6 +299,9 @@ def raw_anchors(engine_bytes: bytes, x: np.ndarray, budget_s: float, errors: Err
         for ptr in (p_in, p_out):
             rt.cudaFreeHost(ptr)
         rt.cudaStreamDestroy(s)
+        ctx = None
+        held.pop("ctx")
+        held.pop("engine")
     return out
 
 
