@@ -58,6 +58,8 @@ def copy_into(dst: np.ndarray, src: np.ndarray, *, threads: int | None = None) -
 
 def copy_of(src: np.ndarray) -> np.ndarray:
     """A new array equal to ``src`` (threads for large ones, as :func:`copy_into`)."""
+    if src.nbytes < PARALLEL_COPY_BYTES or COPY_THREADS < 2:
+        return src.copy()
     out = np.empty(src.shape, src.dtype)
     copy_into(out, src)
     return out
