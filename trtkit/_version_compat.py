@@ -41,6 +41,22 @@ def version_string(trt) -> str:
     return str(getattr(trt, "__version__", "unknown"))
 
 
+def enum_name(value) -> str:
+    """The member name of a TensorRT enum value (``"FLOAT"``), whatever the binding's style.
+
+    Some 8.6 enums expose ``name`` as a property, others (the ONNX parser's ``ErrorCode``) as a method.
+    """
+    name = getattr(value, "name", None)
+    if callable(name):
+        try:
+            name = name()
+        except TypeError:
+            name = None
+    if not isinstance(name, str):
+        name = str(value)
+    return name.split(".")[-1]
+
+
 def _members(enum) -> set[str]:
     members = getattr(enum, "__members__", None)
     if members is not None:
@@ -237,7 +253,7 @@ def parser_errors(parser) -> list[ParserIssue]:
     issues = []
     for i in range(parser.num_errors):
         err = parser.get_error(i)
-        code = getattr(err.code(), "name", str(err.code())).split(".")[-1]
+        code = enum_name(err.code())
         node_name = err.node_name() if hasattr(err, "node_name") else ""
         node_op = err.node_operator() if hasattr(err, "node_operator") else ""
         issues.append(ParserIssue(code, err.desc(), int(err.node()), node_name or "", node_op or ""))
@@ -322,7 +338,7 @@ def inspector_layers(engine_info_json: str) -> list[InspectedLayer]:
 
     With ``ProfilingVerbosity.DETAILED`` each layer is an object; otherwise only names (strings) are available.
     """
-    data = json.loads(engine_info_json)
+    data = json.loads(engine_info_json, strict=False)  # TensorRT 8.6 leaves control characters in names
     layers = []
     for item in data.get("Layers", []):
         if isinstance(item, str):
@@ -344,7 +360,7 @@ def inspector_layers(engine_info_json: str) -> list[InspectedLayer]:
 
 def inspector_io_names(engine_info_json: str) -> list[str]:
     """I/O tensor names: ``"Bindings"`` (8.6, 10) or ``"I/O Tensors"`` objects (11)."""
-    data = json.loads(engine_info_json)
+    data = json.loads(engine_info_json, strict=False)  # TensorRT 8.6 leaves control characters in names
     if "I/O Tensors" in data:
         return [t["Name"] if isinstance(t, dict) else str(t) for t in data["I/O Tensors"]]
     return [str(b) for b in data.get("Bindings", [])]

@@ -44,6 +44,39 @@ def _dims(dims) -> list:
     return [d if isinstance(d, int) and d > 0 else (d or "?") for d in dims]
 
 
+def engine_information(trt, engine, *, profile: int = 0) -> str:
+    """The engine inspector's JSON.
+
+    For an engine with dynamic shapes TensorRT reports tensor formats (hence layer precisions) only when the inspector
+    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes.
+    """
+    inspector = engine.create_engine_inspector()
+    context = _context_at_opt_shapes(trt, engine, profile)
+    if context is not None:
+        inspector.execution_context = context
+    info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    del context  # only after the information is read
+    return info
+
+
+def _context_at_opt_shapes(trt, engine, profile: int):
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if compat.enum_name(engine.get_tensor_mode(n)) == "INPUT"]
+    dynamic = [n for n in inputs if -1 in tuple(engine.get_tensor_shape(n))]
+    if not dynamic:
+        return None
+    context = compat.create_execution_context(trt, engine)
+    if context is None:
+        return None
+    if profile and not context.set_optimization_profile_async(profile, 0):
+        return None
+    for name in dynamic:
+        _, opt, _ = engine.get_tensor_profile_shape(name, profile)
+        if not context.set_input_shape(name, tuple(opt)):
+            return None
+    return context
+
+
 def describe_engine(engine, trt) -> dict:
     """I/O tensors, profiles and per-layer precisions of a deserialized ``ICudaEngine``."""
     tensors = []
@@ -52,8 +85,8 @@ def describe_engine(engine, trt) -> dict:
         mode = engine.get_tensor_mode(name)
         tensors.append({
             "name": name,
-            "mode": getattr(mode, "name", str(mode)),
-            "dtype": getattr(engine.get_tensor_dtype(name), "name", str(engine.get_tensor_dtype(name))),
+            "mode": compat.enum_name(mode),
+            "dtype": compat.enum_name(engine.get_tensor_dtype(name)),
             "shape": list(engine.get_tensor_shape(name)),
         })
     profiles = []
@@ -66,8 +99,7 @@ def describe_engine(engine, trt) -> dict:
         profiles.append(shapes)
     layers = []
     if hasattr(engine, "create_engine_inspector"):
-        info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-        layers = compat.inspector_layers(info)
+        layers = compat.inspector_layers(engine_information(trt, engine))
     return {
         "kind": "engine",
         "io": tensors,

@@ -33,6 +33,8 @@ def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, 
         An ``ILogger`` instance. Its ``log`` never raises: an exception inside a logging callback would unwind
         through TensorRT's C++ code.
     """
+    from trtkit._version_compat import enum_name
+
     threshold = _SEVERITY_LEVELS[min_severity]
 
     class _TrtkitLogger(trt.ILogger):
@@ -42,7 +44,7 @@ def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, 
 
         def log(self, severity, msg):  # noqa: D401 - TensorRT callback
             try:
-                name = getattr(severity, "name", str(severity)).split(".")[-1]
+                name = enum_name(severity)
                 level = _SEVERITY_LEVELS.get(name, logging.INFO)
                 if level < threshold:
                     return

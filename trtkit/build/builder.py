@@ -205,8 +205,8 @@ def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision
     deserialized = runtime.deserialize_cuda_engine(engine)
     if deserialized is None:
         raise BuildError("TensorRT built an engine it cannot load back; rerun with --verbose for its log")
-    inspector = deserialized.create_engine_inspector()
-    info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-    report = precision_report.analyze(info, config.precision)
+    from trtkit.inspection import engine_information
+
+    report = precision_report.analyze(engine_information(trt, deserialized), config.precision)
     report.check(require=config.require_precision)
     return report.to_json()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit._version_compat import enum_name
 from trtkit.errors import EngineError, UnsupportedError
 
 logger = logging.getLogger("trtkit")
@@ -32,7 +33,7 @@ def numpy_dtype(trt_dtype) -> np.dtype:
     Raises:
         UnsupportedError: the type has no numpy equivalent (BF16, FP8, INT4).
     """
-    name = getattr(trt_dtype, "name", str(trt_dtype)).split(".")[-1]
+    name = enum_name(trt_dtype)
     if name not in _NUMPY_DTYPES:
         raise UnsupportedError(
             f"Tensors of TensorRT type {name} have no numpy equivalent; keep the engine's I/O in FP32/FP16/INT32 "

@@ -31,6 +31,9 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.fail_cuda_init = fail_cuda_init
+    # Test-only names: the surface tier's parity check skips them (everything else must exist in the real module).
+    trt.__fake_only__ = ("fail_cuda_init", "ICudaEngine.evaluate", "ICudaEngine.has_dynamic_shapes",
+                         "ICudaEngine.output_shapes", "ICudaEngine.profile_sharing")
     for name, enum_cls in _enums.common_enums(version).items():
         setattr(trt, name, enum_cls)
     trt.ILogger = _builder.ILogger
@@ -41,4 +44,7 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
         setattr(trt, name, cls)
     for name, obj in _runtime.make_runtime_classes(trt).items():
         setattr(trt, name, obj)
+    if int(version.split(".")[0]) < 11:  # calibrators were removed in 11
+        for name, cls in _builder.make_calibrator_classes().items():
+            setattr(trt, name, cls)
     return trt

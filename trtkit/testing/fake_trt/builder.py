@@ -97,6 +97,52 @@ def _graph_inputs(model) -> list:
     return [v for v in model.graph.input if v.name not in initializers]
 
 
+def make_calibrator_classes() -> dict:
+    """TensorRT 8.6/10's calibrator base classes (trtkit subclasses them; the fake builder never calls them)."""
+
+    class IInt8Calibrator:
+        def __init__(self):
+            pass
+
+    return {"IInt8Calibrator": IInt8Calibrator,
+            "IInt8EntropyCalibrator2": type("IInt8EntropyCalibrator2", (IInt8Calibrator,), {}),
+            "IInt8MinMaxCalibrator": type("IInt8MinMaxCalibrator", (IInt8Calibrator,), {})}
+
+
+def _version_at_least(trt, *wanted: int) -> bool:
+    return tuple(int(p) for p in trt.__version__.split(".")[: len(wanted)]) >= wanted
+
+
+def _parser_support_methods(trt) -> dict:
+    """``supports_model_v2`` and the subgraph queries from 10.1 (the only form in 11), ``supports_model`` before."""
+
+    def _subgraphs(parser, model):
+        import onnx
+
+        nodes = onnx.load_from_string(bytes(model)).graph.node
+        ok = [i for i, n in enumerate(nodes) if n.op_type not in UNSUPPORTED_OPS]
+        return [(ok, True)] if ok else []
+
+    def supports_operator(self, op_type):
+        return op_type not in UNSUPPORTED_OPS
+
+    if not _version_at_least(trt, 10, 1):
+        def supports_model(self, model, path=None):
+            subgraphs = _subgraphs(self, model)
+            return all(s for _, s in subgraphs), subgraphs
+
+        return {"supports_model": supports_model, "supports_operator": supports_operator}
+
+    def supports_model_v2(self, model, path=None):
+        self._subgraphs = _subgraphs(self, model)
+        return all(s for _, s in self._subgraphs)
+
+    return {"supports_model_v2": supports_model_v2, "supports_operator": supports_operator,
+            "num_subgraphs": property(lambda self: len(getattr(self, "_subgraphs", []))),
+            "get_subgraph_nodes": lambda self, index: list(self._subgraphs[index][0]),
+            "is_subgraph_supported": lambda self, index: self._subgraphs[index][1]}
+
+
 def make_builder_classes(trt) -> dict:
     """Builder-side classes bound to the fake module ``trt`` (so they see that version's enums)."""
     error_cls = ParserError10 if trt.__version__.split(".")[0] != "8" else ParserError
@@ -209,9 +255,12 @@ def make_builder_classes(trt) -> dict:
         def build_serialized_network(self, network, config):
             return _build(trt, self.logger, network, config)
 
+    for name, method in _parser_support_methods(trt).items():
+        setattr(OnnxParser, name, method)
     classes = {"OnnxParser": OnnxParser, "IBuilderConfig": IBuilderConfig, "Builder": Builder}
     if trt.__version__.split(".")[0] == "11":
         del Builder.platform_has_fast_fp16, Builder.platform_has_fast_int8
+        del IBuilderConfig.set_calibration_profile
     return classes
 
 

@@ -14,10 +14,10 @@ def _major(version: str) -> int:
 
 def builder_flags(version: str) -> list:
     names = ["GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS", "SAFETY_SCOPE",
-             "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO", "REJECT_EMPTY_ALGORITHMS",
-             "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "DEBUG"]
-    if _major(version) < 11:
-        names += ["FP16", "INT8", "FP8"]
+             "DIRECT_IO", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "DEBUG"]
+    if _major(version) < 11:  # removed in 11 (strongly typed networks take their types from the model)
+        names += ["FP16", "INT8", "FP8", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS",
+                  "REJECT_EMPTY_ALGORITHMS"]
     if _major(version) == 10:
         names += ["BF16"]
     return names
