@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtkit.cli import options, render
+from trtkit.cli import check_render, options, render
 
 HELP = "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest)."
 
@@ -13,6 +13,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
     parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
     options.add_build_options(parser)
+    check_render.add_preflight_options(parser)
     options.add_json_option(parser)
 
 
@@ -26,10 +27,12 @@ def run(args, console) -> int:
     config = options.config_from_args(args)
     output = Path(args.output) if args.output else default_output(args.model)
     with BuildProgress(console, Path(args.model).name) as progress:
-        result = build(args.model, config, output=output, isolate=args.isolate,
+        progress.phase("pre-flight (constant folding, op check)")
+        model, notes = check_render.prepare_for_build(args, console)
+        result = build(model, config, output=output, isolate=args.isolate,
                        on_phase=progress.phase, on_log=progress.log if args.verbose else None,
                        log_severity="INFO" if args.verbose else "WARNING")
-    console.print(summary_table(result.manifest, output))
+    console.print(summary_table(result.manifest, output, notes))
     if args.json:
         render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
     return 0
@@ -61,7 +64,7 @@ class BuildProgress:
         self._progress.console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
 
 
-def summary_table(manifest: dict, output: Path):
+def summary_table(manifest: dict, output: Path, notes: dict | None = None):
     b = manifest.get("build", {})
     rows = [
         ("engine", str(output)),
@@ -72,6 +75,7 @@ def summary_table(manifest: dict, output: Path):
         ("tactic sources", ", ".join(b.get("tactic_sources") or ["TensorRT default"])),
         ("TensorRT", manifest.get("environment", {}).get("tensorrt")),
         ("GPU", manifest.get("environment", {}).get("gpu")),
+        *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
 

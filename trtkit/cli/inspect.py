@@ -51,7 +51,7 @@ def _inspect_onnx(args, console, path: Path) -> int:
         from trtkit.build.opcheck import preflight
         from trtkit.cli.check_render import render_check
 
-        report = preflight(loaded.data)
+        report = preflight(loaded)
         console.print(render_check(report))
         info["check"] = report.to_json() if hasattr(report, "to_json") else None
         code = 0 if report.ok else 1
