@@ -46,7 +46,7 @@ def engines(tmp_path_factory, cache_dir):
         config = BuildConfig(precision=precision, tf32=tf32, profiles=[parse_shapes(TINY_PROFILE)],
                              tactic_sources=GPU_TACTIC_SOURCES, timing_cache=str(cache_dir / "parity-tiny.cache"))
         out[name] = folder / f"tiny-{name}.engine"
-        build(model, config, output=out[name])
+        build(model, config, output=out[name], isolate=False)
     onnx_path = folder / "tiny.onnx"
     onnx_path.write_bytes(models.tiny_conv().SerializeToString())
     out["onnx"] = onnx_path
@@ -108,7 +108,7 @@ def test_sample_cnn_fp16_in_its_second_profile(tmp_path, cache_dir):
     config = BuildConfig(precision="fp16", profiles=[parse_shapes(p) for p in SAMPLE_PROFILES],
                          tactic_sources=GPU_TACTIC_SOURCES, timing_cache=str(cache_dir / "parity-sample.cache"))
     path = tmp_path / "sample-fp16.engine"
-    build(model, config, output=path)
+    build(model, config, output=path, isolate=False)
     report = compare_engine_to_onnx(model, path, profile_index=1, trials=2)
     _save("sample-fp16-profile1", report)
     assert report.passed, report.verdict()
