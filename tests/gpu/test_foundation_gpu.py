@@ -7,7 +7,6 @@ timing caches and exported models between runs.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,15 +36,6 @@ def reference(model, feed):
 
 def rel_err(got, ref) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - ref)) / (np.max(np.abs(ref)) or 1.0))
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    folder = os.environ.get("TRTKIT_GPU_CACHE")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return Path(folder)
-    return tmp_path_factory.mktemp("gpu-cache")
 
 
 @pytest.fixture(scope="module")

@@ -27,15 +27,6 @@ SAMPLE_PROFILES = ("images:1x3x64x64,2x3x64x64,4x3x64x64", "images:8x3x64x64,8x3
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    folder = os.environ.get("TRTKIT_GPU_CACHE")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return Path(folder)
-    return tmp_path_factory.mktemp("gpu-cache")
-
-
-@pytest.fixture(scope="module")
 def engines(tmp_path_factory, cache_dir):
     """Engine files (with manifests) of the tiny conv net: fp32 (TF32 off), fp16, and fp16 of other weights."""
     folder = tmp_path_factory.mktemp("parity")

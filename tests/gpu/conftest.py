@@ -1,0 +1,18 @@
+"""Fixtures shared by the GPU tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    """Where timing caches and exported models are kept: ``$TRTKIT_GPU_CACHE`` (kept between runs) or a temp dir."""
+    folder = os.environ.get("TRTKIT_GPU_CACHE")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    return tmp_path_factory.mktemp("gpu-cache")
