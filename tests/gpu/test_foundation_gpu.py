@@ -47,6 +47,7 @@ def tiny_engine(tmp_path_factory, cache_dir):
     return out
 
 
+@pytest.mark.proves("fp32")
 def test_tiny_conv_matches_onnx_reference(tiny_engine):
     from trtkit import TrtRunner
 
@@ -57,6 +58,7 @@ def test_tiny_conv_matches_onnx_reference(tiny_engine):
     assert rel_err(y, reference(models.tiny_conv(), {"x": x})[0]) <= 1e-4
 
 
+@pytest.mark.proves("cuda_graphs")
 def test_graph_and_plain_outputs_are_bit_identical(tiny_engine):
     from trtkit import TrtRunner
 
