@@ -79,13 +79,15 @@ def fp32(work, holdout):
     return result, top1(result.engine, *holdout)
 
 
+@pytest.mark.proves("fp32")
 def test_fp32_baseline(fp32):
     result, acc = fp32
     assert acc >= 0.95
     assert share(result, "FP32") + share(result, "TF32") > 0.9
 
 
-@pytest.mark.parametrize("mode", ["flag", "cast"])
+# On 8.6 the cast path is built with BuilderFlag.FP16 (no strong typing): it proves the conversion, not "fp16_cast".
+@pytest.mark.parametrize("mode", [pytest.param("flag", marks=pytest.mark.proves("fp16_flag")), "cast"])
 def test_fp16_paths_build_run_and_show_fp16(work, holdout, fp32, mode):
     result = build_serialized(str(MODEL), config(work, precision="fp16", fp16_mode=mode))
     notes = " ".join(result.manifest["build"]["precision_plan"]["notes"])
@@ -94,7 +96,9 @@ def test_fp16_paths_build_run_and_show_fp16(work, holdout, fp32, mode):
     assert abs(top1(result.engine, *holdout) - fp32[1]) <= 0.005
 
 
-@pytest.mark.parametrize("algorithm", ["entropy", "minmax"])
+@pytest.mark.parametrize("algorithm", [
+    pytest.param("entropy", marks=pytest.mark.proves("int8_calibrator", "calibrator_entropy")),
+    pytest.param("minmax", marks=pytest.mark.proves("int8_calibrator", "calibrator_minmax"))])
 def test_int8_calibrator_builds_runs_shows_int8_and_reuses_its_cache(work, holdout, fp32, calib_dir, algorithm):
     cache = work / f"digits.{algorithm}.cache"
     for path in (cache, Path(f"{cache}.trtkit.json")):
@@ -110,11 +114,14 @@ def test_int8_calibrator_builds_runs_shows_int8_and_reuses_its_cache(work, holdo
     assert layers(again, "INT8") >= 1
 
 
-def test_int8_qdq_builds_runs_shows_int8_and_saves_the_model(work, holdout, fp32, calib_dir):
-    cache, saved = work / "digits.qdq.cache", work / "digits.qdq.onnx"
+@pytest.mark.parametrize("algorithm", [
+    pytest.param("entropy", marks=pytest.mark.proves("int8_qdq")),
+    pytest.param("percentile", marks=pytest.mark.proves("int8_qdq", "calibrator_percentile"))])
+def test_int8_qdq_builds_runs_shows_int8_and_saves_the_model(work, holdout, fp32, calib_dir, algorithm):
+    cache, saved = work / f"digits.qdq.{algorithm}.cache", work / f"digits.qdq.{algorithm}.onnx"
     for path in (cache, Path(f"{cache}.trtkit.json"), saved):
         path.unlink(missing_ok=True)
-    settings = CalibrationSettings(source=str(calib_dir), cache_path=str(cache), algorithm="entropy")
+    settings = CalibrationSettings(source=str(calib_dir), cache_path=str(cache), algorithm=algorithm)
     result = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="qdq", calibration=settings,
                                                  save_qdq_onnx=str(saved)))
     assert saved.exists() and cache.read_text().startswith("TRT-8")
