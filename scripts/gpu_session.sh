@@ -11,22 +11,26 @@ export TRTKIT_GPU_CACHE=${TRTKIT_GPU_CACHE:-/root/trtkit-cache}; mkdir -p "$TRTK
 export TRTKIT_PARITY_OUT=$W TRTKIT_GPU_RESULTS=$W/gpu-proofs.json
 [ -d gpu-cache ] && cp -rn gpu-cache/. "$TRTKIT_GPU_CACHE"/ 2>/dev/null
 TACTICS=EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS
+# TensorRT 8.6 links a CUDA runtime that loads every kernel module eagerly unless told otherwise: each process
+# (and each isolated build child) then pays seconds at start.
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-LAZY}
 for step in ${*:-env tests demo}; do
   echo "=== $step $(date +%T)"
   case $step in
     env) { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version;
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
            trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
-    tests) timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -q -rs --timeout 300 -p no:cacheprovider \
-             --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} > "$W/gpu-tests.log" 2>&1;
+    tests) rm -f "$W/gpu-junit.xml"; timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -q -rs --timeout 300 \
+             -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
+             ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} > "$W/gpu-tests.log" 2>&1;
            echo "pytest rc=$?"; grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | tail -40 ;;
     demo) trtkit demo --tactic-sources $TACTICS --json "$W/demo.json" > "$W/demo.log" 2>&1;
           echo "demo rc=$?"; cat "$W/demo.log" ;;
     crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
              echo "crasher rc=$?"; cp /tmp/crasher/*.json "$W"/ 2>/dev/null; tail -15 "$W/crasher.log" ;;
-    runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+    runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${RUNNER_ARGS:-} \
               > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log" ;;
-    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${PRECISION_ARGS:-} \
                  > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
     *) echo "unknown step $step" ;;
   esac
