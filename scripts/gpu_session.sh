@@ -20,10 +20,10 @@ for step in ${*:-env tests demo}; do
     env) { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version;
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
            trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
-    tests) rm -f "$W/gpu-junit.xml"; timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -q -rs --timeout 300 \
+    tests) rm -f "$W/gpu-junit.xml"; timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -v -rs --timeout 240 \
              -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
              ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} > "$W/gpu-tests.log" 2>&1;
-           echo "pytest rc=$?"; grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | tail -40 ;;
+           echo "pytest rc=$?"; grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | grep -v "^tests.*PASSED" | tail -40; grep -c PASSED "$W/gpu-tests.log" ;;
     demo) trtkit demo --tactic-sources $TACTICS --json "$W/demo.json" > "$W/demo.log" 2>&1;
           echo "demo rc=$?"; cat "$W/demo.log" ;;
     crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
