@@ -89,7 +89,7 @@ def trtkit_config(profile: str, cache: Path, opt_level, **options):
     from trtkit.build.profiles import parse_shapes
 
     return BuildConfig(profiles=[parse_shapes(profile)], tactic_sources=TACTICS, optimization_level=opt_level,
-                       timing_cache=str(cache / "timing.cache"), workspace_bytes=4 << 30, **options)
+                       timing_cache=str(cache / "precision-timing.cache"), workspace_bytes=4 << 30, **options)
 
 
 def trtkit_build(model, config, cache: Path):
@@ -98,7 +98,7 @@ def trtkit_build(model, config, cache: Path):
 
     result = build_serialized(str(model), config)
     if result.timing_cache:
-        (cache / "timing.cache").write_bytes(result.timing_cache)
+        (cache / "precision-timing.cache").write_bytes(result.timing_cache)
     return result
 
 
@@ -306,7 +306,7 @@ def raw_build(onnx_path: Path, cache: Path, opt_level, flags: tuple, calib_cache
     profile = builder.create_optimization_profile()
     profile.set_shape("images", (1, 3, 224, 224), (32, 3, 224, 224), (32, 3, 224, 224))
     config.add_optimization_profile(profile)
-    timing_path = cache / "timing.cache"
+    timing_path = cache / "precision-timing.cache"
     timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.exists() else b"")
     config.set_timing_cache(timing, True)
     if calib_cache is not None:
