@@ -87,3 +87,22 @@ def test_console_respects_no_color(monkeypatch):
     console = make_console(file=buf, width=100)
     console.print("[red]x[/red]")
     assert "\x1b[" not in buf.getvalue()
+
+
+def test_unwritable_output_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(models.tiny_conv().SerializeToString())
+    code, _, err = run_cli(["build", str(model), "-o", str(tmp_path / "missing" / "m.engine"),
+                            "--shapes", "x:1x3x8x8,2x3x8x8,4x3x8x8"], capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "folder" in err and "does not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_truncated_onnx_build_is_one_line(tmp_path, capsys):
+    data = models.tiny_conv().SerializeToString()
+    model = tmp_path / "cut.onnx"
+    model.write_bytes(data[: len(data) // 3])
+    code, _, err = run_cli(["build", str(model), "--shapes", "x:1x3x8x8"], capsys)
+    assert code == 1 and err.count("\n") == 1 and "cut.onnx" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.onnx"]
