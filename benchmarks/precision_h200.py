@@ -7,7 +7,8 @@
    FP16, INT8 calibrator and INT8 Q/DQ engines built by trtkit, and their twins built with the raw TensorRT API with
    the same settings (the INT8 twins read trtkit's calibration cache / build trtkit's Q/DQ model). Throughput at
    batch 1, 8 and 32 is measured the same way for both (one CUDA graph of ``execute_async_v3`` on device buffers,
-   replayed back to back, timed with CUDA events), interleaved, best of three rounds.
+   replayed back to back, timed with CUDA events), interleaved, best of three rounds, right after each pair is built
+   (a run cut short still reports the pairs done).
 3. Calibration time of the INT8 calibrator build: first run (calibrates) and cached run (reads the cache).
 
 Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on. Builds use TensorRT's own
@@ -207,16 +208,20 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
     calib = CalibrationSettings(source=source, cache_path=str(paths["calib"]), algorithm="entropy")
     qdq = CalibrationSettings(source=source, cache_path=str(paths["qdq_calib"]), algorithm="entropy")
     builds = ResnetBuilds(run, model, cache, opt_level)
-    builds.both("fp32", (), {})
-    builds.both("fp16", ("FP16",), {"precision": "fp16", "fp16_mode": "flag"})
-    first = builds.trtkit("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib)
-    builds.raw_twin("int8_calibrator", model, ("INT8", "FP16"), calib_cache=paths["calib"])
-    builds.trtkit("int8_qdq", precision="int8", int8_mode="qdq", calibration=qdq, save_qdq_onnx=str(paths["qdq_model"]))
-    builds.raw_twin("int8_qdq", paths["qdq_model"], ("INT8", "FP16"))
     run.result["resnet50_precision_share"] = builds.shares
     run.result["notes"]["resnet50"] = builds.notes
-    measure_all(run, builds.engines, builds.raw)
+    builds.both("fp32", (), {})
+    measure_pair(run, "fp32", builds.engines, builds.raw)
+    builds.both("fp16", ("FP16",), {"precision": "fp16", "fp16_mode": "flag"})
+    measure_pair(run, "fp16", builds.engines, builds.raw)
+    first = builds.trtkit("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib)
+    builds.raw_twin("int8_calibrator", model, ("INT8", "FP16"), calib_cache=paths["calib"])
+    measure_pair(run, "int8_calibrator", builds.engines, builds.raw)
+    builds.trtkit("int8_qdq", precision="int8", int8_mode="qdq", calibration=qdq, save_qdq_onnx=str(paths["qdq_model"]))
+    builds.raw_twin("int8_qdq", paths["qdq_model"], ("INT8", "FP16"))
+    measure_pair(run, "int8_qdq", builds.engines, builds.raw)
     cached = builds.trtkit("int8_calibrator_cached", precision="int8", int8_mode="calibrator", calibration=calib)
+    builds.engines.pop("int8_calibrator_cached", None)
     run.result["calibration_seconds"] = {
         "first": round(first, 2) if first else None, "cached": round(cached, 2) if cached else None,
         "what": "seconds of the whole ResNet-50 INT8 calibrator build: calibrating, then reading the cache",
@@ -254,25 +259,21 @@ class ResnetBuilds:
         self.raw_twin(key, self.model, flags)
 
 
-def measure_all(run: Run, engines: dict, raw: dict) -> None:
-    """Throughput of each trtkit engine and its raw twin, interleaved per batch size, best of three rounds."""
-    engines = {k: v for k, v in engines.items() if k != "int8_calibrator_cached"}
-    trtkit_ips = {k: {} for k in engines}
-    raw_ips = {k: {} for k in raw}
-    for key in ("fp32", "fp16", "int8_calibrator", "int8_qdq"):
-        for batch in BATCHES:
-            for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
-                if key not in table:
-                    continue
-                value = run.guard(f"throughput/{side}/{key}/{batch}", lambda: throughput(table[key], batch), cost=5)
-                store[key][str(batch)] = value
-            log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(key, {}).get(str(batch))} "
-                f"raw {raw_ips.get(key, {}).get(str(batch))} img/s")
-    run.result["resnet50_images_per_s"] = trtkit_ips
-    run.result["raw_api_images_per_s"] = raw_ips
-    run.result["trtkit_vs_raw"] = {
-        k: {b: round(v / raw_ips[k][b], 4) for b, v in trtkit_ips[k].items() if v and raw_ips.get(k, {}).get(b)}
-        for k in trtkit_ips}
+def measure_pair(run: Run, key: str, engines: dict, raw: dict) -> None:
+    """Throughput of trtkit's ``key`` engine and its raw twin at each batch, interleaved; recorded as soon as measured
+    (so a run cut short by the budget still reports the pairs done), then the engines are dropped."""
+    trtkit_ips = run.result.setdefault("resnet50_images_per_s", {}).setdefault(key, {})
+    raw_ips = run.result.setdefault("raw_api_images_per_s", {}).setdefault(key, {})
+    for batch in BATCHES:
+        for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
+            if key in table:
+                store[str(batch)] = run.guard(f"throughput/{side}/{key}/{batch}",
+                                              lambda: throughput(table[key], batch), cost=5)
+        log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(str(batch))} raw {raw_ips.get(str(batch))} img/s")
+    ratio = {b: round(v / raw_ips[b], 4) for b, v in trtkit_ips.items() if v and raw_ips.get(b)}
+    run.result.setdefault("trtkit_vs_raw", {})[key] = ratio
+    engines.pop(key, None)
+    raw.pop(key, None)
 
 
 # --- raw TensorRT API twins (deliberately no trtkit code) -----------------------------------------------------------
