@@ -150,3 +150,10 @@ def test_model_with_external_data(tmp_path, fake_trt):
     (tmp_path / "ext.data").unlink()
     with pytest.raises(ModelError, match="external data"):
         build(path, BuildConfig(profiles=PROFILE), trt=fake_trt)
+
+
+def test_parse_failure_on_86_names_node_from_the_model(tmp_path):
+    """TensorRT 8.6's parser reports only the node's index; the error still names the node and its op."""
+    trt = make_fake_trt("8.6.0")
+    with pytest.raises(ParseError, match=r"node 'mystery' \(Mystery\): No importer registered"):
+        build(models.unsupported_op(), trt=trt)

@@ -92,3 +92,18 @@ def test_describe_for_the_build_summary():
     warned.check()
     assert "— WARNING: --fp16 was asked but" in describe(warned.to_json())
     assert describe(None) == ""
+
+
+@pytest.mark.parametrize("fmt, tactic, expected", [
+    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x64", "FP16"),
+    ("N/A due to dynamic shapes", "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs", "INT8"),
+    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc", "TF32"),
+    ("N/A due to dynamic shapes", "", "unknown"),
+    ("Row major linear FP16 format", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32", "FP16"),
+])
+def test_tactic_name_stands_in_when_formats_are_not_available(fmt, tactic, expected):
+    from trtkit.build.precision_report import layer_precision
+
+    raw = {"Name": "conv", "LayerType": "CaskConvolution", "ParameterType": "Convolution", "TacticName": tactic,
+           "Inputs": [{"Name": "x", "Format/Datatype": fmt}], "Outputs": [{"Name": "y", "Format/Datatype": fmt}]}
+    assert layer_precision(raw) == expected

@@ -141,13 +141,24 @@ def _parse(parser, loaded) -> None:
     ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
     if ok:
         return
-    issues = compat.parser_errors(parser)
+    issues = [_with_node(issue, loaded.proto) for issue in compat.parser_errors(parser)]
     lines = "\n".join(f"  - {issue}" for issue in issues) or "  - (the parser reported no detail)"
     raise ParseError(
         f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
         "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
         issues,
     )
+
+
+def _with_node(issue, proto):
+    """Fill in the node's name and op type from the model where the parser gives only its index (TensorRT 8.6)."""
+    import dataclasses
+
+    nodes = proto.graph.node
+    if issue.node_name or not 0 <= issue.node_index < len(nodes):
+        return issue
+    node = nodes[issue.node_index]
+    return dataclasses.replace(issue, node_name=node.name or f"#{issue.node_index}", node_op=node.op_type)
 
 
 def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> list:

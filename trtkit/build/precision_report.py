@@ -28,6 +28,12 @@ _FULL = ("FP32", "TF32")
 _DATATYPES = (("int8", "INT8"), ("fp8", "FP8"), ("bf16", "BF16"), ("bfloat", "BF16"), ("fp16", "FP16"),
               ("half", "FP16"), ("fp32", "FP32"), ("float", "FP32"), ("int32", "INT32"), ("int64", "INT32"),
               ("bool", "BOOL"))
+# Kernel-name fragments → precision, for layers whose formats the inspector does not give ("N/A due to dynamic
+# shapes" when no context with concrete shapes was available). Checked in order; only the math-carrying layers
+# (convolutions, matrix multiplies) have such tactic names.
+_TACTIC_WORDS = (("i8i8", "INT8"), ("imma", "INT8"), ("int8", "INT8"), ("bf16", "BF16"), ("f16f16", "FP16"),
+                 ("fp16", "FP16"), ("h884", "FP16"), ("h1688", "FP16"), ("hmma", "FP16"), ("tf32", "TF32"),
+                 ("f32f32", "FP32"), ("fp32", "FP32"), ("sgemm", "FP32"), ("scudnn", "FP32"))
 _CONV_WORDS = ("convolution", "deconvolution")
 _MATMUL_WORDS = ("matrixmultiply", "fullyconnected", "gemm")
 
@@ -179,12 +185,21 @@ def layer_precision(raw) -> str:
         return datatype(raw["Precision"]) if datatype(raw["Precision"]) != "unknown" else str(raw["Precision"])
     tensors = raw.get("Inputs", []) if _kind(raw) != "other" else raw.get("Outputs", []) or raw.get("Inputs", [])
     tensors = [t for t in tensors if isinstance(t, dict) and "Format/Datatype" in t]
-    if not tensors:
-        return "unknown"
-    precision = datatype(tensors[0]["Format/Datatype"])
+    precision = datatype(tensors[0]["Format/Datatype"]) if tensors else "unknown"
+    if precision == "unknown":
+        return precision_from_tactic(raw.get("TacticName", ""))
     if precision == "FP32" and "tf32" in str(raw.get("TacticName", "")).lower():
         return "TF32"
     return precision
+
+
+def precision_from_tactic(tactic: str) -> str:
+    """Precision named by a kernel (tactic) name such as ``sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16...``."""
+    text = str(tactic).lower()
+    for word, precision in _TACTIC_WORDS:
+        if word in text:
+            return precision
+    return "unknown"
 
 
 def _elements(tensor) -> int:
