@@ -85,21 +85,29 @@ class Run:
 # --- trtkit side ---------------------------------------------------------------------------------------------------
 
 
+def timing_cache_path(cache: Path, profile: str) -> Path | None:
+    """ResNet-50's own timing cache. The digits builds use none: TensorRT 8.6.0 writes Myelin entries for its Gemm
+    layers that it then refuses to read back ("myelinCache ... The timing cache will not be used!"), which would
+    also disable the cache for every build sharing the file."""
+    return cache / "resnet50-precision-timing.cache" if profile == RESNET_PROFILE else None
+
+
 def trtkit_config(profile: str, cache: Path, opt_level, **options):
     from trtkit.build.config import BuildConfig
     from trtkit.build.profiles import parse_shapes
 
+    timing = timing_cache_path(cache, profile)
     return BuildConfig(profiles=[parse_shapes(profile)], tactic_sources=TACTICS, optimization_level=opt_level,
-                       timing_cache=str(cache / "precision-timing.cache"), workspace_bytes=4 << 30, **options)
+                       timing_cache=str(timing) if timing else None, workspace_bytes=4 << 30, **options)
 
 
-def trtkit_build(model, config, cache: Path):
+def trtkit_build(model, config):
     """Build in this process; save the timing cache back (the builder returns it, the API writes it)."""
     from trtkit.build.builder import build_serialized
 
     result = build_serialized(str(model), config)
-    if result.timing_cache:
-        (cache / "precision-timing.cache").write_bytes(result.timing_cache)
+    if result.timing_cache and config.timing_cache:
+        Path(config.timing_cache).write_bytes(result.timing_cache)
     return result
 
 
@@ -143,7 +151,7 @@ def digits(run: Run, cache: Path, opt_level) -> None:
                 stale.unlink(missing_ok=True)  # measure a real calibration every time
 
         def one(options=options):
-            result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options), cache)
+            result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options))
             return result, top1(result.engine, hold["x"], hold["y"])
 
         out = run.guard(f"digits/{key}", one, cost=5)
@@ -240,8 +248,7 @@ class ResnetBuilds:
 
     def _trtkit(self, key: str, options: dict) -> float:
         t0 = time.perf_counter()
-        result = trtkit_build(self.model, trtkit_config(RESNET_PROFILE, self.cache, self.opt_level, **options),
-                              self.cache)
+        result = trtkit_build(self.model, trtkit_config(RESNET_PROFILE, self.cache, self.opt_level, **options))
         self.engines[key] = result.engine
         self.shares[key] = result.precision_report["flops_share"] if result.precision_report else None
         self.notes[key] = notes_of(result)
@@ -307,7 +314,7 @@ def raw_build(onnx_path: Path, cache: Path, opt_level, flags: tuple, calib_cache
     profile = builder.create_optimization_profile()
     profile.set_shape("images", (1, 3, 224, 224), (32, 3, 224, 224), (32, 3, 224, 224))
     config.add_optimization_profile(profile)
-    timing_path = cache / "precision-timing.cache"
+    timing_path = timing_cache_path(cache, RESNET_PROFILE)
     timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.exists() else b"")
     config.set_timing_cache(timing, True)
     if calib_cache is not None:

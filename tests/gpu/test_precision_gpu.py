@@ -83,7 +83,8 @@ def fp32(work, holdout):
 def test_fp32_baseline(fp32):
     result, acc = fp32
     assert acc >= 0.95
-    assert share(result, "FP32") + share(result, "TF32") > 0.9
+    assert layers(result, "FP16") == 0 and layers(result, "INT8") == 0, result.precision_report
+    assert layers(result, "FP32") + layers(result, "TF32") >= 1, result.precision_report
 
 
 # On 8.6 the cast path is built with BuilderFlag.FP16 (no strong typing): it proves the conversion, not "fp16_cast".

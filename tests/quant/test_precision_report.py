@@ -107,3 +107,19 @@ def test_tactic_name_stands_in_when_formats_are_not_available(fmt, tactic, expec
     raw = {"Name": "conv", "LayerType": "CaskConvolution", "ParameterType": "Convolution", "TacticName": tactic,
            "Inputs": [{"Name": "x", "Format/Datatype": fmt}], "Outputs": [{"Name": "y", "Format/Datatype": fmt}]}
     assert layer_precision(raw) == expected
+
+
+def test_dynamic_shape_engines_fall_back_to_tactic_then_weights():
+    """TensorRT 8.6 reports no formats for dynamic-shape engines: kernel names, then weight types, stand in."""
+    data = json.loads(_info("int8"))
+    for layer in data["Layers"]:
+        for tensor in layer.get("Inputs", []) + layer.get("Outputs", []):
+            tensor["Format/Datatype"] = "N/A due to dynamic shapes"
+    data["Layers"][2]["TacticName"] = "0x1234"  # conv2: no readable kernel name, Int8 weights
+    report = analyze(json.dumps(data), "int8")
+    precisions = {layer.name: layer.precision for layer in report.layers}
+    assert precisions["/conv1/Conv + /relu1/Relu"] == "FP16"  # f16f16 kernel
+    assert precisions["/conv2/Conv + /relu2/Relu"] == "INT8"  # from its Int8 weights
+    assert precisions["/fc1/Gemm + /relu3/Relu"] == "INT8"  # i8i8 kernel
+    assert precisions["reshape_after_/fc2/Gemm"] == "unknown"
+    assert report.share("INT8") > 0.9 and report.check() == []

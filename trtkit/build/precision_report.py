@@ -4,7 +4,9 @@ Read from the engine inspector's JSON (``ProfilingVerbosity.DETAILED``; layers t
 :func:`trtkit._version_compat.inspector_layers`). A layer's precision is the data type its math runs in: for
 convolutions and matrix multiplies the type of their input (an INT8 convolution reads ``Int8`` and may write
 ``Float``), for other layers the type of their output. ``Float`` layers whose kernel is a TF32 kernel (``tf32`` in
-the tactic name) count as TF32. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
+the tactic name) count as TF32. Engines with dynamic shapes report ``"N/A due to dynamic shapes"`` as formats on
+TensorRT 8.6 (even with an execution context); then the kernel name (``i8i8``, ``f16f16``, ``tf32``) and, for
+convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
 multiply-add; dynamic dimensions count as 1, which keeps the shares right because every layer shares the batch).
 
 Called by :func:`trtkit.build.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
@@ -187,10 +189,19 @@ def layer_precision(raw) -> str:
     tensors = [t for t in tensors if isinstance(t, dict) and "Format/Datatype" in t]
     precision = datatype(tensors[0]["Format/Datatype"]) if tensors else "unknown"
     if precision == "unknown":
-        return precision_from_tactic(raw.get("TacticName", ""))
+        precision = precision_from_tactic(raw.get("TacticName", ""))
+    if precision == "unknown" and _kind(raw) != "other":
+        precision = _weights_precision(raw)
     if precision == "FP32" and "tf32" in str(raw.get("TacticName", "")).lower():
         return "TF32"
     return precision
+
+
+def _weights_precision(raw: dict) -> str:
+    """A convolution's or matrix multiply's precision from its weights' type ("Int8", "Half", "Float"): the last
+    resort when neither formats (dynamic shapes) nor the kernel name say it."""
+    weights = raw.get("Weights")
+    return datatype(weights.get("Type", "")) if isinstance(weights, dict) else "unknown"
 
 
 def precision_from_tactic(tactic: str) -> str:
