@@ -96,7 +96,10 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
     cache = _load_timing_cache(bconfig, config.timing_cache)
     phase("build")
-    serialized = builder.build_serialized_network(network, bconfig)
+    try:
+        serialized = builder.build_serialized_network(network, bconfig)
+    finally:
+        plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
     if serialized is None:
         errors = [m for s, m in kept if s in ("ERROR", "INTERNAL_ERROR")]
         detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
@@ -113,7 +116,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
                              for n, dims in model_inputs(loaded.proto).items()}},
         "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
                   "precision_plan": {"strongly_typed": strongly_typed, "flags": list(plan.flags),
-                                     "notes": list(plan.notes)},
+                                     "notes": list(plan.notes), "calibration": dict(plan.calibration)},
                   "num_profiles": len(trt_profiles)},
         "build_seconds": round(build_seconds, 3),
         "engine_bytes": len(engine),
