@@ -170,13 +170,14 @@ def _kind(raw: dict) -> str:
     return "other"
 
 
+def _lookup(text, table) -> str:
+    text = str(text).lower()
+    return next((precision for word, precision in table if word in text), "unknown")
+
+
 def datatype(fmt: str) -> str:
     """Precision named by a ``Format/Datatype`` string ("Row major linear FP16 format", "Half", "Int8", ...)."""
-    text = str(fmt).lower()
-    for word, precision in _DATATYPES:
-        if word in text:
-            return precision
-    return "unknown"
+    return _lookup(fmt, _DATATYPES)
 
 
 def layer_precision(raw) -> str:
@@ -206,11 +207,7 @@ def _weights_precision(raw: dict) -> str:
 
 def precision_from_tactic(tactic: str) -> str:
     """Precision named by a kernel (tactic) name such as ``sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16...``."""
-    text = str(tactic).lower()
-    for word, precision in _TACTIC_WORDS:
-        if word in text:
-            return precision
-    return "unknown"
+    return _lookup(tactic, _TACTIC_WORDS)
 
 
 def _elements(tensor) -> int:
