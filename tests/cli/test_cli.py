@@ -106,3 +106,10 @@ def test_truncated_onnx_build_is_one_line(tmp_path, capsys):
     code, _, err = run_cli(["build", str(model), "--shapes", "x:1x3x8x8"], capsys)
     assert code == 1 and err.count("\n") == 1 and "cut.onnx" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.onnx"]
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "inspect"])
+def test_missing_engine_is_named_before_tensorrt_is_needed(command, tmp_path, capsys):
+    code, _, err = run_cli([command, str(tmp_path / "nope.engine")], capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "nope.engine" in err and "does not exist" in err
