@@ -13,24 +13,23 @@ from trtkit.testing.fake_trt import make_fake_trt
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
 
 
-@pytest.fixture(params=["8.6.0"])
-def env(request):
-    """Fake TensorRT + fake CUDA, with the tiny conv net's engine bytes (dynamic batch 1..4)."""
-    version = request.param
+def _env(version: str) -> SimpleNamespace:
     rt = FakeCudart()
     return SimpleNamespace(version=version, trt=make_fake_trt(version), rt=rt, cuda=Cuda(rt),
                            model=models.tiny_conv(),
                            engine=fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE], version))
+
+
+@pytest.fixture(params=["8.6.0"])
+def env(request):
+    """Fake TensorRT + fake CUDA, with the tiny conv net's engine bytes (dynamic batch 1..4)."""
+    return _env(request.param)
 
 
 @pytest.fixture(params=["8.6.0", "10.8.0", "11.4.0"])
 def env_any(request):
     """Like ``env`` for each imitated TensorRT major version."""
-    version = request.param
-    rt = FakeCudart()
-    return SimpleNamespace(version=version, trt=make_fake_trt(version), rt=rt, cuda=Cuda(rt),
-                           model=models.tiny_conv(),
-                           engine=fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE], version))
+    return _env(request.param)
 
 
 @pytest.fixture(autouse=True)
