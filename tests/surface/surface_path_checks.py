@@ -164,17 +164,20 @@ def _path_features(path: str, ok: bool) -> dict:
     return {names[path]: ok} if path in names else {}
 
 
-def _register_build_paths() -> None:
-    for path in BUILD_PATHS:
+def _register_per_path(prefix: str, runner, doc: str, paths) -> None:
+    """One registered check per build-settings path: ``<prefix>_<path>`` calling ``runner(ctx, path)``."""
+    for path in paths:
         def run(ctx, _path=path):
-            return run_build_path(ctx, _path)
+            return runner(ctx, _path)
 
-        run.__name__ = f"build_{path.replace('-', '_')}"
-        run.__doc__ = f"build_serialized with the {path} settings on the fake backend, names checked on the real one."
+        run.__name__ = f"{prefix}_{path.replace('-', '_')}"
+        run.__doc__ = doc.format(path=path)
         check(run)
 
 
-_register_build_paths()
+_register_per_path("build", run_build_path,
+                   "build_serialized with the {path} settings on the fake backend, names checked on the real one.",
+                   BUILD_PATHS)
 
 
 # --- the runtime's code paths on the fake backend (fake CUDA), every name checked against the real module ---------
@@ -278,20 +281,8 @@ def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int
             "calibrator_bases": [c.__name__ for c in type(plan.calibrator).__mro__] if plan.calibrator else None}
 
 
-def _register_plans() -> None:
-    for path in BUILD_PATHS:
-        if path == "all-options":
-            continue
-
-        def run(ctx, _path=path):
-            return run_plan(ctx, _path)
-
-        run.__name__ = f"plan_{path.replace('-', '_')}"
-        run.__doc__ = f"plan_precision with the {path} settings against the real module."
-        check(run)
-
-
-_register_plans()
+_register_per_path("plan", run_plan, "plan_precision with the {path} settings against the real module.",
+                   [p for p in BUILD_PATHS if p != "all-options"])
 
 
 # --- inspection and the parser pre-flight on the fake backend, names checked against the real module ------------
