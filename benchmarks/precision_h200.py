@@ -101,14 +101,38 @@ def trtkit_config(profile: str, cache: Path, opt_level, **options):
                        timing_cache=str(timing) if timing else None, workspace_bytes=4 << 30, **options)
 
 
-def trtkit_build(model, config):
-    """Build in this process; save the timing cache back (the builder returns it, the API writes it)."""
+INSPECTOR_DIR: Path | None = None  # set by main(): where each engine's inspector JSON is saved
+
+
+def trtkit_build(model, config, name: str | None = None):
+    """Build in this process; save the timing cache back (the builder returns it, the API writes it), and the
+    engine's inspector JSON under ``INSPECTOR_DIR/<name>.json`` (the raw material of its precision report)."""
     from trtkit.build.builder import build_serialized
 
     result = build_serialized(str(model), config)
     if result.timing_cache and config.timing_cache:
         Path(config.timing_cache).write_bytes(result.timing_cache)
+    if name and INSPECTOR_DIR is not None:
+        try:
+            save_inspector(result.engine, INSPECTOR_DIR / f"{name}.json")
+        except Exception as exc:  # noqa: BLE001 - the build's figures matter more than this record
+            log(f"could not save the inspector JSON of {name}: {exc}")
     return result
+
+
+def save_inspector(engine: bytes, path: Path) -> None:
+    """The engine inspector's JSON with and without an execution context at the opt shapes (TensorRT 8.6 reports
+    formats only with one), kept so a precision report can be recomputed from what TensorRT said."""
+    from trtkit._lazy import tensorrt
+    from trtkit.inspection import engine_information
+    from trtkit.log import make_trt_logger
+
+    trt = tensorrt()
+    deserialized = trt.Runtime(make_trt_logger(trt)).deserialize_cuda_engine(engine)
+    plain = deserialized.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"tensorrt": trt.__version__, "with_context": engine_information(trt, deserialized),
+                                "without_context": plain}))
 
 
 def notes_of(result) -> list:
@@ -151,7 +175,7 @@ def digits(run: Run, cache: Path, opt_level) -> None:
                 stale.unlink(missing_ok=True)  # measure a real calibration every time
 
         def one(options=options):
-            result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options))
+            result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options), f"digits-{key}")
             return result, top1(result.engine, hold["x"], hold["y"])
 
         out = run.guard(f"digits/{key}", one, cost=5)
@@ -200,7 +224,16 @@ def export_resnet(cache: Path) -> Path:
     return path
 
 
-def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
+RESNET_KEYS = ("fp32", "fp16", "int8_calibrator", "int8_qdq")
+
+
+def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
+    """Build and measure the ResNet-50 ``keys`` (a subset of :data:`RESNET_KEYS`), each next to its raw twin.
+
+    The calibrator's cache is kept in ``cache`` between calls: a build that finds none calibrates (its seconds are
+    ``calibration_seconds.first``), one that finds it reads it (``.cached``); so a second call with
+    ``int8_calibrator`` measures the cached run. The Q/DQ path always collects its histograms afresh.
+    """
     from calibrators.sources import IterableSource
     from trtkit.build.config import CalibrationSettings
 
@@ -210,30 +243,35 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int) -> None:
     source = IterableSource(RandomImages(calib_images), identity=f"random-normal-{calib_images}")
     paths = {"calib": cache / "resnet50.calib", "qdq_calib": cache / "resnet50.qdq.calib",
              "qdq_model": cache / "resnet50.qdq.onnx"}
-    for key in ("calib", "qdq_calib"):
-        for stale in (paths[key], Path(f"{paths[key]}.trtkit.json")):
-            stale.unlink(missing_ok=True)  # measure a real calibration every time
+    for stale in (paths["qdq_calib"], Path(f"{paths['qdq_calib']}.trtkit.json")):
+        stale.unlink(missing_ok=True)
     calib = CalibrationSettings(source=source, cache_path=str(paths["calib"]), algorithm="entropy")
     qdq = CalibrationSettings(source=source, cache_path=str(paths["qdq_calib"]), algorithm="entropy")
     builds = ResnetBuilds(run, model, cache, opt_level)
-    run.result["resnet50_precision_share"] = builds.shares
-    run.result["notes"]["resnet50"] = builds.notes
-    builds.both("fp32", (), {})
-    measure_pair(run, "fp32", builds.engines, builds.raw)
-    builds.both("fp16", ("FP16",), {"precision": "fp16", "fp16_mode": "flag"})
-    measure_pair(run, "fp16", builds.engines, builds.raw)
-    first = builds.trtkit("int8_calibrator", precision="int8", int8_mode="calibrator", calibration=calib)
-    builds.raw_twin("int8_calibrator", model, ("INT8", "FP16"), calib_cache=paths["calib"])
-    measure_pair(run, "int8_calibrator", builds.engines, builds.raw)
-    builds.trtkit("int8_qdq", precision="int8", int8_mode="qdq", calibration=qdq, save_qdq_onnx=str(paths["qdq_model"]))
-    builds.raw_twin("int8_qdq", paths["qdq_model"], ("INT8", "FP16"))
-    measure_pair(run, "int8_qdq", builds.engines, builds.raw)
-    cached = builds.trtkit("int8_calibrator_cached", precision="int8", int8_mode="calibrator", calibration=calib)
-    builds.engines.pop("int8_calibrator_cached", None)
-    run.result["calibration_seconds"] = {
-        "first": round(first, 2) if first else None, "cached": round(cached, 2) if cached else None,
-        "what": "seconds of the whole ResNet-50 INT8 calibrator build: calibrating, then reading the cache",
-        "calib_images": calib_images, "qdq_first": run.result["timings_s"].get("resnet50/trtkit/int8_qdq")}
+    seconds = run.result.setdefault("calibration_seconds", {
+        "what": "seconds of the whole ResNet-50 INT8 calibrator build: calibrating (first), reading the cache (cached)",
+        "calib_images": calib_images})
+    for key in keys:
+        if key == "fp32":
+            builds.both("fp32", (), {})
+        elif key == "fp16":
+            builds.both("fp16", ("FP16",), {"precision": "fp16", "fp16_mode": "flag"})
+        elif key == "int8_calibrator":
+            which = "cached" if paths["calib"].exists() else "first"
+            took = builds.trtkit(key, precision="int8", int8_mode="calibrator", calibration=calib)
+            if took:
+                seconds[which] = round(took, 2)
+            builds.raw_twin(key, model, ("INT8", "FP16"), calib_cache=paths["calib"])
+        elif key == "int8_qdq":
+            took = builds.trtkit(key, precision="int8", int8_mode="qdq", calibration=qdq,
+                                 save_qdq_onnx=str(paths["qdq_model"]))
+            if took:
+                seconds["qdq_first"] = round(took, 2)
+            builds.raw_twin(key, paths["qdq_model"], ("INT8", "FP16"))
+        else:
+            raise SystemExit(f"unknown ResNet-50 key '{key}'; expected some of {', '.join(RESNET_KEYS)}")
+        measure_pair(run, key, builds.engines, builds.raw)
+        run.result.setdefault("resnet50_measured_in_call", {})[key] = len(run.result["calls"])
 
 
 class ResnetBuilds:
@@ -241,14 +279,17 @@ class ResnetBuilds:
 
     def __init__(self, run: Run, model: Path, cache: Path, opt_level):
         self.run, self.model, self.cache, self.opt_level = run, model, cache, opt_level
-        self.engines, self.raw, self.shares, self.notes = {}, {}, {}, {}
+        self.engines, self.raw = {}, {}
+        self.shares = run.result.setdefault("resnet50_precision_share", {})
+        self.notes = run.result["notes"].setdefault("resnet50", {})
 
     def trtkit(self, key: str, **options):
         return self.run.guard(f"resnet50/trtkit/{key}", lambda: self._trtkit(key, options), cost=60)
 
     def _trtkit(self, key: str, options: dict) -> float:
         t0 = time.perf_counter()
-        result = trtkit_build(self.model, trtkit_config(RESNET_PROFILE, self.cache, self.opt_level, **options))
+        result = trtkit_build(self.model, trtkit_config(RESNET_PROFILE, self.cache, self.opt_level, **options),
+                              f"resnet50-{key}")
         self.engines[key] = result.engine
         self.shares[key] = result.precision_report["flops_share"] if result.precision_report else None
         self.notes[key] = notes_of(result)
@@ -426,10 +467,15 @@ def environment(run: Run) -> None:
 
 
 def main(argv=None) -> int:
+    global INSPECTOR_DIR
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for precision-h200.json (e.g. $OUT)")
     ap.add_argument("--cache", help="folder kept between calls: timing cache, exported ResNet-50 (default: --out)")
     ap.add_argument("--parts", default="digits,resnet50", help="comma-separated: digits, resnet50")
+    ap.add_argument("--resnet-keys", default=",".join(RESNET_KEYS),
+                    help="comma-separated ResNet-50 engines to build and measure (each next to its raw twin)")
+    ap.add_argument("--merge", help="results JSON of an earlier call: its figures are kept unless measured again "
+                                    "(a ResNet-50 run split over GPU calls of 10 minutes)")
     ap.add_argument("--opt-level", type=int, default=None, help="builder optimization level for every build")
     ap.add_argument("--calib-images", type=int, default=512, help="ResNet-50 calibration images (synthetic)")
     ap.add_argument("--budget", type=float, default=530.0, help="seconds; later parts are skipped past it")
@@ -439,22 +485,68 @@ def main(argv=None) -> int:
     cache = Path(args.cache) if args.cache else out / "precision-cache"
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
+    INSPECTOR_DIR = out / "inspector"
     run = Run(args.budget)
+    if args.merge and Path(args.merge).exists():
+        run.result = json.loads(Path(args.merge).read_text())
+        log(f"merging into the results of {len(run.result.get('calls', []))} earlier call(s) from {args.merge}")
+    for key in ("errors", "timings_s", "notes"):
+        run.result.setdefault(key, {})
+    keys = [k.strip() for k in args.resnet_keys.split(",") if k.strip()]
+    call = {"parts": args.parts, "resnet_keys": keys, "opt_level": args.opt_level, "calib_images": args.calib_images,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    run.result.setdefault("calls", []).append(call)
     run.result["settings"] = {"opt_level": args.opt_level, "tactic_sources": list(TACTICS),
-                              "calib_images": args.calib_images, "parts": args.parts,
+                              "calib_images": args.calib_images,
                               "resnet50_profile": RESNET_PROFILE, "int8_flags": "INT8+FP16 (trtkit and raw alike)",
                               "throughput": "CUDA graph of execute_async_v3 on device buffers, best of 3 rounds"}
     environment(run)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    targets = (out, Path(args.results))
+    targets = (out, Path(args.results), cache)  # in the cache too: a later call's --merge finds it there
     if "digits" in parts:
         digits(run, cache, args.opt_level)
         write(run, targets)
     if "resnet50" in parts:
-        resnet(run, cache, args.opt_level, args.calib_images)
-    run.result["total_seconds"] = round(time.perf_counter() - STARTED, 1)
+        resnet(run, cache, args.opt_level, args.calib_images, keys)
+    call["total_seconds"] = round(time.perf_counter() - STARTED, 1)
+    run.result["targets"] = targets_of(run.result)
     write(run, targets)
     return 0
+
+
+def targets_of(result: dict) -> dict:
+    """The issue's targets, from whatever has been measured so far (None where a figure is missing)."""
+    top1, ips, raw = result.get("digits_top1", {}), result.get("resnet50_images_per_s", {}), \
+        result.get("raw_api_images_per_s", {})
+
+    def item(value, target, ok):
+        return {"value": value, "target": target, "met": (bool(ok) if value is not None else None)}
+
+    out = {}
+    base = top1.get("fp32")
+    for key, limit in (("fp16_flag", 0.2), ("fp16_cast", 0.2), ("int8_calibrator_entropy", 1.0),
+                       ("int8_calibrator_minmax", 1.0), ("int8_qdq", 1.0)):
+        drop = round(base - top1[key], 3) if base is not None and top1.get(key) is not None else None
+        out[f"digits_{key}_drop_points"] = item(drop, f"<= {limit}", drop is not None and drop <= limit)
+    for key in RESNET_KEYS:
+        for batch in ("1", "8", "32"):
+            a, b = ips.get(key, {}).get(batch), raw.get(key, {}).get(batch)
+            ratio = round(a / b, 4) if a and b else None
+            out[f"resnet50_{key}_b{batch}_over_raw"] = item(ratio, ">= 0.97", ratio is not None and ratio >= 0.97)
+
+    def best_int8(batch):
+        values = [ips.get(k, {}).get(batch) for k in ("int8_calibrator", "int8_qdq")]
+        return max((v for v in values if v), default=None)
+
+    for batch, limit in (("32", 1.15), ("1", 1.0)):
+        fp16, int8 = ips.get("fp16", {}).get(batch), best_int8(batch)
+        ratio = round(int8 / fp16, 4) if fp16 and int8 else None
+        out[f"resnet50_best_int8_over_fp16_b{batch}"] = item(ratio, f">= {limit}", ratio is not None and ratio >= limit)
+    for batch in ("1", "8", "32"):
+        a, b = ips.get("int8_qdq", {}).get(batch), ips.get("int8_calibrator", {}).get(batch)
+        ratio = round(a / b, 4) if a and b else None
+        out[f"resnet50_qdq_over_calibrator_b{batch}"] = item(ratio, ">= 0.95", ratio is not None and ratio >= 0.95)
+    return out
 
 
 def write(run: Run, folders) -> None:

@@ -30,7 +30,8 @@ for step in ${*:-env tests demo}; do
              echo "crasher rc=$?"; cp /tmp/crasher/*.json "$W"/ 2>/dev/null; tail -15 "$W/crasher.log" ;;
     runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${RUNNER_ARGS:-} \
               > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log" ;;
-    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${PRECISION_ARGS:-} \
+    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+                 --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \
                  > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
     *) echo "unknown step $step" ;;
   esac

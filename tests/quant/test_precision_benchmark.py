@@ -35,3 +35,35 @@ def test_budget_skips_and_records():
     run = bench.Run(budget=0.0)
     assert run.guard("x", lambda: 1, cost=10) is None
     assert run.result["errors"]["x"].startswith("skipped:")
+
+
+def test_a_second_call_merges_into_the_first(tmp_path, fake_gpu):  # noqa: F811
+    bench = _load()
+    out, res = tmp_path / "out", tmp_path / "res"
+    bench.main(["--out", str(out), "--parts", "digits", "--results", str(res)])
+    first = json.loads((out / "precision-h200.json").read_text())
+    assert (out / "inspector" / "digits-fp16_cast.json").exists()
+    bench.main(["--out", str(tmp_path / "out2"), "--parts", "", "--results", str(res),
+                "--merge", str(out / "precision-h200.json")])
+    merged = json.loads((tmp_path / "out2" / "precision-h200.json").read_text())
+    assert merged["digits_top1"] == first["digits_top1"]
+    assert [call["parts"] for call in merged["calls"]] == ["digits", ""]
+
+
+def test_targets_are_computed_from_what_was_measured():
+    bench = _load()
+    result = {
+        "digits_top1": {"fp32": 98.0, "fp16_flag": 97.9, "int8_qdq": 96.5},
+        "resnet50_images_per_s": {"fp16": {"32": 1000.0, "1": 500.0}, "int8_qdq": {"32": 1200.0, "1": 450.0},
+                                  "int8_calibrator": {"32": 1190.0}},
+        "raw_api_images_per_s": {"fp16": {"32": 1020.0, "1": 520.0}},
+    }
+    targets = bench.targets_of(result)
+    assert targets["digits_fp16_flag_drop_points"] == {"value": 0.1, "target": "<= 0.2", "met": True}
+    assert targets["digits_int8_qdq_drop_points"]["met"] is False
+    assert targets["digits_fp16_cast_drop_points"] == {"value": None, "target": "<= 0.2", "met": None}
+    assert targets["resnet50_fp16_b32_over_raw"]["value"] == round(1000 / 1020, 4)
+    assert targets["resnet50_fp16_b1_over_raw"]["met"] is False  # 500/520 < 0.97
+    assert targets["resnet50_best_int8_over_fp16_b32"] == {"value": 1.2, "target": ">= 1.15", "met": True}
+    assert targets["resnet50_best_int8_over_fp16_b1"]["met"] is False
+    assert targets["resnet50_qdq_over_calibrator_b32"]["value"] == round(1200 / 1190, 4)

@@ -494,3 +494,33 @@ def test_inputs_transferred_straight_from_pageable_memory(env, graph, monkeypatc
         x[...] = 0  # CUDA staged the pageable data when the copy was enqueued
         np.testing.assert_allclose(handle.wait()["y"], expected, rtol=1e-6)
     assert copies == []
+
+
+@pytest.mark.parametrize("threshold, through_pinned", [(1 << 30, True), (0, False)])
+def test_auto_inputs_go_through_pinned_memory_below_the_direct_size_only(env, monkeypatch, threshold, through_pinned):
+    from trtkit.runtime import runner as runner_module
+
+    copies = []
+    real_copy = runner_module.copy_into
+    monkeypatch.setattr(runner_module, "copy_into", lambda dst, src: (copies.append(src.shape), real_copy(dst, src)))
+    monkeypatch.setattr(runner_module, "DIRECT_INPUT_BYTES", threshold)
+    with runner(env, cuda_graph=True) as r:
+        assert r.pinned_inputs == "auto"
+        for seed in (1, 2):
+            x = rand(2, seed)
+            np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+    assert copies == ([(2, 3, 8, 8)] * 2 if through_pinned else [])
+
+
+def test_pinned_inputs_takes_true_false_or_auto(env):
+    with pytest.raises(ValueError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
+        runner(env, pinned_inputs="yes")
+
+
+def test_device_outputs_are_the_same_views_each_call_in_a_fresh_dict(env):
+    with runner(env, device_outputs=True) as r:
+        first = r.infer({"x": rand(2, 1)})
+        second = r.infer({"x": rand(2, 2)})
+        assert first is not second and first["y"] is second["y"]
+        np.testing.assert_allclose(second["y"].to_host(), reference(rand(2, 2)), rtol=1e-6)
+        assert r.infer({"x": rand(1, 3)})["y"].shape[0] == 1

@@ -44,6 +44,12 @@ logger = logging.getLogger("trtkit")
 # Graphs keyed by the addresses of device-resident inputs, per runner, before such inputs get copied instead.
 MAX_ADDRESS_GRAPHS = 8
 
+# With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
+# staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
+# does one after the other (ResNet-50 on an H200, 4.8 MB input: 1.05 ms direct against 1.59 ms through pinned).
+# Smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA graph.
+DIRECT_INPUT_BYTES = 1 << 20
+
 
 class _Bucket:
     """Everything that depends on one combination of input shapes: output shapes, byte counts, host views."""
@@ -57,6 +63,7 @@ class _Bucket:
                               for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
         self.out_views = tuple(runner._host_out[i].view(spec.dtype, s)
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
+        self.device_views = None  # output name -> DeviceArray, made on first use (the same views every call)
 
 
 def _placeholder(shape, dtype) -> np.ndarray:
@@ -102,7 +109,8 @@ class TrtRunner:
             call (False).
         pinned_inputs: copy numpy inputs into the runner's pinned buffers and transfer them from there, inside the
             CUDA graph (True); or transfer them straight from the caller's (pageable) memory, where the driver
-            overlaps its staging copy with the transfer, the graph then holding the engine and output copies (False).
+            overlaps its staging copy with the transfer, the graph then holding the engine and output copies (False);
+            ``"auto"`` (default): straight for inputs of :data:`DIRECT_INPUT_BYTES` or more, pinned below.
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
         check_manifest: compare an engine file's manifest with this machine before loading it.
         allow_mismatch: load even if the manifest names another TensorRT version or GPU.
@@ -111,14 +119,16 @@ class TrtRunner:
     """
 
     def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
-                 copy_outputs: bool = True, pinned_inputs: bool = True, stream: int | None = None,
+                 copy_outputs: bool = True, pinned_inputs: bool | str = "auto", stream: int | None = None,
                  check_manifest: bool = True, allow_mismatch: bool = False, trt=None, cuda=None):
         self._source = engine
         self.profile = int(profile)
         self.cuda_graph = bool(cuda_graph)
         self.device_outputs = bool(device_outputs)
         self.copy_outputs = bool(copy_outputs)
-        self.pinned_inputs = bool(pinned_inputs)
+        if pinned_inputs not in (True, False, "auto"):
+            raise ValueError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
+        self.pinned_inputs = pinned_inputs
         self._given_stream = stream
         self._check_manifest = check_manifest
         self._allow_mismatch = allow_mismatch
@@ -397,7 +407,8 @@ class TrtRunner:
                 devices.append((i, dev))
             elif array is bucket.in_views[i]:  # a view from host_inputs(): already in place
                 pass
-            elif self.pinned_inputs:
+            elif self.pinned_inputs is True or (self.pinned_inputs == "auto"
+                                                and bucket.in_nbytes[i] < DIRECT_INPUT_BYTES):
                 copy_into(bucket.in_views[i], array)
             else:
                 self._transfer_directly(i, array, bucket)
@@ -483,8 +494,11 @@ class TrtRunner:
 
     def _collect(self, bucket: _Bucket, copy: bool) -> dict:
         if self.device_outputs:
-            return {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
-                    for spec, buf, shape in zip(self.output_specs, self._dev_out, bucket.out_shapes)}
+            if bucket.device_views is None:
+                bucket.device_views = {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
+                                         for spec, buf, shape in zip(self.output_specs, self._dev_out,
+                                                                     bucket.out_shapes)}
+            return dict(bucket.device_views)
         if copy:
             return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
         return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
