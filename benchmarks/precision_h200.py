@@ -63,6 +63,12 @@ class Run:
     def __init__(self, budget: float):
         self.budget = budget
         self.result: dict = {"errors": {}, "timings_s": {}, "notes": {}}
+        self.folders: tuple = ()  # where save() writes the JSON
+
+    def save(self) -> None:
+        """Write what has been measured so far (a call cut short by its time limit still leaves its figures)."""
+        self.result["targets"] = targets_of(self.result)
+        write(self, self.folders)
 
     def guard(self, key: str, fn, *, cost: float = 0.0):
         left = self.budget - (time.perf_counter() - STARTED)
@@ -272,6 +278,7 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
             raise SystemExit(f"unknown ResNet-50 key '{key}'; expected some of {', '.join(RESNET_KEYS)}")
         measure_pair(run, key, builds.engines, builds.raw)
         run.result.setdefault("resnet50_measured_in_call", {})[key] = len(run.result["calls"])
+        run.save()
 
 
 class ResnetBuilds:
@@ -284,7 +291,8 @@ class ResnetBuilds:
         self.notes = run.result["notes"].setdefault("resnet50", {})
 
     def trtkit(self, key: str, **options):
-        return self.run.guard(f"resnet50/trtkit/{key}", lambda: self._trtkit(key, options), cost=60)
+        cost = 150 if options.get("precision") == "int8" else 80  # seconds a build may take, roughly, on an H200
+        return self.run.guard(f"resnet50/trtkit/{key}", lambda: self._trtkit(key, options), cost=cost)
 
     def _trtkit(self, key: str, options: dict) -> float:
         t0 = time.perf_counter()
@@ -502,15 +510,14 @@ def main(argv=None) -> int:
                               "throughput": "CUDA graph of execute_async_v3 on device buffers, best of 3 rounds"}
     environment(run)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    targets = (out, Path(args.results), cache)  # in the cache too: a later call's --merge finds it there
+    run.folders = (out, Path(args.results), cache)  # in the cache too: a later call's --merge finds it there
     if "digits" in parts:
         digits(run, cache, args.opt_level)
-        write(run, targets)
+        run.save()
     if "resnet50" in parts:
         resnet(run, cache, args.opt_level, args.calib_images, keys)
     call["total_seconds"] = round(time.perf_counter() - STARTED, 1)
-    run.result["targets"] = targets_of(run.result)
-    write(run, targets)
+    run.save()
     return 0
 
 
