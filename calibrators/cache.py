@@ -6,7 +6,8 @@ The cache (readable by TensorRT's calibrators)::
     images: 3c010a14
     /conv1/Conv_output_0: 3d8a5c2e
 
-one line per tensor: its INT8 **scale** (amax / 127) as the 8 hex digits of a big-endian float32.
+one line per tensor: its INT8 **scale** (amax / 127) as the hex bits of a float32 (TensorRT leaves out leading
+zeros: ``0`` for the constants it quantizes from their values).
 
 The sidecar ``<cache>.trtkit.json`` records where the scales came from (ONNX sha256, TensorRT version, algorithm,
 preprocessing, digest of the data list). A cache whose provenance differs from the current build is refused with a
@@ -55,7 +56,8 @@ def scale_to_hex(scale: float) -> str:
 
 
 def hex_to_scale(text: str) -> float:
-    return struct.unpack("!f", bytes.fromhex(text))[0]
+    """The float whose bits ``text`` spells in hex, padded or not (``3c010a14``, ``0``)."""
+    return struct.unpack("!f", struct.pack("!I", int(text, 16)))[0]
 
 
 @dataclass
@@ -66,7 +68,9 @@ class CalibrationTable:
     scales: dict[str, float] = field(default_factory=dict)
 
     def amaxes(self) -> dict[str, float]:
-        return {name: scale * 127.0 for name, scale in self.scales.items()}
+        """amax per tensor (scale × 127); tensors with a zero scale (TensorRT writes ``0`` for constants and weights,
+        which it quantizes from their values) have no range and are left out."""
+        return {name: scale * 127.0 for name, scale in self.scales.items() if scale > 0}
 
     def to_text(self) -> str:
         lines = [self.header] + [f"{name}: {scale_to_hex(scale)}" for name, scale in self.scales.items()]
@@ -77,7 +81,8 @@ def parse_cache(data: bytes | str, source: str = "calibration cache") -> Calibra
     """Parse TensorRT's calibration cache text.
 
     Raises:
-        CalibrationError: no ``TRT-`` header, or a line that is not ``name: <8 hex digits>`` (names the line).
+        CalibrationError: no ``TRT-`` header, or a line that is not ``name: <hex float bits>`` (names the line).
+        TensorRT writes the bits unpadded (``0`` for constants, ``800000``), trtkit writes 8 digits; both parse.
     """
     text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray)) else data
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -88,8 +93,9 @@ def parse_cache(data: bytes | str, source: str = "calibration cache") -> Calibra
     for number, line in enumerate(lines[1:], start=2):
         name, sep, value = line.rpartition(":")
         value = value.strip()
-        if not sep or len(value) != 8 or not _is_hex(value):
-            raise CalibrationError(f"{source}, line {number}: '{line[:80]}' is not '<tensor name>: <8 hex digits>'.")
+        if not sep or not 1 <= len(value) <= 8 or not _is_hex(value):
+            raise CalibrationError(f"{source}, line {number}: '{line[:80]}' is not '<tensor name>: <scale as up to 8 "
+                                   f"hex digits>'.")
         table.scales[name.strip()] = hex_to_scale(value)
     return table
 

@@ -1,6 +1,7 @@
 """Calibration cache files: TensorRT's text format round trip and provenance refusals."""
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,8 @@ def test_amax_round_trip_through_hex():
     [
         (b"", "starts with 'an empty file', not 'TRT-'"),
         (b"hello\nx: 3c010204\n", "starts with 'hello'"),
-        (b"TRT-8601-EntropyCalibration2\nx: 3c01\n", "line 2: 'x: 3c01' is not '<tensor name>: <8 hex digits>'"),
+        (b"TRT-8601-EntropyCalibration2\nx: 3c01zz\n", "line 2: 'x: 3c01zz' is not '<tensor name>: <scale as up to 8 hex"),
+        (b"TRT-8601-EntropyCalibration2\nx: 3c010a141\n", "line 2: 'x: 3c010a141' is not"),
         (b"TRT-8601-EntropyCalibration2\nno colon here\n", "line 2"),
     ],
 )
@@ -108,3 +110,16 @@ def test_unknown_data_identity_is_not_a_difference():
     assert _prov(preprocess={"scale": 2.0}).differences(_prov()) == [
         'preprocess: cache has {"scale": 2.0}, this build has {"scale": 1.0}'
     ]
+
+
+def test_a_cache_written_by_tensorrt_860_parses_with_its_unpadded_zeros():
+    """ResNet-50's entropy cache as TensorRT 8.6.0 wrote it on the GPU host: constants and weights are ``0``."""
+    data = (Path(__file__).resolve().parents[1] / "data" / "trt860_resnet50_entropy2.calib").read_bytes()
+    table = parse_cache(data)
+    assert table.header == "TRT-8600-EntropyCalibration2"
+    assert len(table.scales) == len(data.decode().splitlines()) - 1
+    assert table.scales["(Unnamed Layer* 0) [Constant]_output"] == 0.0
+    assert table.scales["images"] == pytest.approx(0.036973, rel=1e-4)  # 0x3d177133: amax 4.70 for N(0, 1) input
+    amaxes = table.amaxes()
+    assert "onnx::Conv_654" not in amaxes and all(a > 0 for a in amaxes.values())
+    assert parse_cache(table.to_text()).scales == table.scales
