@@ -225,13 +225,21 @@ def test_several_runners_on_their_own_streams(env_any):
             r.close()
 
 
-def test_sharing_a_loaded_engine_on_86_explains_profile_sharing(env):
+def test_sharing_a_loaded_engine_on_86_is_refused_before_tensorrt_is_asked(env, monkeypatch):
+    """TensorRT 8.6.0 crashed (segfault) making a second context on an engine whose only profile was in use."""
     from trtkit.runtime import load_engine
 
     engine = load_engine(env.engine, trt=env.trt)
+    made = []
+    real = type(engine).create_execution_context
+    monkeypatch.setattr(type(engine), "create_execution_context", lambda self, *a: made.append(1) or real(self, *a))
     with TrtRunner(engine, trt=env.trt, cuda=env.cuda):
-        with pytest.raises(EngineError, match="PROFILE_SHARING_0806.*own engine"):
+        with pytest.raises(EngineError, match="already uses profile 0 of this loaded engine.*cannot share a profile"
+                                              ".*own engine"):
             TrtRunner(engine, trt=env.trt, cuda=env.cuda).activate()
+        assert len(made) == 1
+    with TrtRunner(engine, trt=env.trt, cuda=env.cuda) as again:  # free again once the first one closed
+        assert again.infer({"x": rand(1)})["y"].shape[0] == 1
     assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
 
 

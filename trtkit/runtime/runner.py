@@ -17,7 +17,7 @@ in place and passing them back skips the host copy of numpy inputs too.
 
 Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
 parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
-the TensorRT version lets contexts share a profile (10+, or 8.6 engines built with PROFILE_SHARING_0806), else give
+the TensorRT version lets contexts share a profile (10+), else give
 each its own engine by passing the engine path or bytes.
 """
 
@@ -43,6 +43,11 @@ logger = logging.getLogger("trtkit")
 
 # Graphs keyed by the addresses of device-resident inputs, per runner, before such inputs get copied instead.
 MAX_ADDRESS_GRAPHS = 8
+
+# (id(engine), profile) of the contexts runners hold, where contexts cannot share a profile (TensorRT 8.6): a second
+# context asked of an engine whose only profile is in use crashed TensorRT 8.6.0 (segmentation fault in
+# create_execution_context on the H200 host), so it is refused before TensorRT is asked.
+_PROFILES_IN_USE: set = set()
 
 # With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
 # staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
@@ -139,6 +144,7 @@ class TrtRunner:
         self._reset_state()
 
     def _reset_state(self) -> None:
+        self._profile_key = None
         self.context = None  # before the engine it was created from
         self.engine = self.stream = None
         self._own_stream = False
@@ -245,9 +251,19 @@ class TrtRunner:
         self._wait_event = self.cuda.event_create(timing=False)
 
     def _create_context(self) -> None:
+        shared = compat.contexts_share_profiles(self._trt)
+        key = (id(self.engine), self.profile)
+        if not shared and key in _PROFILES_IN_USE:
+            raise EngineError(
+                f"Another TrtRunner already uses profile {self.profile} of this loaded engine.{self._sharing_hint()} "
+                f"give each runner its own engine (pass the engine path or bytes rather than a loaded engine) or use "
+                f"another profile")
         self.context = compat.create_execution_context(self._trt, self.engine)
         if self.context is None:
             raise EngineError("TensorRT could not create an execution context (out of device memory?)")
+        if not shared:
+            _PROFILES_IN_USE.add(key)
+            self._profile_key = key
         if getattr(self.context, "active_optimization_profile", None) == self.profile:
             return
         if not self.context.set_optimization_profile_async(self.profile, self.stream):
@@ -260,8 +276,8 @@ class TrtRunner:
     def _sharing_hint(self) -> str:
         if compat.contexts_share_profiles(self._trt):
             return ""
-        return (" TensorRT 8.6 lets contexts share a profile only for engines built with "
-                "PreviewFeature.PROFILE_SHARING_0806;")
+        return (" TensorRT 8.6 contexts cannot share a profile (trtkit does not rely on "
+                "PreviewFeature.PROFILE_SHARING_0806);")
 
     def _allocate_buffers(self) -> None:
         max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
@@ -291,6 +307,7 @@ class TrtRunner:
                 step()
             except Exception as exc:  # noqa: BLE001 - free the rest first
                 errors.append(exc)
+        _PROFILES_IN_USE.discard(self._profile_key)
         self._reset_state()
         if errors:
             raise errors[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import json
 import struct
+import weakref
 from collections import Counter
 
 import numpy as np
@@ -125,7 +126,7 @@ class _EngineBase:
         self.onnx_bytes = onnx_bytes
         self.io = {spec["name"]: spec for spec in header["io"]}
         self.profiles = header["profiles"]
-        self.live_contexts: list = []
+        self.live_contexts = weakref.WeakSet()  # a context dropped by Python is gone, as in TensorRT
         self.fail_enqueue_in_capture = False  # tests: an engine whose enqueue cannot be captured
         self._evaluator = None
         self._shape_cache: dict = {}
@@ -176,7 +177,7 @@ class _EngineBase:
 
     def _new_context(self):
         context = _FakeContext(self)
-        self.live_contexts.append(context)
+        self.live_contexts.add(context)
         return context
 
     def serialize(self) -> bytes:
@@ -349,11 +350,6 @@ class _FakeContext:
         for name, value in self.engine._evaluate(feeds).items():
             view_of(addresses[name], outputs[name], io[name]["dtype"])[...] = value
 
-    def __del__(self):
-        try:
-            self.engine.live_contexts.remove(self)
-        except (ValueError, AttributeError):
-            pass
 
 
 class _FakeInspector:
