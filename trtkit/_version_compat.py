@@ -310,8 +310,10 @@ def create_execution_context(trt, engine):
 
 def contexts_share_profiles(trt) -> bool:
     """Whether contexts of one engine can use the same profile by default (10+; 8.6 needs PROFILE_SHARING_0806)."""
+    if version(trt) >= (10,):
+        return True
     preview = getattr(trt, "PreviewFeature", None)
-    return preview is None or "PROFILE_SHARING_0806" not in _members(preview) or version(trt) >= (10,)
+    return preview is None or "PROFILE_SHARING_0806" not in _members(preview)
 
 
 def allow_host_code(runtime, allow: bool) -> None:

@@ -28,9 +28,15 @@ def _calibration(algorithm: str = "entropy", cache_path=None):
 
 
 def build_config(path: str, cache_path=None):
-    """The BuildConfig of one build path (name as in :data:`BUILD_PATHS`); INT8 calibration data is random."""
+    """The BuildConfig of one build path (name as in :data:`BUILD_PATHS`, ``+mode`` adding precision constraints);
+    INT8 calibration data is random."""
+    import dataclasses
+
     from trtkit.build.config import BuildConfig
 
+    path, _, constraint = path.partition("+")
+    if constraint:
+        return dataclasses.replace(build_config(path, cache_path), precision_constraints=constraint)
     own = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
     precision, _, mode = path.partition("_")
     if precision == "all-options":
@@ -69,11 +75,15 @@ BUILD_PATHS = {
     "int8_calibrator-minmax": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
     "int8_calibrator-percentile": {8: [OK, NO_NATIVE], 10: [OK, NO_NATIVE], 11: [(HAS_10, "qdq"), NO_NATIVE]},
     "int8_qdq": {8: [OK], 10: [OK], 11: [OK]},
+    # precision constraints: layer precisions and PREFER/OBEY_PRECISION_CONSTRAINTS (flag paths only)
+    "fp16_flag+prefer": {8: [OK], 10: [OK], 11: [(HAS_10, "cast")]},
+    "int8_calibrator+obey": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
 }
 
 
 def expected_plan(path: str, major: int) -> dict:
     """What a successful build must have decided: flags it must / must not set, strong typing, a calibrator."""
+    path = path.partition("+")[0]  # constraints change layers, not the plan
     fp16, int8 = path.startswith("fp16"), path.startswith("int8")
     if path in ("fp16", "fp16_flag") and major < 11:
         return {"flags": {"FP16"}, "strongly_typed": False, "calibrator": False}
@@ -157,6 +167,8 @@ def run_build_path(ctx: Context, path: str) -> dict:
 
 
 def _path_features(path: str, ok: bool) -> dict:
+    if "+" in path:
+        return {}  # the support table's rows come from the plain paths
     if path.startswith("int8_calibrator"):
         algorithm = path.split("-")[-1] if "-" in path else "entropy"
         return {f"calibrator_{algorithm}": ok, **({"int8_calibrator": ok} if algorithm == "entropy" else {})}
@@ -170,7 +182,7 @@ def _register_per_path(prefix: str, runner, doc: str, paths) -> None:
         def run(ctx, _path=path):
             return runner(ctx, _path)
 
-        run.__name__ = f"{prefix}_{path.replace('-', '_')}"
+        run.__name__ = f"{prefix}_{path.replace('-', '_').replace('+', '_')}"
         run.__doc__ = doc.format(path=path)
         check(run)
 

@@ -64,7 +64,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         BuildError: TensorRT could not build the engine.
     """
     from trtkit._lazy import tensorrt
-    from trtkit.build import precision, precision_report
+    from trtkit.build import constraints, precision, precision_report
     from trtkit.build.manifest import environment
     from trtkit.log import make_trt_logger
 
@@ -75,6 +75,9 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     loaded = load_model(model)
     profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
     caps = compat.capabilities(trt)
+    # what the settings say already (before calibration data is read), then again once the plan has chosen modes
+    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
+                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
     plan = precision.plan_precision(trt, loaded, config, caps)
     kept: list = []
 
@@ -88,12 +91,18 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     builder = _create_builder(trt, logger)
     phase("parse")
     strongly_typed = plan.strongly_typed or config.strongly_typed
+    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
+                                 explicit_int8=config.precision == "int8" and plan.calibrator is None)
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
     parser = trt.OnnxParser(network, logger)
     _parse(parser, plan.model)
     phase("configure")
     bconfig = builder.create_builder_config()
     trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
+    constrained = constraints.apply(trt, network, bconfig, config.precision, config.precision_constraints)
+    if constrained:
+        plan.notes.append(f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
+                          f"matrix multiply layer(s) set to {config.precision.upper()}")
     cache = _load_timing_cache(bconfig, config.timing_cache)
     phase("build")
     try:

@@ -61,6 +61,8 @@ class BuildConfig:
         version_compatible: build a version-compatible plan (loads on later TensorRT versions).
         strongly_typed: build a strongly typed network (types come from the model).
         require_precision: fail the build if the engine does not mostly run in the asked precision.
+        precision_constraints: ``none`` (TensorRT keeps FP32 where faster), ``prefer`` or ``obey``: set the math
+            layers to the asked precision (see :mod:`trtkit.build.constraints`).
         max_aux_streams: limit on auxiliary streams TensorRT may use.
     """
 
@@ -79,6 +81,7 @@ class BuildConfig:
     version_compatible: bool = False
     strongly_typed: bool = False
     require_precision: bool = False
+    precision_constraints: str = "none"
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
 
@@ -87,6 +90,7 @@ class BuildConfig:
         _choice("fp16_mode", self.fp16_mode, FP16_MODES)
         _choice("int8_mode", self.int8_mode, INT8_MODES)
         _choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
+        _choice("precision_constraints", self.precision_constraints, ("none", "prefer", "obey"))
         if self.optimization_level is not None and not 0 <= int(self.optimization_level) <= 5:
             raise TrtkitError(f"optimization_level must be 0-5, got {self.optimization_level}")
         if self.workspace_bytes is not None and int(self.workspace_bytes) <= 0:

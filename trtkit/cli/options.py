@@ -43,6 +43,10 @@ def add_precision_options(parser) -> None:
     g.add_argument("--strongly-typed", action="store_true", help="build a strongly typed network")
     g.add_argument("--require-precision", action="store_true",
                    help="fail if the engine does not mostly run in the requested precision")
+    g.add_argument("--precision-constraints", choices=("none", "prefer", "obey"), default="none",
+                   help="set convolution/matmul layers to the requested precision: prefer (TensorRT follows where "
+                        "it can) or obey (the build fails where it cannot); default none: TensorRT keeps FP32 "
+                        "wherever that is faster")
     g.add_argument("--save-qdq-onnx", metavar="PATH", help="save the Q/DQ model made for --int8-mode qdq")
     parser.set_defaults(precision="fp32")
 
@@ -103,7 +107,7 @@ def config_from_args(args) -> BuildConfig:
         profiling_verbosity=args.profiling_verbosity, timing_cache=args.timing_cache,
         hardware_compatibility=args.hardware_compatibility, version_compatible=args.version_compatible,
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
-        save_qdq_onnx=args.save_qdq_onnx)
+        precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx)
 
 
 def _preprocess(args) -> dict:

@@ -56,10 +56,34 @@ class ParserError10(ParserError):
         return self._node_op
 
 
+# ONNX op → the TensorRT layer type the parser would make (others count as ELEMENTWISE here).
+_LAYER_TYPES = {"Conv": "CONVOLUTION", "ConvTranspose": "DECONVOLUTION", "MatMul": "MATRIX_MULTIPLY",
+                "Gemm": "MATRIX_MULTIPLY", "Relu": "ACTIVATION", "Sigmoid": "ACTIVATION", "MaxPool": "POOLING",
+                "AveragePool": "POOLING", "GlobalAveragePool": "REDUCE", "Reshape": "SHUFFLE", "Flatten": "SHUFFLE",
+                "QuantizeLinear": "QUANTIZE", "DequantizeLinear": "DEQUANTIZE", "Softmax": "SOFTMAX"}
+
+
+class ILayer:
+    """One layer per ONNX node; ``precision`` records what the builder code asked for."""
+
+    def __init__(self, node, layer_type):
+        self.name = node.name or node.op_type
+        self.type = layer_type
+        self.precision = None
+
+
 class INetworkDefinition:
-    def __init__(self, flags: int):
+    def __init__(self, flags: int, trt=None):
         self.flags = flags
         self.model = None  # the onnx.ModelProto once parsed
+        self._trt = trt
+        self._layers = None
+
+    def get_layer(self, index: int):
+        if self._layers is None:
+            types = self._trt.LayerType
+            self._layers = [ILayer(n, types[_LAYER_TYPES.get(n.op_type, "ELEMENTWISE")]) for n in self.model.graph.node]
+        return self._layers[index]
 
     @property
     def num_inputs(self):
@@ -244,7 +268,7 @@ def make_builder_classes(trt) -> dict:
         platform_has_fast_int8 = True
 
         def create_network(self, flags=0):
-            return INetworkDefinition(flags)
+            return INetworkDefinition(flags, trt)
 
         def create_builder_config(self):
             return IBuilderConfig()

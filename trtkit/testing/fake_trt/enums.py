@@ -57,6 +57,9 @@ def common_enums(version: str) -> dict:
         "LayerInformationFormat": make("LayerInformationFormat", ["ONELINE", "JSON"]),
         "HardwareCompatibilityLevel": make("HardwareCompatibilityLevel", ["NONE", "AMPERE_PLUS"]),
         "DataType": make("DataType", data_types),
+        "LayerType": make("LayerType", ["CONVOLUTION", "ACTIVATION", "POOLING", "ELEMENTWISE", "SHUFFLE", "REDUCE",
+                                        "MATRIX_MULTIPLY", "DECONVOLUTION", "SOFTMAX", "QUANTIZE", "DEQUANTIZE"]
+                          + (["FULLY_CONNECTED"] if _major(version) < 10 else [])),
         "TensorIOMode": make("TensorIOMode", ["NONE", "INPUT", "OUTPUT"]),
         "ErrorCode": make("ErrorCode", ["SUCCESS", "INTERNAL_ERROR", "MEM_ALLOC_FAILED", "MODEL_DESERIALIZE_FAILED",
                                         "INVALID_VALUE", "INVALID_GRAPH", "INVALID_NODE", "UNSUPPORTED_GRAPH",
