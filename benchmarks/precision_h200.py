@@ -153,7 +153,14 @@ def top1(engine: bytes, x, y) -> float:
     return round(float((logits.argmax(1) == y).mean()) * 100, 3)
 
 
-def digits(run: Run, cache: Path, opt_level) -> None:
+DIGITS_KEYS = ("fp32", "fp16_flag", "fp16_cast", "int8_calibrator_entropy", "int8_calibrator_minmax", "int8_qdq")
+# TensorRT 8.6 keeps the digits CNN in FP32 under the FP16/INT8 flags alone (its FP32 kernels are faster at 8x8):
+# the flag and calibrator variants ask for the precision with --precision-constraints prefer so the figures are those
+# of FP16/INT8 engines (the precision share beside each says what ran).
+CONSTRAINED = {"fp16_flag", "fp16_cast", "int8_calibrator_entropy", "int8_calibrator_minmax"}
+
+
+def digits(run: Run, cache: Path, opt_level, keys=DIGITS_KEYS) -> None:
     from calibrators.sources import IterableSource
     from trtkit.build.config import CalibrationSettings
 
@@ -170,9 +177,17 @@ def digits(run: Run, cache: Path, opt_level) -> None:
         "int8_calibrator_minmax": {"precision": "int8", "int8_mode": "calibrator", "algorithm": "minmax"},
         "int8_qdq": {"precision": "int8", "int8_mode": "qdq", "algorithm": "entropy"},
     }
-    accuracy, shares, notes = {}, {}, {}
-    for key, options in variants.items():
-        options = dict(options)
+    accuracy = run.result.setdefault("digits_top1", {})
+    settings = run.result.setdefault("digits_settings", {})
+    if accuracy and not settings:  # figures of a run before constraints existed: TensorRT's own choice
+        run.result["digits_top1_unconstrained"] = dict(accuracy)
+        run.result["digits_precision_share_unconstrained"] = dict(run.result.get("digits_precision_share", {}))
+    shares = run.result.setdefault("digits_precision_share", {})
+    notes = run.result["notes"].setdefault("digits", {})
+    for key in keys:
+        options = dict(variants[key])
+        if key in CONSTRAINED:
+            options["precision_constraints"] = "prefer"
         algorithm = options.pop("algorithm", None)
         if algorithm:
             cache_file = cache / f"digits.{key}.calib"
@@ -180,20 +195,26 @@ def digits(run: Run, cache: Path, opt_level) -> None:
             for stale in (cache_file, Path(f"{cache_file}.trtkit.json")):
                 stale.unlink(missing_ok=True)  # measure a real calibration every time
 
-        def one(options=options):
+        def one(options=options, key=key):
+            t0 = time.perf_counter()
             result = trtkit_build(model, trtkit_config(DIGITS_PROFILE, cache, opt_level, **options), f"digits-{key}")
-            return result, top1(result.engine, hold["x"], hold["y"])
+            return result, top1(result.engine, hold["x"], hold["y"]), time.perf_counter() - t0
 
         out = run.guard(f"digits/{key}", one, cost=5)
         if out:
             accuracy[key] = out[1]
             shares[key] = out[0].precision_report["flops_share"] if out[0].precision_report else None
             notes[key] = notes_of(out[0])
+            settings[key] = {"precision_constraints": options.get("precision_constraints", "none")}
             log(f"digits {key}: top-1 {out[1]:.2f}%  {shares[key]}")
-    run.result["digits_top1"] = accuracy
-    run.result["digits_precision_share"] = shares
-    run.result["notes"]["digits"] = notes
-    run.guard("digits/entropy_vs_tensorrt", lambda: compare_caches(run, cache))
+            if key == "int8_calibrator_entropy":
+                again = run.guard("digits/int8_calibrator_entropy_cached", lambda: one(), cost=5)
+                run.result["digits_calibration_seconds"] = {
+                    "first": round(out[2], 2), "cached": round(again[2], 2) if again else None,
+                    "what": "seconds of the digits INT8 entropy-calibrator build and top-1 run: calibrating, "
+                            "then reading the cache it wrote"}
+    if "int8_qdq" in keys or "int8_calibrator_entropy" in keys:
+        run.guard("digits/entropy_vs_tensorrt", lambda: compare_caches(run, cache))
 
 
 def compare_caches(run: Run, cache: Path) -> None:
@@ -318,6 +339,11 @@ class ResnetBuilds:
 def measure_pair(run: Run, key: str, engines: dict, raw: dict) -> None:
     """Throughput of trtkit's ``key`` engine and its raw twin at each batch, interleaved; recorded as soon as measured
     (so a run cut short by the budget still reports the pairs done), then the engines are dropped."""
+    if key not in engines:  # trtkit's build failed: keep the last call's pair rather than mix calls
+        run.result["errors"][f"throughput/{key}"] = "not measured: the trtkit build failed in this call"
+        engines.pop(key, None)
+        raw.pop(key, None)
+        return
     trtkit_ips = run.result.setdefault("resnet50_images_per_s", {}).setdefault(key, {})
     raw_ips = run.result.setdefault("raw_api_images_per_s", {}).setdefault(key, {})
     for batch in BATCHES:
@@ -480,6 +506,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for precision-h200.json (e.g. $OUT)")
     ap.add_argument("--cache", help="folder kept between calls: timing cache, exported ResNet-50 (default: --out)")
     ap.add_argument("--parts", default="digits,resnet50", help="comma-separated: digits, resnet50")
+    ap.add_argument("--digits-keys", default=",".join(DIGITS_KEYS), help="comma-separated digits variants")
     ap.add_argument("--resnet-keys", default=",".join(RESNET_KEYS),
                     help="comma-separated ResNet-50 engines to build and measure (each next to its raw twin)")
     ap.add_argument("--merge", help="results JSON of an earlier call: its figures are kept unless measured again "
@@ -512,7 +539,7 @@ def main(argv=None) -> int:
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     run.folders = (out, Path(args.results), cache)  # in the cache too: a later call's --merge finds it there
     if "digits" in parts:
-        digits(run, cache, args.opt_level)
+        digits(run, cache, args.opt_level, [k.strip() for k in args.digits_keys.split(",") if k.strip()])
         run.save()
     if "resnet50" in parts:
         resnet(run, cache, args.opt_level, args.calib_images, keys)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -154,14 +154,16 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, ptr=0x{self.ptr:x})"
 
 
-@dataclass(frozen=True)
-class DeviceInput:
-    """What a ``__cuda_array_interface__`` says about a device-resident input."""
+class DeviceInput(NamedTuple):
+    """What a ``__cuda_array_interface__`` says about a device-resident input (read on every call: kept cheap)."""
 
     ptr: int
     shape: tuple
     dtype: np.dtype
     stream: int | None
+
+
+_DTYPES: dict = {}  # typestr → numpy dtype (np.dtype() costs more than a lookup on the hot path)
 
 
 def device_input(name: str, obj) -> DeviceInput | None:
@@ -174,8 +176,11 @@ def device_input(name: str, obj) -> DeviceInput | None:
     if iface is None:
         return None
     try:
-        shape = tuple(int(d) for d in iface["shape"])
-        dtype = np.dtype(iface["typestr"])
+        shape = tuple(map(int, iface["shape"]))
+        typestr = iface["typestr"]
+        dtype = _DTYPES.get(typestr)
+        if dtype is None:
+            dtype = _DTYPES.setdefault(typestr, np.dtype(typestr))
         ptr = int(iface["data"][0])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"Input '{name}': malformed __cuda_array_interface__ ({exc})") from exc

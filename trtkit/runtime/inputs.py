@@ -16,8 +16,11 @@ from trtkit.errors import InputError
 from trtkit.runtime.buffers import device_input
 
 
-def validate_feed(feed, specs: tuple, index: dict, profile: int) -> list:
+def validate_feed(feed, specs: tuple, index: dict, profile: int, known: set | None = None) -> list:
     """Check ``feed`` against the engine's input ``specs`` (``index``: name → position).
+
+    ``known``: ``(name, shape)`` pairs already found inside ``profile`` (a caller's cache, filled here), so a shape
+    seen before skips the range check.
 
     Returns:
         ``[(numpy array or None, DeviceInput or None)]`` per input, in engine order.
@@ -28,9 +31,9 @@ def validate_feed(feed, specs: tuple, index: dict, profile: int) -> list:
     if not isinstance(feed, Mapping):
         raise InputError(f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
                          f"engine's inputs are {_names(specs)}")
-    if len(feed) != len(specs) or any(name not in index for name in feed):
+    if feed.keys() != index.keys():
         _raise_name_error(feed, specs, index)
-    return [check_input(spec, feed[spec.name], profile) for spec in specs]
+    return [check_input(spec, feed[spec.name], profile, known) for spec in specs]
 
 
 def _names(specs) -> str:
@@ -58,7 +61,7 @@ def _raise_name_error(feed, specs, index) -> None:
     raise InputError(f"{text[:1].upper()}{text[1:]}; the engine's inputs are {_names(specs)}")
 
 
-def check_input(spec, value, profile: int) -> tuple:
+def check_input(spec, value, profile: int, known: set | None = None) -> tuple:
     """``(array, None)`` for host data, ``(None, DeviceInput)`` for device data; raises on dtype or shape."""
     dev = None if type(value) is np.ndarray else device_input(spec.name, value)  # the common case first
     if dev is not None:
@@ -69,9 +72,13 @@ def check_input(spec, value, profile: int) -> tuple:
     if dtype != spec.dtype:
         raise InputError(f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} "
                          f"(convert with .astype(numpy.{spec.dtype.name}))")
+    if known is not None and (spec.name, shape) in known:
+        return array, dev
     lo, _, hi = spec.profiles[profile]
     if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
         what = f"has rank {len(shape)}, expected rank {len(lo)};" if len(shape) != len(lo) else "is outside"
         raise InputError(f"Input '{spec.name}': shape {tuple(shape)} {what} profile {profile} "
                          f"(min {tuple(lo)}, max {tuple(hi)})")
+    if known is not None:
+        known.add((spec.name, shape))
     return array, dev

@@ -152,6 +152,7 @@ class TrtRunner:
         self._dev_in, self._dev_out, self._host_in, self._host_out = [], [], [], []
         self._bound: dict = {}
         self._buckets: dict = {}
+        self._known_shapes: set = set()  # (input, shape) pairs found inside the profile
         self._context_key = None
         self._graphs = GraphCache()
         self._address_graphs = 0
@@ -368,7 +369,7 @@ class TrtRunner:
             self._complete(self._pending)
 
     def _validate(self, feed) -> list:
-        return validate_feed(feed, self.input_specs, self._input_index, self.profile)
+        return validate_feed(feed, self.input_specs, self._input_index, self.profile, self._known_shapes)
 
     # --- shapes and bindings -------------------------------------------------------------------------------------
 
