@@ -93,8 +93,10 @@ def calibrators_cell(surface: dict, gpu: list, version: str) -> str:
     cells = {name: cell(f"calibrator_{name}", surface, gpu, version) for name in CALIBRATORS}
     yes = [name for name, text in cells.items() if text.startswith("yes")]
     if yes:
-        how = sorted({text.split(" — ", 1)[1] for text in cells.values() if text.startswith("yes")})
-        return f"{', '.join(yes)} — {'; '.join(how)}"
+        by_proof: dict = {}  # proof text → calibrators it proves, in CALIBRATORS order
+        for name in yes:
+            by_proof.setdefault(cells[name].split(" — ", 1)[1], []).append(name)
+        return "; ".join(f"{', '.join(names)} — {how}" for how, names in by_proof.items())
     if all(text.startswith("no —") for text in cells.values()):
         return "none — absent in this TensorRT (API surface)"
     return "not proven"
