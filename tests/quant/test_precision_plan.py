@@ -209,3 +209,37 @@ def test_strongly_typed_qdq_model_on_10():
     config = BuildConfig(precision="int8", profiles=[parse_shapes(PROFILE)], strongly_typed=True)
     plan = plan_precision(trt, load_model(qdq, check=False), config, capabilities(trt))
     assert plan.strongly_typed and plan.flags == ()
+
+
+@pytest.mark.parametrize("options, fc_quantized, main_quantized, kept", [
+    ({}, False, True, 2),
+    ({"qdq_keep_heads": False}, True, True, 1),
+    ({"qdq_exclude": ("conv_main",)}, False, False, 3)])
+def test_qdq_heads_and_excluded_nodes_follow_the_build_settings(fake_gpu, options, fc_quantized, main_quantized,  # noqa: F811
+                                                                kept):
+    trt, _ = fake_gpu
+    settings = CalibrationSettings(source=_data(4), algorithm="minmax")
+    plan = _plan(trt, "int8", int8_mode="qdq", calibration=settings, **options)
+    graph = plan.model.proto.graph
+    producers = {out: n for n in graph.node for out in n.output}
+
+    def quantized(name):
+        node = next(n for n in graph.node if n.name == name)
+        return producers[node.input[0]].op_type == "DequantizeLinear"
+
+    assert quantized("fc") is fc_quantized
+    assert quantized("conv_main") is main_quantized
+    assert f"{kept} kept in higher precision" in plan.notes[0]
+
+
+def test_cli_qdq_options_reach_the_config():
+    import argparse
+
+    from trtkit.cli.options import add_build_options, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_build_options(parser)
+    config = config_from_args(parser.parse_args(["--int8", "--int8-mode", "qdq", "--qdq-quantize-heads",
+                                                 "--qdq-exclude", "conv_main, fc"]))
+    assert config.qdq_keep_heads is False and config.qdq_exclude == ("conv_main", "fc")
+    assert config_from_args(parser.parse_args(["--int8"])).qdq_keep_heads is True

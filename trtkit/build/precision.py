@@ -220,8 +220,10 @@ def _calibrator_plan(trt, model, caps, session) -> PrecisionPlan:
 
 def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
     from trtkit.quant.explicit import make_qdq_model
+    from trtkit.quant.qdq import QdqOptions
 
-    result = make_qdq_model(trt, model.proto, session, config)
+    options = QdqOptions(keep_output_layers=config.qdq_keep_heads, exclude_nodes=frozenset(config.qdq_exclude))
+    result = make_qdq_model(trt, model.proto, session, config, options)
     source = ("calibration cache" if result.from_cache
               else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT)")
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]

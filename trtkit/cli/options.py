@@ -47,6 +47,11 @@ def add_precision_options(parser) -> None:
                    help="set convolution/matmul layers to the requested precision: prefer (TensorRT follows where "
                         "it can) or obey (the build fails where it cannot); default none: TensorRT keeps FP32 "
                         "wherever that is faster")
+    g.add_argument("--qdq-quantize-heads", dest="qdq_keep_heads", action="store_false",
+                   help="--int8-mode qdq: quantize the final layers (heads, classifier) too; by default they stay in "
+                        "higher precision")
+    g.add_argument("--qdq-exclude", metavar="NODES", default="",
+                   help="--int8-mode qdq: comma-separated ONNX node names to keep in higher precision")
     g.add_argument("--save-qdq-onnx", metavar="PATH", help="save the Q/DQ model made for --int8-mode qdq")
     parser.set_defaults(precision="fp32")
 
@@ -107,7 +112,9 @@ def config_from_args(args) -> BuildConfig:
         profiling_verbosity=args.profiling_verbosity, timing_cache=args.timing_cache,
         hardware_compatibility=args.hardware_compatibility, version_compatible=args.version_compatible,
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
-        precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx)
+        precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx,
+        qdq_keep_heads=args.qdq_keep_heads,
+        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()))
 
 
 def _preprocess(args) -> dict:
