@@ -95,3 +95,40 @@ def _percentile(values, q) -> float:
     import numpy as np
 
     return float(np.percentile(np.asarray(values), q))
+
+
+def run_cpu_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str], None] = lambda s: None) -> list:
+    """What the demo can do without TensorRT or a GPU, on the sample CNN: the FP32 model and the FP16 model trtkit
+    casts, both run by onnx's reference evaluator on the CPU (the FP16 error is measured, not assumed), and the Q/DQ
+    placement trtkit would quantize with. One row (dict) per step; no timings (a CPU says nothing of a GPU's)."""
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    from trtkit.quant.fp16 import convert_to_fp16
+    from trtkit.quant.qdq import plan_qdq
+    from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE, make_sample_cnn
+
+    model = make_sample_cnn()
+    onnx.save(model, str(workdir / "sample_cnn.onnx"))
+    rng = np.random.default_rng(0)
+    feed = {SAMPLE_INPUT: rng.standard_normal((settings.batch, *SAMPLE_SHAPE)).astype(np.float32)}
+    on_step("running the FP32 model on the CPU (onnx's reference evaluator)")
+    reference = ReferenceEvaluator(model).run(None, feed)[0]
+    rows = [{"step": "fp32 model", "what": f"output {tuple(reference.shape)}", "rel_err": None, "verdict": "reference"}]
+    on_step("casting the model to FP16 and running it on the CPU")
+    conversion = convert_to_fp16(model)
+    onnx.save(conversion.model, str(workdir / "sample_cnn.fp16.onnx"))
+    half = ReferenceEvaluator(conversion.model).run(None, feed)[0].astype(np.float32)
+    rel = float(np.abs(half - reference).max() / max(float(np.abs(reference).max()), 1e-12))
+    rows.append({"step": "fp16 model (cast by trtkit)",
+                 "what": f"{conversion.casts} Cast(s), {len(conversion.kept_fp32)} node(s) kept FP32",
+                 "rel_err": round(rel, 6), "verdict": "PASS" if rel <= FP16_CPU_TOLERANCE else "FAIL"})
+    on_step("planning INT8 Q/DQ placement")
+    rows.append({"step": "int8 Q/DQ placement", "what": plan_qdq(model).summary(), "rel_err": None,
+                 "verdict": "planned"})
+    return rows
+
+
+# err / max|ref| the FP16 model may show against FP32 on the sample CNN (FP16 has 11 significant bits).
+FP16_CPU_TOLERANCE = 1e-2

@@ -60,14 +60,31 @@ def test_inspect_onnx_json(tmp_path, capsys):
     assert data["ops"] == {"Conv": 1, "Relu": 1, "GlobalAveragePool": 1}
 
 
-def test_demo_without_tensorrt_says_what_is_missing(capsys):
+def _without_tensorrt():
     pytest.importorskip("onnx")
     try:
         import tensorrt  # noqa: F401
         pytest.skip("TensorRT is installed here")
     except ImportError:
         pass
-    code, out, err = run_cli(["demo"], capsys)
+
+
+def test_demo_without_tensorrt_runs_the_cpu_part_and_says_what_it_skipped(capsys, tmp_path):
+    _without_tensorrt()
+    code, out, err = run_cli(["demo", "--json", str(tmp_path / "demo.json"), "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "trtkit demo (CPU only)" in out and "Skipped: building and running TensorRT engines" in out
+    data = json.loads((tmp_path / "demo.json").read_text())
+    assert data["cpu_only"] is True and data["skipped"].startswith("TensorRT, which is not installed")
+    fp16 = next(r for r in data["rows"] if r["step"].startswith("fp16"))
+    assert 0 < fp16["rel_err"] <= 1e-2 and fp16["verdict"] == "PASS"  # measured against the FP32 model
+    assert "layer(s) quantized" in data["rows"][-1]["what"]
+    assert (tmp_path / "sample_cnn.fp16.onnx").exists()
+
+
+def test_demo_require_gpu_says_what_is_missing(capsys):
+    _without_tensorrt()
+    code, out, err = run_cli(["demo", "--require-gpu"], capsys)
     assert code == 1
     assert err.startswith("error: trtkit demo needs TensorRT") and err.count("\n") == 1
 

@@ -16,6 +16,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tactic-sources", metavar="NAMES",
                         help="tactic sources to enable, e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS")
     parser.add_argument("--output-dir", metavar="DIR", help="keep the model and engines here (default: a temp dir)")
+    parser.add_argument("--require-gpu", action="store_true",
+                        help="fail (exit 1) where TensorRT or a GPU is missing, instead of running the CPU part only")
     options.add_json_option(parser)
 
 
@@ -24,9 +26,11 @@ def run(args, console) -> int:
 
     missing = missing_prerequisite()
     if missing:
-        from trtkit.errors import DependencyError
+        if args.require_gpu:
+            from trtkit.errors import DependencyError
 
-        raise DependencyError(f"trtkit demo needs {missing}")
+            raise DependencyError(f"trtkit demo needs {missing}")
+        return _cpu_only(args, console, missing)
     tactics = tuple(s.strip() for s in args.tactic_sources.split(",")) if args.tactic_sources else None
     settings = DemoSettings(batch=args.batch, iterations=args.iterations, tactic_sources=tactics)
     with tempfile.TemporaryDirectory(prefix="trtkit-demo-") as tmp:
@@ -48,3 +52,25 @@ def run(args, console) -> int:
 
 def _layers(counts: dict | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "-"
+
+
+def _cpu_only(args, console, missing: str) -> int:
+    """No TensorRT or GPU here: run the part of the demo a CPU can do, and say plainly what was skipped."""
+    from trtkit.demo import DemoSettings, run_cpu_demo
+
+    settings = DemoSettings(batch=args.batch)
+    with tempfile.TemporaryDirectory(prefix="trtkit-demo-") as tmp:
+        workdir = Path(args.output_dir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        with console.status("running the sample CNN on the CPU ...") as status:
+            rows = run_cpu_demo(workdir, settings, on_step=lambda text: status.update(text))
+    console.print(render.table(f"trtkit demo (CPU only): sample CNN, batch {settings.batch}",
+                               ["step", "what", "err / max|ref|", "verdict"],
+                               [[r["step"], r["what"], "-" if r["rel_err"] is None else r["rel_err"], r["verdict"]]
+                                for r in rows]))
+    console.print(f"Skipped: building and running TensorRT engines — this machine lacks {missing}. On a machine "
+                  "with an NVIDIA GPU and TensorRT, `trtkit demo` builds FP32 and FP16 engines, runs them and "
+                  "compares them with the ONNX model (`--require-gpu` makes a missing GPU an error).")
+    if args.json:
+        render.write_json(args.json, {"cpu_only": True, "skipped": missing, "rows": rows})
+    return 0 if all(r["verdict"] != "FAIL" for r in rows) else 1
