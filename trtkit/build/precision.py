@@ -225,7 +225,8 @@ def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
     options = QdqOptions(keep_output_layers=config.qdq_keep_heads, exclude_nodes=frozenset(config.qdq_exclude))
     result = make_qdq_model(trt, model.proto, session, config, options)
     source = ("calibration cache" if result.from_cache
-              else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT)")
+              else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT: "
+                   f"{result.describe_timings()})")
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
     qdq = result.model
     if config.strongly_typed or not caps.int8_flag:

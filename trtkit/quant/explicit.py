@@ -38,6 +38,8 @@ class ExplicitResult:
         from_cache: the ranges came from a calibration cache (no calibration run).
         samples: calibration samples run (0 when from the cache).
         seconds: time spent collecting statistics.
+        timings: where that time went: ``engine_build``, ``forward`` (TensorRT runs and their copies, host side),
+            ``histograms`` (host side), in seconds.
     """
 
     model: object
@@ -46,6 +48,12 @@ class ExplicitResult:
     from_cache: bool = False
     samples: int = 0
     seconds: float = 0.0
+    timings: dict = field(default_factory=dict)
+
+    def describe_timings(self) -> str:
+        """E.g. ``engine 38.2 s, forward passes 1.3 s, histograms 14.9 s``; empty without timings."""
+        names = (("engine_build", "engine"), ("forward", "forward passes"), ("histograms", "histograms"))
+        return ", ".join(f"{label} {self.timings[key]:.1f} s" for key, label in names if key in self.timings)
 
 
 def with_outputs(model, names: list):
@@ -84,7 +92,8 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
         threads: histogram worker threads (numpy releases the GIL); default: up to 8.
 
     Returns:
-        ``(HistogramSet, samples)``.
+        ``(HistogramSet, samples, timings)``; ``timings``: seconds of the engine build, the forward passes (with
+        their copies) and the histogram updates.
     """
     from trtkit.build.builder import build_serialized
     from trtkit.runtime.runner import TrtRunner
@@ -97,18 +106,23 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
                      profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None, optimization_level=level)
     started = time.perf_counter()
     result = build_serialized(with_outputs(model, marked), config, trt=trt)
+    timings = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
     logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
-                time.perf_counter() - started)
+                timings["engine_build"])
     hists, samples = HistogramSet(), 0
     workers = threads or min(8, os.cpu_count() or 1)
     with TrtRunner(result.engine, trt=trt, check_manifest=False) as runner, ThreadPoolExecutor(workers) as pool:
         for feed in session.batches():
+            t0 = time.perf_counter()
             outputs = runner.infer(feed, copy_outputs=False)  # views, read before the next call
+            t1 = time.perf_counter()
             arrays = {t: feed[t] for t in tensors if t in inputs}
             arrays.update({t: outputs[t] for t in marked})
             _update_parallel(hists, arrays, pool)
+            timings["forward"] += t1 - t0
+            timings["histograms"] += time.perf_counter() - t1
             samples += next(iter(feed.values())).shape[0]
-    return hists, samples
+    return hists, samples, timings
 
 
 def _update_parallel(hists: HistogramSet, arrays: dict, pool) -> None:
@@ -144,14 +158,14 @@ def make_qdq_model(trt, model, session, build_config, options: QdqOptions | None
         qdq, plan = insert_qdq(work, amax, plan)
         return ExplicitResult(qdq, plan, amax, from_cache=True)
     started = time.perf_counter()
-    hists, samples = collect_histograms(trt, work, plan.activations, session, build_config)
+    hists, samples, timings = collect_histograms(trt, work, plan.activations, session, build_config)
     seconds = time.perf_counter() - started
     amax = compute_amaxes(hists, session.algorithm, session.settings.percentile)
     session.save(table_from_amaxes(amax, compat.version(trt), session.algorithm), samples=samples)
     logger.info("Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples,
                 seconds)
     qdq, plan = insert_qdq(work, amax, plan, strict=True)
-    return ExplicitResult(qdq, plan, amax, samples=samples, seconds=seconds)
+    return ExplicitResult(qdq, plan, amax, samples=samples, seconds=seconds, timings=timings)
 
 
 def _amax_from_cache(table, tensors: list) -> dict:
