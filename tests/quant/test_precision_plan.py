@@ -247,3 +247,11 @@ def test_cli_qdq_options_reach_the_config():
                                                  "--qdq-exclude", "conv_main, fc"]))
     assert config.qdq_keep_heads is False and config.qdq_exclude == ("conv_main", "fc")
     assert config_from_args(parser.parse_args(["--int8"])).qdq_keep_heads is True
+
+
+def test_qdq_options_on_a_calibrator_build_are_refused_before_calibrating(fake_gpu):  # noqa: F811
+    trt, _ = fake_gpu
+    settings = CalibrationSettings(source=_data(4), algorithm="entropy")
+    with pytest.raises(UnsupportedError, match="--qdq-exclude and --qdq-quantize-heads place Q/DQ nodes.*"
+                                               "add --int8-mode qdq"):
+        _plan(trt, "int8", int8_mode="calibrator", calibration=settings, qdq_keep_heads=False)

@@ -108,3 +108,9 @@ def test_old_opset_is_refused():
     model.opset_import[0].version = 11
     with pytest.raises(ModelError, match="needs ONNX opset 13 or later .* the model has opset 11"):
         insert_qdq(model, {})
+
+
+def test_excluding_a_node_the_model_lacks_names_it_and_the_close_match():
+    with pytest.raises(ModelError, match=r"--qdq-exclude names node\(s\) the model does not have: 'conv_mian' "
+                                         r"\(did you mean 'conv_main'\?\)\. Its Conv/Gemm/MatMul nodes are: stem_conv"):
+        plan_qdq(residual_cnn(), QdqOptions(exclude_nodes=frozenset({"conv_mian"})))

@@ -521,7 +521,7 @@ def test_auto_inputs_go_through_pinned_memory_below_the_direct_size_only(env, mo
 
 
 def test_pinned_inputs_takes_true_false_or_auto(env):
-    with pytest.raises(ValueError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
+    with pytest.raises(InputError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
         runner(env, pinned_inputs="yes")
 
 

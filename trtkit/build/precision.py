@@ -201,6 +201,9 @@ def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
             raise UnsupportedError("TensorRT's calibrators need BuilderFlag.INT8, which --strongly-typed networks "
                                    "refuse; use --int8-mode qdq or drop --strongly-typed.")
         mode = "qdq"
+    if mode == "calibrator" and (config.qdq_exclude or not config.qdq_keep_heads):
+        raise UnsupportedError("--qdq-exclude and --qdq-quantize-heads place Q/DQ nodes, which this build does not "
+                               "make (INT8 through TensorRT's calibrator); add --int8-mode qdq, or drop them")
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
         return _calibrator_plan(trt, model, caps, session)

@@ -135,10 +135,14 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
 
     Returns:
         A :class:`QdqPlan`.
+
+    Raises:
+        ModelError: ``exclude_nodes`` names a node the model does not have.
     """
     options = options or QdqOptions()
     ensure_node_names(model)
     g = _Graph(model)
+    _check_excluded(g, options.exclude_nodes)
     plan = QdqPlan()
     heads = _output_layers(g) if options.keep_output_layers else set()
     for node in g.nodes:
@@ -152,6 +156,20 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
     if options.quantize_residual:
         _plan_residuals(g, plan)
     return plan
+
+
+def _check_excluded(g: _Graph, names) -> None:
+    import difflib
+
+    compute = [n.name for n in g.nodes if n.op_type in COMPUTE_OPS]
+    unknown = sorted(set(names) - {n.name for n in g.nodes})
+    if not unknown:
+        return
+    hints = [f"'{name}'" + (f" (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, compute, 1))
+                            else "") for name in unknown]
+    shown = ", ".join(compute[:12]) + (f", ... ({len(compute)} in all)" if len(compute) > 12 else "")
+    raise ModelError(f"--qdq-exclude names node(s) the model does not have: {', '.join(hints)}. Its Conv/Gemm/MatMul "
+                     f"nodes are: {shown}")
 
 
 def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None:

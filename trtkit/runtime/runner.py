@@ -132,7 +132,7 @@ class TrtRunner:
         self.device_outputs = bool(device_outputs)
         self.copy_outputs = bool(copy_outputs)
         if pinned_inputs not in (True, False, "auto"):
-            raise ValueError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
+            raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
         self.pinned_inputs = pinned_inputs
         self._given_stream = stream
         self._check_manifest = check_manifest
