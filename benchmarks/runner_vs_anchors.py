@@ -47,6 +47,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from timing import timed  # noqa: E402 - shared with torch_anchor.py
 
 TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 INPUT, OUTPUT = "images", "logits"
@@ -56,20 +58,6 @@ KEYS = ("floor_ms", "floor_compute_ms", "trtkit_ms", "trtkit_graph_ms", "trtkit_
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def timed(fn, *, warmup_s: float = 0.3, budget_s: float = 1.5, min_calls: int = 30, max_calls: int = 5000) -> float:
-    """Median milliseconds per call of ``fn()`` after warming up."""
-    end = time.perf_counter() + min(warmup_s, budget_s)
-    while time.perf_counter() < end:
-        fn()
-    times = []
-    end = time.perf_counter() + budget_s
-    while len(times) < max_calls and (time.perf_counter() < end or len(times) < min_calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 class Errors(dict):

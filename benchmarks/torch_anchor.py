@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import timed  # noqa: E402 - the benchmarks' shared loop (standard library only)
 
 
 def export_onnx(model, path: str, opset: int = 17) -> None:
@@ -36,20 +38,6 @@ def export_onnx(model, path: str, opset: int = 17) -> None:
         torch.onnx.export(model, (x,), tmp, dynamic_shapes={"x": {0: batch}}, dynamo=True, external_data=False,
                           **kwargs)
     os.replace(tmp, path)
-
-
-def timed(fn, *, warmup_s: float, budget_s: float, min_calls: int = 20, max_calls: int = 2000) -> float:
-    """Median milliseconds of ``fn()`` after warming up."""
-    end = time.perf_counter() + warmup_s
-    while time.perf_counter() < end:
-        fn()
-    times = []
-    end = time.perf_counter() + budget_s
-    while len(times) < max_calls and (time.perf_counter() < end or len(times) < min_calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -91,7 +79,8 @@ def main() -> int:
         row = out.setdefault(str(batch), {})
         for key, fn in runners.items():
             try:
-                row[key] = round(timed(lambda: fn(x), warmup_s=0.3, budget_s=args.budget_s), 4)
+                ms = timed(lambda: fn(x), warmup_s=0.3, budget_s=args.budget_s, min_calls=20, max_calls=2000)
+                row[key] = round(ms, 4)
             except Exception as exc:  # noqa: BLE001
                 row[key] = None
                 out["errors"][f"{batch}.{key}"] = f"{type(exc).__name__}: {exc}"

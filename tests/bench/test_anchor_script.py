@@ -61,3 +61,20 @@ def test_runner_vs_anchors_writes_every_key(tmp_path):
     unexpected = [k for k in data["errors"] if not k.startswith(("torch", "1.polygraphy", "2.polygraphy"))]
     assert unexpected == []
     assert len(list((tmp_path / "cache").glob("*.engine"))) == 1
+
+
+def test_torch_anchor_runs_from_anywhere_without_trtkit(tmp_path):
+    """The GPU host runs it under PyTorch's own Python, where trtkit is not installed: it may only need the
+    standard library and benchmarks/timing.py next to it."""
+    code = ("import builtins, runpy, sys\n"
+            "real = builtins.__import__\n"
+            "def guard(name, *a, **k):\n"
+            "    if name.split('.')[0] in ('trtkit', 'calibrators'):\n"
+            "        raise ImportError('trtkit is not installed here')\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = guard\n"
+            f"sys.argv = ['torch_anchor.py', '--help']\n"
+            f"runpy.run_path({str(ROOT / 'benchmarks' / 'torch_anchor.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--budget-s" in proc.stdout

@@ -1,0 +1,22 @@
+"""The one host-side timing loop the benchmark scripts share. Standard library only: ``torch_anchor.py`` runs it
+under the GPU host's PyTorch Python, where trtkit is not installed."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def timed(fn, *, warmup_s: float = 0.3, budget_s: float = 1.5, min_calls: int = 30, max_calls: int = 5000) -> float:
+    """Median milliseconds per call of ``fn()``: warm up for ``warmup_s`` (at most ``budget_s``), then time calls for
+    ``budget_s``, at least ``min_calls`` and at most ``max_calls`` of them."""
+    end = time.perf_counter() + min(warmup_s, budget_s)
+    while time.perf_counter() < end:
+        fn()
+    times = []
+    end = time.perf_counter() + budget_s
+    while len(times) < max_calls and (time.perf_counter() < end or len(times) < min_calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
