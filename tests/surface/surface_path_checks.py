@@ -119,6 +119,16 @@ def _refusal_matches(exc, version: str, allowed) -> bool:
             and all(re.search(p, text) for p in refuse.patterns))
 
 
+def _check_refusal(exc, log, allowed, path: str, verb: str, version: str) -> None:
+    """``exc`` is a surface problem (raised as such) or one of the ``allowed`` refusals for this version."""
+    raise_surface_problem(exc, log)
+    refusals = [a for a in allowed if a != OK]
+    assert refusals, f"{path} should {verb} on TensorRT {version}: {type(exc).__name__}: {exc}"
+    assert any(_refusal_matches(exc, version, p) for p in refusals), (
+        f"{path} on TensorRT {version}: expected an UnsupportedError naming this version and matching "
+        f"{refusals}; got {type(exc).__name__}: {exc}")
+
+
 def _capture_plans(plans: list):
     """Patch ``plan_precision`` (looked up at call time by the builder) to keep each plan it returns."""
     from trtkit.build import precision
@@ -146,12 +156,7 @@ def run_build_path(ctx: Context, path: str) -> dict:
     try:
         build_serialized(tiny_conv_model(), build_config(path), trt=trt)
     except Exception as exc:  # noqa: BLE001 - sorted out below
-        raise_surface_problem(exc, log)
-        refusals = [a for a in allowed if a != OK]
-        assert refusals, f"{path} should build on TensorRT {ctx.version}: {type(exc).__name__}: {exc}"
-        assert any(_refusal_matches(exc, ctx.version, p) for p in refusals), (
-            f"{path} on TensorRT {ctx.version}: expected an UnsupportedError naming this version and matching "
-            f"{refusals}; got {type(exc).__name__}: {exc}")
+        _check_refusal(exc, log, allowed, path, "build", ctx.version)
         return {"outcome": f"refused: {exc}", "features": _path_features(path, False), "used": log.used()}
     finally:
         restore()
@@ -278,12 +283,7 @@ def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int
     try:
         plan = plan_precision(trt, load_model(tiny_conv_model()), config, compat.capabilities(trt))
     except Exception as exc:  # noqa: BLE001 - sorted out below
-        raise_surface_problem(exc, log)
-        refusals = [a for a in allowed if a != OK]
-        assert refusals, f"{path} should be planned on TensorRT {ctx.version}: {type(exc).__name__}: {exc}"
-        assert any(_refusal_matches(exc, ctx.version, p) for p in refusals), (
-            f"{path} on TensorRT {ctx.version}: expected an UnsupportedError naming this version and matching "
-            f"{refusals}; got {type(exc).__name__}: {exc}")
+        _check_refusal(exc, log, allowed, path, "be planned", ctx.version)
         return {"outcome": f"refused: {exc}"}
     assert OK in allowed, f"{path} should be refused on TensorRT {ctx.version} ({allowed}), but it was planned"
     check_plan(plan, expected_plan(path, major), f"{path} on TensorRT {ctx.version}")
