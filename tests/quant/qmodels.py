@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
@@ -109,6 +111,7 @@ def matmul_block(seed=0):
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8])], inits)
 
 
+@contextlib.contextmanager
 def capture_trtkit_log(caplog, level):
     """Attach pytest's log capture to the "trtkit" logger itself (the CLI may turn off propagation in other tests)."""
     import logging
@@ -118,4 +121,8 @@ def capture_trtkit_log(caplog, level):
     old_level = log.level
     log.setLevel(level)
     caplog.handler.setLevel(level)
-    return lambda: (log.removeHandler(caplog.handler), log.setLevel(old_level))
+    try:
+        yield
+    finally:
+        log.removeHandler(caplog.handler)
+        log.setLevel(old_level)

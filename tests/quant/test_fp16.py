@@ -50,11 +50,8 @@ def test_fp16_io_when_asked():
 
 
 def test_blocked_ops_shape_math_and_resize_scales_stay_fp32(caplog):
-    restore = capture_trtkit_log(caplog, logging.INFO)
-    try:
+    with capture_trtkit_log(caplog, logging.INFO):
         conv = convert_to_fp16(fp16_mix())
-    finally:
-        restore()
     model = conv.model
     onnx.checker.check_model(model, full_check=True)
     types = _types(model)
@@ -70,11 +67,8 @@ def test_blocked_ops_shape_math_and_resize_scales_stay_fp32(caplog):
 
 
 def test_clipping_is_named_in_a_warning(caplog):
-    restore = capture_trtkit_log(caplog, logging.WARNING)
-    try:
+    with capture_trtkit_log(caplog, logging.WARNING):
         conv = convert_to_fp16(fp16_mix())
-    finally:
-        restore()
     assert conv.clipped == ["big"]
     assert "clipped values beyond ±65504 in: big" in caplog.text
     big16 = next(t for t in conv.model.graph.initializer if t.name == "big__fp16")

@@ -61,11 +61,8 @@ def test_fp16_engine_passes_the_fp16_check():
 
 def test_fp16_asked_but_mostly_fp32_warns_loudly(caplog):
     report = analyze(_info("fp32_tf32"), "fp16")
-    restore = capture_trtkit_log(caplog, logging.WARNING)
-    try:
+    with capture_trtkit_log(caplog, logging.WARNING):
         problems = report.check()
-    finally:
-        restore()
     assert problems and "--fp16 was asked but 100% of the engine's FLOPs run in FP32/TF32" in problems[0]
     assert "PRECISION WARNING" in caplog.text
     assert report.to_json()["warnings"] == problems

@@ -94,11 +94,8 @@ def test_missing_amax_warns_or_raises(caplog):
     model = residual_cnn()
     with pytest.raises(CalibrationError, match="No amax for 1 tensor\\(s\\) to quantize: down"):
         insert_qdq(model, {"x": 1.0, "stem_r": 1.0, "a_r": 1.0, "res_r": 1.0}, strict=True)
-    restore = capture_trtkit_log(caplog, logging.WARNING)
-    try:
+    with capture_trtkit_log(caplog, logging.WARNING):
         qdq, _ = insert_qdq(model, {"x": 1.0, "stem_r": 1.0, "a_r": 1.0, "res_r": 1.0})
-    finally:
-        restore()
     assert "left unquantized: down" in caplog.text
     onnx.checker.check_model(qdq, full_check=True)
 
