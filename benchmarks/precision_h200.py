@@ -326,6 +326,9 @@ class ResnetBuilds:
         return time.perf_counter() - t0
 
     def raw_twin(self, key: str, model: Path, flags: tuple, calib_cache: Path | None = None) -> None:
+        if key not in self.engines:  # trtkit's build failed: a twin alone measures nothing
+            return
+
         def build():
             self.raw[key] = raw_build(model, self.cache, self.opt_level, flags, calib_cache=calib_cache)
 
