@@ -295,8 +295,6 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
             if took:
                 seconds["qdq_first"] = round(took, 2)
             builds.raw_twin(key, paths["qdq_model"], ("INT8", "FP16"))
-        else:
-            raise SystemExit(f"unknown ResNet-50 key '{key}'; expected some of {', '.join(RESNET_KEYS)}")
         measure_pair(run, key, builds.engines, builds.raw)
         run.result.setdefault("resnet50_measured_in_call", {})[key] = len(run.result["calls"])
         run.save()
@@ -519,6 +517,12 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=530.0, help="seconds; later parts are skipped past it")
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"), help="also write the JSON here")
     args = ap.parse_args(argv)
+    keys = [k.strip() for k in args.resnet_keys.split(",") if k.strip()]
+    digit_keys = [k.strip() for k in args.digits_keys.split(",") if k.strip()]
+    for given, known, flag in ((keys, RESNET_KEYS, "--resnet-keys"), (digit_keys, DIGITS_KEYS, "--digits-keys")):
+        unknown = [k for k in given if k not in known]
+        if unknown:
+            ap.error(f"{flag}: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "precision-cache"
     out.mkdir(parents=True, exist_ok=True)
@@ -530,7 +534,6 @@ def main(argv=None) -> int:
         log(f"merging into the results of {len(run.result.get('calls', []))} earlier call(s) from {args.merge}")
     for key in ("errors", "timings_s", "notes"):
         run.result.setdefault(key, {})
-    keys = [k.strip() for k in args.resnet_keys.split(",") if k.strip()]
     call = {"parts": args.parts, "resnet_keys": keys, "opt_level": args.opt_level, "calib_images": args.calib_images,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     run.result.setdefault("calls", []).append(call)
@@ -542,7 +545,7 @@ def main(argv=None) -> int:
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     run.folders = (out, Path(args.results), cache)  # in the cache too: a later call's --merge finds it there
     if "digits" in parts:
-        digits(run, cache, args.opt_level, [k.strip() for k in args.digits_keys.split(",") if k.strip()])
+        digits(run, cache, args.opt_level, digit_keys)
         run.save()
     if "resnet50" in parts:
         resnet(run, cache, args.opt_level, args.calib_images, keys)
