@@ -17,8 +17,8 @@ in place and passing them back skips the host copy of numpy inputs too.
 
 Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
 parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
-the TensorRT version lets contexts share a profile (10+), else give
-each its own engine by passing the engine path or bytes.
+the TensorRT version lets contexts share a profile (10+), else give each its own engine by passing the engine path or
+bytes.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ _PROFILES_IN_USE: set = set()
 
 # With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
 # staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
-# does one after the other (ResNet-50 on an H200, 4.8 MB input: 1.05 ms direct against 1.59 ms through pinned).
+# does one after the other (ResNet-50 FP16 on an H200, batch 8, 4.8 MB input: 1.10 ms direct against 1.23 ms through
+# pinned, benchmarks/results/runner-h200.json).
 # Smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA graph.
 DIRECT_INPUT_BYTES = 1 << 20
 
@@ -69,6 +70,9 @@ class _Bucket:
         self.out_views = tuple(runner._host_out[i].view(spec.dtype, s)
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
         self.device_views = None  # output name -> DeviceArray, made on first use (the same views every call)
+        # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
+        self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
+                                                                 and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
 
 
 def _placeholder(shape, dtype) -> np.ndarray:
@@ -425,8 +429,7 @@ class TrtRunner:
                 devices.append((i, dev))
             elif array is bucket.in_views[i]:  # a view from host_inputs(): already in place
                 pass
-            elif self.pinned_inputs is True or (self.pinned_inputs == "auto"
-                                                and bucket.in_nbytes[i] < DIRECT_INPUT_BYTES):
+            elif bucket.via_pinned[i]:
                 copy_into(bucket.in_views[i], array)
             else:
                 self._transfer_directly(i, array, bucket)
