@@ -11,6 +11,7 @@ from trtkit.errors import TrtkitError
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
 INT8_MODES = ("auto", "calibrator", "qdq")
+CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.build.constraints
 CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
 VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
 
@@ -96,7 +97,7 @@ class BuildConfig:
         _choice("fp16_mode", self.fp16_mode, FP16_MODES)
         _choice("int8_mode", self.int8_mode, INT8_MODES)
         _choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
-        _choice("precision_constraints", self.precision_constraints, ("none", "prefer", "obey"))
+        _choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
         if self.optimization_level is not None and not 0 <= int(self.optimization_level) <= 5:
             raise TrtkitError(f"optimization_level must be 0-5, got {self.optimization_level}")
         if self.workspace_bytes is not None and int(self.workspace_bytes) <= 0:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from trtkit import _version_compat as compat
 from trtkit.errors import UnsupportedError
 
-MODES = ("none", "prefer", "obey")
 # Layers whose math the precision is about (the rest follow their inputs or are free to reformat).
 MATH_LAYERS = frozenset({"CONVOLUTION", "DECONVOLUTION", "FULLY_CONNECTED", "MATRIX_MULTIPLY"})
 _DATA_TYPES = {"fp16": "HALF", "bf16": "BF16", "int8": "INT8"}

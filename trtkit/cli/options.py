@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtkit.build.config import CALIB_ALGORITHMS, FP16_MODES, INT8_MODES, BuildConfig, CalibrationSettings
+from trtkit.build.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, INT8_MODES, BuildConfig,
+                                 CalibrationSettings)
 from trtkit.errors import TrtkitError
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?$", re.IGNORECASE)
@@ -43,7 +44,7 @@ def add_precision_options(parser) -> None:
     g.add_argument("--strongly-typed", action="store_true", help="build a strongly typed network")
     g.add_argument("--require-precision", action="store_true",
                    help="fail if the engine does not mostly run in the requested precision")
-    g.add_argument("--precision-constraints", choices=("none", "prefer", "obey"), default="none",
+    g.add_argument("--precision-constraints", choices=CONSTRAINT_MODES, default="none",
                    help="set convolution/matmul layers to the requested precision: prefer (TensorRT follows where "
                         "it can) or obey (the build fails where it cannot); default none: TensorRT keeps FP32 "
                         "wherever that is faster")
