@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 
+MAX_BATCH = 32  # the sample engines' profile is 1..32
+
+
 @dataclass
 class DemoSettings:
     batch: int = 8
@@ -54,7 +57,7 @@ def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> d
     dims = "x".join(map(str, SAMPLE_SHAPE))
     # the FP32 row is true FP32 (TF32 off), so it is judged against FP32's tolerance
     config = BuildConfig(precision=precision, tactic_sources=settings.tactic_sources, tf32=False,
-                         profiles=[parse_shapes(f"{SAMPLE_INPUT}:1x{dims},{settings.batch}x{dims},32x{dims}")],
+                         profiles=[parse_shapes(f"{SAMPLE_INPUT}:1x{dims},{settings.batch}x{dims},{MAX_BATCH}x{dims}")],
                          timing_cache=str(workdir / "timing.cache"))
     on_step(f"building the {precision.upper()} engine")
     engine_path = workdir / f"sample_cnn.{precision}.engine"

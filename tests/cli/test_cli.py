@@ -130,3 +130,21 @@ def test_missing_engine_is_named_before_tensorrt_is_needed(command, tmp_path, ca
     code, _, err = run_cli([command, str(tmp_path / "nope.engine")], capsys)
     assert code == 1 and err.count("\n") == 1
     assert "nope.engine" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "--batch 0 is outside the sample model's profile: give 1 to 32"),
+    (["--batch", "33"], "--batch 33 is outside the sample model's profile: give 1 to 32"),
+    (["--iterations", "0"], "--iterations 0: give at least 1"),
+])
+def test_demo_bad_options_are_named_before_anything_runs(capsys, argv, message):
+    code, out, err = run_cli(["demo", *argv], capsys)
+    assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_demo_output_dir_that_is_a_file_is_refused(capsys, tmp_path):
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    code, out, err = run_cli(["demo", "--output-dir", str(afile)], capsys)
+    assert code == 1 and "is a file; give a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]

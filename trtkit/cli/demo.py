@@ -24,6 +24,7 @@ def add_arguments(parser) -> None:
 def run(args, console) -> int:
     from trtkit.demo import DemoSettings, missing_prerequisite, run_demo
 
+    _check_arguments(args)
     missing = missing_prerequisite()
     if missing:
         if args.require_gpu:
@@ -52,6 +53,19 @@ def run(args, console) -> int:
 
 def _layers(counts: dict | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "-"
+
+
+def _check_arguments(args) -> None:
+    """Bad options are named before anything is built or written."""
+    from trtkit.demo import MAX_BATCH
+    from trtkit.errors import InputError
+
+    if not 1 <= args.batch <= MAX_BATCH:
+        raise InputError(f"--batch {args.batch} is outside the sample model's profile: give 1 to {MAX_BATCH}")
+    if args.iterations < 1:
+        raise InputError(f"--iterations {args.iterations}: give at least 1")
+    if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise InputError(f"--output-dir '{args.output_dir}' is a file; give a folder (it is created if missing)")
 
 
 def _cpu_only(args, console, missing: str) -> int:
