@@ -71,16 +71,39 @@ class Histogram:
             if flat.size == 0:
                 return
             batch_max = max(float(flat.max()), -float(flat.min()))
-        self.amax = max(self.amax, batch_max)
-        self.count += int(flat.size)
+        self.add_counts(batch_max, _bin_counts(flat, self.scale_for(batch_max), self.bins))
+
+    def scale_for(self, batch_max: float) -> np.float32:
+        """The factor that maps ``|x|`` to its bin once the range has grown to hold ``batch_max``: the bin of ``x``
+        is ``min(int(|x| * scale), bins - 1)`` in float32 (what :meth:`add_counts` expects counts of)."""
+        return np.float32(self.bins / self._range_for(batch_max))
+
+    def add_counts(self, batch_max: float, counts: np.ndarray) -> None:
+        """Add one batch given as bin counts at :meth:`scale_for` ``(batch_max)`` and its finite max ``|x|``.
+
+        This is how batches binned elsewhere (on the GPU: :mod:`calibrators.device_histogram`) join; all-zero
+        counts (an empty batch, or only non-finite values) change nothing.
+        """
+        total = int(counts.sum())
+        if total == 0:
+            return
+        self.amax = max(self.amax, float(batch_max))
+        self.count += total
         self._grow_to(batch_max)
-        self.counts += _bin_counts(flat, np.float32(self.bins / self.range), self.bins)
+        self.counts += counts
+
+    def _range_for(self, value: float) -> float:
+        if self.counts is None:
+            return value if value > 0 else 1.0  # a tensor of zeros still needs a non-empty range
+        grown = self.range
+        while value > grown:
+            grown *= 2.0
+        return grown
 
     def _grow_to(self, value: float) -> None:
         if self.counts is None:
+            self.range = self._range_for(value)
             self.counts = np.zeros(self.bins, dtype=np.float64)
-            # A tensor of zeros still needs a non-empty range.
-            self.range = value if value > 0 else 1.0
             return
         while value > self.range:
             self.counts = np.concatenate([self.counts.reshape(-1, 2).sum(axis=1), np.zeros(self.bins // 2)])
@@ -97,10 +120,14 @@ class HistogramSet:
     def update(self, arrays: dict[str, np.ndarray]) -> None:
         """Add one batch of values for each named tensor."""
         for name, values in arrays.items():
-            hist = self.tensors.get(name)
-            if hist is None:
-                hist = self.tensors[name] = Histogram(bins=self.bins)
-            hist.update(values)
+            self.histogram(name).update(values)
+
+    def histogram(self, name: str) -> Histogram:
+        """The histogram of ``name``, created empty on first use."""
+        hist = self.tensors.get(name)
+        if hist is None:
+            hist = self.tensors[name] = Histogram(bins=self.bins)
+        return hist
 
     def __getitem__(self, name: str) -> Histogram:
         return self.tensors[name]

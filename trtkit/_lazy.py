@@ -7,15 +7,17 @@ from functools import lru_cache
 
 from trtkit.errors import DependencyError
 
+_CUDA_PYTHON = (
+    "cuda-python is not installed. Run `pip install 'cuda-python>=12.6'` (12.x for CUDA 12 drivers, "
+    "13.x needs Python >= 3.11 and a CUDA 13 driver)."
+)
 _HINTS = {
     "tensorrt": (
         "TensorRT's Python package is not installed. Install the build matching your CUDA driver, e.g. "
         "`pip install tensorrt` (or `pip install 'trtkit[tensorrt]'`); `trtkit doctor` checks the setup."
     ),
-    "cuda.bindings.runtime": (
-        "cuda-python is not installed. Run `pip install 'cuda-python>=12.6'` (12.x for CUDA 12 drivers, "
-        "13.x needs Python >= 3.11 and a CUDA 13 driver)."
-    ),
+    "cuda.bindings.runtime": _CUDA_PYTHON,
+    "cuda.bindings.driver": _CUDA_PYTHON,
 }
 
 
@@ -34,12 +36,22 @@ def tensorrt():
     return import_module("tensorrt")
 
 
-def cudart():
-    """cuda-python's runtime bindings, ``cuda.bindings.runtime`` (falls back to ``cuda.cudart`` on cuda-python < 12.6)."""
+def _cuda_python(name: str, legacy: str):
+    """``name`` from cuda-python >= 12.6, else its pre-12.6 location ``legacy``."""
     try:
-        return import_module("cuda.bindings.runtime")
+        return import_module(name)
     except DependencyError as missing:
         try:
-            return importlib.import_module("cuda.cudart")
+            return importlib.import_module(legacy)
         except ImportError:
             raise missing from None
+
+
+def cudart():
+    """cuda-python's runtime bindings, ``cuda.bindings.runtime`` (falls back to ``cuda.cudart`` on cuda-python < 12.6)."""
+    return _cuda_python("cuda.bindings.runtime", "cuda.cudart")
+
+
+def cuda_driver():
+    """cuda-python's driver bindings, ``cuda.bindings.driver`` (falls back to ``cuda.cuda`` on cuda-python < 12.6)."""
+    return _cuda_python("cuda.bindings.driver", "cuda.cuda")

@@ -156,7 +156,7 @@ def test_explicit_qdq_path_calibrates_in_the_fake_tensorrt_and_reuses_its_cache(
     import re
 
     assert re.search(r"16 samples \(minmax, [\d.]+ s in TensorRT: engine [\d.]+ s, forward passes [\d.]+ s, "
-                     r"histograms [\d.]+ s\)", plan.notes[0]), plan.notes[0]
+                     r"histograms [\d.]+ s \(GPU\)\)", plan.notes[0]), plan.notes[0]
     table = cache.read_text().splitlines()
     assert table[0] == "TRT-8600-MinMaxCalibration" and len(table) == 6  # header + five activations
     x_max = max(float(np.abs(f["x"]).max()) for f in _data(16))

@@ -13,6 +13,7 @@ FP16_MODES = ("auto", "flag", "cast")
 INT8_MODES = ("auto", "calibrator", "qdq")
 CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.build.constraints
 CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
+HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
 
 
@@ -29,6 +30,9 @@ class CalibrationSettings:
         batch_size: calibration batch size (default: the profile's opt batch).
         force: reuse a cache even when its provenance does not match.
         preprocess: image preprocessing settings (resize mode, channel order, scale, mean, std, layout).
+        histograms: where trtkit's own calibration (Q/DQ path) bins activations: ``gpu`` (CUDA kernels next to the
+            engine's outputs), ``cpu`` (numpy, after copying them to the host) or ``auto`` (GPU, else CPU). Both give
+            the same histograms.
     """
 
     source: object = None
@@ -39,6 +43,7 @@ class CalibrationSettings:
     batch_size: int | None = None
     force: bool = False
     preprocess: dict = field(default_factory=dict)
+    histograms: str = "auto"
 
 
 @dataclass
@@ -104,6 +109,7 @@ class BuildConfig:
             raise TrtkitError(f"workspace_bytes must be positive, got {self.workspace_bytes}")
         if self.calibration is not None:
             _choice("calibration algorithm", self.calibration.algorithm, CALIB_ALGORITHMS)
+            _choice("calibration histograms", self.calibration.histograms, HISTOGRAM_DEVICES)
         if self.tactic_sources is not None:
             self.tactic_sources = tuple(self.tactic_sources)
         self.qdq_exclude = tuple(self.qdq_exclude)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtkit.build.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, INT8_MODES, BuildConfig,
-                                 CalibrationSettings)
+from trtkit.build.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, HISTOGRAM_DEVICES, INT8_MODES,
+                                 BuildConfig, CalibrationSettings)
 from trtkit.errors import TrtkitError
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?$", re.IGNORECASE)
@@ -63,6 +63,9 @@ def add_calibration_options(parser) -> None:
     g.add_argument("--calib-cache", metavar="FILE", help="calibration cache to reuse or write (TensorRT format)")
     g.add_argument("--calib-algo", choices=CALIB_ALGORITHMS, default="entropy", help="default: entropy")
     g.add_argument("--calib-percentile", type=float, default=99.99, help="for --calib-algo percentile")
+    g.add_argument("--calib-histograms", choices=HISTOGRAM_DEVICES, default="auto",
+                   help="--int8-mode qdq: bin activations on the gpu (CUDA kernels) or the cpu (numpy); default: "
+                        "auto (the GPU when its kernels load)")
     g.add_argument("--calib-max-samples", type=int, metavar="N", help="use at most N samples")
     g.add_argument("--calib-batch", type=int, metavar="N", help="calibration batch size")
     g.add_argument("--calib-cache-force", action="store_true",
@@ -100,7 +103,7 @@ def config_from_args(args) -> BuildConfig:
         calibration = CalibrationSettings(
             source=args.calib, cache_path=args.calib_cache, algorithm=args.calib_algo,
             percentile=args.calib_percentile, max_samples=args.calib_max_samples, batch_size=args.calib_batch,
-            force=args.calib_cache_force, preprocess=_preprocess(args))
+            force=args.calib_cache_force, preprocess=_preprocess(args), histograms=args.calib_histograms)
     tactics = None
     if getattr(args, "tactic_sources", None):
         tactics = tuple(s.strip() for s in args.tactic_sources.split(",") if s.strip())

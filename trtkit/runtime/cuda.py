@@ -101,6 +101,10 @@ class Cuda:
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         check(self.rt.cudaMemcpyAsync(dst, src, nbytes, self.D2D, stream), "cudaMemcpyAsync(device to device)")
 
+    def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        """Set ``nbytes`` of device memory at ``ptr`` to the byte ``value``, in stream order."""
+        check(self.rt.cudaMemsetAsync(ptr, value, nbytes, stream), "cudaMemsetAsync")
+
     # --- streams and events --------------------------------------------------------------------------------------
 
     def stream_create(self) -> int:

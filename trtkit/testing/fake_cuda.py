@@ -108,6 +108,7 @@ class FakeCudart:
         free_bytes: device memory reported by ``cudaMemGetInfo`` before any allocation.
         fail_capture: make ``cudaStreamEndCapture`` report an invalidated capture (tests the graph fallback).
         no_device: every call fails with ``cudaErrorInsufficientDriver`` (a machine without a driver).
+        kernels: offer :class:`FakeHistogramKernels` to the GPU calibration histograms.
 
     Attributes:
         calls: how many times each function was called, by name.
@@ -119,8 +120,11 @@ class FakeCudart:
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
 
-    def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False):
+    def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
+                 kernels: bool = True):
         self.total_bytes = free_bytes
+        # What calibrators.device_histogram launches; None: it tries the real PTX kernels (and falls back).
+        self.histogram_kernels = (lambda: FakeHistogramKernels(self)) if kernels else None
         self.fail_capture = fail_capture
         self.no_device = no_device
         self.calls: Counter = Counter()
@@ -255,6 +259,15 @@ class FakeCudart:
             self.enqueue(stream, lambda: ctypes.memmove(dst, staged, count))
         else:
             self.enqueue(stream, lambda: ctypes.memmove(dst, src, count))
+        return (OK,)
+
+    def cudaMemsetAsync(self, ptr, value, count, stream):
+        return self._call("cudaMemsetAsync", self._memset, int(ptr), int(value), int(count), stream)
+
+    def _memset(self, ptr, value, count, stream):
+        if not self.device_range(ptr, count):
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        self.enqueue(stream, lambda: ctypes.memset(ptr, value, count))
         return (OK,)
 
     def _pinned(self, ptr, count) -> bool:
@@ -464,6 +477,37 @@ class FakeDeviceArray:
 
     def free(self) -> None:
         self.cuda.cudaFree(self.ptr)
+
+
+class FakeHistogramKernels:
+    """numpy stand-ins for the CUDA kernels of ``calibrators/kernels/histogram.cu``, queued on the stream like a
+    launch; same results (float bits of the finite max ``|x|``; uint64 bin counts)."""
+
+    def __init__(self, cuda: FakeCudart):
+        self.cuda = cuda
+        self.launches = 0
+
+    def _queue(self, stream, ptr: int, n: int, op) -> None:
+        if not self.cuda.device_range(ptr, 4 * n):
+            raise ValueError(f"kernel launched on {n} floats at {ptr:#x}, not inside one device allocation")
+        self.launches += 1
+        self.cuda.enqueue(stream, lambda: op(np.abs(view_of(ptr, (n,), np.float32))))
+
+    def absmax(self, ptr: int, n: int, out: int, stream) -> None:
+        def op(v):
+            finite = v[np.isfinite(v)]
+            bits = finite.max().view(np.uint32) if finite.size else np.uint32(0)
+            target = view_of(out, (1,), np.uint32)
+            target[0] = max(target[0], bits)
+
+        self._queue(stream, ptr, n, op)
+
+    def histogram(self, ptr: int, n: int, scale, counts: int, bins: int, stream) -> None:
+        def op(v):
+            index = np.minimum((v[np.isfinite(v)] * np.float32(scale)).astype(np.int32), bins - 1)
+            view_of(counts, (bins,), np.uint64)[:] += np.bincount(index, minlength=bins).astype(np.uint64)
+
+        self._queue(stream, ptr, n, op)
 
 
 def view_of(ptr: int, shape, dtype) -> np.ndarray:
