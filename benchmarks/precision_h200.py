@@ -153,7 +153,8 @@ def top1(engine: bytes, x, y) -> float:
     return round(float((logits.argmax(1) == y).mean()) * 100, 3)
 
 
-DIGITS_KEYS = ("fp32", "fp16_flag", "fp16_cast", "int8_calibrator_entropy", "int8_calibrator_minmax", "int8_qdq")
+DIGITS_KEYS = ("fp32", "fp16_flag", "fp16_cast", "int8_calibrator_entropy", "int8_calibrator_minmax", "int8_qdq",
+               "int8_qdq_heads")
 # TensorRT 8.6 keeps the digits CNN in FP32 under the FP16/INT8 flags alone (its FP32 kernels are faster at 8x8):
 # the flag and calibrator variants ask for the precision with --precision-constraints prefer so the figures are those
 # of FP16/INT8 engines (the precision share beside each says what ran).
@@ -176,6 +177,8 @@ def digits(run: Run, cache: Path, opt_level, keys=DIGITS_KEYS) -> None:
         "int8_calibrator_entropy": {"precision": "int8", "int8_mode": "calibrator", "algorithm": "entropy"},
         "int8_calibrator_minmax": {"precision": "int8", "int8_mode": "calibrator", "algorithm": "minmax"},
         "int8_qdq": {"precision": "int8", "int8_mode": "qdq", "algorithm": "entropy"},
+        # --qdq-quantize-heads: the classifier quantized too (the ResNet-50 b1 throughput question)
+        "int8_qdq_heads": {"precision": "int8", "int8_mode": "qdq", "algorithm": "entropy", "qdq_keep_heads": False},
     }
     accuracy = run.result.setdefault("digits_top1", {})
     settings = run.result.setdefault("digits_settings", {})
@@ -251,15 +254,18 @@ def export_resnet(cache: Path) -> Path:
     return path
 
 
-RESNET_KEYS = ("fp32", "fp16", "int8_calibrator", "int8_qdq")
+RESNET_KEYS = ("fp32", "fp16", "int8_calibrator", "int8_qdq", "int8_qdq_heads", "int8_calibrator_cached")
+# Engines whose throughput is a figure of the issue; int8_qdq_heads is --qdq-quantize-heads (classifier in INT8 too);
+# int8_calibrator_cached only times the calibrator build that reads the cache an earlier call wrote (no throughput).
 
 
-def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
-    """Build and measure the ResNet-50 ``keys`` (a subset of :data:`RESNET_KEYS`), each next to its raw twin.
+def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys, raw_keys=RESNET_KEYS) -> None:
+    """Build and measure the ResNet-50 ``keys`` (a subset of :data:`RESNET_KEYS`), each next to its raw twin when
+    in ``raw_keys`` (a twin measured in an earlier call need not be rebuilt: the merge keeps it).
 
     The calibrator's cache is kept in ``cache`` between calls: a build that finds none calibrates (its seconds are
-    ``calibration_seconds.first``), one that finds it reads it (``.cached``); so a second call with
-    ``int8_calibrator`` measures the cached run. The Q/DQ path always collects its histograms afresh.
+    ``calibration_seconds.first``), one that finds it reads it (``.cached``; ``int8_calibrator_cached`` does only
+    that). The Q/DQ paths always collect their histograms afresh; the notes split that time.
     """
     from calibrators.sources import IterableSource
     from trtkit.build.config import CalibrationSettings
@@ -269,12 +275,18 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
         return
     source = IterableSource(RandomImages(calib_images), identity=f"random-normal-{calib_images}")
     paths = {"calib": cache / "resnet50.calib", "qdq_calib": cache / "resnet50.qdq.calib",
-             "qdq_model": cache / "resnet50.qdq.onnx"}
-    for stale in (paths["qdq_calib"], Path(f"{paths['qdq_calib']}.trtkit.json")):
-        stale.unlink(missing_ok=True)
+             "qdq_model": cache / "resnet50.qdq.onnx", "heads_calib": cache / "resnet50.qdq-heads.calib",
+             "heads_model": cache / "resnet50.qdq-heads.onnx"}
+    if paths["qdq_calib"].exists():  # the last call's ranges (host histograms then): compared with this call's below
+        paths["qdq_calib_before"] = cache / "resnet50.qdq.calib.before"
+        os.replace(paths["qdq_calib"], paths["qdq_calib_before"])
+    for stale in (paths["qdq_calib"], paths["heads_calib"]):
+        for path in (stale, Path(f"{stale}.trtkit.json")):
+            path.unlink(missing_ok=True)
     calib = CalibrationSettings(source=source, cache_path=str(paths["calib"]), algorithm="entropy")
     qdq = CalibrationSettings(source=source, cache_path=str(paths["qdq_calib"]), algorithm="entropy")
-    builds = ResnetBuilds(run, model, cache, opt_level)
+    heads = CalibrationSettings(source=source, cache_path=str(paths["heads_calib"]), algorithm="entropy")
+    builds = ResnetBuilds(run, model, cache, opt_level, raw_keys)
     seconds = run.result.setdefault("calibration_seconds", {
         "what": "seconds of the whole ResNet-50 INT8 calibrator build: calibrating (first), reading the cache (cached)",
         "calib_images": calib_images})
@@ -289,12 +301,26 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
             if took:
                 seconds[which] = round(took, 2)
             builds.raw_twin(key, model, ("INT8", "FP16"), calib_cache=paths["calib"])
-        elif key == "int8_qdq":
-            took = builds.trtkit(key, precision="int8", int8_mode="qdq", calibration=qdq,
-                                 save_qdq_onnx=str(paths["qdq_model"]))
+        elif key == "int8_calibrator_cached":
+            if not paths["calib"].exists():
+                run.result["errors"][f"resnet50/{key}"] = "no calibration cache from an earlier call to read"
+                continue
+            took = builds.trtkit(key, precision="int8", int8_mode="calibrator", calibration=calib)
             if took:
-                seconds["qdq_first"] = round(took, 2)
-            builds.raw_twin(key, paths["qdq_model"], ("INT8", "FP16"))
+                seconds["cached"] = round(took, 2)
+            builds.engines.pop(key, None)
+            run.save()
+            continue
+        elif key in ("int8_qdq", "int8_qdq_heads"):
+            settings, saved = (qdq, paths["qdq_model"]) if key == "int8_qdq" else (heads, paths["heads_model"])
+            took = builds.trtkit(key, precision="int8", int8_mode="qdq", calibration=settings,
+                                 save_qdq_onnx=str(saved), qdq_keep_heads=(key == "int8_qdq"))
+            if took:
+                seconds["qdq_first" if key == "int8_qdq" else "qdq_heads_first"] = round(took, 2)
+            builds.raw_twin(key, saved, ("INT8", "FP16"))
+            if key == "int8_qdq" and "qdq_calib_before" in paths and paths["qdq_calib"].exists():
+                run.result["resnet50_qdq_cache_same_as_last_call"] = (
+                    paths["qdq_calib"].read_text() == paths["qdq_calib_before"].read_text())
         measure_pair(run, key, builds.engines, builds.raw)
         run.result.setdefault("resnet50_measured_in_call", {})[key] = len(run.result["calls"])
         run.save()
@@ -303,8 +329,9 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys) -> None:
 class ResnetBuilds:
     """trtkit builds and their raw-API twins, each guarded; engines kept for the throughput measurements."""
 
-    def __init__(self, run: Run, model: Path, cache: Path, opt_level):
+    def __init__(self, run: Run, model: Path, cache: Path, opt_level, raw_keys=RESNET_KEYS):
         self.run, self.model, self.cache, self.opt_level = run, model, cache, opt_level
+        self.raw_keys = set(raw_keys)
         self.engines, self.raw = {}, {}
         self.shares = run.result.setdefault("resnet50_precision_share", {})
         self.notes = run.result["notes"].setdefault("resnet50", {})
@@ -325,6 +352,11 @@ class ResnetBuilds:
 
     def raw_twin(self, key: str, model: Path, flags: tuple, calib_cache: Path | None = None) -> None:
         if key not in self.engines:  # trtkit's build failed: a twin alone measures nothing
+            return
+        if key not in self.raw_keys:
+            self.run.result["notes"].setdefault("raw_twins_kept_from_earlier_calls", [])
+            if key not in self.run.result["notes"]["raw_twins_kept_from_earlier_calls"]:
+                self.run.result["notes"]["raw_twins_kept_from_earlier_calls"].append(key)
             return
 
         def build():
@@ -510,6 +542,8 @@ def main(argv=None) -> int:
     ap.add_argument("--digits-keys", default=",".join(DIGITS_KEYS), help="comma-separated digits variants")
     ap.add_argument("--resnet-keys", default=",".join(RESNET_KEYS),
                     help="comma-separated ResNet-50 engines to build and measure (each next to its raw twin)")
+    ap.add_argument("--raw-keys", default=",".join(RESNET_KEYS),
+                    help="ResNet-50 engines to build a raw-API twin for (default: all of --resnet-keys)")
     ap.add_argument("--merge", help="results JSON of an earlier call: its figures are kept unless measured again "
                                     "(a ResNet-50 run split over GPU calls of 10 minutes)")
     ap.add_argument("--opt-level", type=int, default=None, help="builder optimization level for every build")
@@ -519,7 +553,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     keys = [k.strip() for k in args.resnet_keys.split(",") if k.strip()]
     digit_keys = [k.strip() for k in args.digits_keys.split(",") if k.strip()]
-    for given, known, flag in ((keys, RESNET_KEYS, "--resnet-keys"), (digit_keys, DIGITS_KEYS, "--digits-keys")):
+    raw_keys = [k.strip() for k in args.raw_keys.split(",") if k.strip()]
+    for given, known, flag in ((keys, RESNET_KEYS, "--resnet-keys"), (digit_keys, DIGITS_KEYS, "--digits-keys"),
+                               (raw_keys, RESNET_KEYS, "--raw-keys")):
         unknown = [k for k in given if k not in known]
         if unknown:
             ap.error(f"{flag}: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")
@@ -548,7 +584,7 @@ def main(argv=None) -> int:
         digits(run, cache, args.opt_level, digit_keys)
         run.save()
     if "resnet50" in parts:
-        resnet(run, cache, args.opt_level, args.calib_images, keys)
+        resnet(run, cache, args.opt_level, args.calib_images, keys, raw_keys)
     call["total_seconds"] = round(time.perf_counter() - STARTED, 1)
     run.save()
     return 0
@@ -565,17 +601,17 @@ def targets_of(result: dict) -> dict:
     out = {}
     base = top1.get("fp32")
     for key, limit in (("fp16_flag", 0.2), ("fp16_cast", 0.2), ("int8_calibrator_entropy", 1.0),
-                       ("int8_calibrator_minmax", 1.0), ("int8_qdq", 1.0)):
+                       ("int8_calibrator_minmax", 1.0), ("int8_qdq", 1.0), ("int8_qdq_heads", 1.0)):
         drop = round(base - top1[key], 3) if base is not None and top1.get(key) is not None else None
         out[f"digits_{key}_drop_points"] = item(drop, f"<= {limit}", drop is not None and drop <= limit)
-    for key in RESNET_KEYS:
+    for key in (k for k in RESNET_KEYS if k != "int8_calibrator_cached"):
         for batch in ("1", "8", "32"):
             a, b = ips.get(key, {}).get(batch), raw.get(key, {}).get(batch)
             ratio = round(a / b, 4) if a and b else None
             out[f"resnet50_{key}_b{batch}_over_raw"] = item(ratio, ">= 0.97", ratio is not None and ratio >= 0.97)
 
     def best_int8(batch):
-        values = [ips.get(k, {}).get(batch) for k in ("int8_calibrator", "int8_qdq")]
+        values = [ips.get(k, {}).get(batch) for k in ("int8_calibrator", "int8_qdq", "int8_qdq_heads")]
         return max((v for v in values if v), default=None)
 
     for batch, limit in (("32", 1.15), ("1", 1.0)):
@@ -583,9 +619,11 @@ def targets_of(result: dict) -> dict:
         ratio = round(int8 / fp16, 4) if fp16 and int8 else None
         out[f"resnet50_best_int8_over_fp16_b{batch}"] = item(ratio, f">= {limit}", ratio is not None and ratio >= limit)
     for batch in ("1", "8", "32"):
-        a, b = ips.get("int8_qdq", {}).get(batch), ips.get("int8_calibrator", {}).get(batch)
-        ratio = round(a / b, 4) if a and b else None
-        out[f"resnet50_qdq_over_calibrator_b{batch}"] = item(ratio, ">= 0.95", ratio is not None and ratio >= 0.95)
+        for key, name in (("int8_qdq", "qdq"), ("int8_qdq_heads", "qdq_heads")):
+            a, b = ips.get(key, {}).get(batch), ips.get("int8_calibrator", {}).get(batch)
+            ratio = round(a / b, 4) if a and b else None
+            out[f"resnet50_{name}_over_calibrator_b{batch}"] = item(ratio, ">= 0.95",
+                                                                     ratio is not None and ratio >= 0.95)
     return out
 
 

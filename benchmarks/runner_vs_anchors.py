@@ -422,10 +422,85 @@ def bench_anchor(engine: bytes, x: np.ndarray, budget_s: float, extra: dict) -> 
 
     result = benchmark(engine, BenchSettings(shapes={INPUT: x.shape}, cuda_graph=True, duration_s=budget_s,
                                              warmup_ms=min(200.0, budget_s * 200), e2e=False))
+    compute_only = benchmark(engine, BenchSettings(shapes={INPUT: x.shape}, cuda_graph=True, duration_s=budget_s / 2,
+                                                   warmup_ms=min(200.0, budget_s * 200), e2e=False,
+                                                   data_transfers=False))
+    extra["bench_gpu_compute_no_transfers_ms"] = round(compute_only.compute.median, 4)
     extra["bench_latency_median_ms"] = round(result.latency.median, 4)
     extra["bench_qps"] = round(result.qps, 1)
     extra["bench_warnings"] = result.warnings
     return result.compute.median
+
+
+def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
+    """Where a batch's graph call goes, in microseconds (medians over ``calls``, on one runner each):
+
+    - ``infer``: ``TrtRunner.infer`` with numpy in and out; then the same steps by hand on that runner's own buffers
+      and graph: ``copy_in`` (into pinned memory), ``launch``, ``sync``, ``copy_out`` (a fresh array);
+    - ``device_infer``: ``infer`` on device-resident input and output; ``device_launch_sync``: its graph launched and
+      synchronized through trtkit's wrappers; ``raw_launch_sync``: the same two calls on cuda-python directly.
+    The gaps between a whole call and its steps are trtkit's Python overhead on this host's CPU.
+    """
+    from cuda.bindings import runtime as rt
+
+    from trtkit.runtime import DeviceArray, TrtRunner
+    from trtkit.runtime.buffers import copy_into, copy_of
+    from trtkit.runtime.cuda import default_cuda
+
+    ns = time.perf_counter_ns
+    out: dict = {}
+    feed = {INPUT: x}
+    with TrtRunner(engine, cuda_graph=True) as r:
+        for _ in range(50):
+            r.infer(feed)
+        bucket = r._buckets[(x.shape,)]
+        (graph,) = r._graphs._graphs.values()
+        steps = {k: [] for k in ("infer", "copy_in", "launch", "sync", "copy_out")}
+        for _ in range(calls):
+            t0 = ns()
+            r.infer(feed)
+            t1 = ns()
+            copy_into(bucket.in_views[0], x)
+            t2 = ns()
+            graph.launch(r.stream)
+            t3 = ns()
+            r.cuda.stream_synchronize(r.stream)
+            t4 = ns()
+            copy_of(bucket.out_views[0])
+            t5 = ns()
+            for key, a, b in (("infer", t0, t1), ("copy_in", t1, t2), ("launch", t2, t3), ("sync", t3, t4),
+                              ("copy_out", t4, t5)):
+                steps[key].append((b - a) / 1e3)
+    out.update({k: round(float(np.median(v)), 2) for k, v in steps.items()})
+    cuda = default_cuda()
+    ptr = cuda.malloc(x.nbytes)
+    try:
+        cuda.memcpy_htod_async(ptr, x.ctypes.data, x.nbytes, 0)
+        cuda.stream_synchronize(0)
+        dev_feed = {INPUT: DeviceArray(ptr, x.shape, x.dtype)}
+        with TrtRunner(engine, cuda_graph=True, device_outputs=True) as r:
+            for _ in range(50):
+                r.infer(dev_feed)
+            (graph,) = r._graphs._graphs.values()
+            steps = {k: [] for k in ("device_infer", "device_launch_sync", "raw_launch_sync")}
+            s, exe = r.stream, graph.graph_exec
+            for _ in range(calls):
+                t0 = ns()
+                r.infer(dev_feed)
+                t1 = ns()
+                graph.launch(s)
+                r.cuda.stream_synchronize(s)
+                t2 = ns()
+                rt.cudaGraphLaunch(exe, s)
+                rt.cudaStreamSynchronize(s)
+                t3 = ns()
+                for key, a, b in (("device_infer", t0, t1), ("device_launch_sync", t1, t2),
+                                  ("raw_launch_sync", t2, t3)):
+                    steps[key].append((b - a) / 1e3)
+        out.update({k: round(float(np.median(v)), 2) for k, v in steps.items()})
+    finally:
+        cuda.free(ptr)
+    return out
 
 
 def host_copy_figures(x: np.ndarray, extra: dict) -> None:
@@ -561,6 +636,7 @@ def measure_batch(engine: bytes, batch: int, budget_s: float, errors: Errors) ->
     guard("trtkit_async2_per_call_ms", lambda: trtkit_throughput_anchor(engine, x, budget_s), into=extra)
     guard("bench_gpu_compute_ms", lambda: bench_anchor(engine, x, budget_s, extra))
     errors.guard(f"{batch}.host_copy", lambda: host_copy_figures(x, extra))
+    extra["breakdown_us"] = errors.guard(f"{batch}.breakdown", lambda: breakdown(engine, x))
     log(f"batch {batch}: {row} {extra}")
     return row, extra
 

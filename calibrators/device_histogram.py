@@ -45,7 +45,8 @@ class PtxKernels:
             driver = cuda_driver()
         self._driver, self._check = driver, check
         check(cuda.rt.cudaFree(0), "cudaFree(0)")  # makes the runtime's primary context current on this thread
-        self._module = check(driver.cuModuleLoadData(PTX.read_bytes() + b"\0"), f"cuModuleLoadData({PTX.name})")
+        image = np.frombuffer(PTX.read_bytes() + b"\0", dtype=np.uint8)  # NUL-terminated text, passed by address
+        self._module = check(driver.cuModuleLoadData(image.ctypes.data), f"cuModuleLoadData({PTX.name})")
         self._absmax = check(driver.cuModuleGetFunction(self._module, b"absmax_f32"), "cuModuleGetFunction")
         self._histogram = check(driver.cuModuleGetFunction(self._module, b"histogram_f32"), "cuModuleGetFunction")
 
@@ -62,8 +63,9 @@ class PtxKernels:
         values = [np.array([value], dtype=dtype) for value, dtype in args]
         params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
         grid = max(1, min(MAX_BLOCKS, -(-n // BLOCK)))
-        self._check(self._driver.cuLaunchKernel(function, grid, 1, 1, BLOCK, 1, 1, shared, stream,
-                                                params.ctypes.data, 0), "cuLaunchKernel")
+        self._check(self._driver.cuLaunchKernel(function, grid, 1, 1, BLOCK, 1, 1, shared,
+                                                self._driver.CUstream(int(stream)), params.ctypes.data, 0),
+                    "cuLaunchKernel")
 
     def close(self) -> None:
         if self._module is not None:

@@ -58,6 +58,10 @@ def test_runner_vs_anchors_writes_every_key(tmp_path):
             assert data[batch][key] > 0, (batch, key)
     assert data["leak_calls"] >= 200 and data["leak_bytes_device"] == 0
     assert "leak_bytes_host" in data and "b1_graph_over_floor" in data["targets"]
+    steps = data["extra"]["1"]["breakdown_us"]
+    assert set(steps) == {"infer", "copy_in", "launch", "sync", "copy_out", "device_infer", "device_launch_sync",
+                          "raw_launch_sync"} and all(v > 0 for v in steps.values()), steps
+    assert data["extra"]["2"]["bench_gpu_compute_no_transfers_ms"] > 0
     unexpected = [k for k in data["errors"] if not k.startswith(("torch", "1.polygraphy", "2.polygraphy"))]
     assert unexpected == []
     assert len(list((tmp_path / "cache").glob("*.engine"))) == 1

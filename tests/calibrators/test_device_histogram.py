@@ -19,7 +19,7 @@ from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit.build.config import BuildConfig, CalibrationSettings
 from trtkit.errors import CalibrationError, CudaError, TrtkitError
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
+from trtkit.testing.fake_cuda import FakeCudart, FakeHistogramKernels
 from trtkit.testing.fake_trt import make_fake_trt
 
 
@@ -100,6 +100,7 @@ def test_shipped_ptx_was_made_from_the_current_kernel_source():
 def _qdq_build(tmp_path, where: str):
     from tests.quant.test_precision_plan import _data, _plan
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cache = tmp_path / f"{where}.cache"
     settings = CalibrationSettings(source=_data(16), cache_path=str(cache), histograms=where)
     plan = _plan(make_fake_trt("8.6.0"), "int8", int8_mode="qdq", calibration=settings)
@@ -130,6 +131,28 @@ def test_without_kernels_auto_bins_on_the_cpu_and_says_why_and_gpu_is_an_error(t
                                                r"cuInit failed with CUDA_ERROR_NO_DEVICE\); use --calib-histograms "
                                                r"cpu \(or auto\)"):
         _qdq_build(tmp_path, "gpu")
+
+
+def test_kernels_failing_mid_run_hand_over_to_the_cpu_under_auto_only(tmp_path, fake_gpu, caplog):  # noqa: F811
+    _, rt = fake_gpu
+    _, expected = _qdq_build(tmp_path / "cpu", "cpu")
+    launches = []
+
+    class FailingKernels(FakeHistogramKernels):
+        def histogram(self, *args):
+            launches.append(args)
+            if len(launches) > 3:  # the second batch's launches fail
+                raise CudaError("cuLaunchKernel failed with CUDA_ERROR_LAUNCH_FAILED")
+            super().histogram(*args)
+
+    rt.histogram_kernels = lambda: FailingKernels(rt)
+    with caplog.at_level(logging.WARNING, logger="trtkit"):
+        note, cache = _qdq_build(tmp_path / "auto", "auto")
+    assert "histograms move to the CPU: the GPU kernels failed (cuLaunchKernel failed" in caplog.text
+    assert "s (CPU)):" in note and cache == expected  # nothing of the failed batch was counted twice or lost
+    launches.clear()
+    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):
+        _qdq_build(tmp_path / "gpu", "gpu")
 
 
 def test_an_unknown_histogram_device_is_refused_with_the_choices():

@@ -28,6 +28,8 @@ def test_digits_part_writes_json_with_errors_recorded(tmp_path, fake_gpu):  # no
     # the fake 8.6 has calibrator classes: the native INT8 path runs end to end on fake CUDA
     assert data["digits_top1"]["int8_calibrator_entropy"] > 90
     assert data["digits_precision_share"]["fp16_cast"] == {"FP16": 1.0}
+    # --qdq-quantize-heads is a variant of its own (the fake cannot run Q/DQ at opset 17: recorded, not raised)
+    assert "int8_qdq_heads" in data["digits_top1"] or "digits/int8_qdq_heads" in data["errors"]
 
 
 def test_budget_skips_and_records():
@@ -55,7 +57,7 @@ def test_targets_are_computed_from_what_was_measured():
     result = {
         "digits_top1": {"fp32": 98.0, "fp16_flag": 97.9, "int8_qdq": 96.5},
         "resnet50_images_per_s": {"fp16": {"32": 1000.0, "1": 500.0}, "int8_qdq": {"32": 1200.0, "1": 450.0},
-                                  "int8_calibrator": {"32": 1190.0}},
+                                  "int8_calibrator": {"32": 1190.0, "1": 470.0}, "int8_qdq_heads": {"1": 460.0}},
         "raw_api_images_per_s": {"fp16": {"32": 1020.0, "1": 520.0}},
     }
     targets = bench.targets_of(result)
@@ -67,3 +69,15 @@ def test_targets_are_computed_from_what_was_measured():
     assert targets["resnet50_best_int8_over_fp16_b32"] == {"value": 1.2, "target": ">= 1.15", "met": True}
     assert targets["resnet50_best_int8_over_fp16_b1"]["met"] is False
     assert targets["resnet50_qdq_over_calibrator_b32"]["value"] == round(1200 / 1190, 4)
+    assert targets["resnet50_qdq_heads_over_calibrator_b1"] == {"value": round(460 / 470, 4), "target": ">= 0.95",
+                                                                "met": True}
+
+
+def test_unknown_raw_keys_are_refused_before_anything_runs(tmp_path, capsys):
+    bench = _load()
+    import pytest
+
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path / "out"), "--raw-keys", "int8_qdq,int9"])
+    assert "--raw-keys: unknown int9" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

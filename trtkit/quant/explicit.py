@@ -24,7 +24,7 @@ from calibrators.cache import table_from_amaxes
 from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
 from trtkit import _version_compat as compat
-from trtkit.errors import CalibrationError
+from trtkit.errors import CalibrationError, CudaError
 from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
 
 logger = logging.getLogger("trtkit")
@@ -138,13 +138,10 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
                 outputs = runner.infer(feed, copy_outputs=False)  # views, read before the next call
                 t1 = time.perf_counter()
                 on_host = {t: feed[t] for t in tensors if t in inputs}
-                if device is None:
-                    on_host.update({t: outputs[t] for t in marked})
-                else:
-                    on_device = {t: (outputs[t].ptr, outputs[t].nbytes // 4) for t in marked
-                                 if outputs[t].dtype == np.float32}
-                    on_host.update({t: outputs[t].to_host(runner.stream) for t in marked if t not in on_device})
-                    device.update(hists, on_device, runner.stream)
+                if device is not None:
+                    device = _update_on_device(device, hists, outputs, marked, runner.stream, where, timings)
+                left = [t for t in marked if device is None or outputs[t].dtype != np.float32]
+                on_host.update({t: _host_array(outputs[t], runner.stream) for t in left})
                 _update_parallel(hists, on_host, pool)
                 timings["forward"] += t1 - t0
                 timings["histograms"] += time.perf_counter() - t1
@@ -152,7 +149,33 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
         finally:
             if device is not None:
                 device.close()
+            if kernels is not None:
+                kernels.close()
     return hists, samples, timings
+
+
+def _update_on_device(device, hists, outputs: dict, marked: list, stream: int, where: str, timings: dict):
+    """Bin this batch's float32 outputs on the GPU; return ``device``, or None once it failed under ``auto`` (the
+    batch then goes to the host: a failed update added nothing)."""
+    on_device = {t: (outputs[t].ptr, outputs[t].nbytes // 4) for t in marked if outputs[t].dtype == np.float32}
+    try:
+        device.update(hists, on_device, stream)
+        return device
+    except CudaError as exc:
+        if where == "gpu":
+            raise
+        logger.warning("Calibration histograms move to the CPU: the GPU kernels failed (%s).", exc)
+        try:
+            device.cuda.stream_synchronize(stream)  # what was queued before the failure must not outlive the scratch
+        except CudaError:
+            pass  # a broken context: the next CUDA call reports it
+        device.close()
+        timings["histograms_on"] = "cpu"
+        return None
+
+
+def _host_array(value, stream: int):
+    return value.to_host(stream) if hasattr(value, "to_host") else value
 
 
 def _histogram_kernels(cuda, where: str):

@@ -509,6 +509,9 @@ class FakeHistogramKernels:
 
         self._queue(stream, ptr, n, op)
 
+    def close(self) -> None:
+        pass
+
 
 def view_of(ptr: int, shape, dtype) -> np.ndarray:
     """A numpy array over raw memory at ``ptr`` (no copy)."""
