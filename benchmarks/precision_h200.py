@@ -70,6 +70,12 @@ class Run:
         self.result["targets"] = targets_of(self.result)
         write(self, self.folders)
 
+    def resolved(self, key: str) -> None:
+        """``key`` succeeded in this call: an error an earlier (merged) call left under it moves to the notes."""
+        old = self.result["errors"].pop(key, None)
+        if old is not None:
+            self.result["notes"].setdefault("errors_resolved_by_later_calls", {})[key] = old
+
     def guard(self, key: str, fn, *, cost: float = 0.0):
         left = self.budget - (time.perf_counter() - STARTED)
         if left < cost:
@@ -78,7 +84,9 @@ class Run:
             return None
         t0 = time.perf_counter()
         try:
-            return fn()
+            value = fn()
+            self.resolved(key)
+            return value
         except Exception as exc:  # noqa: BLE001 - one failure must not stop the other measurements
             self.result["errors"][key] = f"{type(exc).__name__}: {exc}"[:2000]
             log(f"ERROR {key}: {exc}")
@@ -385,6 +393,8 @@ def measure_pair(run: Run, key: str, engines: dict, raw: dict) -> None:
                 store[str(batch)] = run.guard(f"throughput/{side}/{key}/{batch}",
                                               lambda: throughput(table[key], batch), cost=5)
         log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(str(batch))} raw {raw_ips.get(str(batch))} img/s")
+    if all(trtkit_ips.get(str(b)) for b in BATCHES):
+        run.resolved(f"throughput/{key}")
     ratio = {b: round(v / raw_ips[b], 4) for b, v in trtkit_ips.items() if v and raw_ips.get(b)}
     run.result.setdefault("trtkit_vs_raw", {})[key] = ratio
     engines.pop(key, None)

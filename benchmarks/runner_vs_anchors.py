@@ -12,13 +12,16 @@ out unless noted:
 - ``floor_ms``: GPU time of one graph holding H2D + enqueue + D2H, replayed back to back (events around the replays);
   ``floor_compute_ms`` the same without the copies;
 - ``torch_eager_ms`` (FP32), ``torch_eager_fp16_ms``, ``torch_compile_ms`` (FP16): PyTorch in its own process;
-- ``bench_gpu_compute_ms``: the GPU compute median ``trtkit bench`` reports for the same engine and batch.
+- ``bench_gpu_compute_ms``: the GPU compute median ``trtkit bench --no-data-transfers`` reports for the same engine
+  and batch (like ``floor_compute_ms``, the engine with no copies around it; the figure with copies in between, where
+  they share the GPU's memory and L2 with it, is ``extra.bench_gpu_compute_with_transfers_ms``).
 
 All latency anchors of a batch are open at once and measured in interleaved rounds, so drift over the run (GPU
 clocks, temperature) does not favour whichever anchor ran last; extra rows show where time goes: the trtkit runner
 with inputs copied through pinned memory or sent straight from pageable memory, outputs as views, inputs written in
-place (``host_inputs``), the hand-written loop in graphs (pageable input; device buffers only), a ``RunnerPool`` of two
-graph runners (throughput).
+place (``host_inputs``), input staging in write-combined pinned memory (``*_wc_ms``, trtkit's and the loop's, and the
+floor with it), the hand-written loop in graphs (pageable input; device buffers only), a ``RunnerPool`` of two graph
+runners (throughput), and ``breakdown_us``: one call's steps (input copy, launch, sync, output copy) by hand.
 
 Then ``--leak-calls`` (100 000) calls through ``TrtRunner``: growth of device memory (cudaMemGetInfo) and host RSS.
 Writes ``benchmarks/results/runner-h200.json`` and a copy in ``--out``. Each anchor's failure is recorded in
@@ -238,6 +241,7 @@ def open_trtkit_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engin
     anchors.add("trtkit_graph_pinned_copy_ms", lambda: runner(cuda_graph=True, pinned_inputs=True))
     anchors.add("trtkit_graph_direct_ms", lambda: runner(cuda_graph=True, pinned_inputs=False))
     anchors.add("trtkit_graph_views_ms", lambda: runner(cuda_graph=True, copy_outputs=False))
+    anchors.add("trtkit_graph_wc_ms", lambda: runner(cuda_graph=True, write_combined_inputs=True))
 
     def pinned():
         """Inputs written in place into the runner's pinned buffers (``host_inputs``), outputs as views
@@ -299,7 +303,7 @@ class RawLoops:
     """The plain cuda-python loop, the same in graphs, and the GPU floors, on one hand-made context (no trtkit
     code on the timed path). ``close()`` frees everything."""
 
-    def __init__(self, engine_bytes: bytes, x: np.ndarray):
+    def __init__(self, engine_bytes: bytes, x: np.ndarray, *, write_combined: bool = False):
         import tensorrt as trt
         from cuda.bindings import runtime as rt
 
@@ -315,7 +319,9 @@ class RawLoops:
         out_shape = tuple(self.ctx.get_tensor_shape(OUTPUT))
         self.n_in, self.n_out = x.nbytes, int(np.prod(out_shape)) * 4
         self.d_in, self.d_out = int(check(rt.cudaMalloc(self.n_in))), int(check(rt.cudaMalloc(self.n_out)))
-        self.p_in, self.p_out = int(check(rt.cudaMallocHost(self.n_in))), int(check(rt.cudaMallocHost(self.n_out)))
+        self.p_in = int(check(rt.cudaHostAlloc(self.n_in, rt.cudaHostAllocWriteCombined) if write_combined
+                              else rt.cudaMallocHost(self.n_in)))
+        self.p_out = int(check(rt.cudaMallocHost(self.n_out)))
         self.h_in = host_view(self.p_in, self.n_in).view(np.float32).reshape(x.shape)
         self.h_out = host_view(self.p_out, self.n_out).view(np.float32).reshape(out_shape)
         self.ctx.set_tensor_address(INPUT, self.d_in)
@@ -402,6 +408,12 @@ def open_raw_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engine: 
     anchors.add("loop_device_graph_ms", lambda: raw.device_call)
     anchors.add_gpu("floor_ms", lambda: lambda: raw.floor("full"))
     anchors.add_gpu("floor_compute_ms", lambda: lambda: raw.floor("compute"))
+    # the same with the input staged in write-combined pinned memory
+    wc = anchors.errors.guard(f"{anchors.batch}.raw_wc", lambda: RawLoops(engine, x, write_combined=True))
+    if wc is not None:
+        stack.callback(wc.close)
+        anchors.add("loop_graph_wc_ms", lambda: wc.graph_call)
+        anchors.add_gpu("floor_wc_ms", lambda: lambda: wc.floor("full"))
 
 
 def capture(rt, s: int, enqueue, graphs: list):
@@ -425,14 +437,14 @@ def bench_anchor(engine: bytes, x: np.ndarray, budget_s: float, extra: dict) -> 
     compute_only = benchmark(engine, BenchSettings(shapes={INPUT: x.shape}, cuda_graph=True, duration_s=budget_s / 2,
                                                    warmup_ms=min(200.0, budget_s * 200), e2e=False,
                                                    data_transfers=False))
-    extra["bench_gpu_compute_no_transfers_ms"] = round(compute_only.compute.median, 4)
+    extra["bench_gpu_compute_with_transfers_ms"] = round(result.compute.median, 4)
     extra["bench_latency_median_ms"] = round(result.latency.median, 4)
     extra["bench_qps"] = round(result.qps, 1)
     extra["bench_warnings"] = result.warnings
-    return result.compute.median
+    return compute_only.compute.median  # like floor_compute_ms: the engine alone, no copies around it
 
 
-def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
+def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000, *, write_combined: bool = False) -> dict:
     """Where a batch's graph call goes, in microseconds (medians over ``calls``, on one runner each):
 
     - ``infer``: ``TrtRunner.infer`` with numpy in and out; then the same steps by hand on that runner's own buffers
@@ -450,7 +462,7 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
     ns = time.perf_counter_ns
     out: dict = {}
     feed = {INPUT: x}
-    with TrtRunner(engine, cuda_graph=True) as r:
+    with TrtRunner(engine, cuda_graph=True, write_combined_inputs=write_combined) as r:
         for _ in range(50):
             r.infer(feed)
         bucket = r._buckets[(x.shape,)]
@@ -472,6 +484,8 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
                               ("copy_out", t4, t5)):
                 steps[key].append((b - a) / 1e3)
     out.update({k: round(float(np.median(v)), 2) for k, v in steps.items()})
+    if write_combined:
+        return out
     cuda = default_cuda()
     ptr = cuda.malloc(x.nbytes)
     try:
@@ -577,6 +591,8 @@ def targets(results: dict) -> dict:
         "b1_pinned_graph_over_floor": item(ratio(get(1, "trtkit_graph_pinned_ms"), get(1, "floor_ms")),
                                            "<= 1.10 (inputs filled in pinned memory, outputs as views)",
                                            at_most(1.10)),
+        "b1_graph_wc_over_floor": item(ratio(get(1, "trtkit_graph_wc_ms"), get(1, "floor_ms")),
+                                       "<= 1.10 (write_combined_inputs=True)", at_most(1.10)),
         "b1_polygraphy_over_graph": item(ratio(get(1, "polygraphy_ms"), get(1, "trtkit_graph_ms")), ">= 4",
                                          at_least(4)),
         "b32_graph_throughput_over_floor": item(ratio(get(32, "floor_ms"), get(32, "trtkit_graph_ms")),
@@ -637,6 +653,7 @@ def measure_batch(engine: bytes, batch: int, budget_s: float, errors: Errors) ->
     guard("bench_gpu_compute_ms", lambda: bench_anchor(engine, x, budget_s, extra))
     errors.guard(f"{batch}.host_copy", lambda: host_copy_figures(x, extra))
     extra["breakdown_us"] = errors.guard(f"{batch}.breakdown", lambda: breakdown(engine, x))
+    extra["breakdown_wc_us"] = errors.guard(f"{batch}.breakdown_wc", lambda: breakdown(engine, x, write_combined=True))
     log(f"batch {batch}: {row} {extra}")
     return row, extra
 

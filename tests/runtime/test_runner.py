@@ -432,6 +432,35 @@ def test_pool_from_a_file_and_its_errors(env, tmp_path):
         assert handle.wait()["y"].shape == (2, 4, 1, 1)
 
 
+def test_replayed_shapes_stay_correct_and_bad_calls_are_still_explained(env):
+    """Once a shape replays from its graph, calls take a shorter path: results and refusals must not change."""
+    with runner(env, cuda_graph=True) as r:
+        for round_ in range(4):  # alternate shapes: each graph is replayed many times
+            for batch in (2, 3, 1):
+                x = rand(batch, 10 * round_ + batch)
+                np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
+        assert env.rt.calls["cudaStreamBeginCapture"] == 3
+        x = np.asfortranarray(rand(2, 99))  # not contiguous, same shape as a replayed one
+        np.testing.assert_allclose(r.infer({"x": x})["y"], reference(np.ascontiguousarray(x)), rtol=1e-6)
+        with pytest.raises(InputError, match="dtype float16, expected float32"):
+            r.infer({"x": rand(2).astype(np.float16)})
+        with pytest.raises(InputError, match="Unknown input 'X' \\(did you mean 'x'\\?\\)"):
+            r.infer({"X": rand(2)})
+        with pytest.raises(InputError, match="dict of input name"):
+            r.infer([rand(2)])
+        with pytest.raises(InputError, match="outside profile 0"):
+            r.infer({"x": np.zeros((2, 3, 8, 9), np.float32)})
+        handle = r.infer_async({"x": rand(3, 7)})
+        np.testing.assert_allclose(handle.wait()["y"], reference(rand(3, 7)), rtol=1e-6)
+
+
+def test_write_combined_input_buffers_give_the_same_results(env):
+    with runner(env, cuda_graph=True, write_combined_inputs=True) as r:
+        assert env.rt.calls["cudaHostAlloc"] == 1  # the one input's staging buffer; outputs stay cached memory
+        for seed in range(3):
+            np.testing.assert_allclose(r.infer({"x": rand(2, seed)})["y"], reference(rand(2, seed)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("graph", [False, True])
 def test_host_inputs_are_filled_in_place_without_a_copy(env, graph, monkeypatch):
     from trtkit.runtime import runner as runner_module

@@ -55,6 +55,7 @@ class cudaStreamCaptureMode(enum.IntEnum):
 
 cudaStreamNonBlocking = 1
 cudaEventDisableTiming = 2
+cudaHostAllocWriteCombined = 4
 
 OK = cudaError_t.cudaSuccess
 _HANDLES = itertools.count(0x1000)
@@ -119,6 +120,7 @@ class FakeCudart:
     cudaStreamCaptureMode = cudaStreamCaptureMode
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
+    cudaHostAllocWriteCombined = cudaHostAllocWriteCombined
 
     def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
                  kernels: bool = True):
@@ -210,6 +212,9 @@ class FakeCudart:
 
     def cudaMallocHost(self, size):
         return self._call("cudaMallocHost", self._alloc, self._host, size)
+
+    def cudaHostAlloc(self, size, flags):
+        return self._call("cudaHostAlloc", self._alloc, self._host, size)
 
     def _alloc(self, table, size):
         if size <= 0:
