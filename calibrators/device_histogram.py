@@ -86,6 +86,7 @@ class DeviceHistograms:
         self.cuda, self.kernels, self.bins = cuda, kernels, bins
         self._capacity = 0
         self._amax = self._counts = None
+        self._stream = None  # the last stream that used the scratch
 
     def update(self, hists: HistogramSet, tensors: dict, stream: int) -> None:
         """Add one batch: ``tensors`` maps a name to ``(device pointer, element count)`` of float32 values, ready in
@@ -94,6 +95,7 @@ class DeviceHistograms:
         if not work:
             return
         self._reserve(len(work))
+        self._stream = stream
         self.cuda.memset_async(self._amax.ptr, 0, self._amax.nbytes, stream)
         for t, (_, ptr, n) in enumerate(work):
             self.kernels.absmax(ptr, n, self._amax.ptr + 4 * t, stream)
@@ -125,7 +127,15 @@ class DeviceHistograms:
         self._capacity = tensors
 
     def close(self) -> None:
-        """Free the device scratch (the kernels' module stays loaded)."""
+        """Free the device scratch once the work queued on it is done (also after a failed update); the kernels'
+        module stays loaded."""
+        if self._stream is not None and self._amax is not None:
+            from trtkit.errors import CudaError
+
+            try:
+                self.cuda.stream_synchronize(self._stream)
+            except CudaError:
+                pass  # a broken context: freeing reports it, or the next CUDA call does
         for buf in (self._amax, self._counts):
             if buf is not None:
                 buf.free()

@@ -165,11 +165,7 @@ def _update_on_device(device, hists, outputs: dict, marked: list, stream: int, w
         if where == "gpu":
             raise
         logger.warning("Calibration histograms move to the CPU: the GPU kernels failed (%s).", exc)
-        try:
-            device.cuda.stream_synchronize(stream)  # what was queued before the failure must not outlive the scratch
-        except CudaError:
-            pass  # a broken context: the next CUDA call reports it
-        device.close()
+        device.close()  # waits for what was queued before the failure
         timings["histograms_on"] = "cpu"
         return None
 

@@ -492,11 +492,19 @@ class FakeHistogramKernels:
         self.cuda = cuda
         self.launches = 0
 
-    def _queue(self, stream, ptr: int, n: int, op) -> None:
+    def _queue(self, stream, ptr: int, n: int, out: int, out_bytes: int, op) -> None:
+        def run():
+            # checked when it runs, as the GPU would fault: memory freed while the kernel was queued is an error
+            for where, nbytes in ((ptr, 4 * n), (out, out_bytes)):
+                if not self.cuda.device_range(where, nbytes):
+                    raise RuntimeError(f"kernel touched {nbytes} bytes at {where:#x}, not inside a live device "
+                                       f"allocation (freed while the kernel was queued?)")
+            op(np.abs(view_of(ptr, (n,), np.float32)))
+
         if not self.cuda.device_range(ptr, 4 * n):
             raise ValueError(f"kernel launched on {n} floats at {ptr:#x}, not inside one device allocation")
         self.launches += 1
-        self.cuda.enqueue(stream, lambda: op(np.abs(view_of(ptr, (n,), np.float32))))
+        self.cuda.enqueue(stream, run)
 
     def absmax(self, ptr: int, n: int, out: int, stream) -> None:
         def op(v):
@@ -505,14 +513,14 @@ class FakeHistogramKernels:
             target = view_of(out, (1,), np.uint32)
             target[0] = max(target[0], bits)
 
-        self._queue(stream, ptr, n, op)
+        self._queue(stream, ptr, n, out, 4, op)
 
     def histogram(self, ptr: int, n: int, scale, counts: int, bins: int, stream) -> None:
         def op(v):
             index = np.minimum((v[np.isfinite(v)] * np.float32(scale)).astype(np.int32), bins - 1)
             view_of(counts, (bins,), np.uint64)[:] += np.bincount(index, minlength=bins).astype(np.uint64)
 
-        self._queue(stream, ptr, n, op)
+        self._queue(stream, ptr, n, counts, 8 * bins, op)
 
     def close(self) -> None:
         pass
