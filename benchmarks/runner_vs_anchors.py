@@ -243,14 +243,6 @@ def open_trtkit_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engin
     anchors.add("trtkit_graph_views_ms", lambda: runner(cuda_graph=True, copy_outputs=False))
     anchors.add("trtkit_graph_wc_ms", lambda: runner(cuda_graph=True, write_combined_inputs=True))
 
-    def one_part():
-        """A/B for SPLIT_INPUT_BYTES: every input sent in one part, inside the graph."""
-        r = stack.enter_context(TrtRunner(engine, cuda_graph=True))
-        r._split_bytes = 1 << 62  # read when the first call makes its shape's bucket
-        return lambda: r.infer(feed)
-
-    anchors.add("trtkit_graph_one_part_ms", one_part)
-
     def pinned():
         """Inputs written in place into the runner's pinned buffers (``host_inputs``), outputs as views
         (``copy_outputs=False``): the runner's own overhead with no host copies at all."""
@@ -613,9 +605,6 @@ def targets(results: dict) -> dict:
         "b1_pinned_graph_over_floor": item(ratio(get(1, "trtkit_graph_pinned_ms"), get(1, "floor_ms")),
                                            "<= 1.10 (inputs filled in pinned memory, outputs as views)",
                                            at_most(1.10)),
-        "b1_graph_one_part_over_floor": item(ratio(get(1, "trtkit_graph_one_part_ms"), get(1, "floor_ms")),
-                                             "reference: input sent in one part (before SPLIT_INPUT_BYTES)",
-                                             at_most(1.10)),
         "b1_loop_graph_split_over_floor": item(ratio(get(1, "loop_graph_split_ms"), get(1, "floor_ms")),
                                                "reference: the hand-written graph loop sending the input in two parts",
                                                at_most(1.10)),

@@ -258,28 +258,3 @@ def test_inputs_straight_from_pageable_memory_equal_pinned(engine_bytes, graph):
         for x in xs:
             assert np.array_equal(direct.infer({"x": x})["y"], pinned.infer({"x": x})["y"])
 
-
-@pytest.mark.parametrize("graph", [False, True])
-def test_inputs_sent_in_two_parts_equal_one_part(graph, monkeypatch):
-    """From SPLIT_INPUT_BYTES up (lowered here), the first half of an input is sent while the second is copied."""
-    from trtkit.build.builder import build_serialized
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
-    from trtkit.runtime import TrtRunner
-    from trtkit.runtime import runner as runner_module
-
-    model = models.tiny_conv(size=64)  # 48 KiB per image
-    config = BuildConfig(profiles=[parse_shapes("x:1x3x64x64,2x3x64x64,4x3x64x64")],
-                         tactic_sources=GPU_TACTIC_SOURCES, tf32=False)
-    engine = build_serialized(model, config).engine
-    xs = [np.random.default_rng(80 + i).standard_normal((b, 3, 64, 64)).astype(np.float32)
-          for i, b in enumerate((1, 4, 4, 2, 4, 1, 4))]
-    with TrtRunner(engine, cuda_graph=graph) as whole:
-        expected = [whole.infer({"x": x})["y"] for x in xs]
-    monkeypatch.setattr(runner_module, "SPLIT_INPUT_BYTES", 16 << 10)
-    with TrtRunner(engine, cuda_graph=graph) as split:
-        for x, want in zip(xs, expected):
-            assert np.array_equal(split.infer({"x": x})["y"], want)
-        feed = split.host_inputs({"x": xs[1].shape})
-        feed["x"][...] = xs[1]
-        assert np.array_equal(split.infer(feed)["y"], expected[1])

@@ -16,7 +16,6 @@ from trtkit.errors import CudaError, EngineError, InputError
 from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def reference(x):
@@ -563,40 +562,3 @@ def test_device_outputs_are_the_same_views_each_call_in_a_fresh_dict(env):
         np.testing.assert_allclose(second["y"].to_host(), reference(rand(2, 2)), rtol=1e-6)
         assert r.infer({"x": rand(1, 3)})["y"].shape[0] == 1
 
-
-# --- inputs sent in two parts -----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("graph", [False, True])
-def test_large_inputs_sent_in_two_parts_give_the_same_results(graph, monkeypatch):
-    """From SPLIT_INPUT_BYTES up, the first half of an input leaves for the GPU while the second is still being
-    copied; every way of passing inputs must still compute on the whole, current input."""
-    from trtkit.runtime import runner as runner_module
-
-    monkeypatch.setattr(runner_module, "SPLIT_INPUT_BYTES", 16 << 10)
-    model = models.tiny_conv(size=64)  # 48 KiB per image: split from the first batch size on
-    rt = FakeCudart()
-    engine = fake_engine_bytes(model, [{"x": [[1, 3, 64, 64], [2, 3, 64, 64], [4, 3, 64, 64]]}])
-
-    def ref(x):
-        from onnx.reference import ReferenceEvaluator
-
-        return ReferenceEvaluator(model).run(None, {"x": x})[0]
-
-    def data(batch, seed):
-        return np.random.default_rng(seed).standard_normal((batch, 3, 64, 64)).astype(np.float32)
-
-    with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt), cuda_graph=graph) as r:
-        for seed, batch in enumerate([2, 2, 3, 2, 2]):
-            np.testing.assert_allclose(r.infer({"x": data(batch, seed)})["y"], ref(data(batch, seed)), rtol=1e-5)
-        before = rt.calls["cudaMemcpyAsync"]
-        np.testing.assert_allclose(r.infer({"x": data(2, 9)})["y"], ref(data(2, 9)), rtol=1e-5)
-        # the half sent ahead is one copy of its own; with a graph it is the only copy issued by hand
-        assert rt.calls["cudaMemcpyAsync"] - before == (1 if graph else 3)
-        x = np.asfortranarray(data(2, 10))
-        np.testing.assert_allclose(r.infer({"x": x})["y"], ref(np.ascontiguousarray(x)), rtol=1e-5)
-        in_place = r.host_inputs({"x": (2, 3, 64, 64)})
-        in_place["x"][...] = data(2, 11)
-        np.testing.assert_allclose(r.infer(in_place)["y"], ref(data(2, 11)), rtol=1e-5)
-        handle = r.infer_async({"x": data(4, 12)})
-        np.testing.assert_allclose(handle.wait()["y"], ref(data(4, 12)), rtol=1e-5)

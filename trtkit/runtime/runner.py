@@ -56,12 +56,6 @@ _PROFILES_IN_USE: set = set()
 # Smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA graph.
 DIRECT_INPUT_BYTES = 1 << 20
 
-# Inputs copied through the pinned buffer and at least this large are sent in two parts: the first half goes to the
-# GPU (outside the graph) while the CPU copies the second half into pinned memory; the graph then sends the second half
-# and runs the engine. The copy and the transfer of a 602 KB image otherwise take ~25 µs each, one after the other.
-SPLIT_INPUT_BYTES = 256 << 10
-_SPLIT_ALIGN = 4096
-
 
 class _Bucket:
     """Everything that depends on one combination of input shapes: output shapes, byte counts, host views."""
@@ -79,9 +73,6 @@ class _Bucket:
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
         self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
                                                                  and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
-        # per input: bytes sent ahead of the graph (0: the graph sends all), see SPLIT_INPUT_BYTES
-        self.ahead = tuple(n // 2 // _SPLIT_ALIGN * _SPLIT_ALIGN if pinned and n >= runner._split_bytes else 0
-                           for n, pinned in zip(self.in_nbytes, self.via_pinned))
 
 
 def _placeholder(shape, dtype) -> np.ndarray:
@@ -153,7 +144,6 @@ class TrtRunner:
             raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
         self.pinned_inputs = pinned_inputs
         self.write_combined_inputs = bool(write_combined_inputs)
-        self._split_bytes = SPLIT_INPUT_BYTES
         self._given_stream = stream
         self._check_manifest = check_manifest
         self._allow_mismatch = allow_mismatch
@@ -451,8 +441,9 @@ class TrtRunner:
         if entry is None:
             return None
         bucket, graph = entry
-        for i, array in enumerate(arrays):
-            self._stage(i, array, bucket)
+        for view, array in zip(bucket.in_views, arrays):
+            if array is not view:  # a view from host_inputs() is already in place
+                copy_into(view, array)
         graph.launch(self.stream)
         return bucket
 
@@ -466,8 +457,10 @@ class TrtRunner:
             if dev is not None:
                 self._wait_for_producer(dev)
                 devices.append((i, dev))
-            elif bucket.via_pinned[i] or array is bucket.in_views[i]:
-                self._stage(i, array, bucket)
+            elif array is bucket.in_views[i]:  # a view from host_inputs(): already in place
+                pass
+            elif bucket.via_pinned[i]:
+                copy_into(bucket.in_views[i], array)
             else:
                 self._transfer_directly(i, array, bucket)
                 host_mask[i] = False
@@ -475,23 +468,6 @@ class TrtRunner:
         addresses = self._place_device_inputs(devices, bucket, host_mask) if devices else ()
         self._launch(bucket, host_mask, not self.device_outputs, addresses)
         return bucket
-
-    def _stage(self, i: int, array: np.ndarray, bucket: _Bucket) -> None:
-        """Put host input ``i`` in its pinned buffer (unless it is that buffer's view from :meth:`host_inputs`),
-        sending the part ``bucket.ahead[i]`` to the GPU as soon as it is there; the rest goes with the graph."""
-        view, ahead = bucket.in_views[i], bucket.ahead[i]
-        if array is view:
-            if ahead:
-                self.cuda.memcpy_htod_async(self._dev_in[i].ptr, self._host_in[i].ptr, ahead, self.stream)
-            return
-        if not ahead:
-            copy_into(view, array)
-            return
-        source = array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
-        target, k = view.reshape(-1), ahead // view.itemsize
-        np.copyto(target[:k], source[:k], casting="no")
-        self.cuda.memcpy_htod_async(self._dev_in[i].ptr, self._host_in[i].ptr, ahead, self.stream)
-        np.copyto(target[k:], source[k:], casting="no")
 
     def _transfer_directly(self, i: int, array: np.ndarray, bucket: _Bucket) -> None:
         """H2D from the caller's memory; CUDA stages pageable memory before returning, so ``array`` may change
@@ -551,10 +527,9 @@ class TrtRunner:
         for i, is_host in enumerate(host_mask):
             if is_host:
                 self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
-                ahead = bucket.ahead[i]  # already sent by _stage()
-                if bucket.in_nbytes[i] > ahead:
-                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr + ahead, self._host_in[i].ptr + ahead,
-                                                bucket.in_nbytes[i] - ahead, self.stream)
+                if bucket.in_nbytes[i]:
+                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr, self._host_in[i].ptr, bucket.in_nbytes[i],
+                                                self.stream)
         self.execute()
         if copy_out:
             for i, nbytes in enumerate(bucket.out_nbytes):
