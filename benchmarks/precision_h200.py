@@ -285,12 +285,13 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys, raw_keys=R
     paths = {"calib": cache / "resnet50.calib", "qdq_calib": cache / "resnet50.qdq.calib",
              "qdq_model": cache / "resnet50.qdq.onnx", "heads_calib": cache / "resnet50.qdq-heads.calib",
              "heads_model": cache / "resnet50.qdq-heads.onnx"}
-    if paths["qdq_calib"].exists():  # the last call's ranges (host histograms then): compared with this call's below
+    if "int8_qdq" in keys and paths["qdq_calib"].exists():  # the last call's ranges: compared with this call's below
         paths["qdq_calib_before"] = cache / "resnet50.qdq.calib.before"
         os.replace(paths["qdq_calib"], paths["qdq_calib_before"])
-    for stale in (paths["qdq_calib"], paths["heads_calib"]):
-        for path in (stale, Path(f"{stale}.trtkit.json")):
-            path.unlink(missing_ok=True)
+    for key, stale in (("int8_qdq", paths["qdq_calib"]), ("int8_qdq_heads", paths["heads_calib"])):
+        if key in keys:  # the Q/DQ variants built in this call calibrate afresh; the others' caches stay
+            for path in (stale, Path(f"{stale}.trtkit.json")):
+                path.unlink(missing_ok=True)
     calib = CalibrationSettings(source=source, cache_path=str(paths["calib"]), algorithm="entropy")
     qdq = CalibrationSettings(source=source, cache_path=str(paths["qdq_calib"]), algorithm="entropy")
     heads = CalibrationSettings(source=source, cache_path=str(paths["heads_calib"]), algorithm="entropy")

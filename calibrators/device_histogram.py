@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrators.histogram import HistogramSet
+from trtkit.errors import CudaError
 
 logger = logging.getLogger("trtkit")
 
@@ -111,10 +112,9 @@ class DeviceHistograms:
 
     def _fetch(self, buf, dtype, count: int, stream: int) -> np.ndarray:
         """The first ``count`` values of ``buf``, copied to the host once ``stream`` reaches this point."""
-        out = np.empty(count, dtype=dtype)
-        self.cuda.memcpy_dtoh_async(out.ctypes.data, buf.ptr, out.nbytes, stream)
-        self.cuda.stream_synchronize(stream)
-        return out
+        from trtkit.runtime.buffers import DeviceArray
+
+        return DeviceArray(buf.ptr, (count,), dtype, cuda=self.cuda).to_host(stream)
 
     def _reserve(self, tensors: int) -> None:
         if tensors <= self._capacity:
@@ -130,8 +130,6 @@ class DeviceHistograms:
         """Free the device scratch once the work queued on it is done (also after a failed update); the kernels'
         module stays loaded."""
         if self._stream is not None and self._amax is not None:
-            from trtkit.errors import CudaError
-
             try:
                 self.cuda.stream_synchronize(self._stream)
             except CudaError:
