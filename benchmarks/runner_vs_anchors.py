@@ -17,11 +17,14 @@ out unless noted:
   they share the GPU's memory and L2 with it, is ``extra.bench_gpu_compute_with_transfers_ms``).
 
 All latency anchors of a batch are open at once and measured in interleaved rounds, so drift over the run (GPU
-clocks, temperature) does not favour whichever anchor ran last; extra rows show where time goes: the trtkit runner
-with inputs copied through pinned memory or sent straight from pageable memory, outputs as views, inputs written in
-place (``host_inputs``), input staging in write-combined pinned memory (``*_wc_ms``, trtkit's and the loop's, and the
-floor with it), the hand-written loop in graphs (pageable input; device buffers only), a ``RunnerPool`` of two graph
-runners (throughput), and ``breakdown_us``: one call's steps (input copy, launch, sync, output copy) by hand.
+clocks, temperature) does not favour whichever anchor ran last. Every anchor is given the same input array call
+after call (each its own copy of it): trtkit's default runner page-locks that array in place on its second call and
+sends it from there (``pin_reused_inputs``); ``trtkit_graph_copy_ms`` is the same runner copying every input into its
+pinned buffer, as it does for arrays not passed again. Extra rows show where time goes: the trtkit runner with inputs
+copied through pinned memory or sent straight from pageable memory, outputs as views, inputs written in place
+(``host_inputs``), the hand-written loop in graphs (input page-locked in place; pageable input; device buffers only),
+a ``RunnerPool`` of two graph runners (throughput), and ``breakdown_us``: one call's steps (input copy, launch, sync,
+output copy) by hand.
 
 Then ``--leak-calls`` (100 000) calls through ``TrtRunner``: growth of device memory (cudaMemGetInfo) and host RSS.
 Writes ``benchmarks/results/runner-h200.json`` and a copy in ``--out``. Each anchor's failure is recorded in
@@ -230,18 +233,20 @@ def open_trtkit_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engin
     from trtkit.runtime import DeviceArray, TrtRunner
     from trtkit.runtime.cuda import default_cuda
 
-    feed = {INPUT: x}
-
     def runner(**options):
         r = stack.enter_context(TrtRunner(engine, **options))
+        feed = {INPUT: x.copy()}  # its own array: one page-locked by another runner would be copied here
         return lambda: r.infer(feed)
 
     anchors.add("trtkit_ms", lambda: runner(cuda_graph=False))
-    anchors.add("trtkit_graph_ms", lambda: runner(cuda_graph=True))  # the defaults: pinned_inputs="auto"
-    anchors.add("trtkit_graph_pinned_copy_ms", lambda: runner(cuda_graph=True, pinned_inputs=True))
-    anchors.add("trtkit_graph_direct_ms", lambda: runner(cuda_graph=True, pinned_inputs=False))
+    anchors.add("trtkit_graph_ms", lambda: runner(cuda_graph=True))  # the defaults
+    # the copy routes, as for arrays not passed again: through the pinned buffer, or straight from pageable memory
+    anchors.add("trtkit_graph_copy_ms", lambda: runner(cuda_graph=True, pin_reused_inputs=False))
+    anchors.add("trtkit_graph_pinned_copy_ms", lambda: runner(cuda_graph=True, pinned_inputs=True,
+                                                              pin_reused_inputs=False))
+    anchors.add("trtkit_graph_direct_ms", lambda: runner(cuda_graph=True, pinned_inputs=False,
+                                                         pin_reused_inputs=False))
     anchors.add("trtkit_graph_views_ms", lambda: runner(cuda_graph=True, copy_outputs=False))
-    anchors.add("trtkit_graph_wc_ms", lambda: runner(cuda_graph=True, write_combined_inputs=True))
 
     def pinned():
         """Inputs written in place into the runner's pinned buffers (``host_inputs``), outputs as views
@@ -303,7 +308,7 @@ class RawLoops:
     """The plain cuda-python loop, the same in graphs, and the GPU floors, on one hand-made context (no trtkit
     code on the timed path). ``close()`` frees everything."""
 
-    def __init__(self, engine_bytes: bytes, x: np.ndarray, *, write_combined: bool = False):
+    def __init__(self, engine_bytes: bytes, x: np.ndarray):
         import tensorrt as trt
         from cuda.bindings import runtime as rt
 
@@ -311,7 +316,9 @@ class RawLoops:
         from trtkit.runtime.cuda import check
         from trtkit.runtime.engine import deserialize
 
-        self.rt, self.x, self.graphs = rt, x, []
+        self.rt, self.graphs = rt, []
+        self.x = x.copy()  # its own array, page-locked in place for registered_call
+        self.pageable = x.copy()  # and one that is not, for pageable_call
         self.engine = deserialize(engine_bytes, trt=trt)
         self.ctx = self.engine.create_execution_context()
         self.s = s = int(check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking)))
@@ -319,8 +326,7 @@ class RawLoops:
         out_shape = tuple(self.ctx.get_tensor_shape(OUTPUT))
         self.n_in, self.n_out = x.nbytes, int(np.prod(out_shape)) * 4
         self.d_in, self.d_out = int(check(rt.cudaMalloc(self.n_in))), int(check(rt.cudaMalloc(self.n_out)))
-        self.p_in = int(check(rt.cudaHostAlloc(self.n_in, rt.cudaHostAllocWriteCombined) if write_combined
-                              else rt.cudaMallocHost(self.n_in)))
+        self.p_in = int(check(rt.cudaMallocHost(self.n_in)))
         self.p_out = int(check(rt.cudaMallocHost(self.n_out)))
         self.h_in = host_view(self.p_in, self.n_in).view(np.float32).reshape(x.shape)
         self.h_out = host_view(self.p_out, self.n_out).view(np.float32).reshape(out_shape)
@@ -328,8 +334,9 @@ class RawLoops:
         self.ctx.set_tensor_address(OUTPUT, self.d_out)
         self.h2d, self.d2h = rt.cudaMemcpyKind.cudaMemcpyHostToDevice, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
         self.full = capture(rt, s, lambda: self._enqueue(True), self.graphs)
-        self.half = self.n_in // 2 // 4096 * 4096  # bytes split_call sends ahead of its graph
-        self.rest = capture(rt, s, lambda: self._enqueue(True, start=self.half), self.graphs)
+        self.x_ptr = self.x.ctypes.data
+        check(rt.cudaHostRegister(self.x_ptr, self.n_in, rt.cudaHostRegisterDefault))
+        self.registered = capture(rt, s, lambda: self._enqueue(True, source=self.x_ptr), self.graphs)
         self.compute = capture(rt, s, lambda: self._enqueue(False), self.graphs)
         self.tail = capture(rt, s, lambda: (self.ctx.execute_async_v3(s), self._d2h()), self.graphs)
         self.start, self.end = check(rt.cudaEventCreate()), check(rt.cudaEventCreate())
@@ -337,9 +344,9 @@ class RawLoops:
     def _d2h(self):
         self.rt.cudaMemcpyAsync(self.p_out, self.d_out, self.n_out, self.d2h, self.s)
 
-    def _enqueue(self, copies: bool, start: int = 0):
+    def _enqueue(self, copies: bool, source: int | None = None):
         if copies:
-            self.rt.cudaMemcpyAsync(self.d_in + start, self.p_in + start, self.n_in - start, self.h2d, self.s)
+            self.rt.cudaMemcpyAsync(self.d_in, source or self.p_in, self.n_in, self.h2d, self.s)
         self.ctx.execute_async_v3(self.s)
         if copies:
             self._d2h()
@@ -356,21 +363,16 @@ class RawLoops:
         self.rt.cudaStreamSynchronize(self.s)
         return self.h_out.copy()
 
-    def split_call(self):
-        """The graph loop with the input sent in two parts: the first half while the CPU copies the second."""
-        k = self.half // self.x.itemsize
-        staged, source = self.h_in.reshape(-1), self.x.reshape(-1)
-        np.copyto(staged[:k], source[:k])
-        self.rt.cudaMemcpyAsync(self.d_in, self.p_in, self.half, self.h2d, self.s)
-        np.copyto(staged[k:], source[k:])
-        self.rt.cudaGraphLaunch(self.rest, self.s)
+    def registered_call(self):
+        """The graph loop with the input array page-locked in place (cudaHostRegister, once): no host copy."""
+        self.rt.cudaGraphLaunch(self.registered, self.s)
         self.rt.cudaStreamSynchronize(self.s)
         return self.h_out.copy()
 
     def pageable_call(self):
         """H2D straight from the numpy array (pageable): the driver stages it in chunks, overlapping the host copy
         with the DMA; not capturable, so the graph holds only the engine and the D2H copy."""
-        self.rt.cudaMemcpyAsync(self.d_in, self.x.ctypes.data, self.n_in, self.h2d, self.s)
+        self.rt.cudaMemcpyAsync(self.d_in, self.pageable.ctypes.data, self.n_in, self.h2d, self.s)
         self.rt.cudaGraphLaunch(self.tail, self.s)
         self.rt.cudaStreamSynchronize(self.s)
         return self.h_out.copy()
@@ -405,6 +407,7 @@ class RawLoops:
             rt.cudaFree(ptr)
         for ptr in (self.p_in, self.p_out):
             rt.cudaFreeHost(ptr)
+        rt.cudaHostUnregister(self.x_ptr)
         rt.cudaStreamDestroy(self.s)
         self.ctx = None  # the context before its engine
         self.engine = None
@@ -417,17 +420,11 @@ def open_raw_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engine: 
     stack.callback(raw.close)
     anchors.add("loop_ms", lambda: raw.loop_call)
     anchors.add("loop_graph_ms", lambda: raw.graph_call)
-    anchors.add("loop_graph_split_ms", lambda: raw.split_call)
+    anchors.add("loop_graph_registered_ms", lambda: raw.registered_call)
     anchors.add("loop_pageable_graph_ms", lambda: raw.pageable_call)
     anchors.add("loop_device_graph_ms", lambda: raw.device_call)
     anchors.add_gpu("floor_ms", lambda: lambda: raw.floor("full"))
     anchors.add_gpu("floor_compute_ms", lambda: lambda: raw.floor("compute"))
-    # the same with the input staged in write-combined pinned memory
-    wc = anchors.errors.guard(f"{anchors.batch}.raw_wc", lambda: RawLoops(engine, x, write_combined=True))
-    if wc is not None:
-        stack.callback(wc.close)
-        anchors.add("loop_graph_wc_ms", lambda: wc.graph_call)
-        anchors.add_gpu("floor_wc_ms", lambda: lambda: wc.floor("full"))
 
 
 def capture(rt, s: int, enqueue, graphs: list):
@@ -458,11 +455,14 @@ def bench_anchor(engine: bytes, x: np.ndarray, budget_s: float, extra: dict) -> 
     return compute_only.compute.median  # like floor_compute_ms: the engine alone, no copies around it
 
 
-def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000, *, write_combined: bool = False) -> dict:
+def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
     """Where a batch's graph call goes, in microseconds (medians over ``calls``, on one runner each):
 
-    - ``infer``: ``TrtRunner.infer`` with numpy in and out; then the same steps by hand on that runner's own buffers
-      and graph: ``copy_in`` (into pinned memory), ``launch``, ``sync``, ``copy_out`` (a fresh array);
+    - ``infer``: ``TrtRunner.infer`` with numpy in and out, copying the input (``pin_reused_inputs=False``); then the
+      same steps by hand on that runner's own buffers and graph: ``copy_in`` (into pinned memory), ``launch``,
+      ``sync``, ``copy_out`` (a fresh array);
+    - ``in_place_infer``: ``infer`` with the defaults, the input page-locked in place; ``in_place_launch_sync``: its
+      graph launched and synchronized through trtkit's wrappers;
     - ``device_infer``: ``infer`` on device-resident input and output; ``device_launch_sync``: its graph launched and
       synchronized through trtkit's wrappers; ``raw_launch_sync``: the same two calls on cuda-python directly.
     The gaps between a whole call and its steps are trtkit's Python overhead on this host's CPU.
@@ -476,7 +476,7 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000, *, write_combined
     ns = time.perf_counter_ns
     out: dict = {}
     feed = {INPUT: x}
-    with TrtRunner(engine, cuda_graph=True, write_combined_inputs=write_combined) as r:
+    with TrtRunner(engine, cuda_graph=True, pin_reused_inputs=False) as r:
         for _ in range(50):
             r.infer(feed)
         bucket = r._buckets[(x.shape,)]
@@ -498,8 +498,21 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000, *, write_combined
                               ("copy_out", t4, t5)):
                 steps[key].append((b - a) / 1e3)
     out.update({k: round(float(np.median(v)), 2) for k, v in steps.items()})
-    if write_combined:
-        return out
+    with TrtRunner(engine, cuda_graph=True) as r:
+        for _ in range(50):
+            r.infer(feed)
+        (graph,) = [g for key, g in r._graphs._graphs.items() if key[1][0] and key[1][0][0]]  # reads x in place
+        steps = {k: [] for k in ("in_place_infer", "in_place_launch_sync")}
+        for _ in range(calls):
+            t0 = ns()
+            r.infer(feed)
+            t1 = ns()
+            graph.launch(r.stream)
+            r.cuda.stream_synchronize(r.stream)
+            t2 = ns()
+            steps["in_place_infer"].append((t1 - t0) / 1e3)
+            steps["in_place_launch_sync"].append((t2 - t1) / 1e3)
+    out.update({k: round(float(np.median(v)), 2) for k, v in steps.items()})
     cuda = default_cuda()
     ptr = cuda.malloc(x.nbytes)
     try:
@@ -605,15 +618,19 @@ def targets(results: dict) -> dict:
         "b1_pinned_graph_over_floor": item(ratio(get(1, "trtkit_graph_pinned_ms"), get(1, "floor_ms")),
                                            "<= 1.10 (inputs filled in pinned memory, outputs as views)",
                                            at_most(1.10)),
-        "b1_loop_graph_split_over_floor": item(ratio(get(1, "loop_graph_split_ms"), get(1, "floor_ms")),
-                                               "reference: the hand-written graph loop sending the input in two parts",
-                                               at_most(1.10)),
-        "b1_graph_wc_over_floor": item(ratio(get(1, "trtkit_graph_wc_ms"), get(1, "floor_ms")),
-                                       "<= 1.10 (write_combined_inputs=True)", at_most(1.10)),
+        "b1_graph_copy_over_floor": item(ratio(get(1, "trtkit_graph_copy_ms"), get(1, "floor_ms")),
+                                         "reference: every input copied into pinned memory (arrays not passed again, "
+                                         "or pin_reused_inputs=False)", at_most(1.10)),
+        "b1_loop_graph_registered_over_floor": item(ratio(get(1, "loop_graph_registered_ms"), get(1, "floor_ms")),
+                                                    "reference: the hand-written graph loop, input page-locked in "
+                                                    "place", at_most(1.10)),
         "b1_polygraphy_over_graph": item(ratio(get(1, "polygraphy_ms"), get(1, "trtkit_graph_ms")), ">= 4",
                                          at_least(4)),
         "b32_graph_throughput_over_floor": item(ratio(get(32, "floor_ms"), get(32, "trtkit_graph_ms")),
                                                 ">= 0.97 (one synchronous call at a time)", at_least(0.97)),
+        "b32_graph_copy_throughput_over_floor": item(ratio(get(32, "floor_ms"), get(32, "trtkit_graph_copy_ms")),
+                                                     "reference: one synchronous call at a time, every input copied",
+                                                     at_least(0.97)),
         "b32_async2_throughput_over_floor": item(ratio(get(32, "floor_ms"), get(32, "trtkit_async2_per_call_ms")),
                                                  ">= 0.97 (RunnerPool of two graph runners, numpy in/out)",
                                                  at_least(0.97)),
@@ -633,8 +650,8 @@ def targets(results: dict) -> dict:
 
 
 def print_table(results: dict) -> None:
-    keys = KEYS + ("loop_graph_ms", "loop_pageable_graph_ms", "loop_device_graph_ms", "trtkit_graph_direct_ms",
-                   "trtkit_graph_pinned_copy_ms", "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
+    keys = KEYS + ("loop_graph_ms", "loop_graph_registered_ms", "loop_pageable_graph_ms", "loop_device_graph_ms",
+                   "trtkit_graph_copy_ms", "trtkit_graph_direct_ms", "trtkit_graph_pinned_copy_ms", "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
                    "trtkit_async2_per_call_ms", "torch_eager_fp16_ms")
     print(f"{'ms':>22}" + "".join(f"{'batch ' + str(b):>12}" for b in results["batches"]))
     for key in keys:
@@ -670,7 +687,6 @@ def measure_batch(engine: bytes, batch: int, budget_s: float, errors: Errors) ->
     guard("bench_gpu_compute_ms", lambda: bench_anchor(engine, x, budget_s, extra))
     errors.guard(f"{batch}.host_copy", lambda: host_copy_figures(x, extra))
     extra["breakdown_us"] = errors.guard(f"{batch}.breakdown", lambda: breakdown(engine, x))
-    extra["breakdown_wc_us"] = errors.guard(f"{batch}.breakdown_wc", lambda: breakdown(engine, x, write_combined=True))
     log(f"batch {batch}: {row} {extra}")
     return row, extra
 

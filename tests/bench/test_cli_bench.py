@@ -48,8 +48,9 @@ def test_bench_json_schema(fake_gpu, engine_file, tmp_path, capsys):
     assert data["shapes"] == {"x": [3, 3, 8, 8]} and data["batch"] == 3 and data["queries"] == 20
     assert data["settings"]["streams"] == 2 and data["settings"]["cuda_graph"] is True
     for key in ("latency_ms", "gpu_compute_ms", "enqueue_ms",
-                "h2d_ms", "d2h_ms", "e2e_ms"):
+                "h2d_ms", "d2h_ms", "e2e_ms", "e2e_copied_ms"):
         assert set(data[key]) == SUMMARY_KEYS, key
+    assert "infer(), input copied" in out
     assert data["latency_ms"]["count"] == 20
     assert data["throughput"]["items_per_s"] == pytest.approx(3 * data["throughput"]["qps"], rel=1e-3)
     assert isinstance(data["warnings"], list)
@@ -62,6 +63,7 @@ def test_bench_without_transfers_has_no_copy_times(fake_gpu, engine_file, tmp_pa
     assert code == 0, err
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["h2d_ms"] is None and data["d2h_ms"] is None and data["e2e_ms"] is None
+    assert data["e2e_copied_ms"] is None
     assert data["shapes"] == {"x": [2, 3, 8, 8]}  # the profile's opt shape
 
 

@@ -31,7 +31,7 @@ def test_benchmark_tiny_engine(engine_path, graph, streams, transfers):
     assert 0 < result.compute.min <= result.compute.median <= result.compute.max
     assert result.latency.median >= result.compute.median * 0.99
     assert (result.h2d is not None) == transfers
-    assert result.e2e.count >= 10
+    assert result.e2e.count >= 10 and result.e2e_copied.count >= 10
 
 
 def test_cli_bench_json(engine_path, tmp_path, capsys):

@@ -258,3 +258,49 @@ def test_inputs_straight_from_pageable_memory_equal_pinned(engine_bytes, graph):
         for x in xs:
             assert np.array_equal(direct.infer({"x": x})["y"], pinned.infer({"x": x})["y"])
 
+
+
+@pytest.fixture(scope="module")
+def large_engine_bytes():
+    """The tiny conv net on 96x96 images (108 KiB each: large enough to be page-locked in place when reused)."""
+    from trtkit.build.builder import build_serialized
+    from trtkit.build.config import BuildConfig
+    from trtkit.build.profiles import parse_shapes
+
+    config = BuildConfig(profiles=[parse_shapes("x:1x3x96x96,2x3x96x96,4x3x96x96")],
+                         tactic_sources=GPU_TACTIC_SOURCES, tf32=False)
+    return build_serialized(models.tiny_conv(size=96), config).engine
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_reused_arrays_read_in_place_equal_copies(large_engine_bytes, graph):
+    import gc
+
+    from trtkit.errors import CudaError
+    from trtkit.runtime import TrtRunner
+    from trtkit.runtime.cuda import default_cuda
+
+    def image(batch, seed):
+        return np.random.default_rng(seed).standard_normal((batch, 3, 96, 96)).astype(np.float32)
+
+    cuda = default_cuda()
+    with TrtRunner(large_engine_bytes, cuda_graph=graph) as reuse, \
+            TrtRunner(large_engine_bytes, cuda_graph=graph, pin_reused_inputs=False) as copy:
+        for batch in (1, 4, 2):
+            buffer = np.empty((batch, 3, 96, 96), np.float32)  # one buffer refilled per frame
+            for seed in range(5):
+                buffer[...] = image(batch, seed)
+                assert np.array_equal(reuse.infer({"x": buffer})["y"], copy.infer({"x": buffer})["y"])
+            with pytest.raises(CudaError, match="AlreadyRegistered"):  # page-locked by the runner
+                cuda.host_register(buffer.ctypes.data, buffer.nbytes)
+            del buffer  # unregistered as it dies; the next buffer may land at the same address
+            gc.collect()
+        kept = image(2, 9)
+        for _ in range(3):
+            reuse.infer({"x": kept})
+        handle = reuse.infer_async({"x": kept})
+        want = copy.infer({"x": kept})["y"]
+        kept[...] = 0  # infer_async copied it: refilling at once is safe
+        assert np.array_equal(handle.wait()["y"], want)
+    cuda.host_register(kept.ctypes.data, kept.nbytes)  # closing the runner unregistered it
+    cuda.host_unregister(kept.ctypes.data)

@@ -45,7 +45,7 @@ def test_copies_run_in_stream_order_only_when_synchronized():
     dst.free()
     cuda.free(dev)
     cuda.stream_destroy(stream)
-    assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
 
 def test_copy_direction_and_bounds_are_checked():

@@ -240,7 +240,7 @@ def test_sharing_a_loaded_engine_on_86_is_refused_before_tensorrt_is_asked(env, 
         assert len(made) == 1
     with TrtRunner(engine, trt=env.trt, cuda=env.cuda) as again:  # free again once the first one closed
         assert again.infer({"x": rand(1)})["y"].shape[0] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
 
 @pytest.mark.parametrize("env_any", ["10.8.0", "11.4.0"], indirect=True)
@@ -349,7 +349,7 @@ def test_everything_is_freed_on_exit(env):
         r.infer_async({"x": rand(2)})
         live = env.rt.live_allocations()
         assert live["device"] == 2 and live["host"] == 2 and live["graphs"] == 6 and live["streams"] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
     assert r.context is None and not r.active
 
 
@@ -380,7 +380,7 @@ def test_allocation_failure_frees_what_was_allocated():
 
     with pytest.raises(CudaError, match="cudaMalloc.*cudaErrorMemoryAllocation: the GPU is out of memory"):
         TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt)).activate()
-    assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
 
 def test_given_stream_is_used_and_not_destroyed(env):
@@ -512,7 +512,7 @@ def test_close_frees_everything_even_when_the_stream_fails(env, monkeypatch):
         r.close()
     monkeypatch.undo()
     assert not r.active
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0}
+    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
 
 @pytest.mark.parametrize("graph", [False, True])

@@ -94,6 +94,14 @@ class Cuda:
     def free_host(self, ptr: int) -> None:
         check(self.rt.cudaFreeHost(ptr), "cudaFreeHost")
 
+    def host_register(self, ptr: int, nbytes: int) -> None:
+        """Page-lock ``nbytes`` of existing host memory at ``ptr`` so the GPU transfers it in place."""
+        check(self.rt.cudaHostRegister(ptr, nbytes, self.rt.cudaHostRegisterDefault), f"cudaHostRegister({nbytes})")
+
+    def host_unregister(self, ptr: int) -> None:
+        """Undo :meth:`host_register` (``ptr`` as registered)."""
+        check(self.rt.cudaHostUnregister(ptr), "cudaHostUnregister")
+
     def mem_get_info(self) -> tuple[int, int]:
         """``(free, total)`` bytes of device memory."""
         free, total = check(self.rt.cudaMemGetInfo(), "cudaMemGetInfo")

@@ -104,6 +104,11 @@ class GraphCache:
         self._graphs[key] = graph
         return graph
 
+    def discard(self, doomed) -> None:
+        """Destroy the graphs whose key ``doomed(key)`` is true."""
+        for key in [k for k in self._graphs if doomed(k)]:
+            self._graphs.pop(key).destroy()
+
     def clear(self) -> None:
         """Destroy every graph (and forget failures)."""
         graphs, self._graphs = list(self._graphs.values()), {}

@@ -7,7 +7,9 @@ On entry the runner creates its execution context, a non-blocking stream, device
 shapes and pinned host buffers, and binds the tensor addresses once; on exit it frees them (``__del__`` only warns).
 A call validates every input (name, dtype, shape within the profile) before anything is enqueued, sets input shapes
 only when they change, copies host inputs into the pinned buffers, enqueues H2D copies + ``execute_async_v3`` + D2H
-copies (or replays the CUDA graph captured for that shape), and synchronizes once.
+copies (or replays the CUDA graph captured for that shape), and synchronizes once. A numpy array passed to ``infer``
+again (one preprocessing buffer refilled every frame) is page-locked where it is and sent from there, skipping the
+host copy (:mod:`trtkit.runtime.reuse`).
 
 Device-resident inputs (anything exposing ``__cuda_array_interface__``: CuPy arrays, torch CUDA tensors) are used
 where they are, without a host round trip or a copy (with CUDA graphs, each set of input addresses gets its own graph,
@@ -38,6 +40,7 @@ from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_i
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
 from trtkit.runtime.graphs import GraphCache
 from trtkit.runtime.inputs import validate_feed
+from trtkit.runtime.reuse import ReusedInputs
 
 logger = logging.getLogger("trtkit")
 
@@ -73,6 +76,14 @@ class _Bucket:
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
         self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
                                                                  and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
+        # per input: sent from the runner's pinned buffer (a source, as TrtRunner._enqueue_body takes them)
+        self.pinned_sources = tuple((0, buf.ptr) for buf in runner._host_in)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def _placeholder(shape, dtype) -> np.ndarray:
@@ -120,6 +131,10 @@ class TrtRunner:
             CUDA graph (True); or transfer them straight from the caller's (pageable) memory, where the driver
             overlaps its staging copy with the transfer, the graph then holding the engine and output copies (False);
             ``"auto"`` (default): straight for inputs of :data:`DIRECT_INPUT_BYTES` or more, pinned below.
+        pin_reused_inputs: page-lock a numpy input array (64 KiB or more, C-contiguous) in place the second time
+            ``infer`` is given that very array, and transfer it from where it is from then on, with no copy into the
+            pinned buffer (up to 8 arrays per runner, each only while it lives; see :mod:`trtkit.runtime.reuse`).
+            ``infer_async`` always copies.
         write_combined_inputs: allocate the pinned input buffers write-combined (the CPU writes them around its
             caches, the GPU reads them without snooping): can make filling and sending inputs faster on some hosts;
             reading them back on the CPU (views from :meth:`host_inputs`) is very slow. Off by default: on the H200
@@ -132,7 +147,8 @@ class TrtRunner:
     """
 
     def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
-                 copy_outputs: bool = True, pinned_inputs: bool | str = "auto", write_combined_inputs: bool = False,
+                 copy_outputs: bool = True, pinned_inputs: bool | str = "auto", pin_reused_inputs: bool = True,
+                 write_combined_inputs: bool = False,
                  stream: int | None = None, check_manifest: bool = True, allow_mismatch: bool = False, trt=None,
                  cuda=None):
         self._source = engine
@@ -143,6 +159,7 @@ class TrtRunner:
         if pinned_inputs not in (True, False, "auto"):
             raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
         self.pinned_inputs = pinned_inputs
+        self._pin_reused = _check_bool("pin_reused_inputs", pin_reused_inputs)
         self.write_combined_inputs = bool(write_combined_inputs)
         self._given_stream = stream
         self._check_manifest = check_manifest
@@ -165,7 +182,11 @@ class TrtRunner:
         self._known_shapes: set = set()  # (input, shape) pairs found inside the profile
         self._context_key = None
         self._graphs = GraphCache()
-        self._replays: dict = {}  # input shapes -> (bucket, graph) for numpy inputs copied in pinned memory
+        # (input shapes, serial per input) -> graph, for numpy inputs sent from the runner's pinned buffers (serial
+        # 0: copied there first) or page-locked in place (the serial of their registration)
+        self._replays: dict = {}
+        self._reused: ReusedInputs | None = None
+        self._calls = 0  # synchronous calls so far (ReusedInputs tells a second call from a second look)
         self._address_graphs = 0
         self._pending: InferHandle | None = None
         self.input_specs: tuple = ()
@@ -226,6 +247,8 @@ class TrtRunner:
 
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
+        if self._pin_reused:
+            self._reused = ReusedInputs(self.cuda)
         self.engine = self._load()
         specs = io_specs(self.engine, self._trt)
         self.input_specs = tuple(s for s in specs.values() if s.is_input)
@@ -310,6 +333,8 @@ class TrtRunner:
         """Free whatever was allocated, in reverse order; keep going if one step fails, raise the first error."""
         errors = []
         steps = [self._graphs.clear]
+        if self._reused is not None:
+            steps.append(self._reused.clear)  # after close() synchronized: nothing reads them any more
         steps += [buf.free for buf in self._host_out + self._host_in + self._dev_out + self._dev_in]
         steps += [lambda e=e: self.cuda.event_destroy(e) for e in (self._done_event, self._wait_event) if e]
         if self._own_stream and self.stream is not None:
@@ -345,7 +370,10 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
-            bucket = self._replay(feed) or self._enqueue(feed)
+            self._calls += 1
+            if self._reused is not None and self._reused.released:
+                self._forget_released()
+            bucket = self._replay(feed, True) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
             return self._collect(bucket, copy)
 
@@ -358,10 +386,32 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
-            bucket = self._replay(feed) or self._enqueue(feed)
+            bucket = self._replay(feed, False) or self._enqueue(feed, False)
             self.cuda.event_record(self._done_event, self.stream)
             self._pending = InferHandle(self, bucket, copy_outputs)
             return self._pending
+
+    @property
+    def pin_reused_inputs(self) -> bool:
+        """Whether numpy arrays passed again are page-locked in place (settable while active: switching it off
+        unregisters every array and drops the graphs that read them)."""
+        return self._pin_reused
+
+    @pin_reused_inputs.setter
+    def pin_reused_inputs(self, value: bool) -> None:
+        value = _check_bool("pin_reused_inputs", value)
+        with self._lock:
+            self._pin_reused = value
+            if not self.active:
+                return
+            if value and self._reused is None:
+                self._reused = ReusedInputs(self.cuda)
+            elif not value and self._reused is not None:
+                self._complete_pending()
+                self.cuda.stream_synchronize(self.stream)
+                self._reused.clear()
+                self._forget_released()
+                self._reused = None
 
     def _require_active(self) -> None:
         if not self.active:
@@ -424,10 +474,11 @@ class TrtRunner:
 
     # --- enqueue -------------------------------------------------------------------------------------------------
 
-    def _replay(self, feed) -> _Bucket | None:
+    def _replay(self, feed, reuse: bool) -> _Bucket | None:
         """The common call in fewer steps: numpy inputs of the dtypes and shapes of a call already captured in a
-        graph with its copies (so validated then), each copied into pinned memory, then one graph launch. Returns
-        None, having done nothing, for anything else (the general path then validates and explains)."""
+        graph with its copies (so validated then), each copied into pinned memory unless it is page-locked in place
+        (``reuse``: a synchronous call), then one graph launch. Returns None, having done nothing, for anything else
+        (the general path then validates and explains)."""
         if not self._replays or type(feed) is not dict or len(feed) != len(self.input_specs):
             return None
         arrays = []
@@ -436,38 +487,69 @@ class TrtRunner:
             if type(array) is not np.ndarray or array.dtype != spec.dtype:
                 return None
             arrays.append(array)
-        key = tuple([a.shape for a in arrays])
-        entry = self._replays.get(key)  # a graph holds its shapes: the context's current ones do not matter
-        if entry is None:
+        bucket = self._buckets.get(tuple([a.shape for a in arrays]))
+        if bucket is None:
             return None
-        bucket, graph = entry
-        for view, array in zip(bucket.in_views, arrays):
-            if array is not view:  # a view from host_inputs() is already in place
+        reused = self._reused if reuse else None
+        serials = []
+        for view, array, via_pinned in zip(bucket.in_views, arrays, bucket.via_pinned):
+            locked = None if reused is None or array is view else reused.locked(array, self._calls)
+            if locked is not None:
+                serials.append(locked.serial)
+            elif via_pinned or array is view:
+                serials.append(0)
+            else:  # sent straight from pageable memory: not in a graph
+                return None
+        graph = self._replays.get((bucket.key, tuple(serials)))  # a graph holds its shapes: the context's don't matter
+        if graph is None:
+            return None
+        for view, array, serial in zip(bucket.in_views, arrays, serials):
+            if not serial and array is not view:  # a view from host_inputs() is already in place
                 copy_into(view, array)
         graph.launch(self.stream)
         return bucket
 
-    def _enqueue(self, feed) -> _Bucket:
+    def _enqueue(self, feed, reuse: bool) -> _Bucket:
         prepared = self._validate(feed)
         key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
         bucket = self._bucket(key)
-        host_mask = [dev is None for _, dev in prepared]
+        sources = list(bucket.pinned_sources)
         devices = []
         for i, (array, dev) in enumerate(prepared):
             if dev is not None:
                 self._wait_for_producer(dev)
                 devices.append((i, dev))
+                sources[i] = None
             elif array is bucket.in_views[i]:  # a view from host_inputs(): already in place
                 pass
+            elif (locked := self._locked(array, feed, i, reuse)) is not None:
+                sources[i] = (locked.serial, locked.ptr)
             elif bucket.via_pinned[i]:
                 copy_into(bucket.in_views[i], array)
             else:
                 self._transfer_directly(i, array, bucket)
-                host_mask[i] = False
-        host_mask = tuple(host_mask)
-        addresses = self._place_device_inputs(devices, bucket, host_mask) if devices else ()
-        self._launch(bucket, host_mask, not self.device_outputs, addresses)
+                sources[i] = None
+        sources = tuple(sources)
+        addresses = self._place_device_inputs(devices, bucket, sources) if devices else ()
+        self._launch(bucket, sources, not self.device_outputs, addresses)
         return bucket
+
+    def _locked(self, array: np.ndarray, feed, i: int, reuse: bool):
+        """The registration of ``array`` if it is (now) page-locked in place; None to copy it."""
+        if not reuse or self._reused is None or type(array) is not np.ndarray:
+            return None
+        if feed[self.input_specs[i].name] is not array:  # converted from a list or the like: a temporary
+            return None
+        return self._reused.locked(array, self._calls)
+
+    def _forget_released(self) -> None:
+        """Destroy the graphs that read from arrays no longer page-locked (they died since the last call)."""
+        dead = set(self._reused.take_released())
+        if not dead:
+            return
+        self._graphs.discard(lambda key: any(src is not None and src[0] in dead for src in key[1]))
+        for key in [k for k in self._replays if any(serial in dead for serial in k[1])]:
+            del self._replays[key]
 
     def _transfer_directly(self, i: int, array: np.ndarray, bucket: _Bucket) -> None:
         """H2D from the caller's memory; CUDA stages pageable memory before returning, so ``array`` may change
@@ -483,7 +565,7 @@ class TrtRunner:
             self.cuda.event_record(self._wait_event, int(dev.stream))
             self.cuda.stream_wait_event(self.stream, self._wait_event)
 
-    def _place_device_inputs(self, devices: list, bucket: _Bucket, host_mask: tuple) -> tuple:
+    def _place_device_inputs(self, devices: list, bucket: _Bucket, sources: tuple) -> tuple:
         """Bind device inputs where they are (no copy), or copy them into the runner's buffers.
 
         Without graphs they are always bound in place. A graph bakes addresses in, so with graphs each set of input
@@ -494,7 +576,7 @@ class TrtRunner:
             The addresses to key the graph with (empty when copied).
         """
         addresses = tuple(dev.ptr for _, dev in devices)
-        gkey = (bucket.key, host_mask, not self.device_outputs, addresses)
+        gkey = (bucket.key, sources, not self.device_outputs, addresses)
         in_place = (not self.cuda_graph or self._graphs.get(gkey) is not None or self._graphs.failed(gkey)
                     or self._address_graphs < MAX_ADDRESS_GRAPHS)
         for i, dev in devices:
@@ -504,32 +586,37 @@ class TrtRunner:
                 self.cuda.memcpy_dtod_async(own, dev.ptr, bucket.in_nbytes[i], self.stream)
         return addresses if in_place else ()
 
-    def _launch(self, bucket: _Bucket, host_mask: tuple, copy_out: bool, addresses: tuple = ()) -> None:
+    def _launch(self, bucket: _Bucket, sources: tuple, copy_out: bool, addresses: tuple = ()) -> None:
         if not self.cuda_graph:
-            self._enqueue_body(bucket, host_mask, copy_out)
+            self._enqueue_body(bucket, sources, copy_out)
             return
-        gkey = (bucket.key, host_mask, copy_out, addresses)
+        gkey = (bucket.key, sources, copy_out, addresses)
         graph = self._graphs.get(gkey)
         if graph is not None:
             graph.launch(self.stream)
-            if copy_out == (not self.device_outputs) and all(host_mask) and all(bucket.via_pinned):
-                self._replays[bucket.key] = (bucket, graph)  # what _replay() may do for these shapes from now on
+            if copy_out == (not self.device_outputs) and None not in sources:  # every input sent from the host
+                # what _replay() may do for these shapes and sources from now on
+                self._replays[(bucket.key, tuple(serial for serial, _ in sources))] = graph
             return
         # Warm-up outside capture (TensorRT initializes lazily on the first enqueue); it also computes this call.
-        self._enqueue_body(bucket, host_mask, copy_out)
+        self._enqueue_body(bucket, sources, copy_out)
         if not self._graphs.failed(gkey):
             self.cuda.stream_synchronize(self.stream)
             self._address_graphs += bool(addresses)
-            self._graphs.capture(gkey, self.cuda, self.stream, lambda: self._enqueue_body(bucket, host_mask, copy_out))
+            self._graphs.capture(gkey, self.cuda, self.stream, lambda: self._enqueue_body(bucket, sources, copy_out))
 
-    def _enqueue_body(self, bucket: _Bucket, host_mask: tuple, copy_out: bool) -> None:
-        """H2D copies of host inputs, the engine, D2H copies of the outputs: what a graph captures."""
-        for i, is_host in enumerate(host_mask):
-            if is_host:
+    def _enqueue_body(self, bucket: _Bucket, sources: tuple, copy_out: bool) -> None:
+        """H2D copies of host inputs, the engine, D2H copies of the outputs: what a graph captures.
+
+        ``sources``: per input, ``(serial, host address)`` to send it from (serial 0: the runner's pinned buffer;
+        else the registration of an array page-locked in place), or None when it is not sent here (device-resident,
+        or sent straight from pageable memory before).
+        """
+        for i, source in enumerate(sources):
+            if source is not None:
                 self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
                 if bucket.in_nbytes[i]:
-                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr, self._host_in[i].ptr, bucket.in_nbytes[i],
-                                                self.stream)
+                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr, source[1], bucket.in_nbytes[i], self.stream)
         self.execute()
         if copy_out:
             for i, nbytes in enumerate(bucket.out_nbytes):
@@ -612,7 +699,7 @@ class TrtRunner:
         bucket = self._buckets[key]
         if self._context_key != key:
             self._set_context_shapes(key)
-        self._launch(bucket, (False,) * len(self.input_specs), False)
+        self._launch(bucket, (None,) * len(self.input_specs), False)
 
     def enqueue_d2h(self, key: tuple) -> None:
         """Enqueue the copies of the outputs to the pinned host buffers."""

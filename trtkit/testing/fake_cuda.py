@@ -34,6 +34,8 @@ class cudaError_t(enum.IntEnum):
     cudaErrorInvalidResourceHandle = 400
     cudaErrorNotReady = 600
     cudaErrorIllegalAddress = 700
+    cudaErrorHostMemoryAlreadyRegistered = 712
+    cudaErrorHostMemoryNotRegistered = 713
     cudaErrorStreamCaptureUnsupported = 900
     cudaErrorStreamCaptureInvalidated = 901
     cudaErrorStreamCaptureWrongThread = 908
@@ -56,6 +58,7 @@ class cudaStreamCaptureMode(enum.IntEnum):
 cudaStreamNonBlocking = 1
 cudaEventDisableTiming = 2
 cudaHostAllocWriteCombined = 4
+cudaHostRegisterDefault = 0
 
 OK = cudaError_t.cudaSuccess
 _HANDLES = itertools.count(0x1000)
@@ -121,6 +124,7 @@ class FakeCudart:
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
     cudaHostAllocWriteCombined = cudaHostAllocWriteCombined
+    cudaHostRegisterDefault = cudaHostRegisterDefault
 
     def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
                  kernels: bool = True):
@@ -134,6 +138,7 @@ class FakeCudart:
         self.last_error = OK
         self._device: dict[int, np.ndarray] = {}
         self._host: dict[int, np.ndarray] = {}
+        self._registered: dict[int, int] = {}  # cudaHostRegister: base address -> bytes (page-locked in place)
         self._streams: dict[int, _Stream] = {}
         self._events: dict[int, _Event] = {}
         self._graphs: dict[int, object] = {}
@@ -145,6 +150,7 @@ class FakeCudart:
         return {
             "device": len(self._device),
             "host": len(self._host),
+            "registered": len(self._registered),
             "streams": len(self._streams),
             "events": len(self._events),
             "graphs": len(self._graphs),
@@ -238,6 +244,30 @@ class FakeCudart:
         del table[int(ptr)]
         return (OK,)
 
+    def cudaHostRegister(self, ptr, size, flags):
+        return self._call("cudaHostRegister", self._register, int(ptr), int(size))
+
+    def _register(self, ptr, size):
+        if size <= 0 or self.is_device(ptr):
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        page = 4096  # CUDA locks whole pages: ranges sharing a page overlap
+        lo, hi = ptr // page, (ptr + size - 1) // page
+        for base, nbytes in self._registered.items():
+            if lo <= (base + nbytes - 1) // page and base // page <= hi:
+                raise _CudaFailure(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
+        if self._pinned(ptr, size):
+            raise _CudaFailure(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
+        self._registered[ptr] = size
+        return (OK,)
+
+    def cudaHostUnregister(self, ptr):
+        return self._call("cudaHostUnregister", self._unregister, int(ptr))
+
+    def _unregister(self, ptr):
+        if self._registered.pop(ptr, None) is None:
+            raise _CudaFailure(cudaError_t.cudaErrorHostMemoryNotRegistered)
+        return (OK,)
+
     def _free_bytes(self) -> int:
         return self.total_bytes - sum(buf.nbytes for buf in self._device.values())
 
@@ -263,7 +293,18 @@ class FakeCudart:
             staged = ctypes.create_string_buffer(ctypes.string_at(src, count), count)
             self.enqueue(stream, lambda: ctypes.memmove(dst, staged, count))
         else:
-            self.enqueue(stream, lambda: ctypes.memmove(dst, src, count))
+            locked = [ptr for ptr, _ in host_side if self._pinned(ptr, count)]
+
+            def copy():
+                # checked when it runs, as the GPU's copy engine would reach it: host memory freed or unregistered
+                # while the copy was queued is an error
+                for host in locked:
+                    if not self._pinned(host, count):
+                        raise RuntimeError(f"copy of {count} bytes at {host:#x} ran after that host memory stopped "
+                                           f"being page-locked (unregistered or freed while the copy was queued?)")
+                ctypes.memmove(dst, src, count)
+
+            self.enqueue(stream, copy)
         return (OK,)
 
     def cudaMemsetAsync(self, ptr, value, count, stream):
@@ -276,7 +317,9 @@ class FakeCudart:
         return (OK,)
 
     def _pinned(self, ptr, count) -> bool:
-        return any(base <= ptr and ptr + count <= base + buf.nbytes for base, buf in self._host.items())
+        """True when ``[ptr, ptr + count)`` lies in one pinned allocation or one registered range."""
+        return (any(base <= ptr and ptr + count <= base + buf.nbytes for base, buf in self._host.items())
+                or any(base <= ptr and ptr + count <= base + n for base, n in self._registered.items()))
 
     # --- streams and events ---------------------------------------------------------------------------------------
 
