@@ -651,13 +651,14 @@ def targets(results: dict) -> dict:
 
 def print_table(results: dict) -> None:
     keys = KEYS + ("loop_graph_ms", "loop_graph_registered_ms", "loop_pageable_graph_ms", "loop_device_graph_ms",
-                   "trtkit_graph_copy_ms", "trtkit_graph_direct_ms", "trtkit_graph_pinned_copy_ms", "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
+                   "trtkit_graph_copy_ms", "trtkit_graph_direct_ms", "trtkit_graph_pinned_copy_ms",
+                   "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
                    "trtkit_async2_per_call_ms", "torch_eager_fp16_ms")
-    print(f"{'ms':>22}" + "".join(f"{'batch ' + str(b):>12}" for b in results["batches"]))
+    print(f"{'ms':>28}" + "".join(f"{'batch ' + str(b):>12}" for b in results["batches"]))
     for key in keys:
         cells = [{**results.get("extra", {}).get(str(b), {}), **results.get(str(b), {})}.get(key)
                  for b in results["batches"]]
-        print(f"{key:>22}" + "".join(f"{c:>12.4f}" if isinstance(c, (int, float)) else f"{'-':>12}" for c in cells))
+        print(f"{key:>28}" + "".join(f"{c:>12.4f}" if isinstance(c, (int, float)) else f"{'-':>12}" for c in cells))
     for name, t in results.get("targets", {}).items():
         print(f"target {name}: {t['value']} (target {t['target']}) met={t['met']}")
 

@@ -218,3 +218,34 @@ def test_the_fake_faults_on_a_queued_copy_from_memory_unregistered_meanwhile(rt)
     reused.clear()
     with pytest.raises(RuntimeError, match="stopped being page-locked"):
         cuda.stream_synchronize(stream)
+
+
+def test_arrays_dying_young_make_the_runner_stop_page_locking(model, engine, rt, caplog):
+    """Each frame's array given to two calls, then dropped: page-locking it (and capturing a graph) every frame would
+    cost more than the copies; after a few such arrays the runner copies instead."""
+    from trtkit.runtime.reuse import MAX_SHORT_LIVED
+
+    with make(engine, rt, cuda_graph=True) as r, caplog.at_level(logging.INFO, logger="trtkit"):
+        for frame in range(MAX_SHORT_LIVED + 6):
+            x = image(seed=frame)
+            for _ in range(2):
+                np.testing.assert_allclose(r.infer({"x": x})["y"], expected(model, x), rtol=1e-5)
+            del x
+        assert rt.calls["cudaHostRegister"] == MAX_SHORT_LIVED
+        assert "now copies new arrays instead" in caplog.text
+        kept = image(seed=99)
+        for _ in range(3):
+            r.infer({"x": kept})
+        assert rt.live_allocations()["registered"] == 0
+
+
+def test_a_long_lived_array_does_not_count_as_dying_young(engine, rt):
+    from trtkit.runtime.reuse import MAX_SHORT_LIVED, SHORT_LIVED_CALLS
+
+    with make(engine, rt, cuda_graph=True) as r:
+        for frame in range(MAX_SHORT_LIVED + 2):
+            x = image(seed=frame)
+            for _ in range(SHORT_LIVED_CALLS + 2):
+                r.infer({"x": x})
+            del x
+        assert rt.calls["cudaHostRegister"] == MAX_SHORT_LIVED + 2

@@ -16,7 +16,10 @@ Safety rests on three rules:
   an array that has died is never replayed for another array that happens to live at the same address.
 
 Arrays below :data:`MIN_BYTES` (a copy costs nothing there), non-contiguous ones, and ones CUDA refuses to register
-(read-only mappings, a range overlapping another registration) are simply copied as before.
+(read-only mappings, a range overlapping another registration) are simply copied as before. Page-locking an array and
+capturing a graph for it costs far more than one copy, so an application whose arrays die young (say, each frame's
+array given to two calls) would pay that every frame: after :data:`MAX_SHORT_LIVED` arrays released within
+:data:`SHORT_LIVED_CALLS` calls, the runner stops page-locking new arrays and copies them all.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ import itertools
 import logging
 import threading
 import weakref
-from typing import NamedTuple
-
 import numpy as np
 
 from trtkit.errors import CudaError
@@ -40,17 +41,22 @@ MAX_ARRAYS = 8
 MAX_BYTES = 1 << 30
 # Arrays seen once, remembered (weakly) to spot the second sighting; forgotten in bulk past this many.
 _RECENT = 32
+# An array released after fewer calls than this cost more to page-lock than its copies would have; after this many
+# such arrays, a runner page-locks no more.
+SHORT_LIVED_CALLS = 16
+MAX_SHORT_LIVED = 4
 
 _SERIALS = itertools.count(1)
 
 
-class Locked(NamedTuple):
-    """A page-locked array: where it is, how large, and its registration's serial number (never reused)."""
+class Locked:
+    """A page-locked array: its registration's serial number (never reused), where it is, how large, a weak
+    reference to it, and how many calls have read it in place."""
 
-    serial: int
-    ptr: int
-    nbytes: int
-    ref: weakref.ref
+    __slots__ = ("serial", "ptr", "nbytes", "ref", "calls")
+
+    def __init__(self, serial: int, ptr: int, nbytes: int, ref: weakref.ref):
+        self.serial, self.ptr, self.nbytes, self.ref, self.calls = serial, ptr, nbytes, ref, 0
 
 
 class ReusedInputs:
@@ -70,6 +76,8 @@ class ReusedInputs:
         # callbacks run on whichever thread drops an array, or inside a garbage collection this very thread started
         self._lock = threading.RLock()
         self.released: list[int] = []  # serials unregistered since the owner last pruned its graphs
+        self.short_lived = 0  # arrays released within SHORT_LIVED_CALLS calls
+        self.enabled = True  # False once short_lived reaches MAX_SHORT_LIVED: new arrays are copied
 
     def __len__(self) -> int:
         return len(self._locked)
@@ -84,7 +92,10 @@ class ReusedInputs:
         key = id(array)
         entry = self._locked.get(key)
         if entry is not None and entry.ref() is array and entry.nbytes == array.nbytes:
+            entry.calls += 1
             return entry
+        if not self.enabled:
+            return None
         seen = self._recent.get(key)
         if seen is not None and seen[0]() is array:
             if seen[1] == call:
@@ -135,6 +146,13 @@ class ReusedInputs:
             if entry is None:
                 return
             self.released.append(entry.serial)
+            if entry.calls < SHORT_LIVED_CALLS:
+                self.short_lived += 1
+                if self.short_lived >= MAX_SHORT_LIVED and self.enabled:
+                    self.enabled = False
+                    logger.info("%d input arrays died within %d calls of being page-locked in place: this runner "
+                                "now copies new arrays instead (keep one input buffer and refill it to skip the "
+                                "copy)", self.short_lived, SHORT_LIVED_CALLS)
             try:
                 self.cuda.host_unregister(entry.ptr)
             except Exception:  # noqa: BLE001 - runs inside numpy's deallocation: nothing to raise to

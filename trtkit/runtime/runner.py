@@ -55,7 +55,7 @@ _PROFILES_IN_USE: set = set()
 # With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
 # staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
 # does one after the other (ResNet-50 FP16 on an H200, batch 8, 4.8 MB input: 1.10 ms direct against 1.23 ms through
-# pinned, benchmarks/results/runner-h200.json).
+# pinned, benchmarks/results/runner-h200-before-reuse.json).
 # Smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA graph.
 DIRECT_INPUT_BYTES = 1 << 20
 
@@ -138,7 +138,8 @@ class TrtRunner:
         write_combined_inputs: allocate the pinned input buffers write-combined (the CPU writes them around its
             caches, the GPU reads them without snooping): can make filling and sending inputs faster on some hosts;
             reading them back on the CPU (views from :meth:`host_inputs`) is very slow. Off by default: on the H200
-            host it changed nothing (batch 1: 1.124 vs 1.123 × the floor, benchmarks/results/runner-h200.json).
+            host it changed nothing (batch 1: 1.124 vs 1.123 × the floor,
+            benchmarks/results/runner-h200-before-reuse.json).
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
         check_manifest: compare an engine file's manifest with this machine before loading it.
         allow_mismatch: load even if the manifest names another TensorRT version or GPU.
