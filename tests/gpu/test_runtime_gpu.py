@@ -304,3 +304,19 @@ def test_reused_arrays_read_in_place_equal_copies(large_engine_bytes, graph):
         assert np.array_equal(handle.wait()["y"], want)
     cuda.host_register(kept.ctypes.data, kept.nbytes)  # closing the runner unregistered it
     cuda.host_unregister(kept.ctypes.data)
+
+
+def test_arrays_dying_young_still_give_the_copied_results(large_engine_bytes):
+    """Each frame's array given to two calls then dropped: the runner page-locks a few, then stops and copies."""
+    from trtkit.runtime import TrtRunner
+    from trtkit.runtime.reuse import MAX_SHORT_LIVED
+
+    with TrtRunner(large_engine_bytes, cuda_graph=True) as reuse, \
+            TrtRunner(large_engine_bytes, cuda_graph=True, pin_reused_inputs=False) as copy:
+        for frame in range(MAX_SHORT_LIVED + 4):
+            x = np.random.default_rng(frame).standard_normal((2, 3, 96, 96)).astype(np.float32)
+            want = copy.infer({"x": x})["y"]
+            for _ in range(2):
+                assert np.array_equal(reuse.infer({"x": x})["y"], want)
+            del x
+        assert not reuse._reused.enabled
