@@ -184,6 +184,40 @@ def test_device_input_waits_for_its_producer_stream(env):
     dx.free()
 
 
+@pytest.mark.parametrize("device_outputs", [True, False])
+def test_replayed_device_calls_still_check_wait_and_follow_the_data(env, device_outputs):
+    """Device-resident calls replayed from their graph (fewer steps) keep the general path's guarantees: results
+    follow the data at that address, each call waits for its producer stream, a wrong dtype or strides is still
+    refused, a new shape or address still works."""
+    x = rand(2, 1)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    producer = env.cuda.stream_create()
+    holder = type("Tensor", (), {"__cuda_array_interface__": dict(dx.__cuda_array_interface__, stream=producer)})()
+
+    def host(out):
+        return out.to_host() if device_outputs else out
+
+    with runner(env, cuda_graph=True, device_outputs=device_outputs) as r:
+        for seed in range(5):
+            x = rand(2, seed)
+            dx.host_view()[...] = x  # new data at the same address
+            waits = env.rt.calls["cudaStreamWaitEvent"]
+            np.testing.assert_allclose(host(r.infer({"x": holder})["y"]), reference(x), rtol=1e-6)
+            assert env.rt.calls["cudaStreamWaitEvent"] == waits + 1
+        as_int = type("T", (), {"__cuda_array_interface__": dict(dx.__cuda_array_interface__, typestr="<i4")})()
+        with pytest.raises(InputError, match="Input 'x': dtype int32, expected float32"):
+            r.infer({"x": as_int})
+        strided = type("T", (), {"__cuda_array_interface__": dict(dx.__cuda_array_interface__,
+                                                                  strides=(4, 8, 96, 768))})()
+        with pytest.raises(InputError, match="not C-contiguous"):
+            r.infer({"x": strided})
+        other = env.rt.device_array((3, 3, 8, 8), np.float32, fill=rand(3, 7))
+        np.testing.assert_allclose(host(r.infer({"x": other})["y"]), reference(rand(3, 7)), rtol=1e-6)
+        other.free()
+    env.cuda.stream_destroy(producer)
+    dx.free()
+
+
 def test_non_contiguous_device_input_is_refused(env):
     dx = env.rt.device_array((2, 3, 8, 8), np.float32)
     holder = type("T", (), {"__cuda_array_interface__": dict(dx.__cuda_array_interface__,
