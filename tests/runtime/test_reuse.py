@@ -249,3 +249,21 @@ def test_a_long_lived_array_does_not_count_as_dying_young(engine, rt):
                 r.infer({"x": x})
             del x
         assert rt.calls["cudaHostRegister"] == MAX_SHORT_LIVED + 2
+
+
+def test_an_array_dropped_on_another_thread_is_unregistered_there(model, engine, rt):
+    import threading
+
+    with make(engine, rt, cuda_graph=True) as r:
+        holder = [image(seed=5)]
+        for _ in range(3):
+            r.infer({"x": holder[0]})
+        assert rt.live_allocations()["registered"] == 1
+        worker = threading.Thread(target=holder.clear)  # the last reference goes on the worker thread
+        worker.start()
+        worker.join()
+        assert rt.live_allocations()["registered"] == 0
+        y = image(seed=6)
+        for _ in range(3):
+            np.testing.assert_allclose(r.infer({"x": y})["y"], expected(model, y), rtol=1e-5)
+        assert rt.live_allocations()["registered"] == 1
