@@ -93,10 +93,10 @@ class HostBuffer:
     Views handed out by :meth:`view` must not be used after :meth:`free`.
     """
 
-    def __init__(self, cuda, nbytes: int, *, write_combined: bool = False):
+    def __init__(self, cuda, nbytes: int):
         self.cuda = cuda
         self.nbytes = int(nbytes)
-        self.ptr = cuda.malloc_host(self.nbytes, write_combined=write_combined)
+        self.ptr = cuda.malloc_host(self.nbytes)
         self.array = host_view(self.ptr, self.nbytes)
 
     def view(self, dtype, shape) -> np.ndarray:

@@ -80,15 +80,8 @@ class Cuda:
     def free(self, ptr: int) -> None:
         check(self.rt.cudaFree(ptr), "cudaFree")
 
-    def malloc_host(self, nbytes: int, *, write_combined: bool = False) -> int:
-        """Allocate ``nbytes`` of pinned (page-locked) host memory; return the pointer.
-
-        ``write_combined``: the CPU writes it without going through its caches (no read-for-ownership) and the GPU
-        reads it without snooping them: faster to fill and to transfer, very slow for the CPU to read back.
-        """
-        if write_combined:
-            flags = self.rt.cudaHostAllocWriteCombined
-            return int(check(self.rt.cudaHostAlloc(max(int(nbytes), 1), flags), f"cudaHostAlloc({nbytes}, WC)"))
+    def malloc_host(self, nbytes: int) -> int:
+        """Allocate ``nbytes`` of pinned (page-locked) host memory; return the pointer."""
         return int(check(self.rt.cudaMallocHost(max(int(nbytes), 1)), f"cudaMallocHost({nbytes})"))
 
     def free_host(self, ptr: int) -> None:

@@ -135,11 +135,6 @@ class TrtRunner:
             ``infer`` is given that very array, and transfer it from where it is from then on, with no copy into the
             pinned buffer (up to 8 arrays per runner, each only while it lives; see :mod:`trtkit.runtime.reuse`).
             ``infer_async`` always copies.
-        write_combined_inputs: allocate the pinned input buffers write-combined (the CPU writes them around its
-            caches, the GPU reads them without snooping): can make filling and sending inputs faster on some hosts;
-            reading them back on the CPU (views from :meth:`host_inputs`) is very slow. Off by default: on the H200
-            host it changed nothing (batch 1: 1.124 vs 1.123 × the floor,
-            benchmarks/results/runner-h200-before-reuse.json).
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
         check_manifest: compare an engine file's manifest with this machine before loading it.
         allow_mismatch: load even if the manifest names another TensorRT version or GPU.
@@ -149,7 +144,6 @@ class TrtRunner:
 
     def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
                  copy_outputs: bool = True, pinned_inputs: bool | str = "auto", pin_reused_inputs: bool = True,
-                 write_combined_inputs: bool = False,
                  stream: int | None = None, check_manifest: bool = True, allow_mismatch: bool = False, trt=None,
                  cuda=None):
         self._source = engine
@@ -161,7 +155,6 @@ class TrtRunner:
             raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
         self.pinned_inputs = pinned_inputs
         self._pin_reused = _check_bool("pin_reused_inputs", pin_reused_inputs)
-        self.write_combined_inputs = bool(write_combined_inputs)
         self._given_stream = stream
         self._check_manifest = check_manifest
         self._allow_mismatch = allow_mismatch
@@ -323,7 +316,7 @@ class TrtRunner:
         for spec, shape in zip(self.input_specs, max_key):
             nbytes = _nbytes(shape, spec.dtype)
             self._dev_in.append(DeviceBuffer(self.cuda, nbytes))
-            self._host_in.append(HostBuffer(self.cuda, nbytes, write_combined=self.write_combined_inputs))
+            self._host_in.append(HostBuffer(self.cuda, nbytes))
         for spec, shape in zip(self.output_specs, out_max):
             nbytes = _nbytes(shape, spec.dtype)
             self._dev_out.append(DeviceBuffer(self.cuda, nbytes))

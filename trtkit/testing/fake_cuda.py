@@ -57,7 +57,6 @@ class cudaStreamCaptureMode(enum.IntEnum):
 
 cudaStreamNonBlocking = 1
 cudaEventDisableTiming = 2
-cudaHostAllocWriteCombined = 4
 cudaHostRegisterDefault = 0
 
 OK = cudaError_t.cudaSuccess
@@ -123,7 +122,6 @@ class FakeCudart:
     cudaStreamCaptureMode = cudaStreamCaptureMode
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
-    cudaHostAllocWriteCombined = cudaHostAllocWriteCombined
     cudaHostRegisterDefault = cudaHostRegisterDefault
 
     def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
@@ -218,9 +216,6 @@ class FakeCudart:
 
     def cudaMallocHost(self, size):
         return self._call("cudaMallocHost", self._alloc, self._host, size)
-
-    def cudaHostAlloc(self, size, flags):
-        return self._call("cudaHostAlloc", self._alloc, self._host, size)
 
     def _alloc(self, table, size):
         if size <= 0:
