@@ -107,8 +107,8 @@ def timing_cache_path(cache: Path, profile: str) -> Path | None:
 
 
 def trtkit_config(profile: str, cache: Path, opt_level, **options):
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
 
     timing = timing_cache_path(cache, profile)
     return BuildConfig(profiles=[parse_shapes(profile)], tactic_sources=TACTICS, optimization_level=opt_level,
@@ -121,7 +121,7 @@ INSPECTOR_DIR: Path | None = None  # set by main(): where each engine's inspecto
 def trtkit_build(model, config, name: str | None = None):
     """Build in this process; save the timing cache back (the builder returns it, the API writes it), and the
     engine's inspector JSON under ``INSPECTOR_DIR/<name>.json`` (the raw material of its precision report)."""
-    from trtkit.build.builder import build_serialized
+    from trtkit.builder.builder import build_serialized
 
     result = build_serialized(str(model), config)
     if result.timing_cache and config.timing_cache:
@@ -171,7 +171,7 @@ CONSTRAINED = {"fp16_flag", "fp16_cast", "int8_calibrator_entropy", "int8_calibr
 
 def digits(run: Run, cache: Path, opt_level, keys=DIGITS_KEYS) -> None:
     from calibrators.sources import IterableSource
-    from trtkit.build.config import CalibrationSettings
+    from trtkit.builder.config import CalibrationSettings
 
     data = ROOT / "tests" / "data"
     model = data / "digits_cnn.onnx"
@@ -276,7 +276,7 @@ def resnet(run: Run, cache: Path, opt_level, calib_images: int, keys, raw_keys=R
     that). The Q/DQ paths always collect their histograms afresh; the notes split that time.
     """
     from calibrators.sources import IterableSource
-    from trtkit.build.config import CalibrationSettings
+    from trtkit.builder.config import CalibrationSettings
 
     model = run.guard("resnet50/export", lambda: export_resnet(cache), cost=30)
     if model is None:

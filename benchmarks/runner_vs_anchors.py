@@ -139,9 +139,9 @@ def finish_torch(proc, workdir: Path, results: dict, errors: Errors, out_dir: Pa
 def build_engine(onnx_path: Path, cache: Path, opt_batch: int, results: dict) -> bytes:
     import tensorrt as trt
 
-    from trtkit.build.api import build
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import InputShape, Profile
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import InputShape, Profile
 
     sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
     engine_path = cache / f"resnet50-fp16-opt{opt_batch}-{sha}-trt{trt.__version__}.engine"

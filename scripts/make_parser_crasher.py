@@ -162,9 +162,9 @@ def try_candidate(name: str, model, out_dir: Path, timeout: float = 300) -> dict
     """Write the model, parse it in a child, and say what happened."""
     import onnx
 
-    from trtkit.build.crash_report import model_crash_context
-    from trtkit.build.isolate import run_isolated
-    from trtkit.build.opcheck import parse_only
+    from trtkit.builder.crash_report import model_crash_context
+    from trtkit.builder.isolate import run_isolated
+    from trtkit.builder.opcheck import parse_only
     from trtkit.errors import IsolationError, TrtkitError
 
     path = out_dir / f"{name}.onnx"
@@ -223,7 +223,7 @@ def _with_followups(name: str, model, out_dir: Path, fold: bool) -> dict:
         if minimal is not None:
             record["minimal"] = try_candidate(f"{name}.minimal", minimal, out_dir)
     if fold:
-        from trtkit.build.sanitize import fold_constants
+        from trtkit.builder.sanitize import fold_constants
 
         folded, report = fold_constants(model)
         if report.changed:

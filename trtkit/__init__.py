@@ -14,10 +14,11 @@ from trtkit.errors import TrtkitError  # noqa: E402  (light: no heavy imports)
 # public name -> module that defines it
 _EXPORTS = {
     "TrtRunner": "trtkit.runtime.runner",
-    "build_engine": "trtkit.build.api",
-    "BuildConfig": "trtkit.build.config",
-    "Profile": "trtkit.build.profiles",
-    "parse_shapes": "trtkit.build.profiles",
+    "build": "trtkit.builder.api",
+    "build_engine": "trtkit.builder.api",
+    "BuildConfig": "trtkit.builder.config",
+    "Profile": "trtkit.builder.profiles",
+    "parse_shapes": "trtkit.builder.profiles",
     "load_engine": "trtkit.runtime.engine",
 }
 
@@ -28,6 +29,7 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'trtkit' has no attribute '{name}'")
+    # ``build_engine`` is the older name of ``trtkit.build``; both stay public.
     value = getattr(importlib.import_module(module), "build" if name == "build_engine" else name)
     globals()[name] = value
     return value

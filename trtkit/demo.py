@@ -48,10 +48,10 @@ def run_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str], Non
 
 
 def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> dict:
-    from trtkit.build.api import build
+    from trtkit.builder.api import build
     from trtkit.parity.api import compare_engine_to_onnx
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
     from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE
 
     dims = "x".join(map(str, SAMPLE_SHAPE))

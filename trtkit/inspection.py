@@ -8,10 +8,10 @@ from trtkit import _version_compat as compat
 
 
 def describe_onnx(loaded) -> dict:
-    """I/O, opset and op counts of a :class:`~trtkit.build.onnx_model.LoadedModel`."""
+    """I/O, opset and op counts of a :class:`~trtkit.builder.onnx_model.LoadedModel`."""
     import onnx
 
-    from trtkit.build.onnx_model import model_inputs
+    from trtkit.builder.onnx_model import model_inputs
 
     graph = loaded.proto.graph
     inputs = model_inputs(loaded.proto)

@@ -4,11 +4,11 @@ import onnx
 import pytest
 
 from tests import models
-from trtkit.build.api import build
-from trtkit.build.builder import build_serialized
-from trtkit.build.config import BuildConfig
-from trtkit.build.manifest import check_manifest, manifest_path, read_manifest
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder.api import build
+from trtkit.builder.builder import build_serialized
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.manifest import check_manifest, manifest_path, read_manifest
+from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import (BuildError, DependencyError, EngineError, ModelError, ParseError, ProfileError,
                            TrtkitError, UnsupportedError)
 from trtkit.testing.fake_trt import make_fake_trt

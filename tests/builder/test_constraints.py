@@ -4,10 +4,10 @@ builds where constraints mean nothing are refused with the reason."""
 import pytest
 
 from tests import models
-from trtkit.build import constraints
-from trtkit.build.builder import build_serialized
-from trtkit.build.config import BuildConfig, CalibrationSettings
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder import constraints
+from trtkit.builder.builder import build_serialized
+from trtkit.builder.config import BuildConfig, CalibrationSettings
+from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import TrtkitError, UnsupportedError
 from trtkit.testing.fake_trt import make_fake_trt
 

@@ -1,6 +1,6 @@
 import pytest
 
-from trtkit.build.profiles import InputShape, Profile, parse_shapes, resolve_profiles
+from trtkit.builder.profiles import InputShape, Profile, parse_shapes, resolve_profiles
 from trtkit.errors import ProfileError
 
 

@@ -16,7 +16,7 @@ from calibrators import device_histogram
 from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
-from trtkit.build.config import BuildConfig, CalibrationSettings
+from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.errors import CalibrationError, CudaError, TrtkitError
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart, FakeHistogramKernels

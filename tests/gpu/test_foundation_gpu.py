@@ -16,10 +16,10 @@ import pytest
 
 from tests import models
 from tests.conftest import GPU_TACTIC_SOURCES
-from trtkit.build.api import build
-from trtkit.build.config import BuildConfig
-from trtkit.build.manifest import manifest_path
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.manifest import manifest_path
+from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import EngineError, InputError
 
 pytestmark = pytest.mark.gpu

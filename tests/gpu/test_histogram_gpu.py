@@ -72,9 +72,9 @@ def test_kernels_give_the_host_histograms_exactly(gpu):
 
 def test_the_explicit_path_bins_on_the_gpu_and_gets_the_cpu_scales(tmp_path):
     from tests.conftest import GPU_TACTIC_SOURCES
-    from trtkit.build.builder import build_serialized
-    from trtkit.build.config import BuildConfig, CalibrationSettings
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.builder import build_serialized
+    from trtkit.builder.config import BuildConfig, CalibrationSettings
+    from trtkit.builder.profiles import parse_shapes
 
     x = np.load(DATA / "digits_calib.npz")["x"]
     caches, notes = {}, {}

@@ -19,11 +19,11 @@ import pytest
 
 from tests.conftest import GPU_TACTIC_SOURCES
 from tests.sanitize import sanitize_models
-from trtkit.build.api import build
-from trtkit.build.config import BuildConfig
-from trtkit.build.opcheck import preflight
-from trtkit.build.profiles import parse_shapes
-from trtkit.build.sanitize import fold_constants
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.opcheck import preflight
+from trtkit.builder.profiles import parse_shapes
+from trtkit.builder.sanitize import fold_constants
 from trtkit.errors import IsolationError, ParseError, TrtkitError
 
 pytestmark = pytest.mark.gpu

@@ -15,9 +15,9 @@ import pytest
 
 from tests import models
 from tests.conftest import GPU_TACTIC_SOURCES
-from trtkit.build.api import build
-from trtkit.build.config import BuildConfig
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
 from trtkit.parity import compare_engine_to_onnx
 
 pytestmark = pytest.mark.gpu
@@ -109,7 +109,7 @@ def test_sample_cnn_fp16_in_its_second_profile(tmp_path, cache_dir):
 
 
 def test_localize_builds_a_debug_engine_with_every_tensor_marked(engines):
-    from trtkit.build.manifest import read_manifest
+    from trtkit.builder.manifest import read_manifest
     from trtkit.parity.localize import config_from_manifest, engine_builder, localize_divergence
 
     config = config_from_manifest(read_manifest(engines["fp16"]))

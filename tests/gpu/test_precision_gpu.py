@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import GPU_TACTIC_SOURCES
-from trtkit.build.builder import build_serialized
-from trtkit.build.config import BuildConfig, CalibrationSettings
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder.builder import build_serialized
+from trtkit.builder.config import BuildConfig, CalibrationSettings
+from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import UnsupportedError
 
 pytestmark = pytest.mark.gpu

@@ -24,9 +24,9 @@ PROFILE = "x:1x3x8x8,2x3x8x8,4x3x8x8"
 @pytest.fixture(scope="session")
 def engine_bytes():
     """The tiny conv net, built once per session (test_bench_gpu.py uses it too)."""
-    from trtkit.build.builder import build_serialized
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.builder import build_serialized
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
 
     config = BuildConfig(profiles=[parse_shapes(PROFILE)], tactic_sources=GPU_TACTIC_SOURCES, tf32=False)
     return build_serialized(models.tiny_conv(), config).engine
@@ -263,9 +263,9 @@ def test_inputs_straight_from_pageable_memory_equal_pinned(engine_bytes, graph):
 @pytest.fixture(scope="module")
 def large_engine_bytes():
     """The tiny conv net on 96x96 images (108 KiB each: large enough to be page-locked in place when reused)."""
-    from trtkit.build.builder import build_serialized
-    from trtkit.build.config import BuildConfig
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.builder import build_serialized
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
 
     config = BuildConfig(profiles=[parse_shapes("x:1x3x96x96,2x3x96x96,4x3x96x96")],
                          tactic_sources=GPU_TACTIC_SOURCES, tf32=False)

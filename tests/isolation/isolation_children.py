@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from trtkit.build.isolate import emit, log_sink, phase_sink
+from trtkit.builder.isolate import emit, log_sink, phase_sink
 from trtkit.errors import ParseError, ProfileError
 
 

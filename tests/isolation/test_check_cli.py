@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import isolation_children as children
-import trtkit.build.isolate as isolate
+import trtkit.builder.isolate as isolate
 from tests.sanitize import sanitize_models
 from trtkit.cli.check_render import add_preflight_options, prepare_for_build
 from trtkit.errors import ModelError
@@ -83,7 +83,7 @@ def test_no_check_skips_the_parser_query(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("preflight must not run with --no-check")
 
-    monkeypatch.setattr("trtkit.build.opcheck.preflight", refuse)
+    monkeypatch.setattr("trtkit.builder.opcheck.preflight", refuse)
     path = tmp_path / "relu.onnx"
     onnx.save(sanitize_models.plain_relu(), path)
     console, _ = _console()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import isolation_children as children
-from trtkit.build.crash_report import model_crash_context
-from trtkit.build.isolate import ChildTraceback, run_isolated
+from trtkit.builder.crash_report import model_crash_context
+from trtkit.builder.isolate import ChildTraceback, run_isolated
 from trtkit.errors import IsolationError, ParseError, ProfileError, TrtkitError
 
 CONTEXT = {"model": "attn.onnx", "opset": 21, "trt_version": "8.6.0", "what": "the build"}
@@ -124,7 +124,7 @@ def test_ctrl_c_in_parent_stops_the_child(tmp_path):
         import sys
         sys.path.insert(0, {str(Path(children.__file__).parent)!r})
         import isolation_children
-        from trtkit.build.isolate import run_isolated
+        from trtkit.builder.isolate import run_isolated
         try:
             run_isolated(isolation_children.sleep_forever, {str(marker)!r})
         except KeyboardInterrupt:

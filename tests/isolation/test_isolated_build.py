@@ -1,4 +1,4 @@
-"""trtkit.build(..., isolate=True): the build runs in a child; a crash there raises here and writes nothing."""
+"""trtkit.builder(..., isolate=True): the build runs in a child; a crash there raises here and writes nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import isolation_children as children
-import trtkit.build.isolate as isolate
-from trtkit.build.api import build
-from trtkit.build.isolate import build_isolated
+import trtkit.builder.isolate as isolate
+from trtkit.builder.api import build
+from trtkit.builder.isolate import build_isolated
 from trtkit.errors import IsolationError, ParseError
 
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import isolation_children as children
-from trtkit.build.opcheck import max_documented_opset, preflight, static_note
+from trtkit.builder.opcheck import max_documented_opset, preflight, static_note
 from trtkit.cli.check_render import failure_message, render_check
 
 
@@ -108,7 +108,7 @@ def test_without_tensorrt_only_static_knowledge_is_shown(monkeypatch):
     def missing(*args, **kwargs):
         raise DependencyError("TensorRT's Python package is not installed")
 
-    monkeypatch.setattr("trtkit.build.opcheck.query_parser", missing)
+    monkeypatch.setattr("trtkit.builder.opcheck.query_parser", missing)
     report = preflight(_model(odd_op="Unique"), isolate=False)
     assert not report.queried and report.ok
     assert {r.status for r in report.rows} == {"unknown"}
@@ -165,7 +165,7 @@ def test_a_failing_query_degrades_to_static_knowledge(monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("supports_model(): incompatible function arguments")
 
-    monkeypatch.setattr("trtkit.build.opcheck.query_parser", broken)
+    monkeypatch.setattr("trtkit.builder.opcheck.query_parser", broken)
     report = preflight(_clean_model(), isolate=False)
     assert report.ok and not report.queried
     assert "TypeError: supports_model(): incompatible function arguments" in report.notes[0]

@@ -12,9 +12,9 @@ import json
 import pytest
 
 from tests import models
-from trtkit.build.api import build
-from trtkit.build.config import BuildConfig
-from trtkit.build.profiles import parse_shapes
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
 from trtkit.cli import parity as parity_cli
 from trtkit.cli.main import make_parser
 from trtkit.cli.render import make_console

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests import models
-from trtkit.build.profiles import InputShape, Profile
+from trtkit.builder.profiles import InputShape, Profile
 from trtkit.errors import DependencyError, InputError, ModelError, ProfileError
 from trtkit.parity.inputs import (
     InputSpec,

@@ -10,7 +10,7 @@ def main() -> dict:
     import tensorrt as trt
 
     from trtkit._version_compat import capabilities
-    from trtkit.build.precision import resolve_half_mode, resolve_int8_mode
+    from trtkit.builder.precision import resolve_half_mode, resolve_int8_mode
 
     caps = capabilities(trt)
     facts = {"version": trt.__version__, "modes": {}}
@@ -31,7 +31,7 @@ def _calibrators(trt) -> dict:
     from calibrators.session import CalibrationSession
     from calibrators.sources import IterableSource
     from calibrators.trt_calibrator import make_calibrator
-    from trtkit.build.config import CalibrationSettings
+    from trtkit.builder.config import CalibrationSettings
     from trtkit.runtime.cuda import Cuda
     from trtkit.testing.fake_cuda import FakeCudart
 

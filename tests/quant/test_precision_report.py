@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.quant.qmodels import capture_trtkit_log
-from trtkit.build.precision_report import analyze, datatype, describe, layer_flops, layer_precision
+from trtkit.builder.precision_report import analyze, datatype, describe, layer_flops, layer_precision
 from trtkit.errors import BuildError
 
 DATA = Path(__file__).parent / "data"
@@ -99,7 +99,7 @@ def test_describe_for_the_build_summary():
     ("Row major linear FP16 format", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32", "FP16"),
 ])
 def test_tactic_name_stands_in_when_formats_are_not_available(fmt, tactic, expected):
-    from trtkit.build.precision_report import layer_precision
+    from trtkit.builder.precision_report import layer_precision
 
     raw = {"Name": "conv", "LayerType": "CaskConvolution", "ParameterType": "Convolution", "TacticName": tactic,
            "Inputs": [{"Name": "x", "Format/Datatype": fmt}], "Outputs": [{"Name": "y", "Format/Datatype": fmt}]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trtkit.build.precision_report import analyze
+from trtkit.builder.precision_report import analyze
 from trtkit.errors import BuildError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "inspector86"

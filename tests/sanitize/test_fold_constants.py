@@ -8,7 +8,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import sanitize_models as models
-from trtkit.build.sanitize import fold_constants, save_model
+from trtkit.builder.sanitize import fold_constants, save_model
 from trtkit.errors import ModelError
 
 

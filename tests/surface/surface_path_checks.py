@@ -19,7 +19,7 @@ from surface_base import Context, check, fail_on_gaps, raise_surface_problem, ti
 def _calibration(algorithm: str = "entropy", cache_path=None):
     import numpy as np
 
-    from trtkit.build.config import CalibrationSettings
+    from trtkit.builder.config import CalibrationSettings
 
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.standard_normal((1, 3, 8, 8)).astype("float32")} for _ in range(4)]
@@ -32,7 +32,7 @@ def build_config(path: str, cache_path=None):
     INT8 calibration data is random."""
     import dataclasses
 
-    from trtkit.build.config import BuildConfig
+    from trtkit.builder.config import BuildConfig
 
     path, _, constraint = path.partition("+")
     if constraint:
@@ -131,7 +131,7 @@ def _check_refusal(exc, log, allowed, path: str, verb: str, version: str) -> Non
 
 def _capture_plans(plans: list):
     """Patch ``plan_precision`` (looked up at call time by the builder) to keep each plan it returns."""
-    from trtkit.build import precision
+    from trtkit.builder import precision
 
     original = precision.plan_precision
 
@@ -146,7 +146,7 @@ def _capture_plans(plans: list):
 
 def run_build_path(ctx: Context, path: str) -> dict:
     """Build the tiny model on the checked fake backend with ``path``'s settings; assert the per-version outcome."""
-    from trtkit.build.builder import build_serialized
+    from trtkit.builder.builder import build_serialized
 
     trt, log = ctx.fake_surface()
     major = 8 if ctx.major < 10 else min(ctx.major, 11)
@@ -264,8 +264,8 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
     """Explicit Q/DQ calibrates by running the model in TensorRT: do that on the fake (same version string), so
     the real module's plan reuses the cache (its provenance matches) instead of needing a GPU."""
     from trtkit import _version_compat as compat
-    from trtkit.build.onnx_model import load_model
-    from trtkit.build.precision import plan_precision
+    from trtkit.builder.onnx_model import load_model
+    from trtkit.builder.precision import plan_precision
 
     fake, _ = ctx.fake_surface()
     try:
@@ -277,8 +277,8 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
 
 def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int) -> dict:
     from trtkit import _version_compat as compat
-    from trtkit.build.onnx_model import load_model
-    from trtkit.build.precision import plan_precision
+    from trtkit.builder.onnx_model import load_model
+    from trtkit.builder.precision import plan_precision
 
     try:
         plan = plan_precision(trt, load_model(tiny_conv_model()), config, compat.capabilities(trt))
@@ -303,7 +303,7 @@ _register_per_path("plan", run_plan, "plan_precision with the {path} settings ag
 @check
 def opcheck_query(ctx: Context) -> dict:
     """`trtkit inspect --check`'s parser query: builder, network flags, parser, supports_model(_v2), operators."""
-    from trtkit.build.opcheck import query_parser
+    from trtkit.builder.opcheck import query_parser
 
     trt, log = ctx.fake_surface()
     model = tiny_conv_model()

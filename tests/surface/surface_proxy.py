@@ -3,7 +3,7 @@
 :class:`Surface` wraps a *target* module (the real bindings, or trtkit's fake backend imitating that version) and
 consults the *real* module for every name: a name the real TensorRT lacks raises :class:`MissingOnSurface` (an
 ``AttributeError``, so ``hasattr`` feature detection keeps working) with the message
-``TensorRT 11.4.0.106 has no attribute BuilderFlag.FP16 (used by trtkit.build.builder._configure)``.
+``TensorRT 11.4.0.106 has no attribute BuilderFlag.FP16 (used by trtkit.builder.builder._configure)``.
 
 Objects the target returns are wrapped too, with the real class they stand for taken from the real method's pybind11
 signature (``create_builder_config(...) -> tensorrt_bindings.tensorrt.IBuilderConfig``), so attribute access on

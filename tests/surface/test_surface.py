@@ -91,7 +91,7 @@ def _run_patched_driver(tmp_path: Path, version: str, old: str, new: str, check:
     import shutil
 
     shutil.copytree(REPO / "trtkit", tmp_path / "trtkit", ignore=shutil.ignore_patterns("__pycache__"))
-    builder = tmp_path / "trtkit" / "build" / "builder.py"
+    builder = tmp_path / "trtkit" / "builder" / "builder.py"
     source = builder.read_text()
     assert old in source, f"builder.py no longer contains {old!r}; update this test's patch"
     builder.write_text(source.replace(old, new, 1))
@@ -112,7 +112,7 @@ def test_an_api_removed_in_11_fails_the_tier_naming_version_and_attribute(tmp_pa
     version = _newest("11")
     result = _run_patched_driver(tmp_path, version, *REMOVED_API_PATCH, check="build_fp32")
     assert not result["ok"]
-    assert (f"TensorRT {version} has no attribute BuilderFlag.FP16 (used by trtkit.build.builder.configure)"
+    assert (f"TensorRT {version} has no attribute BuilderFlag.FP16 (used by trtkit.builder.builder.configure)"
             in result["error"]), result["error"]
 
 

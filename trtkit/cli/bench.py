@@ -78,7 +78,7 @@ def bench_shapes(specs: list) -> dict | None:
     """The shapes to run: each input's opt shape in the first ``--shapes`` (one shape per input is min=opt=max)."""
     if not specs:
         return None
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.profiles import parse_shapes
 
     return {name: shape.opt for name, shape in parse_shapes(specs[0]).shapes.items()}
 
@@ -88,7 +88,7 @@ def engine_for(args, console) -> Path:
     model = Path(args.model)
     if model.suffix.lower() != ".onnx":
         return model
-    from trtkit.build.api import build
+    from trtkit.builder.api import build
     from trtkit.errors import ModelError
 
     if not model.is_file():

@@ -22,7 +22,7 @@ def default_output(model: str) -> Path:
 
 
 def run(args, console) -> int:
-    from trtkit.build.api import build
+    from trtkit.builder.api import build
 
     config = options.config_from_args(args)
     output = Path(args.output) if args.output else default_output(args.model)

@@ -17,7 +17,7 @@ def render_check(report):
     """A rich renderable: the op table, then unsupported nodes, parser errors, crash and notes.
 
     Args:
-        report: a :class:`~trtkit.build.opcheck.CheckReport`.
+        report: a :class:`~trtkit.builder.opcheck.CheckReport`.
     """
     from rich.console import Group
     from rich.text import Text
@@ -114,8 +114,8 @@ def prepare_for_build(args, console):
     Raises:
         ModelError: the check found nodes TensorRT cannot import (the table has been printed to ``console``).
     """
-    from trtkit.build.opcheck import preflight, require_supported
-    from trtkit.build.sanitize import fold_constants, save_model
+    from trtkit.builder.opcheck import preflight, require_supported
+    from trtkit.builder.sanitize import fold_constants, save_model
 
     model, notes = args.model, {}
     if getattr(args, "fold_constants", False):

@@ -37,7 +37,7 @@ def _is_onnx(path: Path) -> bool:
 
 
 def _inspect_onnx(args, console, path: Path) -> int:
-    from trtkit.build.onnx_model import load_model
+    from trtkit.builder.onnx_model import load_model
     from trtkit.inspection import describe_onnx
 
     loaded = load_model(path)
@@ -48,7 +48,7 @@ def _inspect_onnx(args, console, path: Path) -> int:
     console.print(f"ops: {ops}")
     code = 0
     if args.check:
-        from trtkit.build.opcheck import preflight
+        from trtkit.builder.opcheck import preflight
         from trtkit.cli.check_render import render_check
 
         report = preflight(loaded)
@@ -68,7 +68,7 @@ def _io_rows(info: dict) -> list:
 
 def _inspect_engine(args, console, path: Path) -> int:
     from trtkit._lazy import tensorrt
-    from trtkit.build.manifest import read_manifest
+    from trtkit.builder.manifest import read_manifest
     from trtkit.inspection import describe_engine
     from trtkit.runtime.engine import load_engine
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtkit.build.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, HISTOGRAM_DEVICES, INT8_MODES,
+from trtkit.builder.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, HISTOGRAM_DEVICES, INT8_MODES,
                                  BuildConfig, CalibrationSettings)
 from trtkit.errors import TrtkitError
 
@@ -96,7 +96,7 @@ def add_build_options(parser) -> None:
 
 def config_from_args(args) -> BuildConfig:
     """A :class:`BuildConfig` from parsed build options."""
-    from trtkit.build.profiles import parse_shapes
+    from trtkit.builder.profiles import parse_shapes
 
     calibration = None
     if getattr(args, "calib", None) or getattr(args, "calib_cache", None):

@@ -80,7 +80,7 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
         path = Path(os.fspath(engine))
         if not path.is_file():
             raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build MODEL.onnx`.")
-        from trtkit.build.manifest import read_manifest
+        from trtkit.builder.manifest import read_manifest
 
         manifest = read_manifest(path)
         engine = str(path)

@@ -140,7 +140,7 @@ def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **c
 
 
 def config_from_manifest(manifest: dict):
-    """The :class:`~trtkit.build.config.BuildConfig` an engine was built with, from its manifest.
+    """The :class:`~trtkit.builder.config.BuildConfig` an engine was built with, from its manifest.
 
     A calibration cache is reused with ``force=True``: the debug model holds the same tensors under the same names,
     but its sha256 differs, which the cache's provenance check would otherwise refuse.
@@ -148,8 +148,8 @@ def config_from_manifest(manifest: dict):
     Raises:
         ModelError: the manifest has no build section.
     """
-    from trtkit.build.config import BuildConfig, CalibrationSettings
-    from trtkit.build.profiles import Profile
+    from trtkit.builder.config import BuildConfig, CalibrationSettings
+    from trtkit.builder.profiles import Profile
 
     build = (manifest or {}).get("build")
     if not build:
@@ -170,9 +170,9 @@ def engine_builder(config, **build_options) -> Callable:
 
     Args:
         config: a ``BuildConfig`` (e.g. :func:`config_from_manifest`).
-        **build_options: passed to :func:`trtkit.build.api.build` (``isolate``, ``trt`` for tests, ...).
+        **build_options: passed to :func:`trtkit.builder.api.build` (``isolate``, ``trt`` for tests, ...).
     """
-    from trtkit.build.api import build
+    from trtkit.builder.api import build
 
     def build_engine(model):
         return build(model, config, **build_options).engine

@@ -93,7 +93,7 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
         model: the FP32 ``onnx.ModelProto``.
         tensors: names of the tensors to histogram (graph inputs are read from the feed).
         session: the :class:`~calibrators.session.CalibrationSession` (data, batch size).
-        build_config: the user's :class:`~trtkit.build.config.BuildConfig`; the statistics engine is built with the
+        build_config: the user's :class:`~trtkit.builder.config.BuildConfig`; the statistics engine is built with the
             same profiles, tactic sources, timing cache and optimization level, in FP32.
         threads: host histogram worker threads (numpy releases the GIL); default: up to 8.
         where: ``gpu``: bin the engine's float32 outputs on the device (:mod:`calibrators.device_histogram`);
@@ -107,7 +107,7 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
     Raises:
         CalibrationError: ``where="gpu"`` and the GPU kernels cannot be loaded.
     """
-    from trtkit.build.builder import build_serialized
+    from trtkit.builder.builder import build_serialized
     from trtkit.runtime.cuda import default_cuda
     from trtkit.runtime.runner import TrtRunner
 

@@ -135,7 +135,7 @@ def read_engine_bytes(path) -> bytes:
 
 
 def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> list:
-    """Compare the manifest beside ``path`` with this machine (see :mod:`trtkit.build.manifest`).
+    """Compare the manifest beside ``path`` with this machine (see :mod:`trtkit.builder.manifest`).
 
     Returns:
         The mismatches found (only when ``allow_mismatch``; each is also logged as a warning).
@@ -143,7 +143,7 @@ def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> li
     Raises:
         EngineError: the engine was built for another TensorRT version or GPU, and ``allow_mismatch`` is false.
     """
-    from trtkit.build import manifest as mf
+    from trtkit.builder import manifest as mf
 
     manifest = mf.read_manifest(path)
     if not manifest:

@@ -1,4 +1,4 @@
-"""``trtkit.build``: build an engine from an ONNX model and write it, its manifest and timing cache atomically."""
+"""``trtkit.builder``: build an engine from an ONNX model and write it, its manifest and timing cache atomically."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Callable
 
 from trtkit._atomic import check_writable, write_bytes_atomic, write_text_atomic
-from trtkit.build.builder import BuildResult, build_serialized
-from trtkit.build.config import BuildConfig
-from trtkit.build.manifest import manifest_path
+from trtkit.builder.builder import BuildResult, build_serialized
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.manifest import manifest_path
 
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
@@ -30,17 +30,17 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
         log_severity: lowest TensorRT severity passed to ``on_log``.
 
     Returns:
-        A :class:`~trtkit.build.builder.BuildResult`.
+        A :class:`~trtkit.builder.builder.BuildResult`.
 
     Raises:
-        TrtkitError: see :func:`~trtkit.build.builder.build_serialized`; also when ``output`` is not writable
+        TrtkitError: see :func:`~trtkit.builder.builder.build_serialized`; also when ``output`` is not writable
             (checked before building).
     """
     config = config or BuildConfig()
     if output is not None:
         check_writable(output)
     if isolate and trt is None:
-        from trtkit.build.isolate import build_isolated
+        from trtkit.builder.isolate import build_isolated
 
         # callbacks stay in this process; the child streams log lines and phases back to them
         result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)

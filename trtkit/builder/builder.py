@@ -1,6 +1,6 @@
 """Build an engine in this process: ONNX → network → config → serialized engine, checking every step.
 
-Use :func:`trtkit.build.api.build` for the isolated (child-process) build that also writes files; this module is the
+Use :func:`trtkit.builder.api.build` for the isolated (child-process) build that also writes files; this module is the
 in-process core it runs.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
-from trtkit.build.config import BuildConfig
-from trtkit.build.onnx_model import load_model, model_inputs
-from trtkit.build.profiles import resolve_profiles
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.onnx_model import load_model, model_inputs
+from trtkit.builder.profiles import resolve_profiles
 from trtkit.errors import BuildError, DependencyError, ParseError
 
 # the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
@@ -27,7 +27,7 @@ class BuildResult:
 
     Attributes:
         engine: the serialized engine.
-        manifest: how it was built (see :mod:`trtkit.build.manifest`).
+        manifest: how it was built (see :mod:`trtkit.builder.manifest`).
         timing_cache: the serialized timing cache after the build, or ``None``.
         log: TensorRT's log lines ``(severity, message)`` at INFO and above.
         precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
@@ -47,7 +47,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     """Parse an ONNX model and build a serialized TensorRT engine.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.build.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
         config: build settings (defaults: FP32, TensorRT's defaults).
         trt: the ``tensorrt`` module to use (default: the installed one; tests pass a fake).
         on_log: called with ``(severity, message)`` for each TensorRT log line at ``log_severity`` and above.
@@ -64,8 +64,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         BuildError: TensorRT could not build the engine.
     """
     from trtkit._lazy import tensorrt
-    from trtkit.build import constraints, precision, precision_report
-    from trtkit.build.manifest import environment
+    from trtkit.builder import constraints, precision, precision_report
+    from trtkit.builder.manifest import environment
     from trtkit.log import make_trt_logger
 
     trt = trt or tensorrt()

@@ -138,7 +138,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.build.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
         trt: a ``tensorrt`` module to ask in this process (tests pass a fake). When ``None``, the installed TensorRT
             is asked in a child process (``isolate=True``), so a parser crash becomes part of the report.
         isolate: ask in a child process (default); ``False`` asks in this process.
@@ -152,7 +152,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     Raises:
         ModelError: the model cannot be read.
     """
-    from trtkit.build.onnx_model import load_model
+    from trtkit.builder.onnx_model import load_model
 
     loaded = load_model(model, check=False)
     report = _static_report(loaded)
@@ -176,7 +176,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
 
 
 def _fold_note(report: CheckReport, loaded) -> None:
-    from trtkit.build.sanitize import fold_constants
+    from trtkit.builder.sanitize import fold_constants
     from trtkit.errors import TrtkitError
 
     try:
@@ -189,8 +189,8 @@ def _fold_note(report: CheckReport, loaded) -> None:
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):
-    from trtkit.build.crash_report import model_crash_context
-    from trtkit.build.isolate import DEFAULT_TRT_FACTORY, run_isolated
+    from trtkit.builder.crash_report import model_crash_context
+    from trtkit.builder.isolate import DEFAULT_TRT_FACTORY, run_isolated
 
     factory = trt_factory or DEFAULT_TRT_FACTORY
     return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
@@ -198,7 +198,7 @@ def _query_isolated(loaded, path, trt_factory, timeout):
 
 
 def _query_in_child(trt_factory, model_bytes, path, op_types):
-    from trtkit.build.isolate import phase_sink
+    from trtkit.builder.isolate import phase_sink
 
     phase_sink("check")
     trt = trt_factory() if trt_factory is not None else None
@@ -217,7 +217,7 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     """
     from trtkit import _version_compat as compat
     from trtkit._lazy import tensorrt
-    from trtkit.build.isolate import _ChildLog
+    from trtkit.builder.isolate import _ChildLog
     from trtkit.log import make_trt_logger
 
     trt = trt or tensorrt()
@@ -247,7 +247,7 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
     """
     from trtkit import _version_compat as compat
     from trtkit._lazy import tensorrt
-    from trtkit.build.isolate import _ChildLog
+    from trtkit.builder.isolate import _ChildLog
     from trtkit.log import make_trt_logger
 
     trt = trt or tensorrt()

@@ -9,7 +9,7 @@ TensorRT 8.6 (even with an execution context); then the kernel name (``i8i8``, `
 convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
 multiply-add; dynamic dimensions count as 1, which keeps the shares right because every layer shares the batch).
 
-Called by :func:`trtkit.build.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
+Called by :func:`trtkit.builder.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
 signature and ``PrecisionReport.to_json()`` / ``PrecisionReport.check(require)``.
 """
 

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable
 
-from trtkit.build.crash_report import (
+from trtkit.builder.crash_report import (
     PARSING_NODE,
     Tracker,
     crash_error,
@@ -212,7 +212,7 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
     Raises:
         IsolationError: the child died by a signal (message names it, and the ONNX node being parsed when known),
             ran out of memory, exited without answering, or exceeded ``timeout``. The error has a ``.crash``
-            attribute (:class:`~trtkit.build.crash_report.CrashInfo`).
+            attribute (:class:`~trtkit.builder.crash_report.CrashInfo`).
         Exception: an exception raised by ``func`` is raised again here, same class and message (its traceback in
             the child is chained as the cause).
         KeyboardInterrupt: Ctrl-C; the child is stopped first.
@@ -256,7 +256,7 @@ def _start_child(write_fd: int) -> subprocess.Popen:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
     code = (f"import sys; sys.path.insert(0, {root!r}); "
-            f"from trtkit.build.isolate import _child_main; _child_main({write_fd})")
+            f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})")
     try:
         return subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -433,14 +433,14 @@ _SEVERITY_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_E
 def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | None = None,
                    on_phase: Callable[[str], None] | None = None, log_severity: str = "INFO",
                    timeout: float | None = None, trt_factory: Callable[[], object] | None = None):
-    """:func:`~trtkit.build.builder.build_serialized` in a child process; same arguments, same result.
+    """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
 
     The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
     if it crashes; ``on_log`` still receives only lines at ``log_severity`` and above.
 
     Args:
         model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).
-        config: a :class:`~trtkit.build.config.BuildConfig`.
+        config: a :class:`~trtkit.builder.config.BuildConfig`.
         on_log: called here with ``(severity, message)`` as TensorRT logs in the child.
         on_phase: called here with each phase name as the child starts it.
         log_severity: lowest severity passed to ``on_log``.
@@ -448,7 +448,7 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
         trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
 
     Returns:
-        The :class:`~trtkit.build.builder.BuildResult`.
+        The :class:`~trtkit.builder.builder.BuildResult`.
 
     Raises:
         IsolationError: the child crashed (signal named, with the ONNX node being parsed), ran out of memory or
@@ -470,7 +470,7 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
 
 
 def _build_in_child(model, config, trt_factory, log_severity):
-    from trtkit.build.builder import build_serialized
+    from trtkit.builder.builder import build_serialized
 
     trt = trt_factory() if trt_factory is not None else None
     return build_serialized(model, config, trt=trt, on_log=_ChildLog(log_severity), on_phase=phase_sink,

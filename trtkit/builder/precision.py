@@ -1,6 +1,6 @@
 """Choosing how a requested precision is reached on the installed TensorRT.
 
-Called by :func:`trtkit.build.builder.build_serialized` as ``plan_precision(trt, model, config, caps)``.
+Called by :func:`trtkit.builder.builder.build_serialized` as ``plan_precision(trt, model, config, caps)``.
 
 | precision | mode | 8.6 | 10.x | 11.x |
 |---|---|---|---|---|
@@ -31,7 +31,7 @@ class PrecisionPlan:
     """What the builder must do for the asked precision.
 
     Attributes:
-        model: the (possibly transformed) :class:`trtkit.build.onnx_model.LoadedModel` to parse.
+        model: the (possibly transformed) :class:`trtkit.builder.onnx_model.LoadedModel` to parse.
         strongly_typed: create the network strongly typed.
         flags: builder flag names to set (e.g. ``("FP16",)``).
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
@@ -58,8 +58,8 @@ def plan_precision(trt, model, config, caps) -> PrecisionPlan:
 
     Args:
         trt: the ``tensorrt`` module.
-        model: the :class:`~trtkit.build.onnx_model.LoadedModel` to build.
-        config: the :class:`~trtkit.build.config.BuildConfig`.
+        model: the :class:`~trtkit.builder.onnx_model.LoadedModel` to build.
+        config: the :class:`~trtkit.builder.config.BuildConfig`.
         caps: :func:`trtkit._version_compat.capabilities` of ``trt``.
 
     Raises:
@@ -150,7 +150,7 @@ def _cast_model(proto, precision: str):
 
 
 def _loaded(proto):
-    from trtkit.build.onnx_model import load_model
+    from trtkit.builder.onnx_model import load_model
 
     return load_model(proto, check=False)
 
@@ -302,8 +302,8 @@ def calibration_batch_size(proto, config, *, native: bool) -> int:
     Raises:
         CalibrationError: ``--calib-batch`` does not fit the profile or the model's fixed batch.
     """
-    from trtkit.build.onnx_model import model_inputs
-    from trtkit.build.profiles import resolve_profiles
+    from trtkit.builder.onnx_model import model_inputs
+    from trtkit.builder.profiles import resolve_profiles
 
     inputs = model_inputs(proto)
     profiles = resolve_profiles(inputs, config.profiles)

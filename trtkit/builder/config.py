@@ -1,17 +1,17 @@
-"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.build.builder`."""
+"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.builder.builder`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trtkit.build.profiles import Profile
+from trtkit.builder.profiles import Profile
 from trtkit.errors import TrtkitError
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
 INT8_MODES = ("auto", "calibrator", "qdq")
-CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.build.constraints
+CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.builder.constraints
 CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
 HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
@@ -68,7 +68,7 @@ class BuildConfig:
         strongly_typed: build a strongly typed network (types come from the model).
         require_precision: fail the build if the engine does not mostly run in the asked precision.
         precision_constraints: ``none`` (TensorRT keeps FP32 where faster), ``prefer`` or ``obey``: set the math
-            layers to the asked precision (see :mod:`trtkit.build.constraints`).
+            layers to the asked precision (see :mod:`trtkit.builder.constraints`).
         qdq_keep_heads: with ``int8_mode=qdq``, keep the final compute layers (detection heads, the classifier) in
             higher precision (the default); False quantizes them too (ResNet-50's TF32 classifier cost the Q/DQ
             engine 6% at batch 1 on the H200 against the calibrator engine, which runs it in INT8).
