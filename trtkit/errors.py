@@ -1,9 +1,16 @@
 """Errors raised by trtkit.
 
-Every error meant for the user derives from :class:`TrtkitError`; the CLI prints its message on one line and exits 1.
-Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mistaken for bad input::
+Every error meant for the user derives from :class:`TrtkitError`; the CLI prints its message on one line and exits 2
+for a :class:`UsageError` (the arguments are wrong), 1 for any other. Bugs in trtkit itself raise
+:class:`TrtkitInternalError` so they are never mistaken for bad input.
+
+An error about one argument carries a machine-readable hint: ``field`` (the argument's name in the Python API, e.g.
+``workspace_bytes`` or ``calibration.batch_size``) and ``accepted`` (what it accepts, in words). Messages name the
+Python argument, never a command-line flag; the CLI maps ``field`` to its flag::
 
     TrtkitError
+    ├── UsageError             an argument has the wrong type or value, or two arguments conflict (CLI exit 2)
+    ├── WriteError             an output file cannot be written (folder missing or read-only, disk full)
     ├── DependencyError        a required package or library (tensorrt, cuda-python, driver) is missing or unusable
     ├── ModelError             the ONNX model cannot be read, parsed or built as asked
     │   └── ParseError         TensorRT's ONNX parser refused the model (every parser error listed)
@@ -22,7 +29,25 @@ from __future__ import annotations
 
 
 class TrtkitError(Exception):
-    """Base class of every error trtkit raises for bad input or an unusable environment."""
+    """Base class of every error trtkit raises for bad input or an unusable environment.
+
+    Attributes:
+        field: the argument the error is about (Python API name, dotted for nested settings), or ``None``.
+        accepted: what that argument accepts, in words, or ``None``.
+    """
+
+    def __init__(self, message: str = "", *, field: str | None = None, accepted: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.accepted = accepted
+
+
+class UsageError(TrtkitError):
+    """An argument has the wrong type or value, or arguments conflict; nothing was read or run yet."""
+
+
+class WriteError(TrtkitError):
+    """An output file cannot be written."""
 
 
 class DependencyError(TrtkitError):
@@ -40,8 +65,8 @@ class ParseError(ModelError):
         errors: the parser errors, each a :class:`trtkit._version_compat.ParserIssue`.
     """
 
-    def __init__(self, message: str, errors: list | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, errors: list | None = None, **hint):
+        super().__init__(message, **hint)
         self.errors = list(errors or [])
 
 

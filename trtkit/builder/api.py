@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from trtkit._atomic import check_writable, write_bytes_atomic, write_text_atomic
+from trtkit._atomic import check_outputs, write_files_atomic
 from trtkit.builder.builder import BuildResult, build_serialized
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.manifest import manifest_path
@@ -33,12 +33,12 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
         A :class:`~trtkit.builder.builder.BuildResult`.
 
     Raises:
-        TrtkitError: see :func:`~trtkit.builder.builder.build_serialized`; also when ``output`` is not writable
-            (checked before building).
+        TrtkitError: see :func:`~trtkit.builder.builder.build_serialized`. Before building: UsageError when an
+            output (engine, manifest, timing cache, calibration cache, Q/DQ model) is a folder or the same file as
+            the model, the calibration data or another output; WriteError when its folder is missing or read-only.
     """
     config = config or BuildConfig()
-    if output is not None:
-        check_writable(output)
+    check_outputs(output_files(config, output), input_files(model, config))
     if isolate and trt is None:
         from trtkit.builder.isolate import build_isolated
 
@@ -52,12 +52,28 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     return result
 
 
+def output_files(config: BuildConfig, output=None) -> dict:
+    """``{field: path}`` of every file a build with ``config`` writes (``None`` where it writes none)."""
+    calibration = config.calibration
+    return {"output": output, "manifest": manifest_path(output) if output not in (None, "") else None,
+            "timing_cache": config.timing_cache, "save_qdq_onnx": config.save_qdq_onnx,
+            "calibration.cache_path": calibration.cache_path if calibration else None}
+
+
+def input_files(model, config: BuildConfig) -> dict:
+    """``{field: path}`` of the files a build reads (the model when given as a path, the calibration data)."""
+    calibration = config.calibration
+    return {"model": model if isinstance(model, (str, Path)) else None,
+            "calibration.source": calibration.source if calibration else None}
+
+
 def save(result: BuildResult, output, config: BuildConfig) -> Path:
-    """Write the engine, its manifest and the timing cache (when configured), each atomically."""
+    """Write the engine, its manifest and the timing cache (when configured): all or nothing, each atomically."""
     output = Path(output)
-    write_bytes_atomic(output, result.engine)
     manifest = dict(result.manifest, engine_file=output.name)
-    write_text_atomic(manifest_path(output), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    files = {output: result.engine,
+             manifest_path(output): (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()}
     if config.timing_cache and result.timing_cache:
-        write_bytes_atomic(config.timing_cache, result.timing_cache)
+        files[Path(config.timing_cache)] = result.timing_cache
+    write_files_atomic(files)
     return output

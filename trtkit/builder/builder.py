@@ -15,7 +15,7 @@ from trtkit import _version_compat as compat
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.onnx_model import load_model, model_inputs
 from trtkit.builder.profiles import resolve_profiles
-from trtkit.errors import BuildError, DependencyError, ParseError
+from trtkit.errors import BuildError, DependencyError, ParseError, UsageError
 
 # the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
 _KEPT_SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO")
@@ -103,7 +103,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     if constrained:
         plan.notes.append(f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
                           f"matrix multiply layer(s) set to {config.precision.upper()}")
-    cache = _load_timing_cache(bconfig, config.timing_cache)
+    cache = _load_timing_cache(bconfig, config.timing_cache, config.timing_cache_reset)
     phase("build")
     try:
         serialized = builder.build_serialized_network(network, bconfig)
@@ -204,21 +204,62 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> lis
     return added
 
 
-def _load_timing_cache(bconfig, path):
-    """Load the timing cache at ``path`` (or start an empty one); an unreadable file is replaced, with a warning."""
+def _load_timing_cache(bconfig, path, reset: bool = False):
+    """Load the timing cache at ``path`` (or start an empty one when there is no file).
+
+    A file that does not load is an error: overwriting it would lose what it holds. With ``reset`` it is replaced by
+    a new cache instead, with a warning.
+    """
     import logging
 
-    data = Path(path).read_bytes() if path and Path(path).exists() else b""
-    try:
-        cache = bconfig.create_timing_cache(data)
-    except Exception:  # noqa: BLE001 - a corrupt cache raises in some versions, returns None in others
-        cache = None
+    data = _read_timing_cache(path)
+    cache = _create_timing_cache(bconfig, data)
     if cache is None and data:
-        logging.getLogger("trtkit").warning("Timing cache '%s' is unreadable; starting a new one", path)
+        if not reset:
+            raise BuildError(f"Timing cache '{path}' does not load (not a TensorRT timing cache, or one TensorRT "
+                             "cannot read); delete it, give another path, or set timing_cache_reset=True to replace "
+                             "it with a new cache", field="timing_cache", accepted="a timing cache file, or a new path")
+        logging.getLogger("trtkit").warning("Timing cache '%s' does not load; replacing it with a new one", path)
         cache = bconfig.create_timing_cache(b"")
     if cache is not None and bconfig.set_timing_cache(cache, True) is False:
-        raise BuildError(f"TensorRT refused the timing cache '{path}'; delete it to start a new one")
+        raise BuildError(f"TensorRT refused the timing cache '{path}'; delete it to start a new one",
+                         field="timing_cache")
     return cache
+
+
+def _read_timing_cache(path) -> bytes:
+    if not path or not Path(path).exists():
+        return b""
+    if Path(path).is_dir():
+        raise UsageError(f"timing_cache '{path}' is a folder; give a file path", field="timing_cache",
+                         accepted="a file path")
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise BuildError(f"Cannot read timing cache '{path}': {exc.strerror or exc}", field="timing_cache") from exc
+
+
+def _create_timing_cache(bconfig, data: bytes):
+    """The cache made from ``data``, or ``None`` when ``data`` does not load. Some TensorRT versions raise, some
+    return ``None``, and some log an error and return an empty cache: that last case is told apart by comparing with
+    a cache made from nothing."""
+    try:
+        cache = bconfig.create_timing_cache(data)
+    except Exception:  # noqa: BLE001 - see above
+        return None
+    if cache is None or not data:
+        return cache
+    empty = bconfig.create_timing_cache(b"")
+    if empty is not None and data != _serialized(empty) and _serialized(cache) == _serialized(empty):
+        return None
+    return cache
+
+
+def _serialized(cache) -> bytes:
+    try:
+        return bytes(cache.serialize())
+    except Exception:  # noqa: BLE001 - a cache that cannot serialize compares as unknown
+        return b""
 
 
 def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision_report):

@@ -62,7 +62,9 @@ class BuildConfig:
             "JIT_CONVOLUTIONS")``.
         tf32: allow TF32 for FP32 layers.
         profiling_verbosity: ``DETAILED`` keeps per-layer detail for ``trtkit inspect`` and precision reports.
-        timing_cache: file to load the timing cache from and save it back to.
+        timing_cache: file to load the timing cache from and save it back to. A file that does not load is an error
+            (it is never overwritten silently) unless ``timing_cache_reset``.
+        timing_cache_reset: replace a ``timing_cache`` file that does not load with a new cache (with a warning).
         hardware_compatibility: e.g. ``AMPERE_PLUS`` for engines that run on any Ampere or newer GPU.
         version_compatible: build a version-compatible plan (loads on later TensorRT versions).
         strongly_typed: build a strongly typed network (types come from the model).
@@ -87,6 +89,7 @@ class BuildConfig:
     tf32: bool = True
     profiling_verbosity: str = "DETAILED"
     timing_cache: str | None = None
+    timing_cache_reset: bool = False
     hardware_compatibility: str | None = None
     version_compatible: bool = False
     strongly_typed: bool = False

@@ -48,6 +48,9 @@ def run(args, console) -> int:
                              data_transfers=args.data_transfers, streams=args.streams, warmup_ms=args.warmup_ms,
                              duration_s=args.duration_s, iterations=args.iterations, e2e=args.e2e)
     check_settings(settings)  # before a possibly long build
+    from trtkit.cli.options import check_files
+
+    check_files(args, {}, {"model": args.model})
     engine = engine_for(args, console)
     result = benchmark(_engine_arg(engine, args), settings)
     render(result, console, title=f"trtkit bench {engine.name}")

@@ -24,8 +24,13 @@ def default_output(model: str) -> Path:
 def run(args, console) -> int:
     from trtkit.builder.api import build
 
+    from trtkit.builder.api import input_files, output_files
+
     config = options.config_from_args(args)
     output = Path(args.output) if args.output else default_output(args.model)
+    options.check_files(args, {**output_files(config, args.output if args.output is not None else output),
+                               "save_sanitized": getattr(args, "save_sanitized", None)},
+                        input_files(args.model, config))
     with BuildProgress(console, Path(args.model).name) as progress:
         progress.phase("pre-flight (constant folding, op check)")
         model, notes = check_render.prepare_for_build(args, console)

@@ -21,6 +21,7 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     path = Path(args.path)
+    options.check_files(args, {}, {"path": args.path})
     if _is_onnx(path):
         return _inspect_onnx(args, console, path)
     if args.check:

@@ -1,6 +1,9 @@
 """``trtkit`` command line: parse arguments, load the subcommand's module lazily, turn errors into exit codes.
 
-Exit codes: 0 success, 1 a :class:`~trtkit.errors.TrtkitError` (one line on stderr), 2 usage errors.
+Exit codes, the same for every command: 0 success; 2 a usage error (argparse, or a
+:class:`~trtkit.errors.UsageError`: a wrong value or a conflict of options); 1 any other
+:class:`~trtkit.errors.TrtkitError` (a file, model, engine or the environment). Errors are one line on stderr. With
+``--json -`` stdout carries the JSON alone: tables and progress go to stderr.
 """
 
 from __future__ import annotations
@@ -82,21 +85,22 @@ def main(argv: list | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 0 if args.command is None else 2
-    console = make_console()
+    console = make_console(stderr=getattr(args, "json", None) == "-")
     with _cli_logging(args.verbose):
         return _run(args, console)
 
 
 def _run(args, console) -> int:
-    from trtkit.errors import TrtkitError
+    from trtkit.cli.options import flag_message
+    from trtkit.errors import TrtkitError, UsageError
 
     try:
         return int(args._module.run(args, console) or 0)
     except TrtkitError as exc:
         if args.verbose:
             console.print_exception()
-        _error_line(f"error: {exc}")
-        return 1
+        _error_line(f"error: {flag_message(exc)}")
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         _error_line("interrupted")
         return 130

@@ -86,7 +86,10 @@ def add_build_options(parser) -> None:
     g.add_argument("--tactic-sources", metavar="NAMES",
                    help="comma-separated tactic sources to enable (others off), e.g. "
                         "EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS; default: TensorRT's")
-    g.add_argument("--timing-cache", metavar="FILE", help="timing cache to load and save back")
+    g.add_argument("--timing-cache", metavar="FILE",
+                   help="timing cache to load and save back (a file that does not load is an error)")
+    g.add_argument("--timing-cache-reset", action="store_true",
+                   help="replace a --timing-cache file that does not load with a new cache (warns)")
     g.add_argument("--hardware-compatibility", metavar="LEVEL", help="e.g. AMPERE_PLUS")
     g.add_argument("--version-compatible", action="store_true", help="build a version-compatible plan")
     g.add_argument("--profiling-verbosity", choices=("DETAILED", "LAYER_NAMES_ONLY", "NONE"), default="DETAILED")
@@ -114,6 +117,7 @@ def config_from_args(args) -> BuildConfig:
         profiles=[parse_shapes(s) for s in args.shapes], workspace_bytes=args.workspace,
         optimization_level=args.opt_level, tactic_sources=tactics, tf32=args.tf32,
         profiling_verbosity=args.profiling_verbosity, timing_cache=args.timing_cache,
+        timing_cache_reset=args.timing_cache_reset,
         hardware_compatibility=args.hardware_compatibility, version_compatible=args.version_compatible,
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
         precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx,
@@ -125,6 +129,51 @@ def _preprocess(args) -> dict:
     from calibrators.preprocess import parse_preprocess
 
     return parse_preprocess(getattr(args, "calib_preprocess", None))
+
+
+# library argument (an error's ``field``) -> the flag that sets it, for error messages
+FLAGS = {
+    "model": "MODEL", "engine": "ENGINE", "output": "--output", "manifest": "--output (its manifest)",
+    "json": "--json", "save_sanitized": "--save-sanitized", "save_qdq_onnx": "--save-qdq-onnx",
+    "save_outputs": "--save-outputs", "save_arrays": "--save-arrays", "timing_cache": "--timing-cache",
+    "timing_cache_reset": "--timing-cache-reset", "workspace_bytes": "--workspace", "optimization_level": "--opt-level",
+    "tactic_sources": "--tactic-sources", "precision": "--fp16/--bf16/--int8", "fp16_mode": "--fp16-mode",
+    "int8_mode": "--int8-mode", "profiling_verbosity": "--profiling-verbosity",
+    "precision_constraints": "--precision-constraints", "hardware_compatibility": "--hardware-compatibility",
+    "profiles": "--shapes", "shapes": "--shapes", "qdq_exclude": "--qdq-exclude",
+    "calibration": "--calib/--calib-cache", "calibration.source": "--calib", "calibration.cache_path": "--calib-cache",
+    "calibration.algorithm": "--calib-algo", "calibration.percentile": "--calib-percentile",
+    "calibration.max_samples": "--calib-max-samples", "calibration.batch_size": "--calib-batch",
+    "calibration.preprocess": "--calib-preprocess", "calibration.histograms": "--calib-histograms",
+    "calibration.force": "--calib-cache-force", "profile": "--use-profile", "profile_index": "--use-profile",
+    "streams": "--streams", "iterations": "--iterations", "warmup_ms": "--warmup-ms", "duration_s": "--duration-s",
+    "trials": "--trials", "value_range": "--value-range", "inputs": "--inputs", "cuda_graph": "--cuda-graph",
+}
+
+
+def flag_message(exc) -> str:
+    """The error's message in the CLI's words: its ``field`` (a library argument name) and any ``NAME=True`` advice
+    written as the flags that set them."""
+    import re
+
+    text = re.sub(r"(?<![\w.-])([a-z_.]+)=True\b", lambda m: FLAGS.get(m.group(1), m.group(0)), str(exc))
+    field = getattr(exc, "field", None)
+    flag = FLAGS.get(field) if field else None
+    if not flag:
+        return text
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(field)}(?![\w])")
+    if pattern.search(text):
+        return pattern.sub(flag, text)
+    return f"{flag}: {text}"
+
+
+def check_files(args, outputs: dict, inputs: dict) -> None:
+    """Every file the command writes (``--json`` included) checked before any work: see
+    :func:`trtkit._atomic.check_outputs`."""
+    from trtkit._atomic import check_outputs
+
+    json_path = getattr(args, "json", None)
+    check_outputs({**outputs, "json": None if json_path == "-" else json_path}, inputs)
 
 
 def add_json_option(parser) -> None:

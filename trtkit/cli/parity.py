@@ -124,6 +124,8 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
     """
     from trtkit.parity.api import compare_engine_to_onnx
 
+    options.check_files(args, {"save_arrays": args.save_arrays},
+                        {"model": args.model, "engine": args.engine, "inputs": args.inputs})
     shared = _compare_options(args, runner_options)
     with _progress(console) as on_trial:
         report = compare_engine_to_onnx(args.model, engine if engine is not None else args.engine,

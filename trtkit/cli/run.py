@@ -34,6 +34,10 @@ def run(args, console) -> int:
     from trtkit.cli.bench import bench_shapes
     from trtkit.runtime import TrtRunner
 
+    from trtkit.cli.options import check_files
+
+    check_files(args, {"save_outputs": args.save_outputs},
+                {"engine": args.engine, **{f"input {spec}": spec.partition("=")[2] or spec for spec in args.input}})
     given = load_inputs(args.input)
     with TrtRunner(args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph,
                    allow_mismatch=args.ignore_manifest) as runner:

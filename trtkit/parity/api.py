@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from trtkit._atomic import check_writable, write_bytes_atomic
+from trtkit._atomic import check_outputs, write_bytes_atomic
 from trtkit.errors import InputError, TrtkitError
 from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
@@ -89,8 +89,8 @@ def compare_engine_to_onnx(
             message says which and what would fit). A mismatch between engine and model is never raised: it is
             the report's verdict.
     """
-    if save_arrays is not None:
-        check_writable(save_arrays)  # before minutes of work, not after
+    # before minutes of work, not after
+    check_outputs({"save_arrays": save_arrays}, {"onnx_model": onnx_model, "engine": engine})
     model = load_model(onnx_model)
     specs = inputs_mod.input_specs(model)
     _check_output_names(model, metric_threshold)

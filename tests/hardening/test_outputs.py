@@ -1,0 +1,185 @@
+"""Issue 14, items 1-4: no command or library writer destroys an input, leaves half its files, or overwrites a timing
+cache it could not load; written files get the umask's mode."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
+from trtkit import _atomic
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
+from trtkit.cli import main as cli_main
+from trtkit.errors import BuildError, UsageError, WriteError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODEL = DATA / "digits_cnn.onnx"
+SHAPES = "images:1x1x8x8,32x1x8x8,64x1x8x8"
+
+
+def run_cli(argv, capsys):
+    code = cli_main.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(MODEL.read_bytes())
+    return path
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _build(model, capsys, *extra):
+    return run_cli(["build", str(model), "--shapes", SHAPES, "--no-isolate", *extra], capsys)
+
+
+@pytest.mark.parametrize("how", ["same path", "symlink", "hard link", "dotted path"])
+def test_build_refuses_an_output_that_is_the_model(model, tmp_path, capsys, fake_gpu, how):  # noqa: F811
+    target = {"same path": model, "dotted path": tmp_path / "." / "m.onnx"}.get(how, tmp_path / "link.engine")
+    if how == "symlink":
+        target.symlink_to(model)
+    elif how == "hard link":
+        os.link(model, target)
+    before = _snapshot(tmp_path)
+    code, _, err = _build(model, capsys, "-o", str(target))
+    assert code == 2 and "--output" in err and "same file as model" in err and err.count("\n") == 1, err
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("flag", ["--timing-cache", "--json", "--save-sanitized", "--calib-cache"])
+def test_every_build_output_is_checked_against_the_model(model, tmp_path, capsys, fake_gpu, flag):  # noqa: F811
+    before = _snapshot(tmp_path)
+    extra = ["--int8", "--int8-mode", "qdq"] if flag == "--calib-cache" else []
+    code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), flag, str(model), *extra)
+    assert code == 2 and flag in err and "same file" in err, err
+    assert _snapshot(tmp_path) == before
+
+
+def test_two_outputs_on_one_file_are_refused(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--json", str(tmp_path / "m.engine"))
+    assert code == 2 and "--json" in err and "same file as output" in err
+
+
+def test_other_commands_refuse_to_overwrite_their_inputs(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    engine = tmp_path / "m.engine"
+    assert _build(model, capsys, "-o", str(engine))[0] == 0
+    before = _snapshot(tmp_path)
+    for argv in (["inspect", str(model), "--json", str(model)],
+                 ["run", str(engine), "--save-outputs", str(engine)],
+                 ["run", str(engine), "--json", str(engine)],
+                 ["parity", str(model), str(engine), "--save-arrays", str(model)],
+                 ["bench", str(engine), "--json", str(engine), "--iterations", "1"]):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and "same file" in err and "Traceback" not in err, (argv, err)
+    assert _snapshot(tmp_path) == before
+
+
+def test_library_build_refuses_output_equal_to_model(model, fake_trt):
+    with pytest.raises(UsageError, match="same file as model") as info:
+        build(str(model), BuildConfig(), output=model, trt=fake_trt)
+    assert info.value.field == "output"
+    with pytest.raises(UsageError, match="same file as model") as info:
+        build(str(model), BuildConfig(timing_cache=str(model)), output=None, trt=fake_trt)
+    assert info.value.field == "timing_cache"
+    assert model.read_bytes() == MODEL.read_bytes()
+
+
+def test_written_files_get_the_umask_mode_and_replaced_files_keep_theirs(tmp_path):
+    old = os.umask(0o027)
+    try:
+        assert _atomic.current_umask() == 0o027
+        _atomic.write_bytes_atomic(tmp_path / "new.bin", b"x")
+        assert stat.S_IMODE((tmp_path / "new.bin").stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    kept = tmp_path / "kept.bin"
+    kept.write_bytes(b"old")
+    os.chmod(kept, 0o604)
+    _atomic.write_text_atomic(kept, "new")
+    assert kept.read_text() == "new" and stat.S_IMODE(kept.stat().st_mode) == 0o604
+
+
+def test_build_outputs_get_the_umask_mode(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    old = os.umask(0o022)
+    try:
+        code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--timing-cache",
+                              str(tmp_path / "t.cache"), "--json", str(tmp_path / "m.json"))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    for name in ("m.engine", "m.engine.manifest.json", "t.cache", "m.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_write_files_atomic_is_all_or_nothing(tmp_path):
+    (tmp_path / "a").write_bytes(b"old a")
+    with pytest.raises(WriteError, match="does not exist"):
+        _atomic.write_files_atomic({tmp_path / "a": b"new a", tmp_path / "missing" / "b": b"b"})
+    assert (tmp_path / "a").read_bytes() == b"old a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "missing"] if (tmp_path / "missing").exists() else ["a"]
+
+
+def test_unwritable_outputs_fail_before_the_build(model, tmp_path, capsys, fake_gpu, monkeypatch):  # noqa: F811
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:  # root may write anyway: make the folder read-only as far as the check can tell
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked else real_access(p, mode))
+    try:
+        for flag in ("--timing-cache", "--json"):
+            code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), flag, str(locked / "x"))
+            assert code == 1 and "not writable" in err and flag in err, err
+            assert not (tmp_path / "m.engine").exists()
+    finally:
+        locked.chmod(0o700)
+
+
+def test_an_output_folder_that_is_missing_fails_before_the_build(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    for flag in ("--timing-cache", "--json", "-o"):
+        extra = [] if flag == "-o" else ["-o", str(tmp_path / "m.engine")]
+        code, _, err = _build(model, capsys, *extra, flag, str(tmp_path / "nope" / "x"))
+        assert code == 1 and "does not exist" in err, err
+        assert not (tmp_path / "m.engine").exists()
+
+
+def test_an_empty_output_path_is_a_usage_error(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    code, _, err = _build(model, capsys, "-o", "")
+    assert code == 2 and "--output" in err and "empty" in err
+    assert not (tmp_path / "m.engine").exists()
+
+
+def test_a_timing_cache_that_does_not_load_is_an_error_and_kept(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    cache = tmp_path / "t.cache"
+    cache.write_bytes(b"\x00garbage\xff")
+    code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--timing-cache", str(cache))
+    assert code == 1 and "does not load" in err and "--timing-cache-reset" in err, err
+    assert cache.read_bytes() == b"\x00garbage\xff" and not (tmp_path / "m.engine").exists()
+    code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--timing-cache", str(cache),
+                          "--timing-cache-reset")
+    assert code == 0 and "replacing it with a new one" in err, err
+    assert json.loads(cache.read_bytes())["entries"] >= 1
+
+
+def test_library_timing_cache_errors_name_the_field(model, tmp_path, fake_trt):
+    cache = tmp_path / "t.cache"
+    cache.write_bytes(b"garbage")
+    with pytest.raises(BuildError, match="does not load") as info:
+        build(str(model), BuildConfig(timing_cache=str(cache), profiles=[parse_shapes(SHAPES)]), trt=fake_trt)
+    assert info.value.field == "timing_cache" and "--" not in str(info.value)
+
+
+def test_a_timing_cache_that_is_a_folder_is_a_clear_error(model, tmp_path, capsys, fake_gpu):  # noqa: F811
+    folder = tmp_path / "cachedir"
+    folder.mkdir()
+    code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--timing-cache", str(folder))
+    assert code == 2 and "--timing-cache" in err and "is a folder" in err and "Traceback" not in err, err
