@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from calibrators.cache import CalibrationTable, Provenance, load_cache, write_cache
 from calibrators.preprocess import Preprocess
-from calibrators.sources import batches, open_source
+from calibrators.sources import SampleSpec, batches, check_source, checked, open_source
 from trtkit.errors import CalibrationError
 
 logger = logging.getLogger("trtkit")
@@ -37,6 +37,7 @@ class CalibrationSession:
     batch_size: int
     provenance: Provenance
     cached: CalibrationTable | None = None
+    spec: SampleSpec | None = None
 
     @property
     def algorithm(self) -> str:
@@ -53,7 +54,8 @@ class CalibrationSession:
                 "INT8 calibration needs data: give --calib DIR (images or .npy/.npz), or a --calib-cache that matches "
                 "this model."
             )
-        return batches(self.source, self.batch_size, self.settings.max_samples)
+        source = checked(self.source, self.spec) if self.spec is not None else self.source
+        return batches(source, self.batch_size, self.settings.max_samples)
 
     def save(self, table_or_bytes, samples: int | None = None) -> None:
         """Write the cache (TensorRT's bytes or a table) and its provenance, if a cache path was given."""
@@ -63,7 +65,8 @@ class CalibrationSession:
         logger.info("Wrote calibration cache '%s'.", self.settings.cache_path)
 
 
-def prepare(settings, loaded_model, trt_version: str, batch_size: int) -> CalibrationSession:
+def prepare(settings, loaded_model, trt_version: str, batch_size: int,
+            spec: SampleSpec | None = None) -> CalibrationSession:
     """Resolve calibration settings for a model.
 
     Args:
@@ -71,9 +74,12 @@ def prepare(settings, loaded_model, trt_version: str, batch_size: int) -> Calibr
         loaded_model: the :class:`~trtkit.builder.onnx_model.LoadedModel` being built (its sha256 and inputs).
         trt_version: TensorRT's version string (recorded in provenance).
         batch_size: the calibration batch size.
+        spec: what every sample must look like (the model's inputs, dtypes and profile); a folder's files are all
+            checked here, before calibrating, and every sample again as it is read.
 
     Raises:
-        CalibrationError: no settings, neither data nor cache, or a cache that does not match (lists differences).
+        CalibrationError: no settings, neither data nor cache, a cache that does not match (lists differences), or a
+            sample that does not fit the model (names the file).
     """
     if settings is None or (settings.source is None and not settings.cache_path):
         raise CalibrationError(
@@ -82,6 +88,9 @@ def prepare(settings, loaded_model, trt_version: str, batch_size: int) -> Calibr
         )
     preprocess = Preprocess(**_preprocess_kwargs(settings.preprocess))
     source = open_source(settings.source, loaded_model.proto, preprocess) if settings.source is not None else None
+    if source is not None and spec is not None:
+        check_source(source, spec)
+        spec = SampleSpec(spec.inputs, spec.dtypes, spec.ranges)  # the shapes seen by the check are not kept
     provenance = Provenance(
         onnx_sha256=loaded_model.sha256,
         tensorrt=trt_version,
@@ -101,7 +110,7 @@ def prepare(settings, loaded_model, trt_version: str, batch_size: int) -> Calibr
         raise CalibrationError(
             f"Calibration cache '{settings.cache_path}' does not exist and no calibration data was given (--calib DIR)."
         )
-    return CalibrationSession(settings, source, batch_size, provenance, cached)
+    return CalibrationSession(settings, source, batch_size, provenance, cached, spec)
 
 
 def _preprocess_kwargs(data: dict | None) -> dict:

@@ -141,6 +141,10 @@ class ArrayFolderSource:
             yield self._load(path)
 
     def _load(self, path: Path) -> dict[str, np.ndarray]:
+        return {name: self._batched(name, arr) for name, arr in self._read(path).items()}
+
+    def _read(self, path: Path) -> dict[str, np.ndarray]:
+        """The file's arrays by input name, as stored (no batch axis added)."""
         try:
             if path.suffix.lower() == ".npz":
                 with np.load(path, allow_pickle=False) as data:
@@ -148,14 +152,17 @@ class ArrayFolderSource:
             else:
                 feed = {self._only_input(path): np.load(path, allow_pickle=False)}
         except (OSError, ValueError) as exc:
-            _raise_unreadable(self.folder, [(path, f"{type(exc).__name__}: {exc}")])
+            why = f"{type(exc).__name__}: {exc}"
+            if "allow_pickle" in str(exc):  # numpy's advice would run code from the file
+                why = "it holds Python objects (an object array), which trtkit does not load; save numeric arrays"
+            _raise_unreadable(self.folder, [(path, why)])
         unknown = sorted(set(feed) - set(self.inputs))
         if unknown:
             raise CalibrationError(
                 f"Calibration file '{path}' has arrays {unknown} that are not model inputs; the inputs are "
                 f"{sorted(self.inputs)}."
             )
-        return {name: self._batched(name, arr) for name, arr in feed.items()}
+        return feed
 
     def _only_input(self, path: Path) -> str:
         if len(self.inputs) != 1:
@@ -194,7 +201,7 @@ class IterableSource:
                 raise CalibrationError(
                     f"Calibration item #{i} is a {type(feed).__name__}; each item must be a dict of input name to array."
                 )
-            yield {name: np.asarray(arr) for name, arr in feed.items()}
+            yield {name: _as_array(f"item #{i}", name, arr) for name, arr in feed.items()}
 
 
 def open_source(data, model=None, settings: Preprocess | None = None):
@@ -299,3 +306,120 @@ def _split(pending: dict, size: int):
         out[name] = np.ascontiguousarray(joined[:size])
         rest[name] = [joined[size:]] if joined.shape[0] > size else []
     return out, rest
+
+
+# --- every sample checked against the model's inputs before calibrating ----------------------------------------------
+
+
+class SampleSpec:
+    """What calibration samples must look like: per input, its dims (``-1`` where dynamic), its dtype and, where a
+    profile bounds it, the (min, max) shape.
+
+    Args:
+        inputs: ``{name: dims}`` with ``-1`` (or ``None``/a name) for dynamic dims.
+        dtypes: ``{name: numpy dtype}`` (inputs missing here are not dtype-checked).
+        ranges: ``{name: (min_shape, max_shape)}``, e.g. profile 0 (``None``: dynamic dims are not bounded).
+    """
+
+    def __init__(self, inputs: dict, dtypes: dict | None = None, ranges: dict | None = None):
+        self.inputs = {n: tuple(d if isinstance(d, int) and d > 0 else -1 for d in dims) for n, dims in inputs.items()}
+        self.dtypes = {n: np.dtype(t) for n, t in (dtypes or {}).items()}
+        self.ranges = dict(ranges or {})
+        self._seen: dict[str, tuple] = {}
+
+    def check(self, where: str, feed: dict) -> dict:
+        """Return ``feed`` as arrays with a batch axis, or raise naming ``where`` (a file or an item)."""
+        return {name: self._check_one(where, name, arr) for name, arr in feed.items()}
+
+    def _check_one(self, where: str, name: str, arr) -> np.ndarray:
+        arr = _as_array(where, name, arr)
+        dims = self.inputs.get(name)
+        if dims is None:
+            raise CalibrationError(f"Calibration {where} has an array '{name}' that is not a model input; the inputs "
+                                   f"are {sorted(self.inputs)}.")
+        _check_dtype(where, name, arr, self.dtypes.get(name))
+        if arr.ndim == len(dims) - 1:
+            arr = arr[None]
+        if arr.ndim != len(dims):
+            raise CalibrationError(f"Calibration {where}: array '{name}' has shape {arr.shape}; input '{name}' has "
+                                   f"{len(dims)} dims ({_dims_text(dims)}), so give arrays of that rank (or one less "
+                                   f"for a single sample).")
+        if arr.shape[0] == 0:
+            raise CalibrationError(f"Calibration {where}: array '{name}' holds no samples (shape {arr.shape}).")
+        self._check_sample_shape(where, name, arr.shape, dims)
+        return arr
+
+    def _check_sample_shape(self, where: str, name: str, shape: tuple, dims: tuple) -> None:
+        low, high = self.ranges.get(name, (None, None))
+        for axis in range(1, len(dims)):
+            size, want = shape[axis], dims[axis]
+            bad = (want != -1 and size != want) or (
+                want == -1 and low is not None and not low[axis] <= size <= high[axis])
+            if bad:
+                accepted = _dims_text(dims) if low is None else f"{_dims_text(low)} .. {_dims_text(high)}"
+                raise CalibrationError(f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}; input "
+                                       f"'{name}' takes {accepted} (batch axis first), so axis {axis} must be "
+                                       f"{want if want != -1 else f'{low[axis]}..{high[axis]}'}.")
+        first = self._seen.setdefault(name, (where, shape[1:]))
+        if first[1] != shape[1:]:
+            raise CalibrationError(f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}, but "
+                                   f"{first[0]} has {first[1]}; a calibration batch has one shape, so give every "
+                                   f"sample the same shape.")
+
+
+def _as_array(where: str, name: str, arr) -> np.ndarray:
+    try:
+        arr = np.asarray(arr)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise CalibrationError(f"Calibration {where}: '{name}' is not a rectangular array ({exc}).") from exc
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise CalibrationError(f"Calibration {where}: array '{name}' holds {arr.dtype} values (mixed or non-numeric "
+                               f"data); give numeric arrays.")
+    return arr
+
+
+def _check_dtype(where: str, name: str, arr: np.ndarray, want) -> None:
+    if want is None:
+        return
+    groups = {"f": "floating point", "i": "integer", "u": "integer", "b": "boolean"}
+    if groups.get(arr.dtype.kind) != groups.get(want.kind):
+        raise CalibrationError(f"Calibration {where}: array '{name}' is {arr.dtype}; input '{name}' takes {want}, so "
+                               f"give {groups.get(want.kind, str(want))} arrays (e.g. {want}).")
+
+
+def _dims_text(dims) -> str:
+    return "x".join("?" if d == -1 else str(d) for d in dims)
+
+
+def onnx_input_dtypes(model) -> dict:
+    """``{input: numpy dtype}`` of an ONNX model's graph inputs (initializers excluded)."""
+    from onnx import helper
+
+    initializers = {init.name for init in model.graph.initializer}
+    dtypes = {}
+    for inp in model.graph.input:
+        if inp.name in initializers or not inp.type.tensor_type.elem_type:
+            continue
+        try:
+            dtypes[inp.name] = np.dtype(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+        except (KeyError, TypeError):
+            continue
+    return dtypes
+
+
+def check_source(source, spec: SampleSpec) -> None:
+    """Check every sample of a folder source against ``spec`` before calibrating (other sources are checked item by
+    item as they are read: see :func:`checked`)."""
+    if isinstance(source, ArrayFolderSource):
+        for path in source.files:
+            spec.check(f"file '{path}'", source._read(path))
+
+
+def checked(source, spec: SampleSpec):
+    """The feeds of ``source``, each checked against ``spec`` (a folder's files are named by their path)."""
+    if isinstance(source, ArrayFolderSource):
+        for path in source.files:
+            yield spec.check(f"file '{path}'", source._read(path))
+        return
+    for i, feed in enumerate(source):
+        yield spec.check(f"item #{i}", feed)

@@ -290,7 +290,19 @@ def _session(trt, model, config, *, native: bool):
     from calibrators.session import prepare
 
     batch = calibration_batch_size(model.proto, config, native=native)
-    return prepare(config.calibration, model, compat.version_string(trt), batch)
+    return prepare(config.calibration, model, compat.version_string(trt), batch, sample_spec(model.proto, config))
+
+
+def sample_spec(proto, config):
+    """What calibration samples must look like: the model's inputs and dtypes, bounded by profile 0."""
+    from calibrators.sources import SampleSpec, onnx_input_dtypes
+    from trtkit.builder.onnx_model import model_inputs
+    from trtkit.builder.profiles import resolve_profiles
+
+    inputs = model_inputs(proto)
+    profiles = resolve_profiles(inputs, config.profiles)
+    ranges = {n: (s.min, s.max) for n, s in profiles[0].shapes.items()} if profiles else None
+    return SampleSpec(inputs, onnx_input_dtypes(proto), ranges)
 
 
 def calibration_batch_size(proto, config, *, native: bool) -> int:
