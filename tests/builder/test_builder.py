@@ -111,9 +111,9 @@ def test_build_failure_reports_trt_errors(tmp_path, fake_trt):
 
 
 def test_bad_config_values():
-    with pytest.raises(TrtkitError, match="precision must be one of fp32, fp16, bf16, int8; got 'fp8'"):
+    with pytest.raises(TrtkitError, match="precision must be one of 'fp32', 'fp16', 'bf16', 'int8', not 'fp8'"):
         BuildConfig(precision="fp8")
-    with pytest.raises(TrtkitError, match="optimization_level must be 0-5"):
+    with pytest.raises(TrtkitError, match="optimization_level must be an integer from 0 to 5"):
         BuildConfig(optimization_level=9)
 
 

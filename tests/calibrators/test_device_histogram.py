@@ -156,5 +156,5 @@ def test_kernels_failing_mid_run_hand_over_to_the_cpu_under_auto_only(tmp_path, 
 
 
 def test_an_unknown_histogram_device_is_refused_with_the_choices():
-    with pytest.raises(TrtkitError, match="calibration histograms must be one of auto, gpu, cpu; got 'tpu'"):
+    with pytest.raises(TrtkitError, match="calibration.histograms must be one of 'auto', 'gpu', 'cpu', not 'tpu'"):
         BuildConfig(precision="int8", calibration=CalibrationSettings(source=".", histograms="tpu"))

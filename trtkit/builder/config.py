@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtkit import _check
 from trtkit.builder.profiles import Profile
-from trtkit.errors import TrtkitError
+from trtkit.errors import UsageError
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
@@ -44,6 +45,21 @@ class CalibrationSettings:
     force: bool = False
     preprocess: dict = field(default_factory=dict)
     histograms: str = "auto"
+
+    def __post_init__(self):
+        if isinstance(self.source, (bytes, int, float, bool)):
+            _check.fail("calibration.source", self.source, "a folder path, a calibration source or an iterable of "
+                                                            "feed dicts")
+        if isinstance(self.source, str) and not self.source:
+            _check.fail("calibration.source", self.source, "a folder path")
+        _check.path("calibration.cache_path", self.cache_path, optional=True)
+        _check.choice("calibration.algorithm", self.algorithm, CALIB_ALGORITHMS)
+        self.percentile = _check.number("calibration.percentile", self.percentile, high=100, above=0)
+        _check.integer("calibration.max_samples", self.max_samples, low=1, optional=True)
+        _check.integer("calibration.batch_size", self.batch_size, low=1, optional=True)
+        _check.boolean("calibration.force", self.force)
+        _check.instance("calibration.preprocess", self.preprocess, dict, "a dict of preprocessing settings")
+        _check.choice("calibration.histograms", self.histograms, HISTOGRAM_DEVICES)
 
 
 @dataclass
@@ -101,21 +117,30 @@ class BuildConfig:
     save_qdq_onnx: str | None = None
 
     def __post_init__(self):
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("fp16_mode", self.fp16_mode, FP16_MODES)
-        _choice("int8_mode", self.int8_mode, INT8_MODES)
-        _choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
-        _choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
-        if self.optimization_level is not None and not 0 <= int(self.optimization_level) <= 5:
-            raise TrtkitError(f"optimization_level must be 0-5, got {self.optimization_level}")
-        if self.workspace_bytes is not None and int(self.workspace_bytes) <= 0:
-            raise TrtkitError(f"workspace_bytes must be positive, got {self.workspace_bytes}")
-        if self.calibration is not None:
-            _choice("calibration algorithm", self.calibration.algorithm, CALIB_ALGORITHMS)
-            _choice("calibration histograms", self.calibration.histograms, HISTOGRAM_DEVICES)
-        if self.tactic_sources is not None:
-            self.tactic_sources = tuple(self.tactic_sources)
-        self.qdq_exclude = tuple(self.qdq_exclude)
+        _check.choice("precision", self.precision, PRECISIONS)
+        _check.choice("fp16_mode", self.fp16_mode, FP16_MODES)
+        _check.choice("int8_mode", self.int8_mode, INT8_MODES)
+        _check.instance("calibration", self.calibration, CalibrationSettings, "a CalibrationSettings", optional=True)
+        self.profiles = _profiles(self.profiles)
+        _check.integer("workspace_bytes", self.workspace_bytes, low=1, optional=True)
+        _check.integer("optimization_level", self.optimization_level, low=0, high=5, optional=True)
+        self.tactic_sources = _check.names("tactic_sources", self.tactic_sources, optional=True)
+        _check.boolean("tf32", self.tf32)
+        _check.choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
+        _check.path("timing_cache", self.timing_cache, optional=True)
+        _check.boolean("timing_cache_reset", self.timing_cache_reset)
+        _check.instance("hardware_compatibility", self.hardware_compatibility, str, "a level name such as "
+                        "'AMPERE_PLUS'", optional=True)
+        for name in ("version_compatible", "strongly_typed", "require_precision", "qdq_keep_heads"):
+            _check.boolean(name, getattr(self, name))
+        _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
+        self.qdq_exclude = _check.names("qdq_exclude", self.qdq_exclude)
+        _check.integer("max_aux_streams", self.max_aux_streams, low=0, optional=True)
+        _check.path("save_qdq_onnx", self.save_qdq_onnx, optional=True)
+        for name in ("calibration", "save_qdq_onnx"):
+            if getattr(self, name) is not None and self.precision != "int8":
+                raise UsageError(f"{name} is used only with precision 'int8', and precision is '{self.precision}'",
+                                 field=name, accepted="None unless precision is 'int8'")
         if self.timing_cache is not None:
             self.timing_cache = str(Path(self.timing_cache))
 
@@ -128,9 +153,16 @@ class BuildConfig:
         return data
 
 
-def _choice(what: str, value, allowed) -> None:
-    if value not in allowed:
-        raise TrtkitError(f"{what} must be one of {', '.join(allowed)}; got '{value}'")
+def _profiles(value) -> list:
+    """A list of :class:`Profile`; ``parse_shapes`` text in the list is parsed."""
+    from trtkit.builder.profiles import parse_shapes
+
+    accepted = "a list of Profile (e.g. [trtkit.parse_shapes('images:1x3x224x224,8x3x224x224,32x3x224x224')])"
+    if isinstance(value, (str, bytes, Profile)) or not isinstance(value, (list, tuple)):
+        _check.fail("profiles", value, accepted)
+    if not all(isinstance(p, (Profile, str)) for p in value):
+        _check.fail("profiles", value, accepted)
+    return [parse_shapes(p) if isinstance(p, str) else p for p in value]
 
 
 def _describe_source(source) -> str | None:
