@@ -37,8 +37,8 @@ def number(field: str, value, *, low: float | None = None, high: float | None = 
     """An int or float within ``low..high`` (and strictly above ``above``); ``None`` passes when ``optional``."""
     if value is None and optional:
         return None
-    accepted = _range_text("a number", low, high) + (f" above {above}" if above is not None else "") + (
-        " or None" if optional else "")
+    accepted = _range_text(f"a number above {above}" if above is not None else "a number", low, high,
+                           joint=" and" if above is not None else "") + (" or None" if optional else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_numpy_number(value):
         fail(field, value, accepted)
     value = float(value)
@@ -93,13 +93,13 @@ def callable_(field: str, value, *, optional: bool = True):
     return value
 
 
-def _range_text(kind: str, low, high) -> str:
+def _range_text(kind: str, low, high, joint: str = "") -> str:
     if low is not None and high is not None:
         return f"{kind} from {low} to {high}"
     if low is not None:
-        return f"{kind} >= {low}"
+        return f"{kind}{joint} >= {low}"
     if high is not None:
-        return f"{kind} <= {high}"
+        return f"{kind}{joint} <= {high}"
     return kind
 
 

@@ -14,7 +14,8 @@ Python argument, never a command-line flag; the CLI maps ``field`` to its flag::
     ├── DependencyError        a required package or library (tensorrt, cuda-python, driver) is missing or unusable
     ├── ModelError             the ONNX model cannot be read, parsed or built as asked
     │   └── ParseError         TensorRT's ONNX parser refused the model (every parser error listed)
-    ├── ProfileError           optimization profile or --shapes is malformed or inconsistent with the model
+    ├── ProfileError           an optimization profile is malformed or inconsistent with the model
+    │   └── ShapeSpecError     shape text (``images:1x3x8x8,...``) is malformed (also a UsageError)
     ├── BuildError             TensorRT failed to build a serialized engine
     ├── EngineError            an engine file cannot be loaded, or does not match this machine (manifest check)
     ├── InputError             inputs given to a runner are missing, misnamed, of the wrong dtype or shape
@@ -72,6 +73,14 @@ class ParseError(ModelError):
 
 class ProfileError(TrtkitError):
     """An optimization profile or shape specification is malformed or does not fit the model."""
+
+
+class ShapeSpecError(ProfileError, UsageError):
+    """Shape or profile text is malformed, or its min/opt/max do not hold together (``field`` is ``shapes``)."""
+
+    def __init__(self, message: str = "", *, field: str | None = "shapes",
+                 accepted: str | None = "NAME:MIN,OPT,MAX per input, e.g. images:1x3x224x224,8x3x224x224,32x3x224x224"):
+        super().__init__(message, field=field, accepted=accepted)
 
 
 class BuildError(TrtkitError):

@@ -128,10 +128,10 @@ def test_run_npy_without_name_is_one_line(fake_gpu, engine_file, tmp_path, capsy
     assert code == 1 and "give the input name" in err
 
 
-@pytest.mark.parametrize("option,value,message", [("--streams", "0", "--streams must be at least 1, got 0"),
-                                                  ("--iterations", "0", "--iterations must be at least 1"),
-                                                  ("--duration-s", "0", "--duration-s must be positive"),
-                                                  ("--warmup-ms", "-1", "--warmup-ms cannot be negative")])
+@pytest.mark.parametrize("option,value,message", [("--streams", "0", "--streams must be an integer >= 1, not 0"),
+                                                  ("--iterations", "0", "--iterations must be an integer >= 1"),
+                                                  ("--duration-s", "0", "--duration-s must be a number above 0"),
+                                                  ("--warmup-ms", "-1", "--warmup-ms must be a number >= 0")])
 def test_bench_refuses_settings_that_measure_nothing(engine_file, capsys, option, value, message):
     code, _, err = run_cli(["bench", str(engine_file), option, value], capsys)
-    assert code == 1 and message in err and err.count("\n") == 1
+    assert code == 2 and message in err and err.count("\n") == 1

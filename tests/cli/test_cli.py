@@ -34,11 +34,11 @@ def test_usage_error_exits_2(capsys):
     assert code == 2
 
 
-def test_bad_shapes_is_one_line_exit_1(tmp_path, capsys):
+def test_bad_shapes_is_one_line_exit_2(tmp_path, capsys):
     model = tmp_path / "m.onnx"
     model.write_bytes(models.tiny_conv().SerializeToString())
     code, _, err = run_cli(["build", str(model), "--shapes", "x:4x3x8x8,1x3x8x8,2x3x8x8", "--no-isolate"], capsys)
-    assert code == 1
+    assert code == 2 and err.startswith("error: --shapes: ")
     assert err.count("\n") == 1 and "min <= opt <= max" in err and "Traceback" not in err
     assert not (tmp_path / "m.engine").exists()
 

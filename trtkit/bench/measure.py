@@ -99,15 +99,19 @@ def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=N
 
 
 def check_settings(settings: BenchSettings) -> None:
-    """Raise :class:`InputError` for settings that cannot measure anything."""
-    if settings.streams < 1:
-        raise InputError(f"--streams must be at least 1, got {settings.streams}")
-    if settings.iterations is not None and settings.iterations < 1:
-        raise InputError(f"--iterations must be at least 1, got {settings.iterations}")
-    if settings.iterations is None and settings.duration_s <= 0:
-        raise InputError(f"--duration-s must be positive, got {settings.duration_s}")
-    if settings.warmup_ms < 0:
-        raise InputError(f"--warmup-ms cannot be negative, got {settings.warmup_ms}")
+    """Raise :class:`~trtkit.errors.UsageError` for settings of the wrong type or that cannot measure anything."""
+    from trtkit import _check
+
+    _check.instance("settings", settings, BenchSettings, "a BenchSettings")
+    _check.instance("shapes", settings.shapes, dict, "a dict of input name to shape", optional=True)
+    _check.integer("profile", settings.profile, low=0)
+    for name in ("cuda_graph", "data_transfers", "e2e"):
+        _check.boolean(name, getattr(settings, name))
+    _check.integer("streams", settings.streams, low=1)
+    _check.integer("iterations", settings.iterations, low=1, optional=True)
+    _check.number("warmup_ms", settings.warmup_ms, low=0)
+    if settings.iterations is None:
+        _check.number("duration_s", settings.duration_s, above=0)
 
 
 def _engine_source(engine):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from trtkit.errors import ProfileError
+from trtkit import _check
+from trtkit.errors import ProfileError, ShapeSpecError
 
 Shape = tuple[int, ...]
 
@@ -60,7 +61,7 @@ class Profile:
 def _parse_dims(text: str, where: str) -> Shape:
     text = text.strip().lower()
     if not _DIM_RE.match(text):
-        raise ProfileError(
+        raise ShapeSpecError(
             f"{where}: '{text}' is not a shape; write dimensions joined by 'x', e.g. 1x3x224x224"
         )
     return tuple(int(d) for d in text.split("x"))
@@ -74,7 +75,7 @@ def parse_input_shape(spec: str) -> tuple[str, InputShape]:
     """
     name, sep, rest = spec.rpartition(":")
     if not sep or not name or not rest:
-        raise ProfileError(
+        raise ShapeSpecError(
             f"Shape spec '{spec}' must be NAME:MIN,OPT,MAX, e.g. images:1x3x640x640,8x3x640x640,32x3x640x640"
         )
     parts = [_parse_dims(p, f"Input '{name}'") for p in rest.split(",")]
@@ -83,7 +84,7 @@ def parse_input_shape(spec: str) -> tuple[str, InputShape]:
     elif len(parts) == 2:
         parts = [parts[0], parts[1], parts[1]]
     elif len(parts) != 3:
-        raise ProfileError(f"Input '{name}': give 1, 2 or 3 shapes (min,opt,max), got {len(parts)}")
+        raise ShapeSpecError(f"Input '{name}': give 1, 2 or 3 shapes (min,opt,max), got {len(parts)}")
     shape = InputShape(*parts)
     validate_input_shape(name, shape)
     return name, shape
@@ -92,29 +93,34 @@ def parse_input_shape(spec: str) -> tuple[str, InputShape]:
 def validate_input_shape(name: str, shape: InputShape) -> None:
     """Check ranks agree and ``min <= opt <= max`` per dimension, and no dimension is below 1."""
     if not (len(shape.min) == len(shape.opt) == len(shape.max)):
-        raise ProfileError(
+        raise ShapeSpecError(
             f"Input '{name}': min {shape.min}, opt {shape.opt} and max {shape.max} must have the same rank"
         )
     if any(d < 1 for d in shape.min):
-        raise ProfileError(f"Input '{name}': min {shape.min} has a dimension below 1")
+        raise ShapeSpecError(f"Input '{name}': min {shape.min} has a dimension below 1")
     for i, (lo, mid, hi) in enumerate(zip(shape.min, shape.opt, shape.max)):
         if not lo <= mid <= hi:
-            raise ProfileError(
+            raise ShapeSpecError(
                 f"Input '{name}': dimension {i} needs min <= opt <= max, got {lo}, {mid}, {hi} "
                 f"(min {shape.min}, opt {shape.opt}, max {shape.max})"
             )
 
 
 def parse_shapes(text: str) -> Profile:
-    """Parse one ``--shapes`` value (inputs separated by spaces or ';') into a :class:`Profile`."""
+    """Parse one profile's text (inputs separated by spaces or ';') into a :class:`Profile`.
+
+    Raises:
+        ShapeSpecError: ``text`` is not a str, or is malformed (``field`` is ``shapes``).
+    """
+    _check.instance("shapes", text, str, "profile text such as 'images:1x3x224x224,8x3x224x224,32x3x224x224'")
     specs = [s for s in re.split(r"[;\s]+", text.strip()) if s]
     if not specs:
-        raise ProfileError("--shapes is empty; expected e.g. images:1x3x640x640,8x3x640x640,32x3x640x640")
+        raise ShapeSpecError("shapes is empty; expected e.g. images:1x3x640x640,8x3x640x640,32x3x640x640")
     shapes = {}
     for spec in specs:
         name, shape = parse_input_shape(spec)
         if name in shapes:
-            raise ProfileError(f"Input '{name}' appears twice in one profile: '{text}'")
+            raise ShapeSpecError(f"Input '{name}' appears twice in one profile: '{text}'")
         shapes[name] = shape
     return Profile(shapes)
 

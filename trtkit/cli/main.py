@@ -40,8 +40,14 @@ SUMMARIES = {
 class _Parser(argparse.ArgumentParser):
     """argparse parser that loads a subcommand's options only when that subcommand is used."""
 
+    def error(self, message):
+        """A usage error in two lines (what is wrong, where the options are listed), exit 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
+
 
 def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    from trtkit.cli.options import NEGATIVE_VALUE
+
     parser = _Parser(prog="trtkit", description="ONNX to fast, correct TensorRT engines, run from Python.")
     parser.add_argument("--verbose", "-v", action="store_true", help="show tracebacks and TensorRT's log")
     parser.add_argument("--version", action="version", version=_version())
@@ -50,6 +56,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
         if name == command:
             module = importlib.import_module(module_name)
             p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+            p._negative_number_matcher = NEGATIVE_VALUE  # `--workspace -4G` reaches parse_size, which says why
             module.add_arguments(p)
             p.set_defaults(_module=module)
         else:

@@ -15,6 +15,8 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 def parse_size(text: str) -> int:
     """``"4G"``, ``"512MiB"``, ``"1048576"`` → bytes."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"'{text}' is negative; give a size above 0, e.g. 4G or 512M")
     m = _SIZE_RE.match(text.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"'{text}' is not a size; use e.g. 4G, 512M or a number of bytes")
@@ -62,12 +64,15 @@ def add_calibration_options(parser) -> None:
     g.add_argument("--calib", metavar="DIR", help="calibration data: an image folder or a folder of .npy/.npz")
     g.add_argument("--calib-cache", metavar="FILE", help="calibration cache to reuse or write (TensorRT format)")
     g.add_argument("--calib-algo", choices=CALIB_ALGORITHMS, default="entropy", help="default: entropy")
-    g.add_argument("--calib-percentile", type=float, default=99.99, help="for --calib-algo percentile")
+    g.add_argument("--calib-percentile", type=float, default=99.99, metavar="P",
+                   help="--calib-algo percentile: the percentile of each tensor's |values| taken as its range "
+                        "(0 < P <= 100; default 99.99)")
     g.add_argument("--calib-histograms", choices=HISTOGRAM_DEVICES, default="auto",
                    help="--int8-mode qdq: bin activations on the gpu (CUDA kernels) or the cpu (numpy); default: "
                         "auto (the GPU when its kernels load)")
-    g.add_argument("--calib-max-samples", type=int, metavar="N", help="use at most N samples")
-    g.add_argument("--calib-batch", type=int, metavar="N", help="calibration batch size")
+    g.add_argument("--calib-max-samples", type=positive_int, metavar="N", help="use at most N samples")
+    g.add_argument("--calib-batch", type=positive_int, metavar="N",
+                   help="calibration batch size (default: the opt batch of profile 0)")
     g.add_argument("--calib-cache-force", action="store_true",
                    help="reuse --calib-cache even if it was made for another model, TensorRT or data")
     g.add_argument("--calib-preprocess", metavar="SPEC",
@@ -92,14 +97,65 @@ def add_build_options(parser) -> None:
                    help="replace a --timing-cache file that does not load with a new cache (warns)")
     g.add_argument("--hardware-compatibility", metavar="LEVEL", help="e.g. AMPERE_PLUS")
     g.add_argument("--version-compatible", action="store_true", help="build a version-compatible plan")
-    g.add_argument("--profiling-verbosity", choices=("DETAILED", "LAYER_NAMES_ONLY", "NONE"), default="DETAILED")
+    g.add_argument("--profiling-verbosity", choices=("DETAILED", "LAYER_NAMES_ONLY", "NONE"), default="DETAILED",
+                   help="layer detail kept in the engine: DETAILED (default; needed by `trtkit inspect --layers` "
+                        "and the precision report), LAYER_NAMES_ONLY or NONE")
     g.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="parse and build in this process instead of a child process")
 
 
+# a negative size or number after an option is its value, not another option (argparse: "expected one argument")
+NEGATIVE_VALUE = re.compile(r"^-\d+(\.\d*)?([kmgt]?i?b?)?$|^-\.\d+$", re.IGNORECASE)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# calibration options (dest -> default) that only matter with --calib or --calib-cache
+_CALIB_DEFAULTS = {"calib_algo": "entropy", "calib_percentile": 99.99, "calib_histograms": "auto",
+                   "calib_max_samples": None, "calib_batch": None, "calib_cache_force": False, "calib_preprocess": None}
+
+
+def check_option_use(args) -> None:
+    """Refuse options that would do nothing with the others given (a usage error, exit 2)."""
+    from trtkit.errors import UsageError
+
+    precision = getattr(args, "precision", "fp32")
+    given_calibration = getattr(args, "calib", None) or getattr(args, "calib_cache", None)
+    unused = [f"--{dest.replace('_', '-')}" for dest, default in _CALIB_DEFAULTS.items()
+              if getattr(args, dest, default) != default and not given_calibration]
+    if unused:
+        verb = "configures" if len(unused) == 1 else "configure"
+        raise UsageError(f"{', '.join(unused)} {verb} INT8 calibration, which needs --int8 with --calib DIR or "
+                         "--calib-cache FILE", field=None)
+    int8_only = [flag for flag, used in (("--int8-mode", getattr(args, "int8_mode", "auto") != "auto"),
+                                         ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
+                                         ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False))
+                 if used]
+    if int8_only and precision != "int8":
+        verb = "applies" if len(int8_only) == 1 else "apply"
+        raise UsageError(f"{', '.join(int8_only)} {verb} only to --int8, and the precision is {precision}")
+    if getattr(args, "fp16_mode", "auto") != "auto" and precision not in ("fp16", "int8"):
+        raise UsageError(f"--fp16-mode applies only to --fp16 (or --int8), and the precision is {precision}")
+
+
 def config_from_args(args) -> BuildConfig:
-    """A :class:`BuildConfig` from parsed build options."""
+    """A :class:`BuildConfig` from parsed build options.
+
+    Raises:
+        UsageError: an option that would do nothing with the others given, or a value of the wrong range.
+    """
     from trtkit.builder.profiles import parse_shapes
+
+    check_option_use(args)
 
     calibration = None
     if getattr(args, "calib", None) or getattr(args, "calib_cache", None):

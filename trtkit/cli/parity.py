@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--shapes", action="append", default=[], metavar="SPEC",
                    help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
                         "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes")
-    g.add_argument("--profile-index", type=int, default=0, metavar="N",
+    g.add_argument("--profile-index", "--use-profile", dest="profile_index", type=int, default=0, metavar="N",
                    help="engine optimization profile to run in (default 0); shapes default to its opt shapes")
     g.add_argument("--inputs", metavar="PATH",
                    help="inputs instead of random ones: .npz (name -> array), .npy (single input), "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.cli.options import add_json_option, add_shape_options
+from trtkit.cli.options import add_json_option, add_shape_options, positive_int
 
 HELP = "Run an engine on .npy/.npz or random inputs and show its outputs."
 
@@ -19,9 +19,11 @@ def add_arguments(parser) -> None:
                         help="input data: NAME=FILE.npy for one input, or an .npz holding inputs by name "
                              "(repeatable); inputs not given are random within the profile")
     add_shape_options(parser)
-    parser.add_argument("--use-profile", type=int, default=0, metavar="K", help="optimization profile to run")
+    parser.add_argument("--profile-index", "--use-profile", dest="use_profile", type=int, default=0, metavar="K",
+                   help="optimization profile to run (default 0; --use-profile is its older name)")
     parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
-    parser.add_argument("--iterations", type=int, default=1, metavar="N", help="run N times (shows latency)")
+    parser.add_argument("--iterations", type=positive_int, default=1, metavar="N",
+                        help="run N times (shows latency; default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     parser.add_argument("--save-outputs", metavar="FILE.npz", help="save the outputs to an .npz file")
     parser.add_argument("--ignore-manifest", action="store_true",
@@ -45,7 +47,7 @@ def run(args, console) -> int:
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones
         feed = {**make_feed(runner, shapes, seed=args.seed), **given}
         times, outputs = [], {}
-        for _ in range(max(args.iterations, 1)):
+        for _ in range(args.iterations):
             t0 = time.perf_counter()
             outputs = runner.infer(feed)
             times.append((time.perf_counter() - t0) * 1e3)
