@@ -112,7 +112,7 @@ def test_fp16_flag_alone_is_reported_as_it_runs(work):
     full = report["flops_share"].get("FP32", 0) + report["flops_share"].get("TF32", 0)
     assert bool(report["warnings"]) == (full > 0.5), report
     if full > 0.5:
-        with pytest.raises(BuildError, match="--fp16 was asked but .* FP32/TF32.*--require-precision"):
+        with pytest.raises(BuildError, match="precision='fp16' was asked but .* FP32/TF32.*require_precision=True"):
             build_serialized(str(MODEL), config(work, precision="fp16", fp16_mode="flag", require_precision=True))
 
 
@@ -168,7 +168,7 @@ def test_bf16_says_where_it_exists(work):
 
     if hasattr(trt.BuilderFlag, "BF16"):
         pytest.skip("this TensorRT has BF16")
-    with pytest.raises(UnsupportedError, match="--bf16 needs BuilderFlag.BF16 or strongly typed networks"):
+    with pytest.raises(UnsupportedError, match="precision='bf16' needs BuilderFlag.BF16 or strongly typed networks"):
         build_serialized(str(MODEL), config(work, precision="bf16"))
 
 

@@ -127,7 +127,7 @@ def test_metric_threshold_per_output(model_path, capsys):
     argv = [str(model_path), "e", "--shapes", "x:1x3x8x8", "--precision", "fp16"]
     code, text = _run(argv + ["--metric-threshold", "y:0.2"], _engine(scale=1.1))
     assert code == 0 and "tolerance for fp16: ratio = max|err| / max|ref| <= 1e-2; 'y' <= 0.2" in text
-    with pytest.raises(TrtkitError, match=r"--metric-threshold names output\(s\) \['logits'\] the model does not "
+    with pytest.raises(TrtkitError, match=r"metric_threshold names output\(s\) \['logits'\] the model does not "
                                           r"have \(outputs: y\)"):
         _run(argv + ["--metric-threshold", "logits:0.2"], _engine())
     assert main(["parity", str(model_path), "e", "--metric-threshold", "y:big"]) == 2

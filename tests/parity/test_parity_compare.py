@@ -23,7 +23,7 @@ def test_fp16_failure_message_names_every_number():
     result = judge(compute_metrics("logits", out, ref), tolerance_for("fp16", max_error_ratio=2e-3))
     assert not result.passed
     assert result.reasons == [
-        "output 'logits': max abs error 3.1e-2 / max |ref| 4.2 = 7.38e-3 > 2e-3 allowed by --metric-threshold "
+        "output 'logits': max abs error 3.1e-2 / max |ref| 4.2 = 7.38e-3 > 2e-3 allowed by metric_threshold "
         "(worst at index (0, 1): engine 1.03, reference 1)"
     ]
 
@@ -153,15 +153,15 @@ def test_a_ratio_just_over_the_limit_shows_the_digits_that_differ():
 
 def test_per_output_thresholds():
     tol = tolerance_for("fp16", max_error_ratio={"boxes": 5e-2, "": 2e-2})
-    assert tol.max_error_ratio == 2e-2 and tol.source == "by --metric-threshold"
+    assert tol.max_error_ratio == 2e-2 and tol.source == "by metric_threshold"
     assert tol.for_output("boxes").max_error_ratio == 5e-2
     assert tol.for_output("scores") is tol
     assert tol.to_dict()["per_output"] == {"boxes": 5e-2}
     ref = {"boxes": np.array([10.0, 20.0]), "scores": np.array([1.0, 0.5])}
     out = {"boxes": np.array([10.0, 20.8]), "scores": np.array([1.0, 0.53])}  # ratios 4e-2 and 3e-2
     boxes, scores = compare_outputs(out, ref, tol)
-    assert boxes.passed and "<= 5e-2 allowed by --metric-threshold for this output" in boxes.summary
-    assert not scores.passed and "= 3e-2 > 2e-2 allowed by --metric-threshold" in scores.reasons[0]
+    assert boxes.passed and "<= 5e-2 allowed by metric_threshold for this output" in boxes.summary
+    assert not scores.passed and "= 3e-2 > 2e-2 allowed by metric_threshold" in scores.reasons[0]
     assert tolerance_for("fp16", max_error_ratio={"boxes": 5e-2}).max_error_ratio == 1e-2
     with pytest.raises(TrtkitError, match="max_error_ratio of 'boxes' must be >= 0, got -1.0"):
         tolerance_for("fp16", max_error_ratio={"boxes": -1})

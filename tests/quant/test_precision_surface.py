@@ -29,7 +29,7 @@ def facts(version: str) -> dict:
 def test_86_uses_flags_and_calibrators_and_builds_cast_models_with_the_flag():
     f = facts("8.6.1")
     assert f["modes"]["fp16/auto"] == "flag" and f["modes"]["fp16/cast"] == "cast+flag"
-    assert f["modes"]["bf16/auto"].startswith("UnsupportedError: --bf16 needs BuilderFlag.BF16")
+    assert f["modes"]["bf16/auto"].startswith("UnsupportedError: precision='bf16' needs BuilderFlag.BF16")
     assert f["modes"]["int8/auto"] == "calibrator"
     entropy = f["calibrators"]["entropy"]
     assert entropy == {"is_calibrator": True, "algorithm": "CalibrationAlgoType.ENTROPY_CALIBRATION_2",
@@ -46,6 +46,6 @@ def test_10_has_both_paths():
 def test_11_has_only_strongly_typed_models_and_qdq():
     f = facts("11.4.0.106")
     assert f["modes"]["fp16/auto"] == "cast" and f["modes"]["int8/auto"] == "qdq"
-    assert f["modes"]["fp16/flag"].startswith("UnsupportedError: --fp16 with --fp16-mode flag needs BuilderFlag.FP16")
-    assert "Use --int8-mode qdq" in f["modes"]["int8/calibrator"]
+    assert f["modes"]["fp16/flag"].startswith("UnsupportedError: precision='fp16' with fp16_mode='flag' needs BuilderFlag.FP16")
+    assert "Use int8_mode='qdq'" in f["modes"]["int8/calibrator"]
     assert f["calibrators"] is None

@@ -108,6 +108,6 @@ def test_old_opset_is_refused():
 
 
 def test_excluding_a_node_the_model_lacks_names_it_and_the_close_match():
-    with pytest.raises(ModelError, match=r"--qdq-exclude names node\(s\) the model does not have: 'conv_mian' "
+    with pytest.raises(ModelError, match=r"qdq_exclude names node\(s\) the model does not have: 'conv_mian' "
                                          r"\(did you mean 'conv_main'\?\)\. Its Conv/Gemm/MatMul nodes are: stem_conv"):
         plan_qdq(residual_cnn(), QdqOptions(exclude_nodes=frozenset({"conv_mian"})))

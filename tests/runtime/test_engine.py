@@ -90,7 +90,7 @@ def test_runner_checks_the_manifest_of_an_engine_file(tmp_path, fake_trt):
 
     rt = FakeCudart()
     path = write_engine(tmp_path, fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]), _manifest("10.3.0"))
-    with pytest.raises(EngineError, match="--ignore-manifest"):
+    with pytest.raises(EngineError, match="allow_mismatch=True"):
         TrtRunner(path, trt=fake_trt, cuda=Cuda(rt)).activate()
     assert rt.live_allocations()["device"] == 0
     with TrtRunner(path, trt=fake_trt, cuda=Cuda(rt), allow_mismatch=True) as runner:

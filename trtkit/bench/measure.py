@@ -133,8 +133,8 @@ def make_feed(runner, shapes: dict | None, seed: int = 0) -> dict:
     names = {s.name for s in runner.input_specs}
     unknown = sorted(set(shapes) - names)
     if unknown:
-        raise InputError(f"--shapes names input(s) {unknown} that the engine does not have; its inputs are "
-                         f"{sorted(names)}")
+        raise InputError(f"shapes names input(s) {unknown} that the engine does not have; its inputs are "
+                         f"{sorted(names)}", field="shapes")
     rng = np.random.default_rng(seed)
     feed = {}
     for spec in runner.input_specs:

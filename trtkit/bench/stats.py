@@ -88,8 +88,8 @@ def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | N
         out.append(f"{what} is unstable (coefficient of variation {noisy.cov:.1%} > {COV_LIMIT:.1%}): the "
                    f"machine is noisy (other processes, clocks, thermals); the numbers may not be repeatable")
     if enqueue is not None and compute is not None and enqueue.median > LAUNCH_BOUND_RATIO * compute.median:
-        fix = ("enable CUDA graphs (--cuda-graph)" if not cuda_graph
-               else "use larger batches or several streams (--streams N)")
+        fix = ("enable CUDA graphs (cuda_graph=True)" if not cuda_graph
+               else "use larger batches or several streams (streams=4)")
         out.append(f"Launch-bound: enqueue takes {enqueue.median:.3f} ms on the host, more than "
                    f"{LAUNCH_BOUND_RATIO}x the GPU compute time ({compute.median:.3f} ms); {fix}")
     return out

@@ -111,7 +111,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
     if serialized is None:
         errors = [m for s, m in kept if s in ("ERROR", "INTERNAL_ERROR")]
-        detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
+        detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (its log says more: pass on_log=print)"
         raise BuildError(f"TensorRT could not build an engine for '{loaded.name}': {detail}")
     engine = bytes(serialized)
     build_seconds = time.perf_counter() - started
@@ -157,7 +157,7 @@ def _parse(parser, loaded) -> None:
     lines = "\n".join(f"  - {issue}" for issue in issues) or "  - (the parser reported no detail)"
     raise ParseError(
         f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
-        "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
+        "preflight(model) shows which ops this TensorRT supports.",
         issues,
     )
 
@@ -268,7 +268,7 @@ def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision
     runtime = trt.Runtime(logger)
     deserialized = runtime.deserialize_cuda_engine(engine)
     if deserialized is None:
-        raise BuildError("TensorRT built an engine it cannot load back; rerun with --verbose for its log")
+        raise BuildError("TensorRT built an engine it cannot load back; its log says why: pass on_log=print")
     from trtkit.inspection import engine_information
 
     report = precision_report.analyze(engine_information(trt, deserialized), config.precision)

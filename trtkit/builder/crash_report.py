@@ -136,8 +136,8 @@ def _next_steps(info: CrashInfo) -> str:
     model = info.context.get("model") or "MODEL.onnx"
     trt_version = info.context.get("trt_version")
     newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
-    steps = [f"run `trtkit inspect {model} --check` to see which ops this TensorRT supports",
-             "build with --fold-constants to fold constant subgraphs before parsing",
+    steps = ["preflight(model) shows which ops this TensorRT supports",
+             "build with fold_constants=True to fold constant subgraphs before parsing",
              f"try {newer}"]
     if info.node is not None and info.op_type:
         steps.insert(1, f"rewrite or replace the {info.op_type} node '{info.node}'")
@@ -148,7 +148,7 @@ def memory_message(info: CrashInfo) -> str:
     cause = ("killed by SIGKILL, most often the kernel's out-of-memory killer" if info.signal == "SIGKILL"
              else "MemoryError")
     return (f"The worker process {_what(info)} ran out of memory{_where(info)} ({cause}). This process is unharmed "
-            "and no files were written. Free memory, lower the workspace (--workspace), or build with smaller "
+            "and no files were written. Free memory, lower workspace_bytes, or build with smaller "
             "optimization profiles.")
 
 

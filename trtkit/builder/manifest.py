@@ -90,6 +90,6 @@ def check_manifest(manifest: dict | None, *, engine_path=None, current: dict | N
         name = f"Engine '{engine_path}'" if engine_path else "The engine"
         raise EngineError(
             f"{name} was built for {'; '.join(found)}. Rebuild it on this machine with `trtkit build`, "
-            f"or pass --ignore-manifest (allow_mismatch=True) to try loading it anyway."
+            f"or set allow_mismatch=True to try loading it anyway."
         )
     return found

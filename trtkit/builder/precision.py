@@ -102,17 +102,17 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
         mode = "flag" if has_flag else "cast"
     if mode == "flag" and not has_flag:
         where = "TensorRT 8.6 to 10.x" if flag == "FP16" else "TensorRT 9.0 to 10.x"
-        instead = (f"Use --fp16-mode cast (a strongly typed {flag} model)" if caps.strongly_typed
+        instead = (f"Use fp16_mode='cast' (a strongly typed {flag} model)" if caps.strongly_typed
                    else "Use TensorRT 10 or later")
         raise UnsupportedError(
-            f"--{precision} with --fp16-mode flag needs BuilderFlag.{flag}, which TensorRT {_version(caps)} does not "
-            f"have; it exists in {where}. {instead}."
+            f"precision='{precision}' with fp16_mode='flag' needs BuilderFlag.{flag}, which TensorRT "
+            f"{_version(caps)} does not have; it exists in {where}. {instead}.", field="fp16_mode"
         )
     if mode == "cast" and not caps.strongly_typed:
         if has_flag:
             return "cast+flag"
         raise UnsupportedError(
-            f"--{precision} needs BuilderFlag.{flag} or strongly typed networks; TensorRT {_version(caps)} has "
+            f"precision='{precision}' needs BuilderFlag.{flag} or strongly typed networks; TensorRT {_version(caps)} has "
             f"neither. {flag} exists in TensorRT 9.0 to 10.x as a flag and from 9.1 as a strongly typed model: use "
             f"TensorRT 10 or later."
         )
@@ -125,8 +125,8 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
     if config.strongly_typed and mode != "cast":
         if config.fp16_mode == "flag" or not caps.strongly_typed:
             raise UnsupportedError(
-                f"--strongly-typed networks take their types from the model and refuse BuilderFlag.{flag}; use "
-                f"--fp16-mode cast (TensorRT 9.1 and later), or drop --strongly-typed."
+                f"strongly_typed=True networks take their types from the model and refuse BuilderFlag.{flag}; use "
+                f"fp16_mode='cast' (TensorRT 9.1 and later), or strongly_typed=False.", field="strongly_typed"
             )
         mode = "cast"
     if mode == "flag":
@@ -171,13 +171,14 @@ def resolve_int8_mode(caps, mode: str, algorithm: str = "entropy") -> str:
         return "calibrator" if native and algorithm in ("entropy", "minmax") else "qdq"
     if mode == "calibrator" and not (caps.has_calibrators and caps.int8_flag):
         raise UnsupportedError(
-            f"--int8-mode calibrator needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
-            f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use --int8-mode qdq."
+            f"int8_mode='calibrator' needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
+            f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode='qdq'.",
+            field="int8_mode"
         )
     if mode == "calibrator" and algorithm == "percentile":
         raise UnsupportedError(
-            "TensorRT has no percentile calibrator; use --int8-mode qdq with --calib-algo percentile, or "
-            "--calib-algo entropy|minmax."
+            "TensorRT has no percentile calibrator; use int8_mode='qdq' with calibration.algorithm='percentile', "
+            "or calibration.algorithm='entropy' or 'minmax'.", field="int8_mode"
         )
     return mode
 
@@ -198,12 +199,14 @@ def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
     mode = resolve_int8_mode(caps, config.int8_mode, algorithm)
     if config.strongly_typed and mode == "calibrator":
         if config.int8_mode == "calibrator":
-            raise UnsupportedError("TensorRT's calibrators need BuilderFlag.INT8, which --strongly-typed networks "
-                                   "refuse; use --int8-mode qdq or drop --strongly-typed.")
+            raise UnsupportedError("TensorRT's calibrators need BuilderFlag.INT8, which strongly_typed=True "
+                                   "networks refuse; use int8_mode='qdq' or strongly_typed=False.",
+                                   field="int8_mode")
         mode = "qdq"
     if mode == "calibrator" and (config.qdq_exclude or not config.qdq_keep_heads):
-        raise UnsupportedError("--qdq-exclude and --qdq-quantize-heads place Q/DQ nodes, which this build does not "
-                               "make (INT8 through TensorRT's calibrator); add --int8-mode qdq, or drop them")
+        raise UnsupportedError("qdq_exclude and qdq_keep_heads=False place Q/DQ nodes, which this build does not "
+                               "make (INT8 through TensorRT's calibrator); add int8_mode='qdq', or drop them",
+                               field="qdq_exclude")
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
         return _calibrator_plan(trt, model, caps, session)
@@ -259,7 +262,7 @@ def _fp16_rest(qdq):
 def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> PrecisionPlan:
     if strongly_typed and not caps.strongly_typed:
         raise UnsupportedError(f"Strongly typed networks do not exist in TensorRT {_version(caps)}; they exist in "
-                               f"TensorRT 9.1 and later. Drop --strongly-typed.")
+                               f"TensorRT 9.1 and later. Set strongly_typed=False.", field="strongly_typed")
     if caps.int8_flag and not strongly_typed:
         return PrecisionPlan(model, flags=_int8_flags(caps), notes=notes + ["INT8 builder flag for the Q/DQ model"])
     if not caps.strongly_typed:  # pragma: no cover - every TensorRT trtkit supports has one or the other
@@ -330,11 +333,13 @@ def calibration_batch_size(proto, config, *, native: bool) -> int:
         return int(opt)
     if native and asked != opt:
         raise CalibrationError(
-            f"--calib-batch {asked} differs from the opt batch {opt} of input '{name}' in profile 0; TensorRT's "
-            f"calibrator runs at the opt shape. Drop --calib-batch or set the profile's opt batch to {asked}."
+            f"calibration.batch_size={asked} differs from the opt batch {opt} of input '{name}' in profile 0; "
+            f"TensorRT's calibrator runs at the opt shape. Leave calibration.batch_size unset (it then is {opt}), "
+            f"or give profile 0 an opt batch of {asked}.", field="calibration.batch_size"
         )
     if not low <= asked <= high:
         raise CalibrationError(
-            f"--calib-batch {asked} is outside the batch range {low}..{high} of input '{name}' in profile 0."
+            f"calibration.batch_size={asked} is outside the batch range {low}..{high} of input '{name}' in "
+            "profile 0.", field="calibration.batch_size"
         )
     return int(asked)

@@ -114,7 +114,7 @@ class PrecisionReport:
             return []
         self.warnings.append(problem)
         if require:
-            raise BuildError(problem + "; --require-precision makes this an error.")
+            raise BuildError(problem + "; require_precision=True makes this an error.")
         logger.warning("PRECISION WARNING: %s", problem)
         return [problem]
 
@@ -123,11 +123,11 @@ class PrecisionReport:
             return None
         full = sum(self.share(p) for p in _FULL)
         if full > 0.5:
-            return (f"--{self.requested} was asked but {full * 100:.0f}% of the engine's FLOPs run in FP32/TF32 "
+            return (f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in FP32/TF32 "
                     f"({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the model "
                     f"forces FP32 (check the layer report with `trtkit inspect`)")
         if self.requested == "int8" and not self.layers_by_precision.get("INT8"):
-            return f"--int8 was asked but no layer runs in INT8 ({self.summary()})"
+            return f"precision='int8' was asked but no layer runs in INT8 ({self.summary()})"
         return None
 
 

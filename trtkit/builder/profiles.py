@@ -125,13 +125,13 @@ def parse_shapes(text: str) -> Profile:
     return Profile(shapes)
 
 
-def _example_flag(inputs: dict) -> str:
+def _example_profile(inputs: dict) -> str:
     pieces = []
     for name, dims in inputs.items():
         lo = "x".join(str(d if isinstance(d, int) and d > 0 else 1) for d in dims)
         hi = "x".join(str(d if isinstance(d, int) and d > 0 else 8) for d in dims)
         pieces.append(f"{name}:{lo},{hi},{hi}")
-    return "--shapes '" + " ".join(pieces) + "'"
+    return "profiles=[parse_shapes('" + " ".join(pieces) + "')]"
 
 
 def resolve_profiles(model_inputs: dict, profiles: list) -> list:
@@ -156,7 +156,7 @@ def resolve_profiles(model_inputs: dict, profiles: list) -> list:
             )
             raise ProfileError(
                 f"The model has dynamic dimensions ({dims}) and no optimization profile was given. "
-                f"Add for example {_example_flag(dynamic)}"
+                f"Add for example {_example_profile(dynamic)}"
             )
         return []
     return [_complete_profile(i, p, model_inputs, dynamic) for i, p in enumerate(profiles)]
@@ -176,7 +176,7 @@ def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic:
     missing = sorted(set(dynamic) - set(profile.shapes))
     if missing:
         raise ProfileError(
-            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. {_example_flag({m: dynamic[m] for m in missing})}"
+            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. {_example_profile({m: dynamic[m] for m in missing})}"
         )
     shapes = {}
     for name, dims in model_inputs.items():

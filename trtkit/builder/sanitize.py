@@ -361,5 +361,5 @@ def _check(model) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(
             f"Constant folding produced a model that fails ONNX's checker ({first}); this is a trtkit bug, please "
-            "report it, and build without --fold-constants meanwhile."
+            "report it, and build with fold_constants=False meanwhile."
         ) from exc

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from trtkit.cli import options
 from trtkit.cli.options import add_build_options, add_json_option, config_from_args
 
 HELP = "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUDA graphs."
@@ -54,6 +55,7 @@ def run(args, console) -> int:
     check_files(args, {}, {"model": args.model})
     engine = engine_for(args, console)
     result = benchmark(_engine_arg(engine, args), settings)
+    result.warnings = [options.cli_words(w) for w in result.warnings]  # the library's advice in flags
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
         write_json(args.json, {**to_json(result, engine=str(engine)), "environment": _environment()})

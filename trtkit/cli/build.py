@@ -89,7 +89,7 @@ def _precision_line(build: dict, report: dict | None) -> str:
     plan = build.get("precision_plan", {})
     text = build.get("precision", "fp32")
     if plan.get("notes"):
-        text += f" ({'; '.join(plan['notes'])})"
+        text += f" ({options.cli_words('; '.join(plan['notes']))})"
     if report and report.get("layers_by_precision"):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["layers_by_precision"].items()))
         text += f"; layers: {counts}"

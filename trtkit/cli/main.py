@@ -117,6 +117,16 @@ def _error_line(text: str) -> None:
     sys.stderr.write(text.rstrip() + "\n")
 
 
+class _InCliWords(logging.Filter):
+    """Log lines from the library, with its argument names written as the CLI's flags."""
+
+    def filter(self, record) -> bool:
+        from trtkit.cli.options import cli_words
+
+        record.msg, record.args = cli_words(record.getMessage()), ()
+        return True
+
+
 @contextlib.contextmanager
 def _cli_logging(verbose: bool):
     """Show trtkit's log on stderr for the duration of one command, then restore the logger as it was."""
@@ -127,6 +137,7 @@ def _cli_logging(verbose: bool):
     logger = logging.getLogger("trtkit")
     handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(_InCliWords())
     saved = (logger.level, logger.propagate)
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -204,15 +204,57 @@ FLAGS = {
     "calibration.force": "--calib-cache-force", "profile": "--use-profile", "profile_index": "--use-profile",
     "streams": "--streams", "iterations": "--iterations", "warmup_ms": "--warmup-ms", "duration_s": "--duration-s",
     "trials": "--trials", "value_range": "--value-range", "inputs": "--inputs", "cuda_graph": "--cuda-graph",
+    "metric_threshold": "--metric-threshold", "workspace": "--workspace", "verbose": "--verbose",
 }
 
 
-def flag_message(exc) -> str:
-    """The error's message in the CLI's words: its ``field`` (a library argument name) and any ``NAME=True`` advice
-    written as the flags that set them."""
-    import re
+# library switches (bool arguments) -> (flag when True, flag when False)
+SWITCHES = {
+    "timing_cache_reset": ("--timing-cache-reset", "no --timing-cache-reset"),
+    "allow_mismatch": ("--ignore-manifest", "no --ignore-manifest"),
+    "strongly_typed": ("--strongly-typed", "no --strongly-typed"),
+    "require_precision": ("--require-precision", "no --require-precision"),
+    "fold_constants": ("--fold-constants", "--no-fold-constants"),
+    "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
+    "tf32": ("no --no-tf32", "--no-tf32"), "isolate": ("no --no-isolate", "--no-isolate"),
+    "cuda_graph": ("--cuda-graph", "--no-cuda-graph"), "version_compatible": ("--version-compatible", ""),
+    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
+    "on_log": ("--verbose", "no --verbose"), "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
+    "data_transfers": ("no --no-data-transfers", "--no-data-transfers"), "e2e": ("no --no-e2e", "--no-e2e"),
+}
+# what a library message says -> what the CLI user types
+PHRASES = {"preflight(model)": "`trtkit inspect MODEL --check`"}
+_ASSIGNED = re.compile(r"(?<![\w.-])([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)?)=('([^']*)'|[\w+-]+(?:\.\d+)?)")
 
-    text = re.sub(r"(?<![\w.-])([a-z_.]+)=True\b", lambda m: FLAGS.get(m.group(1), m.group(0)), str(exc))
+
+def cli_words(text: str) -> str:
+    """A library message in the CLI's words: each ``name=value`` naming a library argument becomes the flag that
+    sets it (``precision='fp16'`` -> ``--fp16``, ``int8_mode='qdq'`` -> ``--int8-mode qdq``, ``strongly_typed=True``
+    -> ``--strongly-typed``), and API phrases become commands."""
+
+    def flag(m):
+        name, value = m.group(1), m.group(3) if m.group(3) is not None else m.group(2)
+        if name == "precision":
+            return f"--{value}"
+        if name in SWITCHES:
+            return SWITCHES[name][0 if value != "False" else 1]
+        if name in FLAGS and FLAGS[name].startswith("-"):
+            return f"{FLAGS[name]} {value}"
+        return m.group(0)
+
+    text = re.sub(r"profiles=\[parse_shapes\(('[^']*')\)\]", r"--shapes \1", text)
+    text = re.sub(r"shapes=\{'([^']+)': \(([\d, ]+)\)\}",
+                  lambda m: f"--shapes {m.group(1)}:{'x'.join(d.strip() for d in m.group(2).split(','))}", text)
+    text = _ASSIGNED.sub(flag, text)
+    for api, cli in PHRASES.items():
+        text = text.replace(api, cli)
+    return text
+
+
+def flag_message(exc) -> str:
+    """The error's message in the CLI's words (:func:`cli_words`), its ``field`` (a library argument) named by the
+    flag that sets it."""
+    text = cli_words(str(exc))
     field = getattr(exc, "field", None)
     flag = FLAGS.get(field) if field else None
     if not flag:
@@ -220,6 +262,8 @@ def flag_message(exc) -> str:
     pattern = re.compile(rf"(?<![\w.-]){re.escape(field)}(?![\w])")
     if pattern.search(text):
         return pattern.sub(flag, text)
+    if flag in text:
+        return text
     return f"{flag}: {text}"
 
 

@@ -216,7 +216,7 @@ def render_report(console, report) -> None:
         console.print(f"Polygraphy's verdict (CompareFunc.simple, atol {tol.atol or 0}, rtol {tol.rtol or 0}): "
                       f"{', '.join(polygraphy)}", highlight=False)
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False)
+        console.print(f"[dim]note: {options.cli_words(note)}[/dim]", markup=True, highlight=False)
     style = "bold green" if report.passed else "bold red"
     console.print(f"[{style}]{report.verdict()}[/{style}]", markup=True, highlight=False)
 

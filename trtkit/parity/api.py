@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from trtkit._atomic import check_outputs, write_bytes_atomic
-from trtkit.errors import InputError, TrtkitError
+from trtkit.errors import InputError, UsageError
 from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
 from trtkit.parity.engine import describe_engine, open_engine
@@ -104,7 +104,7 @@ def compare_engine_to_onnx(
         feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed, value_range)
         if tol.precision == "int8" and source == "random":
             notes.append("int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
-                         "ranges: for a fair verdict pass real inputs (--inputs, e.g. the calibration folder)")
+                         "ranges: for a fair verdict pass real inputs (inputs='DIR', e.g. the calibration folder)")
         report = ParityReport(
             model=describe_model(onnx_model), engine=describe_engine(engine), tolerance=tol,
             trials=len(feeds), seed=seed if source == "random" else None, input_source=source,
@@ -126,8 +126,9 @@ def _check_output_names(model, metric_threshold) -> None:
     names = [o.name for o in model.graph.output]
     unknown = sorted(set(metric_threshold) - set(names) - {""})
     if unknown:
-        raise TrtkitError(f"--metric-threshold names output(s) {unknown} the model does not have "
-                          f"(outputs: {', '.join(names)}).")
+        raise UsageError(f"metric_threshold names output(s) {unknown} the model does not have "
+                         f"(outputs: {', '.join(names)}).", field="metric_threshold",
+                         accepted=f"output names among {', '.join(names)}")
 
 
 def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]) -> str:
@@ -138,7 +139,7 @@ def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]
         return from_engine
     notes.append(
         f"the engine has no manifest saying its precision: judged as {ASSUMED_PRECISION} "
-        f"(pass --precision fp16/int8/... if it was built so)"
+        f"(give precision='fp16', 'int8', ... if it was built so)"
     )
     return ASSUMED_PRECISION
 

@@ -103,7 +103,8 @@ def resolve_shapes(specs: Iterable[InputSpec], shapes: Mapping | None = None, pr
     if unknown:
         known = ", ".join(f"'{s.name}'" for s in specs)
         raise ProfileError(
-            f"--shapes names input(s) {', '.join(map(repr, unknown))} the model does not have (inputs: {known}).")
+            f"shapes names input(s) {', '.join(map(repr, unknown))} the model does not have (inputs: {known}).",
+            field="shapes")
     resolved = {}
     for spec in specs:
         if spec.name in shapes:
@@ -124,7 +125,8 @@ def _no_shape_message(spec: InputSpec) -> str:
     axes = ", ".join(str(a) for a in spec.dynamic_axes)
     return (
         f"Input {spec.describe()} has dynamic axes ({axes}) and no shape was given; pass e.g. "
-        f"--shapes {spec.name}:{example}, or compare against an engine whose profile gives its opt shape."
+        f"shapes={{'{spec.name}': ({example.replace('x', ', ')})}}, or compare against an engine whose profile gives "
+        "its opt shape."
     )
 
 
@@ -271,7 +273,7 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
         raise InputError(str(exc)) from exc
     if not feeds:
         raise InputError(f"Image folder '{folder}' has fewer images than one batch of {batch} (input '{name}' "
-                         f"shape {tuple(shape)}); add images or pass a smaller batch with --shapes.")
+                         f"shape {tuple(shape)}); add images or give a smaller batch in shapes.", field="shapes")
     return feeds
 
 

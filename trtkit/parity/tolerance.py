@@ -54,7 +54,7 @@ class Tolerance:
         ratio = dict(self.per_output).get(name)
         if ratio is None:
             return self
-        return replace(self, max_error_ratio=ratio, source="by --metric-threshold for this output",
+        return replace(self, max_error_ratio=ratio, source="by metric_threshold for this output",
                        per_output=())
 
     @property
@@ -107,7 +107,7 @@ def tolerance_for(
         max_error_ratio = per_output.pop("", None)
         tol = replace(tol, per_output=tuple(sorted(per_output.items())))
     if max_error_ratio is not None:
-        tol = replace(tol, max_error_ratio=max_error_ratio, source="by --metric-threshold")
+        tol = replace(tol, max_error_ratio=max_error_ratio, source="by metric_threshold")
     tol = replace(tol, atol=atol, rtol=rtol)
     if min_cosine is not None:
         tol = replace(tol, min_cosine=min_cosine)

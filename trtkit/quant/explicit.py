@@ -182,7 +182,7 @@ def _histogram_kernels(cuda, where: str):
     if kernels is None:
         if where == "gpu":
             raise CalibrationError(f"The GPU calibration histograms are not available ({reason}); use "
-                                   f"--calib-histograms cpu (or auto)")
+                                   "calibration.histograms='cpu' (or 'auto')", field="calibration.histograms")
         logger.info("Calibration histograms are computed on the CPU: the GPU kernels did not load (%s).", reason)
     return kernels
 

@@ -168,8 +168,8 @@ def _check_excluded(g: _Graph, names) -> None:
     hints = [f"'{name}'" + (f" (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, compute, 1))
                             else "") for name in unknown]
     shown = ", ".join(compute[:12]) + (f", ... ({len(compute)} in all)" if len(compute) > 12 else "")
-    raise ModelError(f"--qdq-exclude names node(s) the model does not have: {', '.join(hints)}. Its Conv/Gemm/MatMul "
-                     f"nodes are: {shown}")
+    raise ModelError(f"qdq_exclude names node(s) the model does not have: {', '.join(hints)}. Its Conv/Gemm/MatMul "
+                     f"nodes are: {shown}", field="qdq_exclude", accepted="names of the model's Conv/Gemm/MatMul nodes")
 
 
 def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None:
