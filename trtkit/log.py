@@ -18,6 +18,7 @@ _SEVERITY_LEVELS = {
     "INFO": logging.INFO,
     "VERBOSE": logging.DEBUG,
 }
+SEVERITIES = tuple(_SEVERITY_LEVELS)
 
 
 def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, str], None] | None = None):

@@ -10,7 +10,7 @@ import pytest
 from tests import models
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
 from trtkit.builder.manifest import manifest_path
-from trtkit.errors import EngineError, UnsupportedError
+from trtkit.errors import TrtkitError, EngineError, UnsupportedError
 from trtkit.runtime.engine import io_specs, load_engine, numpy_dtype
 
 
@@ -98,7 +98,8 @@ def test_runner_checks_the_manifest_of_an_engine_file(tmp_path, fake_trt):
 
 
 def test_load_engine_rejects_other_types(fake_trt):
-    with pytest.raises(EngineError, match="expects an engine path or bytes, got int"):
+    with pytest.raises(TrtkitError, match=r"path_or_bytes must be an engine file path or the engine's bytes, not 42 "
+                                          r"\(int\)"):
         load_engine(42, trt=fake_trt)
 
 

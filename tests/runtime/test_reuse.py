@@ -12,7 +12,7 @@ import pytest
 
 from tests import models
 from tests.runtime.fakes import fake_engine_bytes
-from trtkit.errors import InputError
+from trtkit.errors import InputError, UsageError
 from trtkit.runtime import TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.reuse import MIN_BYTES, ReusedInputs
@@ -183,9 +183,9 @@ def test_switched_off_nothing_is_registered(engine, rt):
 
 
 def test_pin_reused_inputs_must_be_a_bool(engine, rt):
-    with pytest.raises(InputError, match="pin_reused_inputs must be True or False, not 'yes'"):
+    with pytest.raises(UsageError, match="pin_reused_inputs must be True or False, not 'yes'"):
         make(engine, rt, pin_reused_inputs="yes")
-    with make(engine, rt) as r, pytest.raises(InputError, match="pin_reused_inputs must be True or False, not 1"):
+    with make(engine, rt) as r, pytest.raises(UsageError, match="pin_reused_inputs must be True or False, not 1"):
         r.pin_reused_inputs = 1
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests import models
 from tests.runtime.fakes import fake_engine_bytes
-from trtkit.errors import CudaError, EngineError, InputError
+from trtkit.errors import CudaError, EngineError, InputError, UsageError
 from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart
@@ -577,7 +577,7 @@ def test_auto_inputs_go_through_pinned_memory_below_the_direct_size_only(env, mo
 
 
 def test_pinned_inputs_takes_true_false_or_auto(env):
-    with pytest.raises(InputError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
+    with pytest.raises(UsageError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
         runner(env, pinned_inputs="yes")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +38,8 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
             output (engine, manifest, timing cache, calibration cache, Q/DQ model) is a folder or the same file as
             the model, the calibration data or another output; WriteError when its folder is missing or read-only.
     """
+    check_arguments(model, config, output=output, isolate=isolate, on_log=on_log, on_phase=on_phase,
+                    log_severity=log_severity)
     config = config or BuildConfig()
     check_outputs(output_files(config, output), input_files(model, config))
     if isolate and trt is None:
@@ -50,6 +53,34 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     if output is not None:
         save(result, output, config)
     return result
+
+
+def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on_phase=None,
+                    log_severity="INFO") -> None:
+    """Type checks of :func:`build`'s arguments, before anything is read or run.
+
+    Raises:
+        UsageError: an argument of the wrong type or value (``field`` names it).
+    """
+    from trtkit import _check
+    from trtkit.builder.onnx_model import LoadedModel
+    from trtkit.log import SEVERITIES
+
+    if not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel)) and \
+            type(model).__name__ != "ModelProto":
+        _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
+    if isinstance(model, str) and not model:
+        _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
+    if config is not None and not isinstance(config, BuildConfig):
+        accepted = "a BuildConfig or None"
+        if isinstance(config, str):
+            accepted += f" (e.g. BuildConfig(precision={config!r}))"
+        _check.fail("config", config, accepted)
+    _check.path("output", output, optional=True)
+    _check.boolean("isolate", isolate)
+    _check.callable_("on_log", on_log)
+    _check.callable_("on_phase", on_phase)
+    _check.choice("log_severity", log_severity, SEVERITIES)
 
 
 def output_files(config: BuildConfig, output=None) -> dict:

@@ -47,7 +47,8 @@ class CalibrationSettings:
     histograms: str = "auto"
 
     def __post_init__(self):
-        if isinstance(self.source, (bytes, int, float, bool)):
+        if isinstance(self.source, (bytes, bytearray, dict)) or not (
+                self.source is None or isinstance(self.source, (str, Path)) or hasattr(self.source, "__iter__")):
             _check.fail("calibration.source", self.source, "a folder path, a calibration source or an iterable of "
                                                             "feed dicts")
         if isinstance(self.source, str) and not self.source:

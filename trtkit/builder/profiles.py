@@ -30,6 +30,14 @@ class InputShape:
     opt: Shape
     max: Shape
 
+    def __post_init__(self):
+        for name in ("min", "opt", "max"):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                               for d in value):
+                _check.fail(name, value, "a shape: a tuple of ints, e.g. (1, 3, 224, 224)")
+            object.__setattr__(self, name, tuple(value))
+
     def contains(self, shape: Shape) -> bool:
         return len(shape) == len(self.min) and all(lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max))
 
@@ -42,6 +50,14 @@ class Profile:
     """One optimization profile: input name → :class:`InputShape`."""
 
     shapes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        accepted = "a dict of input name to InputShape (see parse_shapes)"
+        if not isinstance(self.shapes, dict):
+            _check.fail("shapes", self.shapes, accepted)
+        for name, shape in self.shapes.items():
+            if not isinstance(name, str) or not isinstance(shape, InputShape):
+                _check.fail("shapes", self.shapes, accepted)
 
     def to_json(self) -> dict:
         return {name: s.to_json() for name, s in self.shapes.items()}
@@ -112,7 +128,7 @@ def parse_shapes(text: str) -> Profile:
     Raises:
         ShapeSpecError: ``text`` is not a str, or is malformed (``field`` is ``shapes``).
     """
-    _check.instance("shapes", text, str, "profile text such as 'images:1x3x224x224,8x3x224x224,32x3x224x224'")
+    _check.instance("text", text, str, "profile text such as 'images:1x3x224x224,8x3x224x224,32x3x224x224'")
     specs = [s for s in re.split(r"[;\s]+", text.strip()) if s]
     if not specs:
         raise ShapeSpecError("shapes is empty; expected e.g. images:1x3x640x640,8x3x640x640,32x3x640x640")

@@ -188,12 +188,17 @@ def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: b
         The ``trt.ICudaEngine``.
 
     Raises:
+        UsageError: an argument of the wrong type.
         EngineError: the file is missing/empty/corrupt, or the manifest does not match this machine.
     """
+    from trtkit import _check
+
+    _check.boolean("check_manifest", check_manifest)
+    _check.boolean("allow_mismatch", allow_mismatch)
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return deserialize(bytes(path_or_bytes), trt=trt)
-    if not isinstance(path_or_bytes, (str, os.PathLike)):
-        raise EngineError(f"load_engine expects an engine path or bytes, got {type(path_or_bytes).__name__}")
+    if not isinstance(path_or_bytes, (str, os.PathLike)) or not str(path_or_bytes):
+        _check.fail("path_or_bytes", path_or_bytes, "an engine file path or the engine's bytes")
     data = read_engine_bytes(path_or_bytes)
     if check_manifest:
         check_engine_manifest(path_or_bytes, allow_mismatch=allow_mismatch, trt=trt)

@@ -80,12 +80,6 @@ class _Bucket:
         self.pinned_sources = tuple((0, buf.ptr) for buf in runner._host_in)
 
 
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{name} must be True or False, not {value!r}")
-    return value
-
-
 def _placeholder(shape, dtype) -> np.ndarray:
     """A stand-in array of ``shape`` and ``dtype`` using no memory, so ``host_inputs`` validates like ``infer``."""
     return np.broadcast_to(np.zeros((), dtype), tuple(int(d) for d in shape))
@@ -146,18 +140,23 @@ class TrtRunner:
                  copy_outputs: bool = True, pinned_inputs: bool | str = "auto", pin_reused_inputs: bool = True,
                  stream: int | None = None, check_manifest: bool = True, allow_mismatch: bool = False, trt=None,
                  cuda=None):
+        from trtkit import _check
+
+        if not isinstance(engine, (str, os.PathLike, bytes, bytearray, memoryview)) and \
+                not hasattr(engine, "create_execution_context"):
+            _check.fail("engine", engine, "an engine file path, the engine's bytes or a trt.ICudaEngine")
         self._source = engine
-        self.profile = int(profile)
-        self.cuda_graph = bool(cuda_graph)
-        self.device_outputs = bool(device_outputs)
-        self.copy_outputs = bool(copy_outputs)
-        if pinned_inputs not in (True, False, "auto"):
-            raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
+        self.profile = _check.integer("profile", profile, low=0)
+        self.cuda_graph = _check.boolean("cuda_graph", cuda_graph)
+        self.device_outputs = _check.boolean("device_outputs", device_outputs)
+        self.copy_outputs = _check.boolean("copy_outputs", copy_outputs)
+        if pinned_inputs not in (True, False, "auto") or not isinstance(pinned_inputs, (bool, str)):
+            _check.fail("pinned_inputs", pinned_inputs, "True, False or 'auto'")
         self.pinned_inputs = pinned_inputs
-        self._pin_reused = _check_bool("pin_reused_inputs", pin_reused_inputs)
-        self._given_stream = stream
-        self._check_manifest = check_manifest
-        self._allow_mismatch = allow_mismatch
+        self._pin_reused = _check.boolean("pin_reused_inputs", pin_reused_inputs)
+        self._given_stream = _check.integer("stream", stream, low=0, optional=True)
+        self._check_manifest = _check.boolean("check_manifest", check_manifest)
+        self._allow_mismatch = _check.boolean("allow_mismatch", allow_mismatch)
         self._trt = trt
         self.cuda = cuda
         self.active = False
@@ -395,7 +394,9 @@ class TrtRunner:
 
     @pin_reused_inputs.setter
     def pin_reused_inputs(self, value: bool) -> None:
-        value = _check_bool("pin_reused_inputs", value)
+        from trtkit import _check
+
+        value = _check.boolean("pin_reused_inputs", value)
         with self._lock:
             self._pin_reused = value
             if not self.active:
