@@ -112,8 +112,9 @@ def test_without_tensorrt_only_static_knowledge_is_shown(monkeypatch):
     report = preflight(_model(odd_op="Unique"), isolate=False)
     assert not report.queried and report.ok
     assert {r.status for r in report.rows} == {"unknown"}
-    assert "only static knowledge" in report.notes[0]
-    assert "TensorRT was not asked" in _render(report)
+    assert "only onnx-tensorrt's operator lists are shown" in report.notes[0]
+    assert report.not_asked == "TensorRT's Python package is not installed"
+    assert "the check did not happen" in _render(report)
 
 
 def test_opset_newer_than_documented_is_noted():
@@ -124,8 +125,9 @@ def test_opset_newer_than_documented_is_noted():
 
 
 def test_static_notes_are_specific():
-    assert "10.x" in static_note("LayerNormalization")
-    assert "no native TensorRT support" in static_note("Unique")
+    assert static_note("Gelu") == "supported in TensorRT 10.1 (onnx-tensorrt's operator lists for 8.6, 10.1)"
+    assert "no native TensorRT support: marked unsupported" in static_note("Unique")
+    assert "no native TensorRT support: not listed" in static_note("NotARealOp")
     assert static_note("Conv") == ""
 
 

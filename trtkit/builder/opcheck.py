@@ -7,29 +7,29 @@ it cannot import, and adds what is known about later TensorRT versions from a sm
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from trtkit.errors import DependencyError, IsolationError
 
-# Static knowledge, from onnx-tensorrt's docs/operators.md support tables (release 8.5-GA, whose opset range, up to
-# 17, TensorRT 8.6 shares; and TensorRT 10.15). The installed parser's own answer always decides; this only says
-# where support exists. Kept small on purpose: only entries those two tables state.
-_ADDED_AFTER_8 = {  # "N" in the 8.5 table (or newer than opset 17), "Y" in the 10.15 table
-    op: "10.x" for op in (
-        "BlackmanWindow", "HammingWindow", "HannWindow", "Hardmax", "IsInf", "LayerNormalization", "STFT",
-        "GroupNormalization", "Mish", "DeformConv", "Gelu", "Attention", "RMSNormalization", "RotaryEmbedding",
-    )
-}
-_UNSUPPORTED_AS_OF_10_15 = frozenset({  # "N" in the 10.15 table
-    "AffineGrid", "Bernoulli", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad",
-    "Col2Im", "Compress", "ConcatFromSequence", "ConvInteger", "DFT", "Det", "DynamicQuantizeLinear", "ImageDecoder",
-    "MatMulInteger", "MaxRoiPool", "MaxUnpool", "MelWeightMatrix", "Multinomial", "NegativeLogLikelihoodLoss",
-    "Optional", "OptionalGetElement", "OptionalHasElement", "QLinearConv", "QLinearMatMul", "RegexFullMatch",
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SoftmaxCrossEntropyLoss", "SplitToSequence", "StringConcat", "StringNormalizer", "StringSplit",
-    "TfIdfVectorizer", "Unique",
-})
+# Static knowledge: the ops each TensorRT release's parser lists in onnx-tensorrt's docs/operators.md, as data
+# (data/onnx_ops.json, made by scripts/onnx_op_table.py). The installed parser's own answer always decides; the table
+# says what is known without TensorRT, and where support exists in other versions.
+_OP_TABLE = Path(__file__).resolve().parent / "data" / "onnx_ops.json"
+
+
+@functools.lru_cache(maxsize=1)
+def op_table() -> dict:
+    """``{version label: {"supported": set, "unsupported": set, "max_opset": int, ...}}``, oldest first."""
+    versions = json.loads(_OP_TABLE.read_text())["versions"]
+    ordered = sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+    return {v: {**versions[v], "supported": frozenset(versions[v]["supported"]),
+                "unsupported": frozenset(versions[v]["unsupported"])} for v in ordered}
+
+
 # highest ai.onnx opset each parser documents (onnx-tensorrt docs/operators.md)
 _MAX_DOCUMENTED_OPSET = ((8,), 17), ((10, 0), 20), ((10, 15), 24)
 
@@ -74,6 +74,9 @@ class CheckReport:
         crash: the :class:`~trtkit.errors.IsolationError` message if the parser crashed during the check.
         queried: whether TensorRT's parser answered (``False``: TensorRT missing; static knowledge only).
         notes: anything else worth saying (opset newer than the parser documents, ...).
+        listed: ``{op_type: {TensorRT version: True/False/None}}``: what onnx-tensorrt's operator list of each
+            version trtkit knows says (``None``: the list does not name the op).
+        not_asked: why TensorRT's parser was not asked (``None`` when it was, or crashed).
     """
 
     model: str
@@ -86,6 +89,8 @@ class CheckReport:
     crash: str | None = None
     queried: bool = False
     notes: list = field(default_factory=list)
+    listed: dict = field(default_factory=dict)
+    not_asked: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -169,7 +174,9 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
         return report
     except Exception as exc:  # noqa: BLE001 - the check advises; it must not block a build by failing itself
         kind = "" if isinstance(exc, DependencyError) else f"{type(exc).__name__}: "
-        report.notes.append(f"TensorRT could not be asked ({kind}{exc}); only static knowledge is shown")
+        report.not_asked = f"{kind}{exc}"
+        report.notes.append(f"TensorRT could not be asked ({kind}{exc}); only onnx-tensorrt's operator lists are "
+                            "shown")
         return report
     _apply_answer(report, loaded.proto, answer)
     return report
@@ -289,18 +296,32 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows)
+    listed = {row.op_type: {v: table_status(row.op_type, v) for v in op_table()}
+              for row in rows if row.domain == "ai.onnx"}
+    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, listed=listed)
 
 
 def static_note(op_type: str, domain: str = "") -> str:
-    """What the static table knows about an op across TensorRT versions ("" when nothing)."""
+    """What onnx-tensorrt's operator lists say about an op across TensorRT versions ("" when every list has it)."""
     if (domain or "") not in ("", "ai.onnx"):
         return f"custom domain '{domain}': needs a TensorRT plugin registered under this op name"
-    if op_type in _UNSUPPORTED_AS_OF_10_15:
-        return "no native TensorRT support (as of 10.15, per onnx-tensorrt's support table)"
-    if op_type in _ADDED_AFTER_8:
-        return f"supported in TensorRT {_ADDED_AFTER_8[op_type]} (not in the 8.5/8.6-era support table)"
-    return ""
+    table = op_table()
+    has = [v for v, t in table.items() if op_type in t["supported"]]
+    if len(has) == len(table):
+        return ""
+    listed = ", ".join(table)
+    if not has:
+        said = "marked unsupported" if any(op_type in t["unsupported"] for t in table.values()) else "not listed"
+        return f"no native TensorRT support: {said} in onnx-tensorrt's operator lists for TensorRT {listed}"
+    return f"supported in TensorRT {', '.join(has)} (onnx-tensorrt's operator lists for {listed})"
+
+
+def table_status(op_type: str, version: str) -> bool | None:
+    """Whether onnx-tensorrt's list for ``version`` marks ``op_type`` supported (``None``: not listed)."""
+    entry = op_table().get(version)
+    if entry is None:
+        return None
+    return True if op_type in entry["supported"] else False if op_type in entry["unsupported"] else None
 
 
 def max_documented_opset(version: tuple) -> int | None:

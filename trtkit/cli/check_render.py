@@ -32,13 +32,23 @@ def _op_table(report):
 
     trt = f"TensorRT {report.trt_version}" if report.queried else "TensorRT not asked"
     table = Table(title=f"{report.model}: ops vs. {trt}", title_justify="left")
-    for name, justify in (("op", "left"), ("domain", "left"), ("opset", "right"), ("count", "right"),
-                          ("status", "left"), ("nodes", "left"), ("note", "left")):
+    versions = sorted({v for known in report.listed.values() for v in known}, key=_version_key)
+    columns = [("op", "left"), ("domain", "left"), ("opset", "right"), ("count", "right"), ("status", "left")]
+    columns += [(f"listed {v}", "left") for v in versions] if not report.queried else []
+    for name, justify in columns + [("nodes", "left"), ("note", "left")]:
         table.add_column(name, justify=justify, overflow="fold")
     for row in report.rows:
+        listed = [_LISTED[report.listed.get(row.op_type, {}).get(v)] for v in versions] if not report.queried else []
         table.add_row(row.op_type, row.domain, str(row.opset) if row.opset is not None else "-", str(row.count),
-                      _STATUS_STYLE.get(row.status, row.status), _names(row.nodes), row.note)
+                      _STATUS_STYLE.get(row.status, row.status), *listed, _names(row.nodes), row.note)
     return table
+
+
+_LISTED = {True: "yes", False: "[red]no[/red]", None: "[yellow]not listed[/yellow]"}
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
 def _detail_lines(report) -> list:
@@ -65,7 +75,8 @@ def _verdict(report) -> str:
     if report.ok and report.queried:
         return "[green]every op is supported by this TensorRT's parser[/green]"
     if report.ok:
-        return "[yellow]TensorRT was not asked; nothing known to be unsupported[/yellow]"
+        return ("[yellow]the check did not happen: TensorRT could not be asked; the 'listed' columns are "
+                "onnx-tensorrt's published operator lists, not this machine's parser[/yellow]")
     return ("[red]this TensorRT cannot parse the model as is[/red]: try --fold-constants, re-exporting at a lower "
             "opset, or a newer TensorRT")
 

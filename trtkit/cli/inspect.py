@@ -58,6 +58,11 @@ def _inspect_onnx(args, console, path: Path) -> int:
         code = 0 if report.ok else 1
     if args.json:
         render.write_json(args.json, info)
+    if args.check and not report.queried and report.crash is None:
+        from trtkit.errors import DependencyError
+
+        raise DependencyError(f"the op check did not happen: TensorRT could not be asked ({report.not_asked}); the "
+                              "table shows onnx-tensorrt's published operator lists instead")
     return code
 
 
