@@ -77,6 +77,13 @@ class CalibrationTable:
         return "\n".join(lines) + "\n"
 
 
+def _shown(text: str, limit: int = 60) -> str:
+    """A line quoted for a message; binary data is described, not echoed (it could hold terminal controls)."""
+    if all(c.isprintable() for c in text) and "\ufffd" not in text:
+        return f"'{text[:limit]}'"
+    return f"binary data ({text[:8].encode('utf-8', 'replace').hex(' ')} ...)"
+
+
 def parse_cache(data: bytes | str, source: str = "calibration cache") -> CalibrationTable:
     """Parse TensorRT's calibration cache text.
 
@@ -86,15 +93,17 @@ def parse_cache(data: bytes | str, source: str = "calibration cache") -> Calibra
     """
     text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray)) else data
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines or not lines[0].startswith("TRT-"):
-        first = lines[0][:60] if lines else "an empty file"
-        raise CalibrationError(f"{source} is not a TensorRT calibration cache: it starts with '{first}', not 'TRT-'.")
+    if not lines:
+        raise CalibrationError(f"{source} is empty: it is not a TensorRT calibration cache.")
+    if not lines[0].startswith("TRT-"):
+        raise CalibrationError(f"{source} is not a TensorRT calibration cache: it starts with {_shown(lines[0])}, "
+                               "not 'TRT-'.")
     table = CalibrationTable(header=lines[0])
     for number, line in enumerate(lines[1:], start=2):
         name, sep, value = line.rpartition(":")
         value = value.strip()
         if not sep or not 1 <= len(value) <= 8 or not _is_hex(value):
-            raise CalibrationError(f"{source}, line {number}: '{line[:80]}' is not '<tensor name>: <scale as up to 8 "
+            raise CalibrationError(f"{source}, line {number}: {_shown(line)} is not '<tensor name>: <scale as up to 8 "
                                    f"hex digits>'.")
         table.scales[name.strip()] = hex_to_scale(value)
     return table

@@ -52,7 +52,8 @@ def test_amax_round_trip_through_hex():
 @pytest.mark.parametrize(
     "text, message",
     [
-        (b"", "starts with 'an empty file', not 'TRT-'"),
+        (b"", "is empty: it is not a TensorRT calibration cache"),
+        (b"\x00\x01\x1b[31m\xff", "starts with binary data (00 01 1b 5b 33 31 6d ef bf bd ...), not 'TRT-'"),
         (b"hello\nx: 3c010204\n", "starts with 'hello'"),
         (b"TRT-8601-EntropyCalibration2\nx: 3c01zz\n", "line 2: 'x: 3c01zz' is not '<tensor name>: <scale as up to 8 hex"),
         (b"TRT-8601-EntropyCalibration2\nx: 3c010a141\n", "line 2: 'x: 3c010a141' is not"),

@@ -173,7 +173,7 @@ def test_load_model_errors(tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         load_model(tmp_path / "missing.onnx")
     (tmp_path / "junk.onnx").write_bytes(b"\x00\x01garbage")
-    with pytest.raises(ModelError, match="Cannot read ONNX model"):
+    with pytest.raises(ModelError, match="is not a valid ONNX model"):
         load_model(tmp_path / "junk.onnx")
     path = tmp_path / "m.onnx"
     path.write_bytes(models.two_inputs().SerializeToString())

@@ -11,6 +11,7 @@ from trtkit._atomic import check_outputs, write_files_atomic
 from trtkit.builder.builder import BuildResult, build_serialized
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.manifest import manifest_path
+from trtkit.errors import UsageError
 
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
@@ -42,6 +43,7 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
                     log_severity=log_severity)
     config = config or BuildConfig()
     check_outputs(output_files(config, output), input_files(model, config))
+    check_inputs(model, config)
     if isolate and trt is None:
         from trtkit.builder.isolate import build_isolated
 
@@ -81,6 +83,31 @@ def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on
     _check.callable_("on_log", on_log)
     _check.callable_("on_phase", on_phase)
     _check.choice("log_severity", log_severity, SEVERITIES)
+
+
+def check_inputs(model, config: BuildConfig):
+    """What can be checked without TensorRT, checked before it is needed, so every mistake of this kind is named
+    at once rather than after "TensorRT is not installed": the model reads as ONNX, the profiles fit its inputs,
+    the calibration folder and cache are not missing or of the wrong kind. Returns the loaded model.
+
+    Raises:
+        ModelError, ProfileError, CalibrationError, UsageError: what is wrong, named.
+    """
+    from trtkit.builder.onnx_model import load_model, model_inputs
+    from trtkit.builder.profiles import resolve_profiles
+    from trtkit.errors import CalibrationError
+
+    loaded = load_model(model, check=False)
+    resolve_profiles(model_inputs(loaded.proto), config.profiles)
+    calibration = config.calibration
+    if calibration is not None and isinstance(calibration.source, (str, Path)):
+        if not Path(calibration.source).is_dir():
+            raise CalibrationError(f"calibration.source '{calibration.source}' is not a folder; give a folder of "
+                                   "images or .npy/.npz files", field="calibration.source")
+    if calibration is not None and calibration.cache_path and Path(calibration.cache_path).is_dir():
+        raise UsageError(f"calibration.cache_path '{calibration.cache_path}' is a folder; give a file path",
+                         field="calibration.cache_path")
+    return loaded
 
 
 def output_files(config: BuildConfig, output=None) -> dict:

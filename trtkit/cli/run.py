@@ -82,7 +82,12 @@ def load_inputs(specs: list) -> dict:
         try:
             data = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise InputError(f"Cannot read input file '{path}': {exc}") from exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if "allow_pickle" in why or "pickled" in why:  # numpy's advice would run code from the file
+                why = "it is not a .npy or .npz file of numeric arrays"
+            elif Path(path).is_dir():
+                why = "it is a folder; give a .npy or .npz file"
+            raise InputError(f"Cannot read input file '{path}': {why}") from exc
         if isinstance(data, np.ndarray):
             if name is None:
                 raise InputError(f"'{spec}': give the input name for an .npy file, e.g. images={path}")

@@ -27,17 +27,10 @@ def load_model(model):
 
     if isinstance(model, onnx.ModelProto):
         return model
-    try:
-        if isinstance(model, (bytes, bytearray, memoryview)):
-            return onnx.load_from_string(bytes(model))
-        path = Path(os.fspath(model))
-        if not path.is_file():
-            raise ModelError(f"ONNX model '{path}' does not exist.")
-        return onnx.load(str(path))
-    except ModelError:
-        raise
-    except Exception as exc:  # protobuf's DecodeError and friends
-        raise ModelError(f"Cannot read ONNX model '{describe_model(model)}': {exc}") from exc
+    from trtkit.builder.onnx_model import load_model as load_checked
+
+    # the builder's loader: empty files, empty graphs and non-ONNX files are named as such
+    return load_checked(model if not isinstance(model, os.PathLike) else Path(os.fspath(model)), check=False).proto
 
 
 def describe_model(model) -> str:

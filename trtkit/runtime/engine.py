@@ -123,15 +123,39 @@ def read_engine_bytes(path) -> bytes:
         EngineError: the file is missing, unreadable or empty.
     """
     path = Path(path)
+    check_engine_file(path)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build`") from None
     except OSError as exc:
-        raise EngineError(f"Engine file '{path}' cannot be read: {exc}") from exc
+        raise EngineError(f"Engine file '{path}' cannot be read: {exc.strerror or exc}") from exc
     if not data:
         raise EngineError(f"Engine file '{path}' is empty; rebuild it with `trtkit build`")
     return data
+
+
+_ONNX_SUFFIXES = (".onnx",)
+
+
+def check_engine_file(path) -> None:
+    """Refuse, without TensorRT, a path that cannot hold an engine: missing, a folder, empty, or an ONNX model.
+
+    Raises:
+        EngineError: which of those it is, and what to give instead.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise EngineError(f"Engine file '{path}' is a folder; give the engine file built by `trtkit build`")
+    if not path.exists():
+        raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build`")
+    if path.suffix.lower() in _ONNX_SUFFIXES:
+        raise EngineError(f"'{path}' is an ONNX model, not an engine; build an engine from it with `trtkit build "
+                          f"{path}`")
+    try:
+        empty = path.stat().st_size == 0
+    except OSError as exc:
+        raise EngineError(f"Engine file '{path}' cannot be read: {exc.strerror or exc}") from exc
+    if empty:
+        raise EngineError(f"Engine file '{path}' is empty; rebuild it with `trtkit build`")
 
 
 def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> list:

@@ -37,7 +37,7 @@ import numpy as np
 from trtkit import _version_compat as compat
 from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
-from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
+from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine
 from trtkit.runtime.graphs import GraphCache
 from trtkit.runtime.inputs import validate_feed
 from trtkit.runtime.reuse import ReusedInputs
@@ -235,8 +235,8 @@ class TrtRunner:
     def _allocate(self) -> None:
         from trtkit.runtime.cuda import default_cuda
 
-        if isinstance(self._source, (str, os.PathLike)) and not Path(self._source).is_file():
-            read_engine_bytes(self._source)  # names the missing file before TensorRT is even needed
+        if isinstance(self._source, (str, os.PathLike)):
+            check_engine_file(self._source)  # names a missing, empty or wrong file before TensorRT is even needed
         if self._trt is None:
             from trtkit._lazy import tensorrt
 
