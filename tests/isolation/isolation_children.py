@@ -93,9 +93,10 @@ def exit_quietly():
 
 
 def sleep_forever(marker_path=None):
-    if marker_path:
-        with open(marker_path, "w") as f:
+    if marker_path:  # written whole, then renamed: a reader never sees an empty or partial pid
+        with open(f"{marker_path}.tmp", "w") as f:
             f.write(str(os.getpid()))
+        os.replace(f"{marker_path}.tmp", marker_path)
     emit({"kind": "phase", "name": "sleep"})
     while True:
         time.sleep(0.1)

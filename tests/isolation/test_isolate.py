@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -118,25 +117,68 @@ def test_timeout_stops_the_child(tmp_path):
     assert not _alive(int(marker.read_text()))
 
 
+# The parent script sets Python's own SIGINT handler: a process started with SIGINT ignored (a background job of a
+# non-interactive shell, as CI runners start them) passes SIG_IGN on, and Python then installs no handler, so the
+# test's SIGINT would be ignored rather than raise KeyboardInterrupt.
+_PARENT = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.path.insert(0, {children!r})
+import isolation_children
+from trtkit.builder.isolate import run_isolated
+print("ready", flush=True)
+try:
+    run_isolated(isolation_children.sleep_forever, {marker!r})
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _start_parent(tmp_path, marker):
+    script = _PARENT.format(children=str(Path(children.__file__).parent), marker=str(marker))
+    token = f"trtkit-ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TRTKIT_TEST_TOKEN": token})
+    assert parent.stdout.readline().strip() == "ready"
+    return parent, token
+
+
 def test_ctrl_c_in_parent_stops_the_child(tmp_path):
     marker = tmp_path / "pid"
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(children.__file__).parent)!r})
-        import isolation_children
-        from trtkit.builder.isolate import run_isolated
-        try:
-            run_isolated(isolation_children.sleep_forever, {str(marker)!r})
-        except KeyboardInterrupt:
-            print("interrupted", flush=True)
-    """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    parent, token = _start_parent(tmp_path, marker)
     _wait_for(marker.exists)
     child_pid = int(marker.read_text())
     parent.send_signal(signal.SIGINT)
     out, _ = parent.communicate(timeout=30)
-    assert "interrupted" in out
+    assert "interrupted" in out and parent.returncode == 0
     _wait_for(lambda: not _alive(child_pid))
+    assert _processes_with(token) == []
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.08, 0.2])
+def test_ctrl_c_while_the_child_starts_stops_both(tmp_path, delay):
+    """A Ctrl-C as the child is being started (before it runs the function): parent and child both end."""
+    parent, token = _start_parent(tmp_path, tmp_path / "pid")
+    time.sleep(delay)
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=30)
+    assert "interrupted" in out or parent.returncode != 0, out
+    _wait_for(lambda: _processes_with(token) == [], timeout=20)
+
+
+def _processes_with(token: str) -> list:
+    """Live (non-zombie) processes whose environment holds ``token``: the parent script and its children."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if token.encode() in f.read() and _alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
 
 def test_model_crash_context_reads_label_and_opset(tmp_path):

@@ -219,24 +219,29 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
     """
     options = {"memory_limit": memory_limit}
     payload = _payload(func, args, kwargs, options)
-    read_fd, write_fd = os.pipe()
-    try:
-        proc = _start_child(write_fd)
-    finally:
-        os.close(write_fd)
     tracker = Tracker()
+    read_fd, write_fd = os.pipe()
+    proc = None
+    # Ctrl-C (KeyboardInterrupt) may arrive at any line from here on: every path out stops the child once it exists,
+    # and the child, which ignores SIGINT, also exits by itself when its stdin closes (see _exit_when_parent_goes).
     try:
+        try:
+            proc = _start_child(write_fd)
+        finally:
+            os.close(write_fd)
         proc.stdin.write(_HEADER.pack(len(payload)) + payload)
         proc.stdin.flush()
         outcome = _pump(proc, read_fd, tracker, on_event, timeout)
+        return _resolve(outcome, proc, tracker, crash_context)
     except BaseException:
-        _stop(proc)
+        if proc is not None:
+            _stop(proc)
         raise
     finally:
         os.close(read_fd)
-        _close_quietly(proc.stdin)
-        _close_quietly(proc.stdout)
-    return _resolve(outcome, proc, tracker, crash_context)
+        if proc is not None:
+            _close_quietly(proc.stdin)
+            _close_quietly(proc.stdout)
 
 
 def _payload(func, args, kwargs, options) -> bytes:
@@ -255,7 +260,9 @@ def _start_child(write_fd: int) -> subprocess.Popen:
     import trtkit
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
-    code = (f"import sys; sys.path.insert(0, {root!r}); "
+    # SIGINT ignored first of all: a Ctrl-C reaching the child while it starts must not kill it half-way (the parent
+    # gets the same Ctrl-C and stops it)
+    code = (f"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, {root!r}); "
             f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})")
     try:
         return subprocess.Popen(
@@ -344,15 +351,21 @@ class _LineReader:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the child: SIGTERM, then SIGKILL if it does not exit within a few seconds."""
+    """Terminate the child: SIGTERM, then SIGKILL if it does not exit within a few seconds, or at once if this wait
+    is itself interrupted (a second Ctrl-C must not leave the child running)."""
     if proc.poll() is not None:
         return
-    proc.terminate()
     try:
+        proc.terminate()
         proc.wait(timeout=_TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    except BaseException as exc:  # TimeoutExpired, or KeyboardInterrupt while waiting
+        try:
+            proc.kill()
+            proc.wait(timeout=_TERMINATE_GRACE_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
 
 
 def _close_quietly(stream) -> None:
