@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import zipfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -151,7 +152,7 @@ class ArrayFolderSource:
                     feed = {key: data[key] for key in data.files}
             else:
                 feed = {self._only_input(path): np.load(path, allow_pickle=False)}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # numpy's errors for damaged files
             why = f"{type(exc).__name__}: {exc}"
             if "allow_pickle" in str(exc):  # numpy's advice would run code from the file
                 why = "it holds Python objects (an object array), which trtkit does not load; save numeric arrays"

@@ -139,12 +139,12 @@ def test_missing_engine_is_named_before_tensorrt_is_needed(command, tmp_path, ca
 ])
 def test_demo_bad_options_are_named_before_anything_runs(capsys, argv, message):
     code, out, err = run_cli(["demo", *argv], capsys)
-    assert code == 1 and message in err and "Traceback" not in err
+    assert code == 2 and message in err and "Traceback" not in err
 
 
 def test_demo_output_dir_that_is_a_file_is_refused(capsys, tmp_path):
     afile = tmp_path / "f"
     afile.write_text("x")
     code, out, err = run_cli(["demo", "--output-dir", str(afile)], capsys)
-    assert code == 1 and "is a file; give a folder" in err
+    assert code == 2 and "is a file; give a folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]

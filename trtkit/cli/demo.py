@@ -58,14 +58,17 @@ def _layers(counts: dict | None) -> str:
 def _check_arguments(args) -> None:
     """Bad options are named before anything is built or written."""
     from trtkit.demo import MAX_BATCH
-    from trtkit.errors import InputError
+    from trtkit.errors import UsageError
 
     if not 1 <= args.batch <= MAX_BATCH:
-        raise InputError(f"--batch {args.batch} is outside the sample model's profile: give 1 to {MAX_BATCH}")
+        raise UsageError(f"--batch {args.batch} is outside the sample model's profile: give 1 to {MAX_BATCH}")
     if args.iterations < 1:
-        raise InputError(f"--iterations {args.iterations}: give at least 1")
+        raise UsageError(f"--iterations {args.iterations}: give at least 1")
+    if args.output_dir is not None and not args.output_dir:
+        raise UsageError("--output-dir is empty; give a folder (it is created if missing)")
     if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
-        raise InputError(f"--output-dir '{args.output_dir}' is a file; give a folder (it is created if missing)")
+        raise UsageError(f"--output-dir '{args.output_dir}' is a file; give a folder (it is created if missing)")
+    options.check_files(args, {}, {})
 
 
 def _cpu_only(args, console, missing: str) -> int:

@@ -56,13 +56,13 @@ def _inspect_onnx(args, console, path: Path) -> int:
         console.print(render_check(report))
         info["check"] = report.to_json() if hasattr(report, "to_json") else None
         code = 0 if report.ok else 1
-    if args.json:
-        render.write_json(args.json, info)
-    if args.check and not report.queried and report.crash is None:
+    if args.check and not report.queried and report.crash is None:  # an error: nothing is written
         from trtkit.errors import DependencyError
 
         raise DependencyError(f"the op check did not happen: TensorRT could not be asked ({report.not_asked}); the "
                               "table shows onnx-tensorrt's published operator lists instead")
+    if args.json:
+        render.write_json(args.json, info)
     return code
 
 

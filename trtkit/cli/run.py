@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,7 @@ def load_inputs(specs: list) -> dict:
             name, path = None, spec
         try:
             data = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:  # numpy's errors for damaged files
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             if "allow_pickle" in why or "pickled" in why:  # numpy's advice would run code from the file
                 why = "it is not a .npy or .npz file of numeric arrays"

@@ -69,7 +69,14 @@ def parse_fake_engine(data: bytes):
         header = json.loads(data[start:start + length].decode())
     except ValueError:
         return None
-    return header, data[start + length:]
+    onnx_bytes = data[start + length:]
+    try:  # a truncated engine: TensorRT refuses it (returns None), as the fake does here
+        from onnx import load_from_string
+
+        load_from_string(onnx_bytes)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return None
+    return header, onnx_bytes
 
 
 def make_runtime_classes(trt) -> dict:

@@ -1,0 +1,137 @@
+"""Beyond issue 14's list: random option combinations and damaged files for every subcommand (seeded, time-boxed).
+
+Every run must end in exit 0, 1 or 2, never with a traceback, and an error (exit 2, or exit 1 with an ``error:``
+line) must leave every file as it was: nothing created or changed. (Exit 1 is also a verdict — parity's FAIL, doctor
+finding a problem — whose report is written.) Runs on the fake TensorRT and CUDA backends, so builds, runs and benchmarks succeed
+where the arguments are right.
+"""
+
+import hashlib
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
+from trtkit.cli import main as cli_main
+
+SEED = 14
+BUDGET_S = 15.0
+SHAPES = "x:1x3x8x8,2x3x8x8,4x3x8x8"
+
+
+def _work(root: Path, capsys) -> dict:
+    good = models.tiny_conv().SerializeToString()
+    files = {"good.onnx": good, "truncated.onnx": good[: len(good) // 2], "empty.onnx": b"",
+             "npy.onnx": b"\x93NUMPY garbage", "garbage.cache": b"\x00\x01\xff garbage", "junk.npz": b"PK\x03\x04 no"}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    (root / "folder.onnx").mkdir()
+    (root / "calib").mkdir()
+    np.save(root / "calib" / "a.npy", np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32))
+    np.save(root / "x.npy", np.zeros((2, 3, 8, 8), np.float32))
+    np.save(root / "wrong.npy", np.zeros((5, 5), np.int64))
+    assert cli_main.main(["build", str(root / "good.onnx"), "--shapes", SHAPES, "--no-isolate", "-o",
+                          str(root / "good.engine")]) == 0
+    engine = (root / "good.engine").read_bytes()
+    (root / "truncated.engine").write_bytes(engine[: len(engine) // 2])
+    (root / "empty.engine").write_bytes(b"")
+    (root / "out").mkdir()
+    capsys.readouterr()
+    return {"onnx": ["good.onnx", "truncated.onnx", "empty.onnx", "npy.onnx", "folder.onnx", "missing.onnx",
+                     "good.engine"],
+            "engine": ["good.engine", "truncated.engine", "empty.engine", "good.onnx", "folder.onnx", "missing.engine"]}
+
+
+def _output(rng, root: Path) -> str:
+    return rng.choice([f"out/new{rng.randrange(1000)}.bin", "good.onnx", "good.engine", "folder.onnx", "",
+                       "missing/x.bin", "x.npy", "calib"])
+
+
+def _options(rng, command: str, root: Path) -> list:
+    common = {
+        "build": [["--shapes", SHAPES], ["--shapes", "x:4x3x8x8,1x3x8x8,2x3x8x8"], ["--shapes", "y:1x3x8x8"],
+                  ["--shapes", "garbage"], ["--fp16"], ["--int8"], ["--int8", "--calib", "calib"],
+                  ["--int8", "--calib", "missing"], ["--calib", "calib"], ["--calib-cache", "garbage.cache"],
+                  ["--int8-mode", "qdq"], ["--workspace", rng.choice(["4G", "-4G", "0", "x"])],
+                  ["--opt-level", rng.choice(["3", "9", "-1"])], ["--timing-cache", "garbage.cache"],
+                  ["--timing-cache", "folder.onnx"], ["--timing-cache-reset"], ["--tactic-sources", ","],
+                  ["--calib-batch", rng.choice(["0", "2", "-3"])], ["--no-check"], ["--save-sanitized", None],
+                  ["--json", None], ["-o", None], ["--no-isolate"], ["--save-qdq-onnx", None]],
+        "run": [["--input", rng.choice(["x=x.npy", "x=wrong.npy", "x=good.onnx", "junk.npz", "x.npy", "x=calib"])],
+                ["--iterations", rng.choice(["1", "0", "-5", "2"])], ["--shapes", "x:2x3x8x8"],
+                ["--shapes", "q:1"], ["--profile-index", rng.choice(["0", "3", "-1"])], ["--save-outputs", None],
+                ["--json", None], ["--cuda-graph"], ["--ignore-manifest"]],
+        "bench": [["--streams", rng.choice(["1", "0", "2"])], ["--duration-s", rng.choice(["0", "-1"])],
+                  ["--warmup-ms", "-1"], ["--use-profile", "5"], ["--json", None], ["--no-cuda-graph"],
+                  ["--shapes", SHAPES], ["--fp16"], ["--no-e2e"]],
+        "parity": [["--trials", rng.choice(["0", "1", "2"])], ["--value-range", rng.choice(["5,1", "0,1", "x"])],
+                   ["--shapes", rng.choice(["x:2x3x8x8", "x:9x9", "nope"])], ["--save-arrays", None],
+                   ["--json", None], ["--precision", "fp16"], ["--metric-threshold", rng.choice(["y:0.1", "q:1", "z"])],
+                   ["--inputs", rng.choice(["x.npy", "junk.npz", "calib", "missing"])], ["--profile-index", "2"]],
+        "inspect": [["--check"], ["--layers"], ["--json", None], ["--ignore-manifest"]],
+        "doctor": [["--json", None]],
+        # (no --output-dir: it names a work folder the demo fills as it goes)
+        "demo": [["--batch", rng.choice(["0", "8", "-1"])], ["--iterations", rng.choice(["0", "2"])],
+                 ["--json", None], ["--output-dir", rng.choice(["", "x.npy"])]],
+    }[command]
+    chosen = []
+    for option in rng.sample(common, k=rng.randint(0, min(4, len(common)))):
+        chosen += [o if o is not None else _output(rng, root) for o in option]
+    return chosen
+
+
+def _argv(rng, command: str, files: dict, root: Path) -> list:
+    positional = {"build": [rng.choice(files["onnx"])], "run": [rng.choice(files["engine"])],
+                  "bench": [rng.choice(files["engine"] + ["good.onnx"])], "inspect": [rng.choice(files["onnx"])],
+                  "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": []}
+    if rng.random() < 0.2:  # now and then a run that should succeed, so the invariant is seen from both sides
+        positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],
+                      "run": ["good.engine"], "bench": ["good.engine"], "inspect": ["good.onnx"],
+                      "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"]}
+        argv = [command, *positional[command]]
+    else:
+        argv = [command, *positional[command], *_options(rng, command, root)]
+    if command == "bench":
+        argv += ["--iterations", "2", "--warmup-ms", "0", "--cache-dir", "out/cache"]
+    if command == "build" and "--no-isolate" not in argv:
+        argv.append("--no-isolate")
+    return [a if a.startswith("-") or a in cli_main.COMMANDS or not a else str(root / a) for a in argv]
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.is_dir() or hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_cli_fuzz(tmp_path, capsys, fake_gpu, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRTKIT_CACHE_DIR", str(tmp_path / "out" / "cache"))
+    files = _work(tmp_path, capsys)
+    rng = random.Random(SEED)
+    commands = sorted(cli_main.COMMANDS)
+    started, runs, codes = time.monotonic(), 0, {}
+    while time.monotonic() - started < BUDGET_S or runs < len(commands):
+        command = commands[runs % len(commands)]
+        argv = _argv(rng, command, files, tmp_path)
+        before = _snapshot(tmp_path)
+        try:
+            code = cli_main.main(argv)
+        except BaseException as exc:  # noqa: BLE001 - anything escaping main is a traceback for the user
+            pytest.fail(f"trtkit {' '.join(argv)} raised {type(exc).__name__}: {exc}")
+        err = capsys.readouterr().err
+        runs += 1
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 1, 2), (argv, code, err)
+        assert "Traceback" not in err, (argv, err)
+        if code != 0:
+            assert err.strip(), (argv, "failed without saying why")
+        if code == 2 or "error:" in err:  # an error (not a verdict such as parity's FAIL): nothing written
+            after = _snapshot(tmp_path)
+            assert after == before, (argv, err, set(after.items()) ^ set(before.items()))
+    print(f"cli fuzz: {runs} runs in {time.monotonic() - started:.1f} s, exit codes {dict(sorted(codes.items()))}")
+    assert runs >= 50 and {0, 1, 2} <= set(codes), codes  # the budget reached successes and both kinds of error
