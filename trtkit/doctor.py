@@ -50,7 +50,8 @@ def _check_cuda_python():
         rt = cudart()
     except Exception as exc:  # noqa: BLE001 - report any import failure
         return None, Check("cuda-python", False, f"not importable: {exc}",
-                           "`pip install 'cuda-python>=12.6,<13'` for CUDA 12 drivers (13.x needs a CUDA 13 driver)")
+                           f"{cuda_python_command(12)} for a CUDA 12 driver, {cuda_python_command(13)} for a CUDA 13 "
+                           "driver (`nvidia-smi` shows which: 'CUDA Version' in its header)")
     return rt, Check("cuda-python", True, version)
 
 
@@ -67,7 +68,7 @@ def _check_driver_and_gpu(rt) -> list:
     if cp_major and cp_major > driver_major:
         checks.append(Check("cuda-python vs driver", False,
                             f"cuda-python {cp_major}.x needs a CUDA {cp_major} driver; this driver supports CUDA "
-                            f"{driver_major}", f"`pip install 'cuda-python>={driver_major},<{driver_major + 1}'`"))
+                            f"{driver_major}", cuda_python_command(driver_major)))
     err, count = rt.cudaGetDeviceCount()
     if int(err) != 0 or count == 0:
         name = getattr(err, "name", str(err))
@@ -92,6 +93,19 @@ def _check_builder(trt) -> Check:
                      "TensorRT and the driver disagree: install a TensorRT built for this driver's CUDA major")
     fast = getattr(builder, "platform_has_fast_fp16", None)
     return Check("TensorRT builder", True, "created" + ("" if fast is None else f"; fast FP16: {bool(fast)}"))
+
+
+# the cuda-python range trtkit supports for each CUDA driver major (12.6 is the first with cuda.bindings)
+CUDA_PYTHON_RANGES = {12: ">=12.6,<13", 13: ">=13,<14"}
+
+
+def cuda_python_command(driver_major: int) -> str:
+    """The exact command that installs the cuda-python matching a CUDA ``driver_major`` (the extra of the same name
+    in trtkit's pyproject: ``trtkit[cu12]`` / ``trtkit[cu13]``)."""
+    spec = CUDA_PYTHON_RANGES.get(driver_major)
+    if spec is None:
+        return f"a driver for CUDA 12 or 13 (this one is CUDA {driver_major}), then {cuda_python_command(12)}"
+    return f"`pip install --force-reinstall 'cuda-python{spec}'`"
 
 
 def _major(version: str | None) -> int | None:

@@ -13,6 +13,22 @@ ROOT = Path(__file__).resolve().parents[2] / "trtkit"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
 
 
+def _trtkit_flags() -> set:
+    """Every long option trtkit's CLI defines (other tools' flags, e.g. pip's, may appear in advice)."""
+    from trtkit.cli import main as cli_main
+
+    flags = set()
+    for command in cli_main.COMMANDS:
+        parser = cli_main.make_parser(command)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+        for p in (parser, sub):
+            flags |= {o for a in p._actions for o in a.option_strings if o.startswith("--")}
+    return flags - {"--help", "--version"}
+
+
+TRTKIT_FLAGS = _trtkit_flags()
+
+
 def _docstrings(tree) -> set:
     ids = set()
     for node in ast.walk(tree):
@@ -29,8 +45,9 @@ def _strings_naming_flags(path: Path) -> list:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            if FLAG.search(node.value):
-                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.value.strip()[:80]}")
+            if set(FLAG.findall(node.value)) & TRTKIT_FLAGS:
+                where = path.relative_to(ROOT.parent) if path.is_relative_to(ROOT.parent) else path.name
+                found.append(f"{where}:{node.lineno}: {node.value.strip()[:80]}")
     return found
 
 
@@ -43,15 +60,10 @@ def test_no_library_string_names_a_cli_flag():
 
 def test_the_scan_finds_a_flag_in_a_message(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text('"""Docstrings may say --shapes."""\ndef f():\n    raise ValueError(f"give --calib {1}")\n')
-    assert len(_strings_naming_flags_at(probe)) == 1
-
-
-def _strings_naming_flags_at(path):
-    tree = ast.parse(path.read_text())
-    docs = _docstrings(tree)
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs and FLAG.search(n.value)]
+    probe.write_text('"""Docstrings may say --shapes."""\ndef f():\n    raise ValueError(f"give --calib {1} or '
+                     'pip --force-reinstall")\n')
+    assert [line.split(": ", 1)[1] for line in _strings_naming_flags(probe)] == ["give --calib"]
+    assert {"--calib", "--shapes", "--profile-index", "--use-profile", "--verbose"} <= TRTKIT_FLAGS
 
 
 @pytest.mark.parametrize("library, cli", [
@@ -88,3 +100,15 @@ def test_every_flag_in_the_map_exists(capsys):
     for field, flag in FLAGS.items():
         for name in re.findall(r"--[a-z0-9-]+", flag):
             assert name in helps, (field, name)
+
+
+def test_doctor_command_matches_the_extras():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    from trtkit.doctor import CUDA_PYTHON_RANGES, cuda_python_command
+
+    extras = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for major, spec in CUDA_PYTHON_RANGES.items():
+        assert extras[f"cu{major}"] == [f"cuda-python{spec}"]
+    assert cuda_python_command(12) == "`pip install --force-reinstall 'cuda-python>=12.6,<13'`"
+    assert "CUDA 12 or 13" in cuda_python_command(11)
