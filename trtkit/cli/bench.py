@@ -17,7 +17,8 @@ HELP = "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUD
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="engine file, or an ONNX model (.onnx: built first with the build options, "
                                       "and cached by ONNX sha256 + build settings)")
-    add_build_options(parser)
+    add_build_options(parser, shapes_help="for an ONNX model, the profile to build (NAME:MIN,OPT,MAX per input); "
+                                          "the shape benchmarked is each input's OPT (NAME:SHAPE for one shape)")
     g = parser.add_argument_group("benchmark")
     g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                    help="replay the engine from a CUDA graph (default: on)")

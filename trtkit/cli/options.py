@@ -24,11 +24,15 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
-def add_shape_options(parser) -> None:
+_PROFILE_HELP = ("one optimization profile: NAME:MIN,OPT,MAX per input, e.g. "
+                 "images:1x3x640x640,8x3x640x640,32x3x640x640 (repeat for several profiles)")
+RUN_SHAPES_HELP = ("the input shapes to run: NAME:SHAPE per input, e.g. images:8x3x640x640 (a NAME:MIN,OPT,MAX spec "
+                   "runs OPT); default: each input's opt shape in the profile")
+
+
+def add_shape_options(parser, help: str = _PROFILE_HELP) -> None:
     g = parser.add_argument_group("shapes and profiles")
-    g.add_argument("--shapes", "--profile", dest="shapes", action="append", default=[], metavar="SPEC",
-                   help="one optimization profile: NAME:MIN,OPT,MAX per input, e.g. "
-                        "images:1x3x640x640,8x3x640x640,32x3x640x640 (repeat for several profiles)")
+    g.add_argument("--shapes", "--profile", dest="shapes", action="append", default=[], metavar="SPEC", help=help)
 
 
 def add_precision_options(parser) -> None:
@@ -81,8 +85,8 @@ def add_calibration_options(parser) -> None:
                         "(default: stretch to the model's size, RGB, scale 1/255, NCHW)")
 
 
-def add_build_options(parser) -> None:
-    add_shape_options(parser)
+def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
+    add_shape_options(parser, shapes_help)
     add_precision_options(parser)
     add_calibration_options(parser)
     g = parser.add_argument_group("builder")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.cli.options import add_json_option, add_shape_options, positive_int
+from trtkit.cli.options import RUN_SHAPES_HELP, add_json_option, add_shape_options, positive_int
 
 HELP = "Run an engine on .npy/.npz or random inputs and show its outputs."
 
@@ -19,7 +19,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy | FILE.npz",
                         help="input data: NAME=FILE.npy for one input, or an .npz holding inputs by name "
                              "(repeatable); inputs not given are random within the profile")
-    add_shape_options(parser)
+    add_shape_options(parser, RUN_SHAPES_HELP)
     parser.add_argument("--profile-index", "--use-profile", dest="use_profile", type=int, default=0, metavar="K",
                    help="optimization profile to run (default 0; --use-profile is its older name)")
     parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
