@@ -77,3 +77,8 @@ def test_json_dash_prints_only_json(files, capsys, fake_gpu):  # noqa: F811
         assert code == 0, err
         json.loads(out)  # the whole of stdout is one JSON document
         assert out.lstrip().startswith("{")
+
+
+def test_bench_refuses_build_options_for_an_engine(files, capsys):
+    code, _, err = run_cli(["bench", str(files / "e.engine"), "--fp16", "--workspace", "4G"], capsys)
+    assert code == 2 and "--fp16, --workspace: build options apply when bench is given an ONNX model" in err

@@ -51,6 +51,11 @@ def run(args, console) -> int:
                              data_transfers=args.data_transfers, streams=args.streams, warmup_ms=args.warmup_ms,
                              duration_s=args.duration_s, iterations=args.iterations, e2e=args.e2e)
     check_settings(settings)  # before a possibly long build
+    if Path(args.model).suffix.lower() != ".onnx" and options.changed_build_options(args):
+        from trtkit.errors import UsageError
+
+        raise UsageError(f"{', '.join(options.changed_build_options(args))}: build options apply when bench is "
+                         "given an ONNX model; this is an engine, already built")
     from trtkit.cli.options import check_files
 
     check_files(args, {}, {"model": args.model})

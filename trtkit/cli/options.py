@@ -128,6 +128,17 @@ _CALIB_DEFAULTS = {"calib_algo": "entropy", "calib_percentile": 99.99, "calib_hi
                    "calib_max_samples": None, "calib_batch": None, "calib_cache_force": False, "calib_preprocess": None}
 
 
+def changed_build_options(args, keep=("shapes",)) -> list:
+    """The build options (flags) given a value other than their default, ``keep`` aside."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_build_options(parser)
+    defaults = vars(parser.parse_args([]))
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    flags["precision"] = f"--{getattr(args, 'precision', 'fp32')}"
+    return [flags.get(dest, dest) for dest, value in defaults.items()
+            if dest not in keep and getattr(args, dest, value) != value]
+
+
 def check_option_use(args) -> None:
     """Refuse options that would do nothing with the others given (a usage error, exit 2)."""
     from trtkit.errors import UsageError
