@@ -68,7 +68,7 @@ def test_an_array_passed_again_is_page_locked_and_read_where_it_is(model, engine
             np.testing.assert_allclose(out, expected(model, x), rtol=1e-5)
             assert rt.live_allocations()["registered"] == 1
         assert rt.calls["cudaHostRegister"] == 1
-        assert len(r._reused) == 1
+        assert r.stats().arrays_page_locked == 1
     np.testing.assert_allclose(first, expected(model, image()), rtol=1e-5)
     assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
@@ -164,10 +164,12 @@ def test_the_runners_views_are_not_registered(engine, rt):
         assert rt.calls["cudaHostRegister"] == 0
 
 
-def test_at_most_max_arrays_stay_page_locked(engine, rt):
+def test_at_most_max_arrays_stay_page_locked(engine, rt, monkeypatch):
+    from trtkit.runtime import reuse
+
+    monkeypatch.setattr(reuse, "MAX_ARRAYS", 2)
     arrays = [image(seed=s) for s in range(4)]
     with make(engine, rt, cuda_graph=True) as r:
-        r._reused.max_arrays = 2
         for _ in range(3):
             for x in arrays:
                 r.infer({"x": x})

@@ -66,10 +66,13 @@ class ReusedInputs:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (``host_register`` / ``host_unregister``).
     """
 
-    def __init__(self, cuda, *, max_arrays: int = MAX_ARRAYS, max_bytes: int = MAX_BYTES,
-                 min_bytes: int = MIN_BYTES):
+    def __init__(self, cuda, *, max_arrays: int | None = None, max_bytes: int | None = None,
+                 min_bytes: int | None = None):
         self.cuda = cuda
-        self.max_arrays, self.max_bytes, self.min_bytes = max_arrays, max_bytes, min_bytes
+        # None: the module's limits as they are now (read here, so a test may lower them)
+        self.max_arrays = MAX_ARRAYS if max_arrays is None else max_arrays
+        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
         self._locked: dict[int, Locked] = {}  # id(array) -> its registration
         self._recent: dict[int, tuple] = {}  # id(array) -> (array, call) seen in one call
         self._refused: dict[int, weakref.ref] = {}  # id(array) -> array CUDA would not register (not retried)
