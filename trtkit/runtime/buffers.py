@@ -16,9 +16,9 @@ import numpy as np
 from trtkit.errors import InputError
 
 
-# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core copies
-# ~10-20 GB/s, so a 19 MB batch of 32 images takes ~1.6 ms alone and ~0.85 ms on 4 threads (H200 host). Below ~8 MB
-# handing the pieces to threads costs more than it saves (4.8 MB: 0.40 ms on one thread, 0.58 ms on 8).
+# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core's copy
+# bandwidth makes a large batch's copy a good part of a call. Below this size handing the pieces to threads costs
+# more than it saves (docs/performance.md has the measurements).
 PARALLEL_COPY_BYTES = 8 << 20
 _POOL = None
 _POOL_LOCK = threading.Lock()

@@ -1,8 +1,7 @@
 """Numpy inputs passed to :meth:`TrtRunner.infer` call after call, page-locked where they are.
 
 A numpy input is normally copied into the runner's pinned buffer, then transferred from there: the copy is most of
-what a numpy call costs beyond the GPU's own time (25 µs of a 0.47 ms ResNet-50 call at batch 1 on the H200 host,
-0.9 ms of a 3.3 ms one at batch 32). An application that refills one preprocessing buffer per frame passes the same
+what a numpy call costs beyond the GPU's own time (docs/performance.md). An application that refills one preprocessing buffer per frame passes the same
 array every call; the second time a runner sees that array, it page-locks the array's memory in place
 (``cudaHostRegister``) and from then on the transfer reads it where it is, inside the CUDA graph: no host copy at all.
 
