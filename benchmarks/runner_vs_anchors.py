@@ -556,7 +556,7 @@ def host_copy_figures(x: np.ndarray, extra: dict) -> None:
         extra["copy_threads_default"] = buffers.COPY_THREADS
         for threads in (1, 4, 8):
             key = f"host_copy_{threads}t_ms"
-            extra[key] = _round(timed(lambda: buffers.copy_into(dst, x, threads=threads), warmup_s=0.05,
+            extra[key] = _round(timed(lambda n=threads: buffers.copy_into(dst, x, threads=n), warmup_s=0.05,
                                       budget_s=0.2))
     finally:
         pinned.free()

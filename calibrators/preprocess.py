@@ -89,7 +89,8 @@ def parse_preprocess(text: str | None) -> dict:
         try:
             out.update(_parse_field(key, value))
         except ValueError:
-            raise CalibrationError(f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.")
+            raise CalibrationError(
+                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.") from None
     Preprocess(**out)  # validate the choices now, with Preprocess's messages
     return out
 

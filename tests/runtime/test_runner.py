@@ -17,6 +17,8 @@ from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart
 
+NOTHING_LIVE = {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+
 
 def reference(x):
     from onnx.reference import ReferenceEvaluator
@@ -135,7 +137,7 @@ def test_enqueue_failing_inside_capture_falls_back(env, caplog):
         assert env.rt.calls["cudaGetLastError"] >= 1  # CUDA's sticky error cleared
 
 
-# --- device-resident inputs and outputs ------------------------------------------------------------------------------------
+# --- device-resident inputs and outputs ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -274,7 +276,7 @@ def test_sharing_a_loaded_engine_on_86_is_refused_before_tensorrt_is_asked(env, 
         assert len(made) == 1
     with TrtRunner(engine, trt=env.trt, cuda=env.cuda) as again:  # free again once the first one closed
         assert again.infer({"x": rand(1)})["y"].shape[0] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
 
 
 @pytest.mark.parametrize("env_any", ["10.8.0", "11.4.0"], indirect=True)
@@ -383,7 +385,7 @@ def test_everything_is_freed_on_exit(env):
         r.infer_async({"x": rand(2)})
         live = env.rt.live_allocations()
         assert live["device"] == 2 and live["host"] == 2 and live["graphs"] == 6 and live["streams"] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
     assert r.context is None and not r.active
 
 
@@ -539,7 +541,7 @@ def test_close_frees_everything_even_when_the_stream_fails(env, monkeypatch):
         r.close()
     monkeypatch.undo()
     assert not r.active
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -603,7 +605,8 @@ def test_stats_count_the_path_each_call_took(env):
             r.infer({"x": rand(2, seed)})
         s = r.stats()
         # captured, replayed by the general path (which makes the shortcut), then three shortcut replays
-        assert (s.calls, s.captures, s.graph_replays, s.host_replays, s.device_replays, s.enqueues) == (5, 1, 1, 3, 0, 0)
+        paths = (s.calls, s.captures, s.graph_replays, s.host_replays, s.device_replays, s.enqueues)
+        assert paths == (5, 1, 1, 3, 0, 0)
         assert (s.graphs, s.buckets, s.address_graphs) == (1, 1, 0)
         for _ in range(4):
             np.testing.assert_allclose(r.infer({"x": dx})["y"], reference(x), rtol=1e-6)

@@ -96,7 +96,7 @@ def _profiles_line(profiles: list) -> str:
         return "static shapes"
     parts = []
     for i, p in enumerate(profiles):
-        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
-                         for n, s in p.items())
+        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} "
+                         f"(opt {render.shape_str(s['opt'])})" for n, s in p.items())
         parts.append(f"#{i}: {dims}")
     return " | ".join(parts)

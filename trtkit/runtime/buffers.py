@@ -9,12 +9,11 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from trtkit.errors import InputError
-
 
 # Host copies at least this large are split over threads (numpy releases the GIL while copying): one core's copy
 # bandwidth makes a large batch's copy a good part of a call. Below this size handing the pieces to threads costs
@@ -70,7 +69,8 @@ def copy_of(src: np.ndarray) -> np.ndarray:
 def host_view(ptr: int, nbytes: int) -> np.ndarray:
     """A writable ``uint8`` numpy array over raw host memory at ``ptr`` (no copy, does not own the memory)."""
     raw = (ctypes.c_uint8 * max(int(nbytes), 1)).from_address(int(ptr))
-    return np.frombuffer(raw, dtype=np.uint8, count=int(nbytes))
+    # a ctypes array exports the buffer protocol; numpy's stubs do not list it
+    return np.frombuffer(raw, dtype=np.uint8, count=int(nbytes))  # type: ignore[call-overload]
 
 
 class DeviceBuffer:
@@ -97,7 +97,7 @@ class HostBuffer:
         self.cuda = cuda
         self.nbytes = int(nbytes)
         self.ptr = cuda.malloc_host(self.nbytes)
-        self.array = host_view(self.ptr, self.nbytes)
+        self.array: np.ndarray | Any = host_view(self.ptr, self.nbytes)  # None once freed
 
     def view(self, dtype, shape) -> np.ndarray:
         """The first ``prod(shape)`` elements as an array of ``shape`` (no copy)."""

@@ -2,9 +2,9 @@
 graphs and the shortcuts that replay a repeated call in fewer steps (its docstring states the rules).
 
 A graph bakes in the shapes, addresses and device memory it captured, so one is kept per :class:`GraphKey` (input
-shapes, where each input is sent from, whether outputs are copied back). When capture fails (TensorRT's enqueue returns False, or CUDA invalidates the capture: engines
-with loops, conditionals or data-dependent shapes), the key is marked uncapturable, CUDA's error is cleared, and the
-caller falls back to plain enqueue with a warning.
+shapes, where each input is sent from, whether outputs are copied back). When capture fails (TensorRT's enqueue
+returns False, or CUDA invalidates the capture: engines with loops, conditionals or data-dependent shapes), the key is
+marked uncapturable, CUDA's error is cleared, and the caller falls back to plain enqueue with a warning.
 """
 
 from __future__ import annotations
@@ -161,8 +161,9 @@ class GraphCache:
         self._copy = copy
         self._graphs: dict[GraphKey, CudaGraph] = {}
         self._failed: set[GraphKey] = set()
-        self._host: dict[HostReplayKey, CudaGraph] = {}
-        self._device: dict[DeviceReplayKey, tuple] = {}  # -> (bucket, graph)
+        # keyed by HostReplayKey / DeviceReplayKey, looked up with the plain tuples equal to them
+        self._host: dict[tuple, CudaGraph] = {}
+        self._device: dict[tuple, tuple] = {}  # -> (bucket, graph)
         self._reused: ReusedInputs | None = ReusedInputs(cuda) if page_lock else None
         self.address_graphs = 0  # graphs captured (or tried) with device inputs bound in place
         # counters: synchronous calls started, and the path each call took
@@ -333,8 +334,8 @@ class GraphCache:
         """Destroy the graphs that read from the registrations ``dead`` (serials), and their host shortcuts."""
         if not dead:
             return
-        for key in [k for k in self._host if any(serial in dead for serial in k.serials)]:
-            del self._host[key]
+        for host_key in [k for k in self._host if any(serial in dead for serial in k[1])]:  # HostReplayKey.serials
+            del self._host[host_key]
         for key in [k for k in self._graphs if any(s is not None and s[0] in dead for s in k.sources)]:
             self._graphs.pop(key).destroy()
 

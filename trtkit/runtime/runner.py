@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -100,14 +101,15 @@ class _Held:
 
     __slots__ = ("own_stream", "done_event", "wait_event", "dev_in", "dev_out", "host_in", "host_out", "profile_key")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.own_stream = False
-        self.done_event = self.wait_event = None
+        self.done_event: Any = None
+        self.wait_event: Any = None
         self.dev_in: list = []
         self.dev_out: list = []
         self.host_in: list = []
         self.host_out: list = []
-        self.profile_key = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
+        self.profile_key: tuple | None = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
 
 
 class _IoState:
@@ -120,7 +122,7 @@ class _IoState:
 
     __slots__ = ("index", "known_shapes", "buckets", "shapes", "bound")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.index: dict = {}
         self.known_shapes: set = set()
         self.buckets: dict = {}
@@ -141,7 +143,7 @@ class _Bucket:
                               for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
         self.out_views = tuple(held.host_out[i].view(spec.dtype, s)
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
-        self.device_views = None  # output name -> DeviceArray, made on first use (the same views every call)
+        self.device_views: dict | None = None  # output name -> DeviceArray, made on first use (the same every call)
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
         self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
                                                                  and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
@@ -171,7 +173,7 @@ class InferHandle:
         self._runner = runner
         self._bucket = bucket
         self._copy = copy_outputs
-        self._result = None
+        self._result: Any = None  # the outputs, once collected
 
     def done(self) -> bool:
         """True when the GPU has finished this call (never blocks)."""
@@ -231,8 +233,9 @@ class TrtRunner:
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self.context = None  # before the engine it was created from
-        self.engine = self.stream = None
+        self.context: Any = None  # before the engine it was created from
+        self.engine: Any = None
+        self.stream: Any = None
         self._held = _Held()
         self._io = _IoState()
         self._graphs = GraphCache()  # graphs, shortcuts, page-locked arrays and counters: made anew on activation
@@ -384,7 +387,8 @@ class TrtRunner:
         """Free whatever was allocated, in reverse order; keep going if one step fails, raise the first error."""
         errors = []
         held = self._held
-        steps = [self._graphs.clear]  # graphs, then page-locked arrays: after close() synchronized, nothing reads them
+        # graphs, then page-locked arrays: after close() synchronized, nothing reads them any more
+        steps: list = [self._graphs.clear]
         steps += [buf.free for buf in held.host_out + held.host_in + held.dev_out + held.dev_in]
         steps += [lambda e=e: self.cuda.event_destroy(e) for e in (held.done_event, held.wait_event) if e]
         if held.own_stream and self.stream is not None:
@@ -544,7 +548,7 @@ class TrtRunner:
         prepared = self._validate(feed)
         key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
         bucket = self._bucket(key)
-        sources = list(bucket.pinned_sources)
+        sources: list = list(bucket.pinned_sources)
         devices = []
         for i, (array, dev) in enumerate(prepared):
             if dev is not None:
@@ -727,4 +731,5 @@ class TrtRunner:
 
     def __repr__(self) -> str:
         state = "active" if self.active else "inactive"
-        return f"TrtRunner({self._settings.source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, {state})"
+        return (f"TrtRunner({self._settings.source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, "
+                f"{state})")
