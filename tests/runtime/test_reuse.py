@@ -269,3 +269,20 @@ def test_an_array_dropped_on_another_thread_is_unregistered_there(model, engine,
         for _ in range(3):
             np.testing.assert_allclose(r.infer({"x": y})["y"], expected(model, y), rtol=1e-5)
         assert rt.live_allocations()["registered"] == 1
+
+
+def test_the_graphs_keyed_by_a_dead_arrays_registration_go_with_it(model, engine, rt):
+    def serials(r):
+        return {src[0] for key in r.graphs() for src in key.sources if src is not None and src[0]}
+
+    with make(engine, rt, cuda_graph=True) as r:
+        x = image(seed=7)
+        for _ in range(4):  # copied and captured, page-locked and captured, replayed (the shortcut made), shortcut
+            r.infer({"x": x})
+        assert r.stats().host_replays == 1 and len(serials(r)) == 1
+        del x
+        gc.collect()
+        y = image(seed=8)
+        np.testing.assert_allclose(r.infer({"x": y})["y"], expected(model, y), rtol=1e-5)
+        assert serials(r) == set() and r.stats().graphs == 1  # the graph sending from the pinned buffer stays
+        assert r.stats().host_replays == 1  # y took the general path: its source (copied) had no shortcut yet
