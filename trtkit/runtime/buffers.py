@@ -19,7 +19,7 @@ from trtkit.errors import InputError
 # bandwidth makes a large batch's copy a good part of a call. Below this size handing the pieces to threads costs
 # more than it saves (docs/performance.md has the measurements).
 PARALLEL_COPY_BYTES = 8 << 20
-_POOL = None
+_POOL = None  # (ThreadPoolExecutor, its number of threads), made on first use
 _POOL_LOCK = threading.Lock()
 
 
@@ -29,12 +29,14 @@ COPY_THREADS = 4 if (os.cpu_count() or 1) >= 8 else 0
 
 
 def _copy_pool():
+    """The copy threads (made on first use) and how many there are."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(max_workers=max(COPY_THREADS, 2), thread_name_prefix="trtkit-copy")
+            workers = max(COPY_THREADS, 2)
+            _POOL = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trtkit-copy"), workers)
         return _POOL
 
 
@@ -49,9 +51,9 @@ def copy_into(dst: np.ndarray, src: np.ndarray, *, threads: int | None = None) -
             or not (src.flags.c_contiguous and dst.flags.c_contiguous)):
         np.copyto(dst, src, casting="no")
         return
-    pool = _copy_pool()
+    pool, workers = _copy_pool()
     flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
-    bounds = np.linspace(0, flat_src.size, min(threads, pool._max_workers) + 1, dtype=np.int64)
+    bounds = np.linspace(0, flat_src.size, min(threads, workers) + 1, dtype=np.int64)
     jobs = [pool.submit(np.copyto, flat_dst[a:b], flat_src[a:b], casting="no") for a, b in zip(bounds, bounds[1:])]
     for job in jobs:
         job.result()
