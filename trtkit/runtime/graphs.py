@@ -141,8 +141,8 @@ class GraphCache:
       forgets failures and shortcuts, and unregisters every page-locked array. :meth:`page_lock` switched off
       unregisters the arrays and drops what read them.
 
-    The shortcuts look their keys up with the plain tuples equal to them (a NamedTuple is a tuple: same hash, same
-    equality), which saves the constructor call on every call.
+    Calls look keys up with the plain tuples equal to them (a NamedTuple is a tuple: same hash, same equality),
+    which saves a constructor call on every call; a key is made a NamedTuple when an entry is stored.
 
     Args:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda`.
@@ -159,9 +159,9 @@ class GraphCache:
         self._specs = input_specs
         self._buckets: dict = {} if buckets is None else buckets
         self._copy = copy
-        self._graphs: dict[GraphKey, CudaGraph] = {}
-        self._failed: set[GraphKey] = set()
-        # keyed by HostReplayKey / DeviceReplayKey, looked up with the plain tuples equal to them
+        # keyed by GraphKey, HostReplayKey and DeviceReplayKey, looked up with the plain tuples equal to them
+        self._graphs: dict[tuple, CudaGraph] = {}
+        self._failed: set[tuple] = set()  # GraphKeys whose capture failed
         self._host: dict[tuple, CudaGraph] = {}
         self._device: dict[tuple, tuple] = {}  # -> (bucket, graph)
         self._reused: ReusedInputs | None = ReusedInputs(cuda) if page_lock else None
@@ -249,34 +249,40 @@ class GraphCache:
         or now becomes, page-locked in place; None to copy it."""
         return None if self._reused is None else self._reused.locked(array, self.calls)
 
-    def binds_in_place(self, key: GraphKey, limit: int) -> bool:
+    def binds_in_place(self, key: tuple, limit: int) -> bool:
         """Whether device inputs at ``key.addresses`` may be bound where they are: a graph for them exists, or was
         tried, or fewer than ``limit`` graphs are keyed by addresses."""
         return key in self._graphs or key in self._failed or self.address_graphs < limit
 
-    def launch(self, key: GraphKey, bucket, enqueue, shortcut: bool) -> None:
-        """Replay the graph of ``key``, or run ``enqueue(bucket, key.sources, key.copy_out)`` and capture it for next
-        time (unless its capture failed before). ``shortcut``: the call returns outputs as the runner does, so a
-        replay makes the shortcut of its kind."""
+    def launch(self, key: tuple, bucket, enqueue, shortcut: bool) -> None:
+        """Replay the graph of ``key`` (a :class:`GraphKey`'s fields as a plain tuple: the graph is stored under the
+        GraphKey, made only then), or run ``enqueue(bucket, sources, copy_out)`` and capture it for next time (unless
+        its capture failed before). ``shortcut``: the call returns outputs as the runner does, so a replay makes the
+        shortcut of its kind."""
+        shapes, sources, copy_out, addresses = key
         graph = self._graphs.get(key)
         if graph is not None:
             graph.launch(self._stream)
             self.graph_replays += 1
             if not shortcut:
                 return
-            if None not in key.sources:  # every input sent from the host
-                self._host[HostReplayKey(key.shapes, tuple(serial for serial, _ in key.sources))] = graph
-            elif len(key.addresses) == len(key.shapes):  # every input device-resident, in place
-                self._device[DeviceReplayKey(tuple(zip(key.shapes, key.addresses)))] = (bucket, graph)
+            if None not in sources:  # every input sent from the host
+                host_key = (shapes, tuple([serial for serial, _ in sources]))
+                if host_key not in self._host:
+                    self._host[HostReplayKey(*host_key)] = graph
+            elif len(addresses) == len(shapes):  # every input device-resident, in place
+                device_key = (tuple(zip(shapes, addresses)),)
+                if device_key not in self._device:
+                    self._device[DeviceReplayKey(*device_key)] = (bucket, graph)
             return
-        enqueue(bucket, key.sources, key.copy_out)  # warm-up outside capture; it also computes this call
+        enqueue(bucket, sources, copy_out)  # warm-up outside capture; it also computes this call
         if key in self._failed:
             self.enqueues += 1
             return
         self.captures += 1
         self._cuda.stream_synchronize(self._stream)
-        self.address_graphs += bool(key.addresses)
-        self.capture(key, self._cuda, self._stream, lambda: enqueue(bucket, key.sources, key.copy_out))
+        self.address_graphs += bool(addresses)
+        self.capture(GraphKey(*key), self._cuda, self._stream, lambda: enqueue(bucket, sources, copy_out))
 
     def enqueue(self, bucket, sources: tuple, copy_out: bool, enqueue) -> None:
         """Run a call by plain enqueue, no graph (the runner's ``cuda_graph`` is off)."""
@@ -293,7 +299,7 @@ class GraphCache:
 
     def graphs(self) -> dict[GraphKey, CudaGraph]:
         """The graphs held, by key (a copy of the index; the graphs themselves stay owned here)."""
-        return dict(self._graphs)
+        return dict(self._graphs)  # type: ignore[arg-type]  # stored under GraphKeys (see launch)
 
     def capture(self, key, cuda, stream: int, enqueue) -> CudaGraph | None:
         """Capture a graph for ``key``; on failure log a warning, remember it, and return None."""
@@ -336,7 +342,7 @@ class GraphCache:
             return
         for host_key in [k for k in self._host if any(serial in dead for serial in k[1])]:  # HostReplayKey.serials
             del self._host[host_key]
-        for key in [k for k in self._graphs if any(s is not None and s[0] in dead for s in k.sources)]:
+        for key in [k for k in self._graphs if any(s is not None and s[0] in dead for s in k[1])]:  # GraphKey.sources
             self._graphs.pop(key).destroy()
 
     def clear(self) -> None:

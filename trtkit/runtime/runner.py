@@ -603,7 +603,7 @@ class TrtRunner:
         """
         addresses = tuple(dev.ptr for _, dev in devices)
         in_place = not self.cuda_graph or self._graphs.binds_in_place(
-            GraphKey(bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS)
+            (bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS)
         for i, dev in devices:
             own = self._held.dev_in[i].ptr
             self._bind(self.input_specs[i].name, dev.ptr if in_place else own)
@@ -618,8 +618,8 @@ class TrtRunner:
         if not self.cuda_graph:
             self._graphs.enqueue(bucket, sources, copy_out, self._enqueue_body)
         else:
-            self._graphs.launch(GraphKey(bucket.key, sources, copy_out, addresses), bucket, self._enqueue_body,
-                                shortcut)
+            # a GraphKey's fields, as the plain tuple equal to it (the cache makes the GraphKey when it stores one)
+            self._graphs.launch((bucket.key, sources, copy_out, addresses), bucket, self._enqueue_body, shortcut)
 
     def _enqueue_body(self, bucket: _Bucket, sources: tuple, copy_out: bool) -> None:
         """H2D copies of host inputs, the engine, D2H copies of the outputs: what a graph captures.
