@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +142,17 @@ def test_backend_environment_puts_this_interpreters_library_first():
         pytest.skip(f"this Python cannot run Triton's Python backend: {exc}")
     env = backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
     assert env["LD_LIBRARY_PATH"] == f"{libdir}:/usr/lib"
+    # the stub Triton runs, under that environment, resolves libpython to this interpreter's own
+    import pytriton
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("ldd") is None:
+        pytest.skip("no ldd to ask the dynamic loader")
+    stub = backend.check_backend_stub(Path(pytriton.__file__).parent)
+    seen = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **env}).stdout
+    soname = f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
+    (line,) = [x for x in seen.splitlines() if soname in x]
+    assert line.split("=>")[1].split("(")[0].strip() == str(backend.python_library())

@@ -33,6 +33,7 @@ class LoadSettings:
     batch: int = 1
     grpc: bool = False
     timeout_s: float = 30.0
+    keep_latencies: bool = False  # LoadResult.latencies_ms (to merge the levels of several client processes)
 
     def check(self) -> None:
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
@@ -56,9 +57,13 @@ class LoadResult:
     p90_ms: float | None
     p99_ms: float | None
     errors: list = field(default_factory=list)
+    latencies_ms: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not self.latencies_ms:
+            del data["latencies_ms"]
+        return data
 
 
 def load_test(url: str, model: str, settings: LoadSettings | None = None) -> list:
@@ -163,7 +168,8 @@ async def _level(client, model: str, inputs: list, concurrency: int, settings: L
         return round(percentile(done, q), 4) if done else None
 
     return LoadResult(concurrency, len(done), len(errors), round(wall, 4), round(len(done) * settings.batch / wall, 2),
-                      round(len(done) / wall, 2), pct(50), pct(90), pct(99), sorted(set(errors))[:5])
+                      round(len(done) / wall, 2), pct(50), pct(90), pct(99), sorted(set(errors))[:5],
+                      latencies if settings.keep_latencies else [])
 
 
 def render(results: list, console, *, title: str) -> None:
