@@ -41,8 +41,9 @@ class _Client:
 
     async def infer(self, model, inputs):
         self.n += 1
+        n = self.n
         await asyncio.sleep(0.001)
-        if self.n % 3 == 0:
+        if n % 3 == 0:
             raise RuntimeError("model says no")
 
 
