@@ -39,19 +39,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from precision_h200 import export_resnet  # noqa: E402 - the same ResNet-50 ONNX, in the same --cache
 
 TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 INPUT = "images"
 MAX_BATCH = 32
 STARTED = time.monotonic()
-EXPORT = """
-import sys, torch, torchvision
-torch.manual_seed(0)
-m = torchvision.models.resnet50(weights=None).eval()
-x = torch.randn(1, 3, 224, 224)
-torch.onnx.export(m, (x,), sys.argv[1], input_names=["images"], output_names=["logits"], opset_version=17,
-                  dynamic_axes={"images": {0: "N"}, "logits": {0: "N"}}, dynamo=False)
-"""
 
 
 def log(msg: str) -> None:
@@ -69,15 +63,6 @@ def step(results: dict, key: str, fn):
 
 
 # --- engine ---------------------------------------------------------------------------------------------------------
-
-
-def export_onnx(cache: Path, torch_python: str) -> Path:
-    path = cache / "resnet50.onnx"
-    if not path.exists():
-        tmp = cache / f"resnet50.onnx.tmp{os.getpid()}"
-        subprocess.run([torch_python, "-c", EXPORT, str(tmp)], check=True, timeout=300)
-        os.replace(tmp, path)
-    return path
 
 
 def build_engine(onnx_path: Path, cache: Path, results: dict) -> Path:
@@ -259,7 +244,6 @@ def main() -> int:
     ap.add_argument("--out", help="also copy the results JSON and logs here (e.g. $OUT)")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/trtkit-bench"))
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "serve-h200.json"))
-    ap.add_argument("--torch-python", default="/opt/torch/.venv/bin/python3")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--max-queue-delay-us", type=int, default=100)
     ap.add_argument("--client-procs", type=int, default=4)
@@ -290,7 +274,7 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
 
     results["environment"] = {"python": platform.python_version()}
     step(results, "environment", lambda: results["environment"].update(_environment()))
-    onnx_path = step(results, "export", lambda: export_onnx(cache, args.torch_python))
+    onnx_path = step(results, "export", lambda: export_resnet(cache))
     engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results))
     if not engine:
         return
