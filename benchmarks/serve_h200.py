@@ -214,8 +214,9 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         url = f"127.0.0.1:{args.port + 1}"
         out["grpc"] = {"concurrency": {}}
         for c in levels:
-            out["grpc"]["concurrency"][str(c)] = step(
-                results, f"{tag}.grpc.c{c}", lambda c=c: load(url, c, args.client_procs, args.duration_s, 10**9, workdir))
+            levels_out = out["grpc"]["concurrency"]
+            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}",
+                                      lambda c=c: load(url, c, args.client_procs, args.duration_s, 10**9, workdir))
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:

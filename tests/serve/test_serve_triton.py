@@ -32,7 +32,8 @@ def _skip_reason() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("pytriton") is None:
-        return "the serve extra is not installed (pip install 'trtkit[serve]'; not in dev: nvidia-pytriton pins numpy<2)"
+        return ("the serve extra is not installed (pip install 'trtkit[serve]'; not in dev: nvidia-pytriton pins "
+                "numpy<2)")
     try:
         import tritonclient.grpc  # noqa: F401
         import tritonclient.http  # noqa: F401
@@ -133,7 +134,8 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
         status = child.wait_ready()
         assert [m["name"] for m in status["models"]] == ["tiny"]
         assert status["models"][0]["instances"] == [0, 0, 1, 1] and status["models"][0]["max_batch"] == 4
-        assert status["failed"][0]["engine"] == str(junk) and "could not be deserialized" in status["failed"][0]["reason"]
+        (failed,) = status["failed"]
+        assert failed["engine"] == str(junk) and "could not be deserialized" in failed["reason"]
         assert f"not served {junk}" in " ".join(child.output().split())
 
         x = np.random.default_rng(0).standard_normal((3, 3, 8, 8)).astype(np.float32)
@@ -149,7 +151,8 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
         np.testing.assert_allclose(grpc.infer("tiny", [ginp], client_timeout=30).as_numpy("y"), want[:1], rtol=1e-6)
 
         for bad, dtype, says in ((np.zeros((1, 3, 9, 9), np.float32), "FP32", "unexpected shape for input 'x'"),
-                                 (np.zeros((1, 3, 8, 8), np.int32), "INT32", "inference input 'x' data-type is 'INT32'"),
+                                 (np.zeros((1, 3, 8, 8), np.int32), "INT32",
+                                  "inference input 'x' data-type is 'INT32'"),
                                  (np.zeros((5, 3, 8, 8), np.float32), "FP32", "batch-size must be <= 4")):
             binp = thttp.InferInput("x", list(bad.shape), dtype)
             binp.set_data_from_numpy(bad)

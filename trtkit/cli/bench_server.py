@@ -27,7 +27,8 @@ def run_server_load(args, console) -> int:
     try:
         levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
     except ValueError:
-        raise TrtkitError(f"--concurrency {args.concurrency!r}: give numbers separated by commas, e.g. 1,8,64") from None
+        raise TrtkitError(f"--concurrency {args.concurrency!r}: give numbers separated by commas, "
+                          f"e.g. 1,8,64") from None
     settings = LoadSettings(concurrency=levels, duration_s=args.duration_s, max_requests=args.requests,
                             warmup_s=args.warmup_ms / 1000, batch=args.batch, grpc=args.grpc)
     results = load_test(args.server, args.server_model, settings)

@@ -181,9 +181,9 @@ def check_triton_version(model: TritonModel, triton_version: str | None) -> list
         elif release not in releases:
             carried = TRITON_TENSORRT[release][1]
             fits = ", ".join(releases) or "none in trtkit's table"
-            warnings.append(f"Model '{model.name}' was built with TensorRT {model.tensorrt}, but Triton {triton_version} "
-                            f"carries TensorRT {carried}: it will refuse the plan. Releases with TensorRT "
-                            f"{model.tensorrt}: {fits}")
+            warnings.append(f"Model '{model.name}' was built with TensorRT {model.tensorrt}, but Triton "
+                            f"{triton_version} carries TensorRT {carried}: it will refuse the plan. Releases with "
+                            f"TensorRT {model.tensorrt}: {fits}")
     return warnings
 
 
