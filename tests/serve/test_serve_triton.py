@@ -165,17 +165,20 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
 
         from trtkit.bench.serving import LoadSettings, load_test
 
-        for grpc, port in ((False, http_port), (True, grpc_port)):
-            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2, grpc=grpc)
+        for use_grpc, port in ((False, http_port), (True, grpc_port)):
+            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
+                                grpc=use_grpc)
             results = load_test(f"127.0.0.1:{port}", "tiny", load)
             assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)]
             assert all(r.p50_ms <= r.p90_ms <= r.p99_ms and r.ips > 0 for r in results)
 
+        http.close()  # Triton's shutdown waits for open connections (up to --exit-timeout-s)
+        grpc.close()
         # requests in flight when SIGTERM comes are answered before the server exits
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             def one(_):
-                client = tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-                return client.infer("tiny", [ginp], client_timeout=30).as_numpy("y")
+                with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+                    return client.infer("tiny", [ginp], client_timeout=30).as_numpy("y")
 
             futures = [pool.submit(one, i) for i in range(4)]
             time.sleep(0.3)
