@@ -51,6 +51,9 @@ def test_config_parses_back_with_engine_io_and_profile(engine, tmp_path):
     assert group.count == 2 and list(group.gpus) == [0, 1] and group.kind == 1  # 1: KIND_GPU
     assert config.optimization.cuda.graphs is True
     assert [p.name for p in (tmp_path / "repo").iterdir()] == ["tiny"]  # nothing staged left behind
+    modes = [oct(p.stat().st_mode & 0o777) for p in (folder, folder / "1", folder / "1" / "model.plan",
+                                                      folder / "config.pbtxt")]
+    assert modes == ["0o755", "0o755", "0o644", "0o644"]  # readable by a server running as another user
 
 
 def test_unbatched_engine_keeps_full_dims(tmp_path):

@@ -278,6 +278,8 @@ def _place_model(repo: Path, name: str, plan: bytes, config: str) -> Path:
         (staging / "1").mkdir()
         write_bytes_atomic(staging / "1" / "model.plan", plan)
         write_text_atomic(staging / "config.pbtxt", config)
+        for path in (staging / "1", staging / "1" / "model.plan", staging / "config.pbtxt"):
+            path.chmod(0o755 if path.is_dir() else 0o644)  # temp files are private; Triton may run as another user
         target = repo / name
         if target.exists():
             old = repo / f".{name}.replaced"
