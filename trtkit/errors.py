@@ -22,11 +22,14 @@ Python argument, never a command-line flag; the CLI maps ``field`` to its flag::
     ├── CudaError              a CUDA runtime call failed (names the call and the CUDA error)
     ├── CalibrationError       calibration data or cache is unusable
     ├── UnsupportedError       a feature is not available in the installed TensorRT version
-    └── IsolationError         a child process running a build died (signal, out of memory)
+    ├── IsolationError         a child process running a build died (signal, out of memory)
+    └── ServeError             a server cannot start or serve as asked (a port in use, no model could load)
     TrtkitInternalError        a bug in trtkit: please report it
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class TrtkitError(Exception):
@@ -56,7 +59,13 @@ class DependencyError(TrtkitError):
 
 
 class ModelError(TrtkitError):
-    """The ONNX model cannot be read or used as asked."""
+    """The ONNX model cannot be read or used as asked.
+
+    Attributes:
+        report: the op check's report (``trtkit.builder.opcheck.CheckReport``) when that check refused the model.
+    """
+
+    report: Any = None
 
 
 class ParseError(ModelError):
@@ -108,8 +117,18 @@ class UnsupportedError(TrtkitError):
 
 
 class IsolationError(TrtkitError):
-    """A child process doing work for trtkit died."""
+    """A child process doing work for trtkit died.
+
+    Attributes:
+        crash: what the parent knows of the child's death (a ``trtkit.builder.crash_report.CrashInfo``), once known.
+    """
+
+    crash: Any = None
 
 
 class TrtkitInternalError(Exception):
     """A bug in trtkit itself, not a problem with the user's input."""
+
+
+class ServeError(TrtkitError):
+    """A server cannot start or serve as asked: a port in use, no model that could load, Triton not ready."""

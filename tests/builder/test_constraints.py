@@ -77,7 +77,8 @@ def test_refused_where_constraints_mean_nothing(version, options, message):
 
 
 def test_unknown_mode_is_named():
-    with pytest.raises(TrtkitError, match="precision_constraints must be one of 'none', 'prefer', 'obey', not 'always'"):
+    with pytest.raises(TrtkitError,
+                       match="precision_constraints must be one of 'none', 'prefer', 'obey', not 'always'"):
         BuildConfig(precision_constraints="always")
 
 

@@ -2,7 +2,8 @@
 
 Every run must end in exit 0, 1 or 2, never with a traceback, and an error (exit 2, or exit 1 with an ``error:``
 line) must leave every file as it was: nothing created or changed. (Exit 1 is also a verdict — parity's FAIL, doctor
-finding a problem — whose report is written.) Runs on the fake TensorRT and CUDA backends, so builds, runs and benchmarks succeed
+finding a problem — whose report is written.) Runs on the fake TensorRT and CUDA backends, so builds, runs and
+benchmarks succeed
 where the arguments are right.
 """
 
@@ -77,6 +78,13 @@ def _options(rng, command: str, root: Path) -> list:
         # (no --output-dir: it names a work folder the demo fills as it goes)
         "demo": [["--batch", rng.choice(["0", "8", "-1"])], ["--iterations", rng.choice(["0", "2"])],
                  ["--json", None], ["--output-dir", rng.choice(["", "x.npy"])]],
+        "export": [["--name", rng.choice(["m", "", "a/b"])], ["--instances", rng.choice(["0", "1", "-2"])],
+                   ["--gpus", rng.choice(["0", "x", ""])], ["--max-queue-delay-us", "-1"], ["--force"],
+                   ["--triton-version", rng.choice(["24.01", "nope"])], ["--json", None]],
+        # serve is only given what must fail (a valid engine would start a server that runs until stopped)
+        "serve": [["--instances", rng.choice(["0", "-1"])], ["--max-batch", "0"], ["--gpus", "x"],
+                  ["--http-port", rng.choice(["-1", "99999"])], ["--exit-timeout-s", "-1"], ["--json", None],
+                  ["--log-file", None]],
     }[command]
     chosen = []
     for option in rng.sample(common, k=rng.randint(0, min(4, len(common)))):
@@ -87,11 +95,15 @@ def _options(rng, command: str, root: Path) -> list:
 def _argv(rng, command: str, files: dict, root: Path) -> list:
     positional = {"build": [rng.choice(files["onnx"])], "run": [rng.choice(files["engine"])],
                   "bench": [rng.choice(files["engine"] + ["good.onnx"])], "inspect": [rng.choice(files["onnx"])],
-                  "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": []}
+                  "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": [],
+                  "export": ["triton", rng.choice(files["engine"]), "--repo", _output(rng, root)],
+                  "serve": [rng.choice(files["engine"][1:])]}
     if rng.random() < 0.2:  # now and then a run that should succeed, so the invariant is seen from both sides
         positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],
                       "run": ["good.engine"], "bench": ["good.engine"], "inspect": ["good.onnx"],
-                      "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"]}
+                      "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"],
+                      "export": ["triton", "good.engine", "--repo", f"out/repo{rng.randrange(1000)}"],
+                      "serve": ["empty.engine"]}
         argv = [command, *positional[command]]
     else:
         argv = [command, *positional[command], *_options(rng, command, root)]

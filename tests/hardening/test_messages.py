@@ -17,12 +17,17 @@ def _trtkit_flags() -> set:
     """Every long option trtkit's CLI defines (other tools' flags, e.g. pip's, may appear in advice)."""
     from trtkit.cli import main as cli_main
 
+    def walk(parser):
+        found = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+        for action in parser._actions:  # subcommands and their own subcommands (export triton)
+            for sub in (getattr(action, "choices", None) or {}).values() if action.option_strings == [] else ():
+                if hasattr(sub, "_actions"):
+                    found |= walk(sub)
+        return found
+
     flags = set()
     for command in cli_main.COMMANDS:
-        parser = cli_main.make_parser(command)
-        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
-        for p in (parser, sub):
-            flags |= {o for a in p._actions for o in a.option_strings if o.startswith("--")}
+        flags |= walk(cli_main.make_parser(command))
     return flags - {"--help", "--version"}
 
 

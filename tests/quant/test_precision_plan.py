@@ -56,7 +56,8 @@ def test_fp16_modes_missing_in_a_version_say_where_they_exist():
     with pytest.raises(UnsupportedError, match="BuilderFlag.FP16, which TensorRT 11.4.0 does not have; it exists in "
                                                "TensorRT 8.6 to 10.x. Use fp16_mode='cast'"):
         resolve_half_mode(capabilities(make_fake_trt("11.4.0")), "fp16", "flag")
-    with pytest.raises(UnsupportedError, match="precision='bf16' needs BuilderFlag.BF16 or strongly typed networks; TensorRT "
+    with pytest.raises(UnsupportedError, match="precision='bf16' needs BuilderFlag.BF16 or strongly typed networks; "
+                                               "TensorRT "
                                                "8.6.0 has neither.* use TensorRT 10 or later"):
         resolve_half_mode(capabilities(make_fake_trt("8.6.0")), "bf16", "auto")
     with pytest.raises(UnsupportedError, match="needs BuilderFlag.BF16, which TensorRT 8.6.0 does not have; it exists "
@@ -74,7 +75,8 @@ def test_fp16_plans_flag_and_cast():
     assert "FP16 model (cast by trtkit), strongly typed network" in cast.notes
     on_86 = _plan(make_fake_trt("8.6.0"), "fp16", fp16_mode="cast")
     assert on_86.flags == ("FP16",) and not on_86.strongly_typed
-    assert "FP16 model (cast by trtkit), BuilderFlag.FP16 (TensorRT 8.6.0 has no strongly typed networks)" in on_86.notes
+    cast_note = "FP16 model (cast by trtkit), BuilderFlag.FP16 (TensorRT 8.6.0 has no strongly typed networks)"
+    assert cast_note in on_86.notes
     bf16 = _plan(make_fake_trt("10.8.0"), "bf16", fp16_mode="cast")
     assert any(t.data_type == onnx.TensorProto.BFLOAT16 for t in bf16.model.proto.graph.initializer)
 

@@ -69,7 +69,8 @@ def test_fp16_asked_but_mostly_fp32_warns_loudly(caplog):
 
 
 def test_require_precision_makes_it_an_error():
-    with pytest.raises(BuildError, match="precision='int8' was asked but 100% .* require_precision=True makes this an error"):
+    with pytest.raises(BuildError,
+                       match="precision='int8' was asked but 100% .* require_precision=True makes this an error"):
         analyze(_info("fp32_tf32"), "int8").check(require=True)
     with pytest.raises(BuildError, match="precision='int8' was asked but no layer runs in INT8"):
         analyze(_info("fp16"), "int8").check(require=True)
@@ -92,8 +93,10 @@ def test_describe_for_the_build_summary():
 
 
 @pytest.mark.parametrize("fmt, tactic, expected", [
-    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x64", "FP16"),
-    ("N/A due to dynamic shapes", "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs", "INT8"),
+    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x64",
+     "FP16"),
+    ("N/A due to dynamic shapes", "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs",
+     "INT8"),
     ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc", "TF32"),
     ("N/A due to dynamic shapes", "", "unknown"),
     ("Row major linear FP16 format", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32", "FP16"),

@@ -133,7 +133,6 @@ def _where(info: CrashInfo) -> str:
 
 
 def _next_steps(info: CrashInfo) -> str:
-    model = info.context.get("model") or "MODEL.onnx"
     trt_version = info.context.get("trt_version")
     newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
     steps = ["preflight(model) shows which ops this TensorRT supports",

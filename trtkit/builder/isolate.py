@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from typing import IO, Callable, cast
 
 from trtkit.builder.crash_report import (
     PARSING_NODE,
@@ -221,7 +221,7 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
     payload = _payload(func, args, kwargs, options)
     tracker = Tracker()
     read_fd, write_fd = os.pipe()
-    proc = None
+    proc: subprocess.Popen | None = None
     # Ctrl-C (KeyboardInterrupt) may arrive at any line from here on: every path out stops the child once it exists,
     # and the child, which ignores SIGINT, also exits by itself when its stdin closes (see _exit_when_parent_goes).
     try:
@@ -229,8 +229,9 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
             proc = _start_child(write_fd)
         finally:
             os.close(write_fd)
-        proc.stdin.write(_HEADER.pack(len(payload)) + payload)
-        proc.stdin.flush()
+        stdin = cast(IO[bytes], proc.stdin)  # the child is started with stdin=PIPE
+        stdin.write(_HEADER.pack(len(payload)) + payload)
+        stdin.flush()
         outcome = _pump(proc, read_fd, tracker, on_event, timeout)
         return _resolve(outcome, proc, tracker, crash_context)
     except BaseException:
@@ -277,7 +278,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
     """Deliver events until the child answers or both its pipes close; returns the answer or ``None``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     frames, lines = _FrameReader(read_fd), _LineReader(proc.stdout.fileno())
-    open_fds = {read_fd: frames, proc.stdout.fileno(): lines}
+    open_fds: dict[int, _FrameReader | _LineReader] = {read_fd: frames, proc.stdout.fileno(): lines}
     answer = None
     while open_fds:
         wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))

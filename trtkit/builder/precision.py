@@ -112,9 +112,9 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
         if has_flag:
             return "cast+flag"
         raise UnsupportedError(
-            f"precision='{precision}' needs BuilderFlag.{flag} or strongly typed networks; TensorRT {_version(caps)} has "
-            f"neither. {flag} exists in TensorRT 9.0 to 10.x as a flag and from 9.1 as a strongly typed model: use "
-            f"TensorRT 10 or later."
+            f"precision='{precision}' needs BuilderFlag.{flag} or strongly typed networks; TensorRT "
+            f"{_version(caps)} has neither. {flag} exists in TensorRT 9.0 to 10.x as a flag and from 9.1 as a "
+            "strongly typed model: use TensorRT 10 or later."
         )
     return mode
 

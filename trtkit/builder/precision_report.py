@@ -6,8 +6,9 @@ convolutions and matrix multiplies the type of their input (an INT8 convolution 
 ``Float``), for other layers the type of their output. ``Float`` layers whose kernel is a TF32 kernel (``tf32`` in
 the tactic name) count as TF32. Engines with dynamic shapes report ``"N/A due to dynamic shapes"`` as formats on
 TensorRT 8.6 (even with an execution context); then the kernel name (``i8i8``, ``f16f16``, ``tf32``) and, for
-convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
-multiply-add; dynamic dimensions count as 1, which keeps the shares right because every layer shares the batch).
+convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs
+are estimated from the inspector's dimensions and weight counts (2 per multiply-add; dynamic dimensions count as 1,
+which keeps the shares right because every layer shares the batch).
 
 Called by :func:`trtkit.builder.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
 signature and ``PrecisionReport.to_json()`` / ``PrecisionReport.check(require)``.
@@ -123,9 +124,9 @@ class PrecisionReport:
             return None
         full = sum(self.share(p) for p in _FULL)
         if full > 0.5:
-            return (f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in FP32/TF32 "
-                    f"({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the model "
-                    f"forces FP32 (check the layer report with `trtkit inspect`)")
+            return (f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in "
+                    f"FP32/TF32 ({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the "
+                    "model forces FP32 (check the layer report with `trtkit inspect`)")
         if self.requested == "int8" and not self.layers_by_precision.get("INT8"):
             return f"precision='int8' was asked but no layer runs in INT8 ({self.summary()})"
         return None

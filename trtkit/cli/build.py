@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trtkit.cli import check_render, options, render
 
@@ -22,9 +23,7 @@ def default_output(model: str) -> Path:
 
 
 def run(args, console) -> int:
-    from trtkit.builder.api import build
-
-    from trtkit.builder.api import input_files, output_files
+    from trtkit.builder.api import build, input_files, output_files
 
     config = options.config_from_args(args)
     output = Path(args.output) if args.output else default_output(args.model)
@@ -52,7 +51,7 @@ class BuildProgress:
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                   console=console, transient=True)
         self._name = name
-        self._task = None
+        self._task: Any = None  # rich's TaskID once the progress bar is shown
 
     def __enter__(self):
         self._progress.__enter__()
@@ -101,7 +100,7 @@ def _profiles_line(profiles: list) -> str:
         return "static shapes"
     parts = []
     for i, p in enumerate(profiles):
-        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
-                         for n, s in p.items())
+        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} "
+                         f"(opt {render.shape_str(s['opt'])})" for n, s in p.items())
         parts.append(f"#{i}: {dims}")
     return " | ".join(parts)

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtkit.builder.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, HISTOGRAM_DEVICES, INT8_MODES,
-                                 BuildConfig, CalibrationSettings)
+from trtkit.builder.config import (
+    CALIB_ALGORITHMS,
+    CONSTRAINT_MODES,
+    FP16_MODES,
+    HISTOGRAM_DEVICES,
+    INT8_MODES,
+    BuildConfig,
+    CalibrationSettings,
+)
 from trtkit.errors import TrtkitError
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?$", re.IGNORECASE)
@@ -220,6 +227,10 @@ FLAGS = {
     "streams": "--streams", "iterations": "--iterations", "warmup_ms": "--warmup-ms", "duration_s": "--duration-s",
     "trials": "--trials", "value_range": "--value-range", "inputs": "--inputs", "cuda_graph": "--cuda-graph",
     "metric_threshold": "--metric-threshold", "workspace": "--workspace", "verbose": "--verbose",
+    # bench --server, serve and export
+    "concurrency": "--concurrency", "max_requests": "--requests", "batch": "--batch", "warmup_s": "--warmup-ms",
+    "instances": "--instances", "max_batch": "--max-batch", "max_queue_delay_us": "--max-queue-delay-us",
+    "gpus": "--gpus", "http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_port": "--metrics-port",
 }
 
 
@@ -233,7 +244,8 @@ SWITCHES = {
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
     "tf32": ("no --no-tf32", "--no-tf32"), "isolate": ("no --no-isolate", "--no-isolate"),
     "cuda_graph": ("--cuda-graph", "--no-cuda-graph"), "version_compatible": ("--version-compatible", ""),
-    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
+    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"), "strict": ("--strict", "no --strict"),
+    "force": ("--force", "no --force"),
     "on_log": ("--verbose", "no --verbose"), "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
     "data_transfers": ("no --no-data-transfers", "--no-data-transfers"), "e2e": ("no --no-e2e", "--no-e2e"),
 }
@@ -271,8 +283,8 @@ def flag_message(exc) -> str:
     flag that sets it."""
     text = cli_words(str(exc))
     field = getattr(exc, "field", None)
-    flag = FLAGS.get(field) if field else None
-    if not flag:
+    flag = FLAGS.get(field) if isinstance(field, str) else None
+    if not isinstance(field, str) or not flag:
         return text
     pattern = re.compile(rf"(?<![\w.-]){re.escape(field)}(?![\w])")
     if pattern.search(text):

@@ -35,9 +35,8 @@ def add_arguments(parser) -> None:
 def run(args, console) -> int:
     from trtkit.bench.measure import make_feed
     from trtkit.cli.bench import bench_shapes
-    from trtkit.runtime import TrtRunner
-
     from trtkit.cli.options import check_files
+    from trtkit.runtime import TrtRunner
 
     check_files(args, {"save_outputs": args.save_outputs},
                 {"engine": args.engine, **{f"input {spec}": spec.partition("=")[2] or spec for spec in args.input}})
