@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 
 from tests import models
+from tests.hardening import run_cli
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
-from trtkit.cli import main as cli_main
-
-
-def run_cli(argv, capsys):
-    code = cli_main.main(argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

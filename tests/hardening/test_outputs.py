@@ -8,23 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.hardening import run_cli
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit import _atomic
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
-from trtkit.cli import main as cli_main
 from trtkit.errors import BuildError, UsageError, WriteError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "digits_cnn.onnx"
 SHAPES = "images:1x1x8x8,32x1x8x8,64x1x8x8"
-
-
-def run_cli(argv, capsys):
-    code = cli_main.main(argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture
