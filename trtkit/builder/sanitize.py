@@ -122,14 +122,16 @@ def save_model(model, path) -> Path:
     """
     import onnx
 
+    from trtkit._atomic import write_bytes_atomic
+
     path = Path(path)
     large = model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True
     try:
         if large:
             onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                       location=path.name + ".data")
-        else:
-            onnx.save(model, str(path))
+        else:  # whole or not at all, with the umask's mode (trtkit/_atomic.py)
+            write_bytes_atomic(path, model.SerializeToString())
     except (OSError, ValueError) as exc:
         raise ModelError(f"Cannot write the sanitized model to '{path}': {exc}") from exc
     return path
