@@ -123,6 +123,7 @@ def save_model(model, path) -> Path:
     import onnx
 
     from trtkit._atomic import write_bytes_atomic
+    from trtkit.errors import WriteError
 
     path = Path(path)
     large = model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True
@@ -132,7 +133,7 @@ def save_model(model, path) -> Path:
                       location=path.name + ".data")
         else:  # whole or not at all, with the umask's mode (trtkit/_atomic.py)
             write_bytes_atomic(path, model.SerializeToString())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, WriteError) as exc:
         raise ModelError(f"Cannot write the sanitized model to '{path}': {exc}") from exc
     return path
 
