@@ -55,3 +55,22 @@ def unsupported_op():
                                                     helper.make_opsetid("com.example", 1)])
     model.ir_version = 8
     return model
+
+
+def constant_detector(head: np.ndarray, *, size: int = 32):
+    """A YOLOv8-layout "detector" whose output is always ``head`` (1, 4 + classes, anchors), repeated over the batch:
+    input ``images`` (N, 3, size, size), output ``output0`` (N, 4 + classes, anchors). For evaluation and NMS-graph
+    tests whose right answer is known from ``head``."""
+    head = np.asarray(head, np.float32)
+    const = numpy_helper.from_array(head, "head")
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["m"], name="mean", axes=[1, 2, 3], keepdims=0),
+        helper.make_node("Mul", ["m", "zero"], ["z"], name="zero_out"),
+        helper.make_node("Reshape", ["z", "col"], ["z3"], name="to_3d"),
+        helper.make_node("Add", ["z3", "head"], ["output0"], name="add_head"),
+    ]
+    inits = [const, numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([-1, 1, 1], np.int64), "col")]
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
+                  [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", head.shape[1], head.shape[2]])],
+                  inits, name="constant_detector")
