@@ -79,3 +79,15 @@ def test_list_images_sorted_and_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="holds no image file"):
         list_images(tmp_path / "empty")
+
+
+def test_reuse_fills_the_same_array_and_repads_it():
+    letterbox = Letterbox((16, 16), reuse=True)
+    first, _ = letterbox([Image.new("RGB", (16, 16), (255, 255, 255))])
+    second, _ = letterbox([Image.new("RGB", (16, 8), (0, 0, 0))])
+    assert second is first
+    np.testing.assert_allclose(second[0, :, :4], 114 / 255, rtol=1e-6)  # padding written again, not left white
+    assert second[0, :, 8].max() == 0.0
+    other, _ = letterbox([Image.new("RGB", (4, 4))] * 2)
+    assert other is not first and other.shape[0] == 2
+    assert Letterbox((16, 16))([Image.new("RGB", (4, 4))])[0] is not Letterbox((16, 16))([Image.new("RGB", (4, 4))])[0]

@@ -30,6 +30,8 @@ def test_plugin_node_inputs_outputs_and_attributes():
     assert outs["num_dets"].elem_type == TensorProto.INT32 and outs["classes"].elem_type == TensorProto.INT32
     assert [d.dim_value for d in outs["boxes"].shape.dim][1:] == [50, 4]
     assert outs["boxes"].shape.dim[0].dim_param == "N"
+    assert plugin.domain == "trt"
+    onnx.checker.check_model(model)  # the builder's model loader runs the checker
 
 
 def test_boxes_and_scores_are_the_head_rows_split_after_the_transpose():

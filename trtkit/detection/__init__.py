@@ -15,8 +15,7 @@ The small API other code builds on::
 
 from __future__ import annotations
 
-import importlib
-
+from trtkit.detection.draw import draw
 from trtkit.detection.letterbox import (
     ImageReadError,
     Letterbox,
@@ -35,19 +34,8 @@ from trtkit.detection.postprocess import (
     nms,
     xywh_to_xyxy,
 )
+from trtkit.detection.nms_plugin import NmsOptions, add_nms  # onnx-graphsurgeon is imported on first use
 
-_LAZY = {"add_nms": "trtkit.detection.nms_plugin", "NmsOptions": "trtkit.detection.nms_plugin",
-         "draw": "trtkit.detection.draw"}
-
-__all__ = ["Detections", "ImageReadError", "Letterbox", "LetterboxMeta", "box_iou", "check_head", "decode",
-           "detections_from_outputs", "from_efficient_nms", "letterbox_meta", "list_images", "nms", "open_image",
-           "xywh_to_xyxy", *_LAZY]
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trtkit.detection' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__all__ = ["Detections", "ImageReadError", "Letterbox", "LetterboxMeta", "NmsOptions", "add_nms", "box_iou",
+           "check_head", "decode", "detections_from_outputs", "draw", "from_efficient_nms", "letterbox_meta",
+           "list_images", "nms", "open_image", "xywh_to_xyxy"]

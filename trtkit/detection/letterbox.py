@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrators.sources import IMAGE_EXTENSIONS
 from trtkit.errors import InputError
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
 
 class ImageReadError(InputError):
@@ -67,22 +66,36 @@ class Letterbox:
         pad_value: padding, in 0..255 pixel units.
         scale: multiplier of the 0..255 values (``1/255`` gives 0..1, what YOLO-style models expect).
         dtype: dtype of the batch.
+        reuse: fill the same batch array on every call of one batch size instead of a new one (the previous
+            batch is overwritten). ``TrtRunner`` page-locks an input array it is given again and sends it from
+            where it is, so a reused batch reaches the GPU with no extra host copy.
 
     ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns
     ``(batch, metas)``: batch ``(N, 3, H, W)`` and one :class:`LetterboxMeta` per image.
     """
 
     def __init__(self, size: tuple[int, int], pad_value: float = 114.0, scale: float = 1.0 / 255.0,
-                 dtype=np.float32):
+                 dtype=np.float32, *, reuse: bool = False):
         self.size = (int(size[0]), int(size[1]))
         self.pad_value = pad_value
         self.scale = scale
         self.dtype = np.dtype(dtype)
+        self.reuse = reuse
+        self._buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def __call__(self, images) -> tuple[np.ndarray, list[LetterboxMeta]]:
-        canvas = np.full((len(images), self.size[0], self.size[1], 3), round(self.pad_value), np.uint8)
+        canvas, batch = self._arrays(len(images))
+        canvas.fill(round(self.pad_value))
         metas = [self.paste(image, canvas[i]) for i, image in enumerate(images)]
-        return self.to_batch(canvas), metas
+        return self.to_batch(canvas, batch), metas
+
+    def _arrays(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if not self.reuse:
+            return np.empty((n, self.size[0], self.size[1], 3), np.uint8), None
+        if n not in self._buffers:
+            self._buffers[n] = (np.empty((n, self.size[0], self.size[1], 3), np.uint8),
+                                np.empty((n, 3, self.size[0], self.size[1]), self.dtype))
+        return self._buffers[n]
 
     def paste(self, image, out: np.ndarray) -> LetterboxMeta:
         """Resize one image into the ``(H, W, 3)`` uint8 canvas ``out`` (already padded); return its geometry."""
@@ -99,9 +112,9 @@ class Letterbox:
         out[meta.pad_y:meta.pad_y + new_h, meta.pad_x:meta.pad_x + new_w] = np.asarray(resized)
         return meta
 
-    def to_batch(self, canvas: np.ndarray) -> np.ndarray:
-        """``(N, H, W, 3)`` uint8 → ``(N, 3, H, W)`` scaled, in one vectorized pass."""
-        batch = np.empty((canvas.shape[0], 3, canvas.shape[1], canvas.shape[2]), self.dtype)
+    def to_batch(self, canvas: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(N, H, W, 3)`` uint8 → ``(N, 3, H, W)`` scaled, in one vectorized pass (into ``out`` when given)."""
+        batch = np.empty((canvas.shape[0], 3, canvas.shape[1], canvas.shape[2]), self.dtype) if out is None else out
         np.multiply(canvas.transpose(0, 3, 1, 2), self.dtype.type(self.scale), out=batch, casting="unsafe")
         return batch
 

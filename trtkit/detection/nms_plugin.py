@@ -22,6 +22,9 @@ from trtkit.detection.postprocess import MAX_CLASSES, looks_transposed
 from trtkit.errors import ModelError
 
 PLUGIN_OP = "EfficientNMS_TRT"
+# A domain of its own keeps ONNX's checker from looking the op up in the standard opset; TensorRT's parser finds
+# importers and plugins by op type alone.
+PLUGIN_DOMAIN = "trt"
 OUTPUT_NAMES = ("num_dets", "boxes", "scores", "classes")
 
 
@@ -94,6 +97,7 @@ def add_nms(model, options: NmsOptions | None = None):
     Raises:
         ModelError: the model cannot be read, or its output is not the YOLOv8 head layout (says what it found).
     """
+    import onnx
     import onnx_graphsurgeon as gs
 
     from trtkit.parity.reference import load_model
@@ -114,7 +118,7 @@ def add_nms(model, options: NmsOptions | None = None):
         gs.Variable(OUTPUT_NAMES[2], dtype=dtype, shape=[batch, max_det]),
         gs.Variable(OUTPUT_NAMES[3], dtype=np.int32, shape=[batch, max_det]),
     ]
-    graph.layer(op=PLUGIN_OP, name="efficient_nms", inputs=[boxes, scores], outputs=outputs, attrs={
+    graph.layer(op=PLUGIN_OP, name="efficient_nms", domain=PLUGIN_DOMAIN, inputs=[boxes, scores], outputs=outputs, attrs={
         "plugin_version": "1",
         "background_class": -1,
         "max_output_boxes": max_det,
@@ -126,7 +130,10 @@ def add_nms(model, options: NmsOptions | None = None):
     })
     graph.outputs = outputs
     graph.cleanup().toposort()
-    return gs.export_onnx(graph)
+    model = gs.export_onnx(graph)
+    if not any(o.domain == PLUGIN_DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(PLUGIN_DOMAIN, 1))
+    return model
 
 
 def _slice(graph, gs, tensor, start: int, end: int, name: str, shape, dtype):
