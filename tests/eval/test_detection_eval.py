@@ -138,3 +138,10 @@ def test_cli_table_renders(dataset):
 def test_cli_help_runs(capsys):
     assert main(["eval", "detection", "--help"]) == 0
     assert "--min-map" in capsys.readouterr().out
+
+
+def test_without_onnxruntime_the_reference_evaluator_runs_and_says_it_is_slow(dataset, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    result = evaluate_detection(dataset / "det.onnx", dataset / "val", dataset / "val.json")
+    assert result.rows[0].model.endswith("(onnx-reference)") and result.rows[0].metrics.map == pytest.approx(100.0)
+    assert "reference evaluator, which is slow" in caplog.text and "trtkit[eval]" in caplog.text

@@ -7,6 +7,7 @@ largest batch it takes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,10 @@ def onnx_model(target) -> Model:
                  for d in inputs[0].type.tensor_type.shape.dim)
     max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
     backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
+    if backend == "onnx-reference":
+        logging.getLogger("trtkit").warning(
+            "onnxruntime is not installed: %s runs in onnx's reference evaluator, which is slow on real models "
+            "(pip install 'trtkit[eval]' installs onnxruntime)", describe_model(target))
     reference = OnnxReference(model, backend=backend)
     return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})")
 
