@@ -41,7 +41,7 @@ def test_boxes_and_scores_are_the_head_rows_split_after_the_transpose():
     init = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     slices = [n for n in model.graph.node if n.op_type == "Slice"]
     bounds = [(int(init[s.input[1]][0]), int(init[s.input[2]][0]), int(init[s.input[3]][0])) for s in slices]
-    assert bounds == [(0, 4, 2), (4, 6, 2)]
+    assert bounds == [(0, 4, 2), (4, np.iinfo(np.int64).max, 2)]
     assert list(nodes["EfficientNMS_TRT"].input) == [slices[0].output[0], slices[1].output[0]]
 
 
@@ -63,7 +63,9 @@ def _with_outputs(*shapes):
 @pytest.mark.parametrize("shapes, message", [
     ([[1, 84, 8400], [1, 32, 160, 160]], r"has 2 outputs: 'y0' \(1, 84, 8400\), 'y1' \(1, 32, 160, 160\)"),
     ([[1, 1000]], r"found output 'y0' \(1, 1000\)"),
-    ([[1, 3, 8400]], r"fixed second dimension of at least 5; found output 'y0' \(1, 3, 8400\)"),
+    ([[1, 3, 8400]], r"second dimension of at least 5; found output 'y0' \(1, 3, 8400\)"),
+    ([["N", "c", "a"]], r"'y0' \(N, c, a\), whose dimensions ONNX shape inference cannot fix"),
+    ([["N", "c", 84]], r"cannot fix"),
     ([[1, 8400, 85]], r"looks like \(N, anchors, 4 \+ classes\)"),
 ])
 def test_other_head_layouts_are_refused_with_what_was_found(shapes, message):
@@ -82,3 +84,23 @@ def test_a_model_that_already_has_the_plugin_is_refused():
 def test_bad_options_are_refused(kwargs, message):
     with pytest.raises(ModelError, match=message):
         NmsOptions(**kwargs)
+
+
+def test_symbolic_head_dims_are_filled_by_shape_inference():
+    model = detector(classes=3, anchors=6)
+    for dim, name in zip(model.graph.output[0].type.tensor_type.shape.dim[1:], ("rows", "anchors")):
+        dim.ClearField("dim_value")
+        dim.dim_param = name
+    out = {o.name: o.type.tensor_type for o in add_nms(model).graph.output}
+    assert [d.dim_value for d in out["boxes"].shape.dim][1:] == [100, 4]
+
+
+def test_the_sample_detector_whose_export_named_its_dims():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "samples" / "detection" / "model" / "detector.onnx"
+    declared = onnx.load(str(path)).graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param for d in declared][1:] == ["Concatoutput0_dim_1", "Concatoutput0_dim_2"]
+    model = add_nms(str(path))
+    assert [o.name for o in model.graph.output] == ["num_dets", "boxes", "scores", "classes"]
+    onnx.checker.check_model(model)

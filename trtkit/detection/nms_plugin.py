@@ -71,9 +71,12 @@ def head_layout(graph) -> tuple:
     if shape is None or len(shape) != 3:
         raise ModelError(f"--add-nms needs {expected}; found output {found}.")
     channels, anchors = shape[1], shape[2]
-    if not isinstance(channels, int) or channels < 5:
+    if isinstance(channels, int) and channels < 5:
+        raise ModelError(f"--add-nms needs {expected} with a second dimension of at least 5; found output {found}.")
+    if not isinstance(channels, int) and not (isinstance(anchors, int) and anchors > 4 + MAX_CLASSES):
         raise ModelError(
-            f"--add-nms needs {expected} with a fixed second dimension of at least 5; found output {found}."
+            f"--add-nms needs {expected}; found output {found}, whose dimensions ONNX shape inference cannot fix, "
+            "so its layout cannot be checked. Export the model with static class and anchor dimensions."
         )
     if looks_transposed(channels, anchors):
         raise ModelError(
@@ -103,14 +106,19 @@ def add_nms(model, options: NmsOptions | None = None):
     from trtkit.parity.reference import load_model
 
     options = options or NmsOptions()
-    graph = gs.import_onnx(load_model(model))
+    proto = load_model(model)
+    graph = gs.import_onnx(proto)
+    if len(graph.outputs) == 1:
+        graph.outputs[0].shape = inferred_output_shape(proto, graph.outputs[0].shape)
     batch, channels, anchors = head_layout(graph)
     head = graph.outputs[0]
+    classes = channels - 4 if isinstance(channels, int) else "classes"
     dtype = head.dtype if head.dtype is not None else np.float32
     rows = gs.Variable("nms_head_rows", dtype=dtype, shape=[batch, anchors, channels])
     graph.layer(op="Transpose", name="nms_head_transpose", inputs=[head], outputs=[rows], attrs={"perm": [0, 2, 1]})
     boxes = _slice(graph, gs, rows, 0, 4, "nms_boxes_in", [batch, anchors, 4], dtype)
-    scores = _slice(graph, gs, rows, 4, channels, "nms_scores_in", [batch, anchors, channels - 4], dtype)
+    # to the end: the class count need not be known here, TensorRT knows it when it builds
+    scores = _slice(graph, gs, rows, 4, _TO_END, "nms_scores_in", [batch, anchors, classes], dtype)
     max_det = options.max_detections
     outputs = [
         gs.Variable(OUTPUT_NAMES[0], dtype=np.int32, shape=[batch, 1]),
@@ -134,6 +142,30 @@ def add_nms(model, options: NmsOptions | None = None):
     if not any(o.domain == PLUGIN_DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(PLUGIN_DOMAIN, 1))
     return model
+
+
+_TO_END = np.iinfo(np.int64).max
+
+
+def inferred_output_shape(proto, declared) -> list | None:
+    """The only output's dims: each declared one, or what ONNX shape inference finds where the declared one is
+    symbolic (exporters often name dims they could have fixed)."""
+    import copy
+
+    import onnx
+
+    if declared is None or all(isinstance(d, int) for d in declared):
+        return declared
+    probe = copy.deepcopy(proto)
+    probe.graph.output[0].type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim
+    except Exception:  # noqa: BLE001 - inference is a best effort; the declared dims stand
+        return declared
+    if len(inferred) != len(declared):
+        return declared
+    return [d if isinstance(d, int) or not inf.HasField("dim_value") else int(inf.dim_value)
+            for d, inf in zip(declared, inferred)]
 
 
 def _slice(graph, gs, tensor, start: int, end: int, name: str, shape, dtype):
