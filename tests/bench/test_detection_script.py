@@ -35,6 +35,8 @@ def test_detection_table_script_writes_every_row(tmp_path):
         assert ROW_KEYS <= set(row), key
         if key != "onnx":
             assert row["engine_mb"] > 0 and row["b8_images_per_s"] > 0 and row["b1_ms"] > 0, key
+    assert data["rows"]["fp16"]["precision_constraints"] == "prefer" == data["rows"]["int8_calibrator"]["precision_constraints"]
+    assert data["rows"]["fp32"]["precision_constraints"] == "none"
     assert data["rows"]["fp32"]["map"] == data["rows"]["onnx"]["map"]  # the fake engine runs the ONNX model
     assert data["sample_latency"]["total_ms"] > 0 and data["sample_latency"]["engine_e2e_ms"] > 0
     assert "fp16_within_0.3pt" in data["targets"] and "best_int8" in data["targets"]
