@@ -26,7 +26,8 @@ def test_detection_table_script_writes_every_row(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(wrapper), "--model", str(tmp_path / "det.onnx"), "--val-images", "6", "--calib", "8",
          "--bench-seconds", "0.05", "--out", str(out), "--cache", str(tmp_path / "cache"), "--work",
-         str(tmp_path / "work"), "--results", str(tmp_path / "results")], capture_output=True, text=True, timeout=280, cwd=ROOT)
+         str(tmp_path / "work"), "--results", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=280, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "detection-h200.json").read_text())
     assert json.loads((tmp_path / "results" / "detection-h200.json").read_text()) == data
@@ -35,7 +36,8 @@ def test_detection_table_script_writes_every_row(tmp_path):
         assert ROW_KEYS <= set(row), key
         if key != "onnx":
             assert row["engine_mb"] > 0 and row["b8_images_per_s"] > 0 and row["b1_ms"] > 0, key
-    assert data["rows"]["fp16"]["precision_constraints"] == "prefer" == data["rows"]["int8_calibrator"]["precision_constraints"]
+    rows = data["rows"]
+    assert rows["fp16"]["precision_constraints"] == "prefer" == rows["int8_calibrator"]["precision_constraints"]
     assert data["rows"]["fp32"]["precision_constraints"] == "none"
     assert data["rows"]["fp32"]["map"] == data["rows"]["onnx"]["map"]  # the fake engine runs the ONNX model
     assert data["sample_latency"]["total_ms"] > 0 and data["sample_latency"]["engine_e2e_ms"] > 0

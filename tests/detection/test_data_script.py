@@ -33,7 +33,8 @@ def test_split_is_byte_identical_whatever_the_workers_and_valid_coco(tmp_path):
     two = data.make_split(tmp_path / "b", "val", 6, seed=0, workers=2)
     assert one.read_bytes() == two.read_bytes()
     for i in range(6):
-        assert (tmp_path / "a" / "val" / f"{i:06d}.jpg").read_bytes() == (tmp_path / "b" / "val" / f"{i:06d}.jpg").read_bytes()
+        name = f"{i:06d}.jpg"
+        assert (tmp_path / "a" / "val" / name).read_bytes() == (tmp_path / "b" / "val" / name).read_bytes()
     coco = json.loads(one.read_text())
     assert [c["id"] for c in coco["categories"]] == list(range(1, len(data.CLASSES) + 1))
     sizes = {im["id"]: (im["width"], im["height"]) for im in coco["images"]}

@@ -36,7 +36,8 @@ def test_annotates_each_readable_image_and_counts_the_rest(tmp_path):
     assert "c.jpg" in proc.stderr and "per image, median ms: pre" in proc.stdout
     out = Image.open(tmp_path / "out" / "a.jpg")
     assert out.size == (64, 32)
-    # the box (input 11..21 x 12..20 in a 32x32 letterbox of a 64x32 image: scale 0.5, pad_y 8) drawn from x = 22, y = 8 to 24
+    # the box (input 11..21 x 12..20 in a 32x32 letterbox of a 64x32 image: scale 0.5, pad_y 8) drawn from x = 22,
+    # y = 8 to 24
     assert max(out.getpixel((22, 22))) > 150 and max(out.getpixel((32, 22))) < 100  # the label covers the top
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HELP = "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation for pose models."
+HELP = "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose)."
 
 
 def add_arguments(parser) -> None:

@@ -34,7 +34,7 @@ SUMMARIES = {
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
-    "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation for pose models.",
+    "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose).",
     "export": "Export an engine to a runtime's own layout: a Triton Inference Server model repository.",
     "serve": "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC.",
 }

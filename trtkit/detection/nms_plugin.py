@@ -126,7 +126,7 @@ def add_nms(model, options: NmsOptions | None = None):
         gs.Variable(OUTPUT_NAMES[2], dtype=dtype, shape=[batch, max_det]),
         gs.Variable(OUTPUT_NAMES[3], dtype=np.int32, shape=[batch, max_det]),
     ]
-    graph.layer(op=PLUGIN_OP, name="efficient_nms", domain=PLUGIN_DOMAIN, inputs=[boxes, scores], outputs=outputs, attrs={
+    attrs = {
         "plugin_version": "1",
         "background_class": -1,
         "max_output_boxes": max_det,
@@ -135,7 +135,9 @@ def add_nms(model, options: NmsOptions | None = None):
         "score_activation": 0,
         "class_agnostic": int(options.class_agnostic),
         "box_coding": 1,  # BoxCenterSize: cx, cy, w, h in; corners out
-    })
+    }
+    graph.layer(op=PLUGIN_OP, name="efficient_nms", domain=PLUGIN_DOMAIN, inputs=[boxes, scores], outputs=outputs,
+                attrs=attrs)
     graph.outputs = outputs
     graph.cleanup().toposort()
     model = gs.export_onnx(graph)

@@ -1,4 +1,4 @@
-"""``trtkit eval detection``: COCO box metrics of an engine or ONNX model on an image folder, the ONNX model as reference.
+"""``trtkit eval detection``: COCO box metrics of an engine or ONNX model on an image folder, ONNX as the reference.
 
 Each image is letterboxed to the model's input size, the outputs are decoded (the ``EfficientNMS_TRT`` plugin's
 four outputs, or the YOLOv8 head through numpy NMS), boxes are mapped back to the original image and scored with
