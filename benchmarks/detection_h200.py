@@ -221,7 +221,7 @@ def nms_match(run, plain_outputs, nms_engine: Path, val: ValSet) -> None:
 
     plugin = engine_outputs(nms_engine, val)
     compared, ious, only_plugin, only_numpy = 0, [], 0, 0
-    for (start, head), (_, out) in zip(plain_outputs, plugin):
+    for (_, head), (_, out) in zip(plain_outputs, plugin):
         ours = decode(head["output0"], conf_threshold=NMS["score_threshold"], iou_threshold=NMS["iou_threshold"],
                       max_detections=NMS["max_detections"], multi_label=True)
         theirs = from_efficient_nms(out["num_dets"], out["boxes"], out["scores"], out["classes"])
@@ -284,8 +284,8 @@ def write(result: dict, folders) -> None:
 
 
 def environment() -> dict:
-    from trtkit.builder.manifest import environment as env
     from trtkit._lazy import tensorrt
+    from trtkit.builder.manifest import environment as env
 
     return env(tensorrt())
 
@@ -342,7 +342,7 @@ def main(argv=None) -> int:
             nms_engine = run.guard("fp32_nms/build", lambda: build_nms(run, args.model, engines, args.cache, data,
                                                                        args.opt_level), cost=30)
             if nms_engine is not None:
-                run.guard("nms_match", lambda: nms_match(run, plain, nms_engine, val))
+                run.guard("nms_match", lambda plain=plain, nms=nms_engine: nms_match(run, plain, nms, val))
         if key == "fp16":
             run.guard("sample_latency", lambda engine=engine: sample_latency(run, engine, data), cost=10)
         write(run.result, folders)

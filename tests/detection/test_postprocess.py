@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtkit.detection import (Detections, box_iou, decode, detections_from_outputs, from_efficient_nms, letterbox_meta,
-                              nms, xywh_to_xyxy)
+from trtkit.detection import (
+    Detections,
+    box_iou,
+    decode,
+    detections_from_outputs,
+    from_efficient_nms,
+    letterbox_meta,
+    nms,
+    xywh_to_xyxy,
+)
 from trtkit.errors import InputError
 
 

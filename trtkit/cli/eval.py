@@ -52,9 +52,8 @@ def run(args, console) -> int:
 def run_detection(args, console, runner_options: dict | None = None) -> int:
     """Evaluate and render; ``runner_options`` go to TrtRunner (tests pass fakes)."""
     from trtkit.cli import render
-    from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection, skipped_summary
-
     from trtkit.errors import InputError
+    from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection, skipped_summary
 
     if not args.coco:
         raise InputError("--metric coco needs the annotations: --coco val.json.")

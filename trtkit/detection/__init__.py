@@ -24,6 +24,7 @@ from trtkit.detection.letterbox import (
     list_images,
     open_image,
 )
+from trtkit.detection.nms_plugin import NmsOptions, add_nms  # onnx-graphsurgeon is imported on first use
 from trtkit.detection.postprocess import (
     Detections,
     box_iou,
@@ -34,7 +35,6 @@ from trtkit.detection.postprocess import (
     nms,
     xywh_to_xyxy,
 )
-from trtkit.detection.nms_plugin import NmsOptions, add_nms  # onnx-graphsurgeon is imported on first use
 
 __all__ = ["Detections", "ImageReadError", "Letterbox", "LetterboxMeta", "NmsOptions", "add_nms", "box_iou",
            "check_head", "decode", "detections_from_outputs", "draw", "from_efficient_nms", "letterbox_meta",

@@ -108,7 +108,7 @@ class Letterbox:
             image = image.convert("RGB")
         meta = letterbox_meta(image.width, image.height, self.size)
         new_w, new_h = max(1, round(image.width * meta.scale)), max(1, round(image.height * meta.scale))
-        resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.BILINEAR)
+        resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.Resampling.BILINEAR)
         out[meta.pad_y:meta.pad_y + new_h, meta.pad_x:meta.pad_x + new_w] = np.asarray(resized)
         return meta
 

@@ -73,7 +73,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, classes: np
         span = float(boxes.max() - min(boxes.min(), 0.0)) + 1.0
         boxes = boxes + (np.asarray(classes, np.float32) * span)[:, None]
     order = np.argsort(-np.asarray(scores), kind="stable")
-    keep = []
+    keep: list[int] = []
     limit = len(order) if max_output is None else max_output
     while order.size and len(keep) < limit:
         best, order = order[0], order[1:]

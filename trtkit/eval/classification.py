@@ -114,7 +114,9 @@ def evaluate_classification(model, images, *, reference=None, preprocess: Prepro
     classes, items = labelled_images(images)
     settings = preprocess or Preprocess()
     targets = [("model", model)] + ([("onnx", reference)] if reference is not None else [])
-    rows, skipped, firsts = [], [], []
+    rows: list[ClassificationRow] = []
+    skipped: list[tuple[str, str]] = []
+    firsts: list[np.ndarray] = []
     for name, target in targets:
         start = time.perf_counter()
         skipped_here: list = []

@@ -141,7 +141,8 @@ def evaluate_detection(model, images, coco, *, reference=None, batch: int = 8,
     coco = coco if isinstance(coco, dict) else load_coco(coco)
     pairs = match_images(coco, list_images(images))
     categories = category_ids(coco)
-    rows, skipped = [], []
+    rows: list[EvalRow] = []
+    skipped: list[tuple[str, str]] = []
     targets = [("model", model)]
     if reference is not None and str(reference) != str(model):
         targets.append(("onnx", reference))

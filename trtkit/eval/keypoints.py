@@ -84,7 +84,9 @@ def evaluate_keypoints(model, images, reference, *, batch: int = 8,
     pairs = [(p, i) for i, p in enumerate(list_images(images))]
     with open_model(model, runner_options=runner_options) as ours, open_model(reference) as ref:
         letterbox = Letterbox(ours.input_size)
-        distances, layout, skipped = [], "", []
+        distances: list[np.ndarray] = []
+        skipped: list[tuple[str, str]] = []
+        layout = ""
         for pils, _ in read_images(pairs, min(batch, ours.max_batch, ref.max_batch), skipped):
             x, _ = letterbox(pils)
             a = np.asarray(next(iter(ours.infer({ours.input_name: x}).values())))
