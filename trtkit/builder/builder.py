@@ -66,19 +66,15 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     from trtkit._lazy import tensorrt
     from trtkit.builder import constraints, precision, precision_report
     from trtkit.builder.manifest import environment
+    from trtkit.builder.opcheck import check_with_parser
+    from trtkit.builder.prepare import prepare
+    from trtkit.builder.rewrites import ParserTarget
     from trtkit.log import make_trt_logger
 
     trt = trt or tensorrt()
     config = config or BuildConfig()
     phase = on_phase or (lambda name: None)
     started = time.perf_counter()
-    loaded = load_model(model)
-    profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
-    caps = compat.capabilities(trt)
-    # what the settings say already (before calibration data is read), then again once the plan has chosen modes
-    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
-                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
-    plan = precision.plan_precision(trt, loaded, config, caps)
     kept: list = []
 
     def sink(severity, msg):
@@ -89,13 +85,28 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
 
     logger = make_trt_logger(trt, min_severity=log_severity, sink=sink)
     builder = _create_builder(trt, logger)
+    phase("prepare")
+    query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)
+    prepared = prepare(model, target=ParserTarget.from_trt(trt, query), sanitize=config.sanitize,
+                       fold_constants=config.fold_constants)
+    loaded = prepared.loaded
+    check = None
+    if config.check:
+        phase("check")
+        check = check_with_parser(loaded, trt, query)
+    profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
+    caps = compat.capabilities(trt)
+    # what the settings say already (before calibration data is read), then again once the plan has chosen modes
+    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
+                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
+    plan = precision.plan_precision(trt, loaded, config, caps)
     phase("parse")
     strongly_typed = plan.strongly_typed or config.strongly_typed
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
                                  explicit_int8=config.precision == "int8" and plan.calibrator is None)
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
     parser = trt.OnnxParser(network, logger)
-    _parse(parser, plan.model)
+    _parse(parser, plan.model, prepared, check)
     phase("configure")
     bconfig = builder.create_builder_config()
     trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
@@ -120,7 +131,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     manifest = {
         "format": 1,
         "environment": environment(trt),
-        "model": {"name": loaded.name, "sha256": loaded.sha256, "opset": loaded.opset,
+        "model": {"name": loaded.name, "sha256": prepared.source_sha256, "opset": loaded.opset,
                   "inputs": {n: [d if isinstance(d, int) else str(d) for d in dims]
                              for n, dims in model_inputs(loaded.proto).items()}},
         "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
@@ -130,6 +141,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         "build_seconds": round(build_seconds, 3),
         "engine_bytes": len(engine),
         "precision_report": report,
+        "prepare": prepared.to_json(),
     }
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
@@ -148,18 +160,24 @@ def _create_builder(trt, logger):
     return builder
 
 
-def _parse(parser, loaded) -> None:
+def _parse(parser, loaded, prepared=None, check=None) -> None:
+    """Parse; a failure lists every parser error, the rewrites tried, and carries the op check as ``.report``."""
     path = str(loaded.path) if loaded.path else None
     ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
     if ok:
         return
     issues = [_with_node(issue, loaded.proto) for issue in compat.parser_errors(parser)]
     lines = "\n".join(f"  - {issue}" for issue in issues) or "  - (the parser reported no detail)"
-    raise ParseError(
+    tried = [str(r) for r in (prepared.rewrites if prepared is not None else [])]
+    tried_lines = "".join(f"\n  - {r}" for r in tried)
+    error = ParseError(
         f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
-        "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
+        + (f"Rewrites tried before parsing:{tried_lines}\n" if tried else "")
+        + "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
         issues,
     )
+    error.report = check
+    raise error
 
 
 def _with_node(issue, proto):

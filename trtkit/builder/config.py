@@ -74,6 +74,9 @@ class BuildConfig:
             engine 6% at batch 1 on the H200 against the calibrator engine, which runs it in INT8).
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
+        sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
+        fold_constants: fold constant subgraphs into initializers before parsing.
+        check: ask the parser which ops it supports before parsing, and stop with the op table if some are not.
     """
 
     precision: str = "fp32"
@@ -96,6 +99,9 @@ class BuildConfig:
     qdq_exclude: tuple = ()
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
+    sanitize: bool = True
+    fold_constants: bool = True
+    check: bool = True
 
     def __post_init__(self):
         _choice("precision", self.precision, PRECISIONS)

@@ -40,6 +40,7 @@ from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_i
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
 from trtkit.runtime.graphs import GraphCache
 from trtkit.runtime.inputs import validate_feed
+from trtkit.runtime.io_dtypes import ModelDtypes
 from trtkit.runtime.reuse import ReusedInputs
 
 logger = logging.getLogger("trtkit")
@@ -168,6 +169,7 @@ class TrtRunner:
         self._profile_key = None
         self.context = None  # before the engine it was created from
         self.engine = self.stream = None
+        self._model_dtypes = None  # the model's own I/O dtypes where the engine's differ (see io_dtypes)
         self._own_stream = False
         self._done_event = self._wait_event = None
         self._dev_in, self._dev_out, self._host_in, self._host_out = [], [], [], []
@@ -246,6 +248,7 @@ class TrtRunner:
         if self._pin_reused:
             self._reused = ReusedInputs(self.cuda)
         self.engine = self._load()
+        self._model_dtypes = ModelDtypes.from_engine_source(self._source)
         specs = io_specs(self.engine, self._trt)
         self.input_specs = tuple(s for s in specs.values() if s.is_input)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
@@ -369,6 +372,8 @@ class TrtRunner:
             self._calls += 1
             if self._reused is not None and self._reused.released:
                 self._forget_released()
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             bucket = self._replay(feed, True) or self._replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
             return self._collect(bucket, copy)
@@ -382,6 +387,8 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             bucket = self._replay(feed, False) or self._replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._done_event, self.stream)
             self._pending = InferHandle(self, bucket, copy_outputs)
@@ -668,8 +675,10 @@ class TrtRunner:
                                                                      bucket.out_shapes)}
             return dict(bucket.device_views)
         if copy:
-            return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
-        return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+            outputs = {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
+        else:
+            outputs = {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+        return outputs if self._model_dtypes is None else self._model_dtypes.to_model(outputs)
 
     def host_inputs(self, shapes: Mapping | None = None) -> dict:
         """Views of the runner's pinned input buffers, to fill in place and pass to :meth:`infer` (no host copy).

@@ -302,16 +302,38 @@ def _build(trt, logger, network, config):
         logger.log(Severity.ERROR, f"Network has dynamic or shape inputs, but no optimization profile has been "
                                    f"defined. (inputs {dynamic})")
         return None
-    io_specs = [_spec(v, "INPUT") for v in inputs] + [_spec(v, "OUTPUT") for v in model.graph.output]
+    inconsistent = _inconsistent_dim_names(inputs, config.profiles)
+    if inconsistent:
+        logger.log(Severity.ERROR, f"{inconsistent}: Input dimensions with this name are inconsistent")
+        return None
+    int64 = "INT64" in trt.DataType.__members__
+    io_specs = [_spec(v, "INPUT", int64) for v in inputs] + [_spec(v, "OUTPUT", int64) for v in model.graph.output]
     profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
     flags = sorted(f.name for f in config.flags)
     return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__,
                                  build_flags=flags)
 
 
-def _spec(value, mode: str) -> dict:
+def _inconsistent_dim_names(inputs, profiles) -> str | None:
+    """TensorRT treats input dimensions sharing a symbolic name as equal: the first name a profile contradicts."""
+    for profile in profiles:
+        for which in range(3):  # min, opt, max
+            seen: dict = {}
+            for value in inputs:
+                shape = profile.shapes.get(value.name)
+                if shape is None:
+                    continue
+                for dim, size in zip(value.type.tensor_type.shape.dim, shape[which]):
+                    if dim.dim_param and seen.setdefault(dim.dim_param, size) != size:
+                        return dim.dim_param
+    return None
+
+
+def _spec(value, mode: str, int64_io: bool = True) -> dict:
     import onnx
 
     dims = [d.dim_value if d.dim_value else -1 for d in value.type.tensor_type.shape.dim]
     dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+    if dtype == "int64" and not int64_io:  # 8.6's parser casts INT64 graph inputs/outputs down to INT32
+        dtype = "int32"
     return {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}

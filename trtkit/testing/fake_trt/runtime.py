@@ -198,9 +198,16 @@ class _EngineBase:
         from onnx.reference import ReferenceEvaluator
 
         if self._evaluator is None:
+            import onnx
+
             model = self._model()
             self._output_names = [o.name for o in model.graph.output]
+            self._model_dtypes = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
+                                  for v in model.graph.input}
             self._evaluator = ReferenceEvaluator(model)
+        # an engine whose I/O dtype differs from the model's (INT64 on 8.6) converts at its edge, as TensorRT does
+        feeds = {n: np.asarray(v).astype(self._model_dtypes.get(n, np.asarray(v).dtype), copy=False)
+                 for n, v in feeds.items()}
         results = self._evaluator.run(None, feeds)
         return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False)
                 for n, r in zip(self._output_names, results)}
