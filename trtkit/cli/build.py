@@ -22,16 +22,29 @@ def default_output(model: str) -> Path:
 
 
 def run(args, console) -> int:
-    from trtkit.builder.api import build
+    import dataclasses
 
-    config = options.config_from_args(args)
+    from trtkit.builder.api import build
+    from trtkit.errors import ModelError
+
+    # folding runs here (for --save-sanitized); the op check runs in the build's own process, with its parser
+    config = dataclasses.replace(options.config_from_args(args), sanitize=args.sanitize, check=args.check)
     output = Path(args.output) if args.output else default_output(args.model)
     with BuildProgress(console, Path(args.model).name) as progress:
-        progress.phase("pre-flight (constant folding, op check)")
-        model, notes = check_render.prepare_for_build(args, console)
-        result = build(model, config, output=output, isolate=args.isolate,
-                       on_phase=progress.phase, on_log=progress.log if args.verbose else None,
-                       log_severity="INFO" if args.verbose else "WARNING")
+        progress.phase("constant folding")
+        model, notes = check_render.prepare_for_build(args, console, check=False)
+        try:
+            result = build(model, config, output=output, isolate=args.isolate,
+                           on_phase=progress.phase, on_log=progress.log if args.verbose else None,
+                           log_severity="INFO" if args.verbose else "WARNING")
+        except ModelError as exc:
+            if getattr(exc, "report", None) is not None and not exc.report.ok:
+                progress.stop()
+                console.print(check_render.render_check(exc.report))
+            raise
+    prepared = result.manifest.get("prepare") or {}
+    if args.sanitize:
+        notes["rewrites"] = _rewrites_line(prepared.get("rewrites", []))
     console.print(summary_table(result.manifest, output, notes))
     if args.json:
         render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
@@ -57,6 +70,9 @@ class BuildProgress:
     def __exit__(self, *exc):
         return self._progress.__exit__(*exc)
 
+    def stop(self) -> None:
+        self._progress.stop()
+
     def phase(self, name: str) -> None:
         self._progress.update(self._task, description=f"{self._name}: {name}")
 
@@ -78,6 +94,13 @@ def summary_table(manifest: dict, output: Path, notes: dict | None = None):
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
+
+
+def _rewrites_line(rewrites: list) -> str:
+    shown = [f"{r['rewrite']} at {r['where']}: {r['what']}" + ("" if r["status"] == "applied" else f" [{r['status']}]")
+             for r in rewrites if r["rewrite"] != "fold-constants"]
+    return "; ".join(shown[:8]) + (f"; and {len(shown) - 8} more (see the manifest)" if len(shown) > 8 else "") \
+        or "none needed"
 
 
 def _precision_line(build: dict, report: dict | None) -> str:

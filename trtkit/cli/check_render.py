@@ -98,6 +98,9 @@ def add_preflight_options(parser) -> None:
     group.add_argument("--fold-constants", action=argparse.BooleanOptionalAction, default=True,
                        help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
                             "before TensorRT parses the model; used only when it changes something (default: on)")
+    group.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=True,
+                       help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
+                            "external data); each is named in the build summary (default: on)")
     group.add_argument("--save-sanitized", metavar="PATH",
                        help="also write the folded model here (written only when folding changed something)")
     group.add_argument("--no-check", dest="check", action="store_false",
@@ -105,11 +108,12 @@ def add_preflight_options(parser) -> None:
                             "before the build)")
 
 
-def prepare_for_build(args, console):
+def prepare_for_build(args, console, *, check: bool | None = None):
     """Fold constants and run the pre-flight check as ``args`` ask; returns ``(model, notes)``.
 
     ``model`` is ``args.model`` or the folded ``onnx.ModelProto``; ``notes`` is a dict of lines for the build
-    summary (``{"constant folding": "..."}``).
+    summary (``{"constant folding": "..."}``). ``check=False`` leaves the op check to the build itself (``trtkit
+    build`` does: the build checks with its own parser, in its one process).
 
     Raises:
         ModelError: the check found nodes TensorRT cannot import (the table has been printed to ``console``).
@@ -125,7 +129,7 @@ def prepare_for_build(args, console):
             model = folded
             if getattr(args, "save_sanitized", None):
                 notes["sanitized model"] = str(save_model(folded, args.save_sanitized))
-    if getattr(args, "check", False):
+    if getattr(args, "check", False) if check is None else check:
         report = preflight(model, fold_hint=not getattr(args, "fold_constants", False))
         if not report.ok:
             console.print(render_check(report))
