@@ -71,6 +71,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     from trtkit.builder.rewrites import ParserTarget
     from trtkit.log import make_trt_logger
 
+    model = load_model(model, external_data=False)  # a bad model is named before TensorRT is needed
     trt = trt or tensorrt()
     config = config or BuildConfig()
     phase = on_phase or (lambda name: None)
@@ -90,6 +91,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     prepared = prepare(model, target=ParserTarget.from_trt(trt, query), sanitize=config.sanitize,
                        fold_constants=config.fold_constants)
     loaded = prepared.loaded
+    if config.save_prepared and prepared.changed:
+        prepared.save(config.save_prepared)
     check = None
     if config.check:
         phase("check")

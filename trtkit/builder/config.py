@@ -76,7 +76,8 @@ class BuildConfig:
         max_aux_streams: limit on auxiliary streams TensorRT may use.
         sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
         fold_constants: fold constant subgraphs into initializers before parsing.
-        check: ask the parser which ops it supports before parsing, and stop with the op table if some are not.
+        check: ask the parser which ops it supports before parsing; a failed parse then carries the op table.
+        save_prepared: also write the prepared model (rewritten, folded) here, when preparing changed it.
     """
 
     precision: str = "fp32"
@@ -102,6 +103,7 @@ class BuildConfig:
     sanitize: bool = True
     fold_constants: bool = True
     check: bool = True
+    save_prepared: str | None = None
 
     def __post_init__(self):
         _choice("precision", self.precision, PRECISIONS)

@@ -13,7 +13,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
     parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
     options.add_build_options(parser)
-    check_render.add_preflight_options(parser)
+    options.add_prepare_options(parser)
     options.add_json_option(parser)
 
 
@@ -22,19 +22,14 @@ def default_output(model: str) -> Path:
 
 
 def run(args, console) -> int:
-    import dataclasses
-
     from trtkit.builder.api import build
     from trtkit.errors import ModelError
 
-    # folding runs here (for --save-sanitized); the op check runs in the build's own process, with its parser
-    config = dataclasses.replace(options.config_from_args(args), sanitize=args.sanitize, check=args.check)
+    config = options.config_from_args(args)
     output = Path(args.output) if args.output else default_output(args.model)
     with BuildProgress(console, Path(args.model).name) as progress:
-        progress.phase("constant folding")
-        model, notes = check_render.prepare_for_build(args, console, check=False)
         try:
-            result = build(model, config, output=output, isolate=args.isolate,
+            result = build(args.model, config, output=output, isolate=args.isolate,
                            on_phase=progress.phase, on_log=progress.log if args.verbose else None,
                            log_severity="INFO" if args.verbose else "WARNING")
         except ModelError as exc:
@@ -42,13 +37,24 @@ def run(args, console) -> int:
                 progress.stop()
                 console.print(check_render.render_check(exc.report))
             raise
-    prepared = result.manifest.get("prepare") or {}
-    if args.sanitize:
-        notes["rewrites"] = _rewrites_line(prepared.get("rewrites", []))
-    console.print(summary_table(result.manifest, output, notes))
+    console.print(summary_table(result.manifest, output, prepare_notes(result.manifest, config)))
     if args.json:
         render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
     return 0
+
+
+def prepare_notes(manifest: dict, config) -> dict:
+    """Build summary lines for what ``prepare`` did: folding, the other rewrites, the saved model."""
+    rewrites = (manifest.get("prepare") or {}).get("rewrites", [])
+    fold = [r for r in rewrites if r["rewrite"] == "fold-constants"]
+    notes = {}
+    if config.fold_constants:
+        notes["constant folding"] = fold[0]["what"] if fold else "nothing to fold"
+    if config.sanitize:
+        notes["rewrites"] = _rewrites_line([r for r in rewrites if r["rewrite"] != "fold-constants"])
+    if config.save_prepared and any(r["status"] == "applied" for r in rewrites):
+        notes["sanitized model"] = config.save_prepared
+    return notes
 
 
 class BuildProgress:
@@ -98,7 +104,7 @@ def summary_table(manifest: dict, output: Path, notes: dict | None = None):
 
 def _rewrites_line(rewrites: list) -> str:
     shown = [f"{r['rewrite']} at {r['where']}: {r['what']}" + ("" if r["status"] == "applied" else f" [{r['status']}]")
-             for r in rewrites if r["rewrite"] != "fold-constants"]
+             for r in rewrites]
     return "; ".join(shown[:8]) + (f"; and {len(shown) - 8} more (see the manifest)" if len(shown) > 8 else "") \
         or "none needed"
 
