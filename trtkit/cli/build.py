@@ -29,8 +29,8 @@ def run(args, console) -> int:
     output = Path(args.output) if args.output else default_output(args.model)
     with BuildProgress(console, Path(args.model).name) as progress:
         try:
-            result = build(args.model, config, output=output, isolate=args.isolate,
-                           on_phase=progress.phase, on_log=progress.log if args.verbose else None,
+            result = build(args.model, config, output=output, isolate=args.isolate, on_progress=progress.update,
+                           on_log=progress.log if args.verbose else None,
                            log_severity="INFO" if args.verbose else "WARNING")
         except ModelError as exc:
             if getattr(exc, "report", None) is not None and not exc.report.ok:
@@ -58,32 +58,50 @@ def prepare_notes(manifest: dict, config) -> dict:
 
 
 class BuildProgress:
-    """A rich spinner with elapsed time and the current build phase."""
+    """Build progress for the terminal: on a TTY a rich line with phase, elapsed time, layers and ETA; otherwise one
+    plain line per phase (CI logs show progress too)."""
 
     def __init__(self, console, name: str):
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                  console=console, transient=True)
-        self._name = name
-        self._task = None
+        self._console, self._name = console, name
+        self._live = console.is_terminal
+        self._progress = self._task = None
+        self._last_phase = None
 
     def __enter__(self):
-        self._progress.__enter__()
-        self._task = self._progress.add_task(f"{self._name}: starting")
+        if self._live:
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                                      console=self._console, transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(f"{self._name}: starting", total=None, detail="")
         return self
 
     def __exit__(self, *exc):
-        return self._progress.__exit__(*exc)
+        return self._progress.__exit__(*exc) if self._progress is not None else False
 
     def stop(self) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
-    def phase(self, name: str) -> None:
-        self._progress.update(self._task, description=f"{self._name}: {name}")
+    def update(self, event) -> None:
+        """A :class:`~trtkit.builder.progress.ProgressEvent` from the build."""
+        if self._progress is None:
+            if event.phase != self._last_phase:
+                self._console.print(f"{self._name}: {event.line()}", highlight=False)
+            self._last_phase = event.phase
+            return
+        detail = ""
+        if event.layers_done is not None:
+            detail = f"{event.layers_done}/{event.layers_total or '?'} layers, {event.cached} cached"
+            if event.eta_s is not None:
+                detail += f", ETA {event.eta_s:.0f} s"
+        self._progress.update(self._task, description=f"{self._name}: {event.phase}", detail=detail,
+                              total=event.layers_total, completed=event.layers_done or 0)
 
     def log(self, severity: str, message: str) -> None:
-        self._progress.console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
+        self._console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
 
 
 def summary_table(manifest: dict, output: Path, notes: dict | None = None):
