@@ -78,7 +78,7 @@ def _cast_output(proto, name: str) -> None:
 
 
 def _rename_uses(graph, old: str, new: str) -> None:
-    """Every node input reading ``old`` (subgraphs included, unless a subgraph defines its own ``old``) reads ``new``."""
+    """Node inputs reading ``old`` read ``new``, in subgraphs too (unless a subgraph defines its own ``old``)."""
     for node in graph.node:
         node.input[:] = [new if i == old else i for i in node.input]
         for attr in node.attribute:

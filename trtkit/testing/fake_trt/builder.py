@@ -32,6 +32,20 @@ class ILogger:
         pass
 
 
+class Logger(ILogger):
+    """``trt.Logger``: TensorRT's own logger (prints at ``min_severity`` and above)."""
+
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = (Severity.INTERNAL_ERROR, Severity.ERROR, Severity.WARNING,
+                                                     Severity.INFO, Severity.VERBOSE)
+
+    def __init__(self, min_severity=Severity.WARNING):
+        super().__init__()
+        self.min_severity = min_severity
+
+    def log(self, severity, msg):
+        pass
+
+
 class ParserError:
     def __init__(self, code, desc: str, node: int, node_name: str, node_op: str):
         self._code, self._desc, self._node, self._node_name, self._node_op = code, desc, node, node_name, node_op
@@ -89,9 +103,19 @@ class INetworkDefinition:
     def num_inputs(self):
         return len(_graph_inputs(self.model)) if self.model is not None else 0
 
+    def get_input(self, index: int):
+        value = _graph_inputs(self.model)[index]
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim)
+        return ITensor(value.name, dims)
+
     @property
     def num_layers(self):
         return len(self.model.graph.node) if self.model is not None else 0
+
+
+class ITensor:
+    def __init__(self, name: str, shape: tuple):
+        self.name, self.shape = name, shape
 
 
 class ITimingCache:

@@ -387,3 +387,10 @@ class _FakeInspector:
         major = int(self.engine._trt.__version__.split(".")[0])
         io_key = {"I/O Tensors": [{"Name": n} for n in names]} if major >= 11 else {"Bindings": names}
         return json.dumps({"Layers": layers, **io_key})
+
+
+def nptype(data_type):
+    """``trt.nptype``: the numpy type of a ``DataType`` member."""
+    names = {v: k for k, v in _NP_TO_TRT.items()}
+    return np.dtype(names[data_type.name]).type
+
