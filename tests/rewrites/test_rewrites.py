@@ -222,3 +222,11 @@ def test_target_from_the_fake_tensorrt_asks_by_feature():
     assert not ParserTarget.from_trt(fake_trt.make_fake_trt("8.6.1")).int64_io
     assert ParserTarget.from_trt(fake_trt.make_fake_trt("10.9.0")).int64_io
     assert ParserTarget.from_trt(fake_trt.make_fake_trt("8.6.1")).max_opset == 17
+
+
+def test_the_op_check_report_flags_ambiguous_dimension_names():
+    from trtkit.builder.opcheck import preflight
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    report = preflight(placeholder_dims_model(), trt=make_fake_trt(), fold_hint=False)
+    assert any("a[0], a[1], b[0]" in note and "TensorRT would treat them as equal" in note for note in report.notes)
