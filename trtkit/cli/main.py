@@ -21,6 +21,8 @@ COMMANDS = {
     "sanitize": "trtkit.cli.sanitize",
     "doctor": "trtkit.cli.doctor",
     "demo": "trtkit.cli.demo",
+    "export": "trtkit.cli.export",
+    "serve": "trtkit.cli.serve",
 }
 
 # one-line help shown by `trtkit --help` without importing every subcommand module
@@ -34,6 +36,8 @@ SUMMARIES = {
                 "the result.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
+    "export": "Export an engine to a runtime's own layout: a Triton Inference Server model repository.",
+    "serve": "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC.",
 }
 
 
