@@ -25,18 +25,23 @@ def is_placeholder(name: str) -> bool:
 
 def ambiguous_dims(proto) -> list:
     """``(tensor, axis, name, reason)`` for each dynamic input axis whose name would tie it to other axes."""
+    return [(value.name, axis, dim.dim_param, reason) for value in _graph_inputs(proto)
+            for axis, dim, reason in _ambiguous_axes(value)]
+
+
+def _ambiguous_axes(value) -> list:
+    """``(axis, dim, reason)`` for the dynamic axes of one tensor that need a name of their own."""
+    dims = list(value.type.tensor_type.shape.dim)
+    names = [d.dim_param for d in dims if not d.HasField("dim_value")]
     found = []
-    for value in _graph_inputs(proto):
-        dims = list(value.type.tensor_type.shape.dim)
-        names = [d.dim_param for d in dims if not d.HasField("dim_value")]
-        for axis, dim in enumerate(dims):
-            if dim.HasField("dim_value"):
-                continue
-            name = dim.dim_param
-            if is_placeholder(name):
-                found.append((value.name, axis, name, f"'{name}' is a placeholder" if name else "no name"))
-            elif names.count(name) > 1:
-                found.append((value.name, axis, name, f"'{name}' names {names.count(name)} axes of this tensor"))
+    for axis, dim in enumerate(dims):
+        if dim.HasField("dim_value"):
+            continue
+        name = dim.dim_param
+        if is_placeholder(name):
+            found.append((axis, dim, f"'{name}' is a placeholder" if name else "no name"))
+        elif names.count(name) > 1:
+            found.append((axis, dim, f"'{name}' names {names.count(name)} axes of this tensor"))
     return found
 
 
@@ -56,20 +61,11 @@ def rewrite(proto, target=None) -> list:
     changes = []
     inputs = {v.name for v in _graph_inputs(proto)}
     for value in [*_graph_inputs(proto), *proto.graph.output]:
-        dims = list(value.type.tensor_type.shape.dim)
-        names = [d.dim_param for d in dims if not d.HasField("dim_value")]
-        for axis, dim in enumerate(dims):
-            if dim.HasField("dim_value"):
-                continue
-            old = dim.dim_param
-            if not (is_placeholder(old) or names.count(old) > 1):
-                continue
-            new = _fresh(f"{value.name}_dim{axis}", used)
-            dim.dim_param = new
+        for axis, dim, reason in _ambiguous_axes(value):
+            old, dim.dim_param = dim.dim_param, _fresh(f"{value.name}_dim{axis}", used)
             kind = "input" if value.name in inputs else "output"
-            reason = "a placeholder" if is_placeholder(old) else f"used at {names.count(old)} axes of this tensor"
             changes.append(Rewrite("symbolic-dims", f"{kind} '{value.name}' axis {axis}",
-                                   f"dimension '{old}' renamed '{new}'", f"'{old}' is {reason}; {_WHY}"))
+                                   f"dimension '{old}' renamed '{dim.dim_param}'", f"{reason}; {_WHY}"))
     return changes
 
 

@@ -27,20 +27,14 @@ def rewrite(proto, target) -> list:
     through = {v.name for v in inputs} & {v.name for v in outputs}  # an input returned as is: nothing to cast
     changes = [Rewrite("int64-io", f"tensor '{name}'", "left INT64: it is both a graph input and output", _WHY,
                        "skipped") for name in sorted(through)]
-    for value in inputs:
+    boundary = [(v, "input", _cast_input, "takes INT32, cast to INT64 inside the graph") for v in inputs]
+    boundary += [(v, "output", _cast_output, "returns INT32, cast from INT64 inside the graph") for v in outputs]
+    for value, kind, cast, what in boundary:
         if value.name in through:
             continue
-        _cast_input(proto, value.name)
+        cast(proto, value.name)
         value.type.tensor_type.elem_type = TensorProto.INT32
-        changes.append(Rewrite("int64-io", f"input '{value.name}'",
-                               "takes INT32, cast to INT64 inside the graph", _WHY))
-    for value in outputs:
-        if value.name in through:
-            continue
-        _cast_output(proto, value.name)
-        value.type.tensor_type.elem_type = TensorProto.INT32
-        changes.append(Rewrite("int64-io", f"output '{value.name}'",
-                               "returns INT32, cast from INT64 inside the graph", _WHY))
+        changes.append(Rewrite("int64-io", f"{kind} '{value.name}'", what, _WHY))
     return changes
 
 
