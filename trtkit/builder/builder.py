@@ -6,6 +6,7 @@ in-process core it runs.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,9 +125,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     finally:
         plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
     if serialized is None:
-        errors = [m for s, m in kept if s in ("ERROR", "INTERNAL_ERROR")]
-        detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
-        raise BuildError(f"TensorRT could not build an engine for '{loaded.name}': {detail}")
+        raise BuildError(failure_message(loaded.name, kept, config.workspace_bytes))
     engine = bytes(serialized)
     build_seconds = time.perf_counter() - started
     phase("inspect")
@@ -148,6 +147,27 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     }
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
+
+
+# 8.x: "Requested amount of GPU memory (N bytes) could not be allocated"; 10.x: "out of Memory (Requested size was
+# N bytes.)"
+_OOM = re.compile(r"Requested amount of (?:GPU )?memory \((?P<n>\d+) bytes\)|Requested size was (?P<m>\d+) bytes")
+
+
+def failure_message(name: str, log: list, workspace_bytes: int | None) -> str:
+    """Why the build failed, from TensorRT's log; out of GPU memory is said as such (8.6 then reports "Could not
+    find any implementation for node", which reads like an unsupported op)."""
+    errors = [m for s, m in log if s in ("ERROR", "INTERNAL_ERROR")]
+    detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
+    requested = sorted({int(found.group("n") or found.group("m")) for _, m in log if (found := _OOM.search(m))},
+                       reverse=True)
+    if not requested:
+        return f"TensorRT could not build an engine for '{name}': {detail}"
+    limit = f"{workspace_bytes / 2**20:.0f} MiB" if workspace_bytes else "TensorRT's default (the GPU's memory)"
+    sizes = ", ".join(f"{n / 2**20:.0f} MiB" for n in requested[:5])
+    return (f"TensorRT ran out of GPU memory building '{name}': it could not allocate {sizes} (workspace limit "
+            f"{limit}). Free GPU memory, lower the profile's max shapes, or set --workspace lower so that tactics "
+            f"needing more are skipped. TensorRT said: {detail}")
 
 
 def _create_builder(trt, logger):
