@@ -98,7 +98,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     if config.check:
         phase("check")
         check = check_with_parser(loaded, trt, query)
-    profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
+    inputs = model_inputs(loaded.proto)
+    profiles = resolve_profiles(inputs, config.profiles)
     caps = compat.capabilities(trt)
     # what the settings say already (before calibration data is read), then again once the plan has chosen modes
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
@@ -135,7 +136,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         "environment": environment(trt),
         "model": {"name": loaded.name, "sha256": prepared.source_sha256, "opset": loaded.opset,
                   "inputs": {n: [d if isinstance(d, int) else str(d) for d in dims]
-                             for n, dims in model_inputs(loaded.proto).items()}},
+                             for n, dims in inputs.items()}},
         "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
                   "precision_plan": {"strongly_typed": strongly_typed, "flags": list(plan.flags),
                                      "notes": list(plan.notes), "calibration": dict(plan.calibration)},
