@@ -252,9 +252,8 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda) -> dict:
     """``trtkit.build`` (in this worker: the pool is the isolation) then ``TrtRunner.infer``."""
     import trtkit
     from trtkit.builder import BuildConfig
-    from trtkit.builder.profiles import Profile
-
     from trtkit.builder.onnx_model import load_model, model_inputs
+    from trtkit.builder.profiles import Profile
 
     declared = model_inputs(load_model(model_path, check=False).proto)
     dynamic = {n: list(v.shape) for n, v in inputs.items() if any(not isinstance(d, int) for d in declared.get(n, []))}
@@ -385,7 +384,7 @@ def run_pool(cases: list, adapters, jobs: int, case_timeout_s: float, budget_s: 
                 del workers[pid]
                 spawn()
                 feed(next(reversed(workers)))
-    for proc, tasks, _, _ in workers.values():
+    for _, tasks, _, _ in workers.values():
         tasks.put(None)
     for proc, *_ in workers.values():
         proc.join(10)

@@ -7,11 +7,11 @@ import argparse
 import functools
 import json
 
+import isolation_children as children
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import isolation_children as children
 import trtkit.builder.isolate as isolate
 from tests.sanitize import sanitize_models
 from trtkit.cli.main import main

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import io
 
+import isolation_children as children
 import onnx
 import pytest
 from rich.console import Console
 
-import isolation_children as children
 import trtkit
 import trtkit.builder.isolate as isolate
 from tests.rewrites.test_rewrites import placeholder_dims_model

@@ -9,8 +9,17 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from tests.models import _model
-from trtkit.builder.rewrites import FAILED, ParserTarget, Rewrite, apply_rewrites, attributes, dims, int64_io
-from trtkit.builder.rewrites import functions, opset
+from trtkit.builder.rewrites import (
+    FAILED,
+    ParserTarget,
+    Rewrite,
+    apply_rewrites,
+    attributes,
+    dims,
+    functions,
+    int64_io,
+    opset,
+)
 
 TARGET_86 = ParserTarget.assumed()
 

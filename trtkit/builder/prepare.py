@@ -97,7 +97,7 @@ class PreparedModel:
 
             proto = onnx.ModelProto()
             proto.CopyFrom(self.proto)
-            onnx.load_external_data_for_model(proto, str(Path(source).parent))
+            onnx.load_external_data_for_model(proto, str(Path(source).parent if source is not None else Path(".")))
             return save_model(proto, path, external=True)
         return save_model(proto, path)
 

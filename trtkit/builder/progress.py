@@ -76,7 +76,9 @@ class BuildProgress:
         self._emit, self._clock = on_progress, clock
         self._start = clock()
         self._phase = "starting"
-        self._total = self._current = self._tactics_start = None
+        self._total: int | None = None
+        self._current: str | None = None
+        self._tactics_start: float | None = None
         self._timed_layers: set = set()
         self._done = self._cached = 0
         self._finished = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trtkit.cli import check_render, options, render
 
@@ -64,8 +65,9 @@ class BuildProgress:
     def __init__(self, console, name: str):
         self._console, self._name = console, name
         self._live = console.is_terminal
-        self._progress = self._task = None
-        self._last_phase = None
+        self._progress: Any = None  # rich's Progress on a terminal
+        self._task: Any = None  # its TaskID
+        self._last_phase: str | None = None
 
     def __enter__(self):
         if self._live:
@@ -143,7 +145,7 @@ def _profiles_line(profiles: list) -> str:
         return "static shapes"
     parts = []
     for i, p in enumerate(profiles):
-        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
-                         for n, s in p.items())
+        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} "
+                         f"(opt {render.shape_str(s['opt'])})" for n, s in p.items())
         parts.append(f"#{i}: {dims}")
     return " | ".join(parts)

@@ -34,7 +34,8 @@ def run(args, console) -> int:
     prepared = prepare(args.model, fold_constants=args.fold_constants, trt=trt)
     saved = prepared.save(args.output)
     console.print(rewrite_table(prepared))
-    console.print(f"{len(prepared.applied)} rewrite(s) applied for {prepared.target.label}; saved {saved}")
+    label = prepared.target.label if prepared.target is not None else "the assumed parser"
+    console.print(f"{len(prepared.applied)} rewrite(s) applied for {label}; saved {saved}")
     if args.json:
         render.write_json(args.json, dict(prepared.to_json(), output=str(saved)))
     return 0

@@ -66,7 +66,7 @@ class ParserTarget:
     label: str
     max_opset: int | None
     int64_io: bool
-    supports_op: Callable = field(compare=False, repr=False, default=None)
+    supports_op: Callable | None = field(compare=False, repr=False, default=None)
 
     def supported(self, op_type: str, opset: int) -> bool:
         """Whether the parser is known to import ``op_type`` (unknown counts as supported: never rewrite blindly)."""

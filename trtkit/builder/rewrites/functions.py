@@ -18,7 +18,9 @@ def rewrite(proto, target) -> list:
     import onnx.inliner
 
     opset = main_opset(proto)
-    changes, names, types = [], [], {}
+    changes: list = []
+    names: list = []
+    types: dict = {}
     for index, node in enumerate(proto.graph.node):
         if (node.domain or "") not in ("", "ai.onnx") or target.supported(node.op_type, opset):
             continue
@@ -59,14 +61,14 @@ def _function_body(node, types: dict, opset: int):
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         return None
-    if schema.has_function:
+    if schema.has_function:  # type: ignore[attr-defined]  # (onnx's stubs lack the function accessors)
         function = onnx.FunctionProto()
-        body = schema.get_function_with_opset_version(opset)
+        body = schema.get_function_with_opset_version(opset)  # type: ignore[attr-defined]
         if isinstance(body, bytes):
             function.ParseFromString(body)
         else:
             function.CopyFrom(body or schema.function_body)
-    elif schema.has_context_dependent_function:
+    elif schema.has_context_dependent_function:  # type: ignore[attr-defined]
         function = _context_function(schema, node, types, opset)
         if function is None:
             return None
