@@ -137,9 +137,15 @@ def _graph_inputs(model) -> list:
 
 def _named(names, arrays) -> dict:
     import numpy as np
+    import onnx
+    from onnx import numpy_helper
 
     values = {}
     for name, value in zip(names, arrays):
+        if isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, np.generic):
+            value = np.asarray(value)
         if not isinstance(value, np.ndarray) or value.dtype == object:
             raise TypeError(f"'{name}' is not a numeric tensor ({type(value).__name__})")
         values[name] = value
