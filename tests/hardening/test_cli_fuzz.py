@@ -81,6 +81,11 @@ def _options(rng, command: str, root: Path) -> list:
         "export": [["--name", rng.choice(["m", "", "a/b"])], ["--instances", rng.choice(["0", "1", "-2"])],
                    ["--gpus", rng.choice(["0", "x", ""])], ["--max-queue-delay-us", "-1"], ["--force"],
                    ["--triton-version", rng.choice(["24.01", "nope"])], ["--json", None]],
+        "sanitize": [["-o", None], ["--no-fold-constants"], ["--tensorrt", rng.choice(["8.6", "installed"])],
+                     ["--json", None]],
+        "eval": [["--coco", rng.choice(["junk.npz", "missing.json"])], ["--metric", "keypoint-px"],
+                 ["--reference", rng.choice(["good.onnx", "empty.onnx"])], ["--batch", rng.choice(["0", "2"])],
+                 ["--min-map", "x"], ["--json", None], ["--max-px", "-1"]],
         # serve is only given what must fail (a valid engine would start a server that runs until stopped)
         "serve": [["--instances", rng.choice(["0", "-1"])], ["--max-batch", "0"], ["--gpus", "x"],
                   ["--http-port", rng.choice(["-1", "99999"])], ["--exit-timeout-s", "-1"], ["--json", None],
@@ -97,13 +102,16 @@ def _argv(rng, command: str, files: dict, root: Path) -> list:
                   "bench": [rng.choice(files["engine"] + ["good.onnx"])], "inspect": [rng.choice(files["onnx"])],
                   "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": [],
                   "export": ["triton", rng.choice(files["engine"]), "--repo", _output(rng, root)],
-                  "serve": [rng.choice(files["engine"][1:])]}
+                  "serve": [rng.choice(files["engine"][1:])], "sanitize": [rng.choice(files["onnx"])],
+                  "eval": [rng.choice(["detection", "classification"]), rng.choice(files["engine"]), "--images",
+                           rng.choice(["calib", "folder.onnx", "missing", "x.npy"])]}
     if rng.random() < 0.2:  # now and then a run that should succeed, so the invariant is seen from both sides
         positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],
                       "run": ["good.engine"], "bench": ["good.engine"], "inspect": ["good.onnx"],
                       "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"],
                       "export": ["triton", "good.engine", "--repo", f"out/repo{rng.randrange(1000)}"],
-                      "serve": ["empty.engine"]}
+                      "serve": ["empty.engine"], "sanitize": ["good.onnx", "-o", f"out/s{rng.randrange(1000)}.onnx"],
+                      "eval": ["classification", "good.engine", "--images", "calib"]}
         argv = [command, *positional[command]]
     else:
         argv = [command, *positional[command], *_options(rng, command, root)]

@@ -34,6 +34,7 @@ def _valid_args():
         "parse_shapes": (trtkit.parse_shapes, {"text": "x:1x3"}),
         "load_engine": (trtkit.load_engine, {"path_or_bytes": "missing.engine"}),
         "TrtRunner": (trtkit.TrtRunner, {"engine": b"engine bytes"}),
+        "prepare": (trtkit.prepare, {"model": model}),
     }
 
 

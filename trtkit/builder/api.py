@@ -16,7 +16,7 @@ from trtkit.errors import UsageError
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
           on_log: Callable[[str, str], None] | None = None, on_phase: Callable[[str], None] | None = None,
-          log_severity: str = "INFO") -> BuildResult:
+          log_severity: str = "INFO", on_progress: Callable | None = None) -> BuildResult:
     """Build a TensorRT engine from an ONNX model.
 
     Args:
@@ -30,6 +30,9 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
         on_log: receives ``(severity, message)`` for TensorRT's log lines.
         on_phase: receives the name of each build phase as it starts.
         log_severity: lowest TensorRT severity passed to ``on_log``.
+        on_progress: receives a :class:`~trtkit.builder.progress.ProgressEvent` at each phase and each layer
+            TensorRT chooses kernels for, with an ETA (TensorRT then logs at VERBOSE; ``on_log`` still gets
+            ``log_severity`` and above).
 
     Returns:
         A :class:`~trtkit.builder.builder.BuildResult`.
@@ -40,10 +43,12 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
             the model, the calibration data or another output; WriteError when its folder is missing or read-only.
     """
     check_arguments(model, config, output=output, isolate=isolate, on_log=on_log, on_phase=on_phase,
-                    log_severity=log_severity)
+                    log_severity=log_severity, on_progress=on_progress)
     config = config or BuildConfig()
     check_outputs(output_files(config, output), input_files(model, config))
     check_inputs(model, config)
+    if on_progress is not None:
+        on_log, on_phase, log_severity = _with_progress(on_progress, on_log, on_phase, log_severity)
     if isolate and trt is None:
         from trtkit.builder.isolate import build_isolated
 
@@ -58,7 +63,7 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
 
 
 def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on_phase=None,
-                    log_severity="INFO") -> None:
+                    log_severity="INFO", on_progress=None) -> None:
     """Type checks of :func:`build`'s arguments, before anything is read or run.
 
     Raises:
@@ -82,6 +87,7 @@ def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on
     _check.boolean("isolate", isolate)
     _check.callable_("on_log", on_log)
     _check.callable_("on_phase", on_phase)
+    _check.callable_("on_progress", on_progress)
     _check.choice("log_severity", log_severity, SEVERITIES)
 
 
@@ -98,7 +104,8 @@ def check_inputs(model, config: BuildConfig):
     from trtkit.errors import CalibrationError
 
     loaded = load_model(model, check=False)
-    resolve_profiles(model_inputs(loaded.proto), config.profiles)
+    if config.add_nms is None:  # with NMS, the prepare step's check of the head's layout speaks first
+        resolve_profiles(model_inputs(loaded.proto), config.profiles)
     calibration = config.calibration
     if calibration is not None and isinstance(calibration.source, (str, Path)):
         if not Path(calibration.source).is_dir():
@@ -115,6 +122,7 @@ def output_files(config: BuildConfig, output=None) -> dict:
     calibration = config.calibration
     return {"output": output, "manifest": manifest_path(output) if output not in (None, "") else None,
             "timing_cache": config.timing_cache, "save_qdq_onnx": config.save_qdq_onnx,
+            "save_prepared": config.save_prepared,
             "calibration.cache_path": calibration.cache_path if calibration else None}
 
 
@@ -123,6 +131,29 @@ def input_files(model, config: BuildConfig) -> dict:
     calibration = config.calibration
     return {"model": model if isinstance(model, (str, Path)) else None,
             "calibration.source": calibration.source if calibration else None}
+
+
+_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
+
+
+def _with_progress(on_progress, on_log, on_phase, log_severity: str):
+    """Callbacks that feed a :class:`~trtkit.builder.progress.BuildProgress` and pass the rest on as asked."""
+    from trtkit.builder.progress import BuildProgress
+
+    tracker = BuildProgress(on_progress)
+    threshold = _RANK.get(log_severity, 1)
+
+    def log(severity, message):
+        tracker.log(severity, message)
+        if on_log is not None and _RANK.get(severity, 1) >= threshold:
+            on_log(severity, message)
+
+    def phase(name):
+        tracker.phase(name)
+        if on_phase is not None:
+            on_phase(name)
+
+    return log, phase, "VERBOSE"
 
 
 def save(result: BuildResult, output, config: BuildConfig) -> Path:

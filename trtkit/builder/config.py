@@ -92,6 +92,12 @@ class BuildConfig:
             higher precision (the default; docs/performance.md says why); False quantizes them too.
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
+        sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
+        fold_constants: fold constant subgraphs into initializers before parsing.
+        check: ask the parser which ops it supports before parsing; a failed parse then carries the op table.
+        save_prepared: also write the prepared model (rewritten, folded) here, when preparing changed it.
+        add_nms: a :class:`trtkit.detection.NmsOptions`: append TensorRT's ``EfficientNMS_TRT`` plugin to a
+            YOLOv8-style head while preparing (the engine then returns ``num_dets, boxes, scores, classes``).
     """
 
     precision: str = "fp32"
@@ -115,6 +121,11 @@ class BuildConfig:
     qdq_exclude: tuple = ()
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
+    sanitize: bool = True
+    fold_constants: bool = True
+    check: bool = True
+    save_prepared: str | None = None
+    add_nms: object = None
 
     def __post_init__(self):
         _check.choice("precision", self.precision, PRECISIONS)
@@ -137,6 +148,11 @@ class BuildConfig:
         self.qdq_exclude = _check.names("qdq_exclude", self.qdq_exclude)
         _check.integer("max_aux_streams", self.max_aux_streams, low=0, optional=True)
         _check.path("save_qdq_onnx", self.save_qdq_onnx, optional=True)
+        for name in ("sanitize", "fold_constants", "check"):
+            _check.boolean(name, getattr(self, name))
+        _check.path("save_prepared", self.save_prepared, optional=True)
+        if self.add_nms is not None and type(self.add_nms).__name__ != "NmsOptions":
+            _check.fail("add_nms", self.add_nms, "a trtkit.detection.NmsOptions or None")
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":
                 raise UsageError(f"{name} is used only with precision 'int8', and precision is '{self.precision}'",

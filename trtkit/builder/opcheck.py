@@ -33,6 +33,21 @@ def op_table() -> dict:
 # highest ai.onnx opset each parser documents (onnx-tensorrt docs/operators.md)
 _MAX_DOCUMENTED_OPSET = ((8,), 17), ((10, 0), 20), ((10, 15), 24)
 
+
+
+def added_after_8() -> frozenset:
+    """Ops TensorRT's parser gained after 8.x: in the newest list of the op table, not in 8.6's."""
+    table = op_table()
+    return frozenset(table[list(table)[-1]]["supported"] - table["8.6"]["supported"])
+
+
+def unsupported_as_of_10_15() -> frozenset:
+    """Ops with no native TensorRT support: marked N in the newest list of the op table (its name is older than
+    the table, which is made from onnx-tensorrt's lists: see scripts/onnx_op_table.py)."""
+    table = op_table()
+    return frozenset(table[list(table)[-1]]["unsupported"])
+
+
 SUPPORTED, UNSUPPORTED, FAILED, CRASHED, UNKNOWN = "supported", "unsupported", "failed", "crashed", "unknown"
 
 
@@ -232,7 +247,20 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
     builder = _create_builder(trt, logger)
     network = builder.create_network(compat.network_flags(trt))
-    parser = trt.OnnxParser(network, logger)
+    return _ask(trt, trt.OnnxParser(network, logger), model_bytes, path, op_types)
+
+
+def check_with_parser(loaded, trt, parser) -> CheckReport:
+    """The op check with a parser the caller already has (the build's own, in the build's process)."""
+    path = str(loaded.path) if loaded.path else None
+    report = _static_report(loaded)
+    _apply_answer(report, loaded.proto, _ask(trt, parser, loaded.data, path, _op_types(loaded.proto)))
+    return report
+
+
+def _ask(trt, parser, model_bytes: bytes, path, op_types) -> dict:
+    from trtkit import _version_compat as compat
+
     supported, subgraphs = compat.parser_supports_model(parser, model_bytes, path)
     return {
         "trt_version": compat.version_string(trt),
@@ -296,9 +324,12 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
+    from trtkit.builder.rewrites.dims import describe_ambiguity
+
     listed = {row.op_type: {v: table_status(row.op_type, v) for v in op_table()}
               for row in rows if row.domain == "ai.onnx"}
-    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, listed=listed)
+    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto),
+                       listed=listed)
 
 
 def static_note(op_type: str, domain: str = "") -> str:

@@ -200,7 +200,7 @@ def config_from_args(args) -> BuildConfig:
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
         precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx,
         qdq_keep_heads=args.qdq_keep_heads,
-        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()))
+        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()), **prepare_settings(args))
 
 
 def _preprocess(args) -> dict:
@@ -212,7 +212,8 @@ def _preprocess(args) -> dict:
 # library argument (an error's ``field``) -> the flag that sets it, for error messages
 FLAGS = {
     "model": "MODEL", "engine": "ENGINE", "output": "--output", "manifest": "--output (its manifest)",
-    "json": "--json", "save_sanitized": "--save-sanitized", "save_qdq_onnx": "--save-qdq-onnx",
+    "json": "--json", "save_sanitized": "--save-sanitized", "save_prepared": "--save-sanitized",
+    "save_qdq_onnx": "--save-qdq-onnx",
     "save_outputs": "--save-outputs", "save_arrays": "--save-arrays", "timing_cache": "--timing-cache",
     "timing_cache_reset": "--timing-cache-reset", "workspace_bytes": "--workspace", "optimization_level": "--opt-level",
     "tactic_sources": "--tactic-sources", "precision": "--fp16/--bf16/--int8", "fp16_mode": "--fp16-mode",
@@ -230,6 +231,7 @@ FLAGS = {
     # bench --server, serve and export
     "concurrency": "--concurrency", "max_requests": "--requests", "batch": "--batch", "warmup_s": "--warmup-ms",
     "instances": "--instances", "max_batch": "--max-batch", "max_queue_delay_us": "--max-queue-delay-us",
+    "add_nms": "--add-nms", "metric": "--metric", "reference": "--reference",
     "gpus": "--gpus", "http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_port": "--metrics-port",
 }
 
@@ -305,3 +307,26 @@ def check_files(args, outputs: dict, inputs: dict) -> None:
 
 def add_json_option(parser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+
+
+def add_prepare_options(parser) -> None:
+    """``--sanitize/--no-sanitize``, ``--fold-constants/--no-fold-constants``, ``--save-sanitized``, ``--no-check``."""
+    group = parser.add_argument_group("before parsing (trtkit.prepare)")
+    group.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=True,
+                       help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
+                            "external data); each is named in the build summary and the manifest (default: on)")
+    group.add_argument("--fold-constants", action=argparse.BooleanOptionalAction, default=True,
+                       help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
+                            "before TensorRT parses the model; used only when it changes something (default: on)")
+    group.add_argument("--save-sanitized", metavar="PATH",
+                       help="also write the prepared model here (written only when preparing changed something)")
+    group.add_argument("--no-check", dest="check", action="store_false",
+                       help="skip the op check (the build asks TensorRT's parser which ops it supports, and shows "
+                            "the op table when parsing fails)")
+
+
+def prepare_settings(args) -> dict:
+    """The :class:`BuildConfig` fields the prepare options set."""
+    return {"sanitize": getattr(args, "sanitize", True), "fold_constants": getattr(args, "fold_constants", True),
+            "check": getattr(args, "check", True), "save_prepared": getattr(args, "save_sanitized", None)}
+
