@@ -100,8 +100,7 @@ CUDA_PYTHON_RANGES = {12: ">=12.6,<13", 13: ">=13,<14"}
 
 
 def cuda_python_command(driver_major: int) -> str:
-    """The exact command that installs the cuda-python matching a CUDA ``driver_major`` (the extra of the same name
-    in trtkit's pyproject: ``trtkit[cu12]`` / ``trtkit[cu13]``)."""
+    """The exact command that installs the cuda-python matching a CUDA ``driver_major`` (the pins the README gives)."""
     spec = CUDA_PYTHON_RANGES.get(driver_major)
     if spec is None:
         return f"a driver for CUDA 12 or 13 (this one is CUDA {driver_major}), then {cuda_python_command(12)}"
