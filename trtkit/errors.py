@@ -14,7 +14,8 @@ Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mista
     ├── CudaError              a CUDA runtime call failed (names the call and the CUDA error)
     ├── CalibrationError       calibration data or cache is unusable
     ├── UnsupportedError       a feature is not available in the installed TensorRT version
-    └── IsolationError         a child process running a build died (signal, out of memory)
+    ├── IsolationError         a child process running a build died (signal, out of memory)
+    └── PipelineError          a stage of a streaming pipeline failed (names the stage and the frame index)
     TrtkitInternalError        a bug in trtkit: please report it
 """
 
@@ -75,6 +76,20 @@ class UnsupportedError(TrtkitError):
 
 class IsolationError(TrtkitError):
     """A child process doing work for trtkit died."""
+
+
+class PipelineError(TrtkitError):
+    """A stage of a :mod:`trtkit.pipeline` failed.
+
+    Attributes:
+        stage: the name of the stage that failed.
+        frame: the index of the frame it was working on (``None`` when it failed outside any frame).
+    """
+
+    def __init__(self, message: str, stage: str | None = None, frame: int | None = None):
+        super().__init__(message)
+        self.stage = stage
+        self.frame = frame
 
 
 class TrtkitInternalError(Exception):

@@ -1,0 +1,141 @@
+"""The inference stage: frames gathered into batches (up to the engine's batch, waiting at most ``max_wait_s`` for
+a batch to fill), each batch started with ``infer_async`` and collected once later batches are under way.
+
+With a :class:`~trtkit.runtime.pool.RunnerPool` of ``n`` runners, up to ``n`` batches are in flight: the copies and
+compute of one overlap the gathering of the next and, through the queues, every CPU stage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from trtkit.errors import InputError
+from trtkit.pipeline.stages import END, Aborted, Channel
+from trtkit.pipeline.stats import StageTimer
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How frames become engine calls.
+
+    Attributes:
+        input_name: the engine input the samples go to.
+        max_batch: most frames per call (the profile's max batch).
+        min_batch: fewest frames per call the engine takes; a smaller last batch is padded with zeros up to it
+            (the padding's outputs are dropped).
+        max_wait_s: how long a started batch waits for more frames before it is sent as it is.
+        in_flight: batches started before the oldest is collected (the number of runners in the pool).
+    """
+
+    input_name: str
+    max_batch: int
+    min_batch: int = 1
+    max_wait_s: float = 0.005
+    in_flight: int = 2
+
+    def __post_init__(self):
+        if not 1 <= self.min_batch <= self.max_batch:
+            raise InputError(f"Batch sizes must satisfy 1 <= min_batch <= max_batch; got min {self.min_batch}, "
+                             f"max {self.max_batch}")
+        if self.max_wait_s < 0:
+            raise InputError(f"max_wait_s must be >= 0 seconds, not {self.max_wait_s}")
+
+
+def stack_samples(frames: list, plan: BatchPlan) -> np.ndarray:
+    """The samples of ``frames`` as one batch array, padded with zeros up to ``plan.min_batch``."""
+    first = np.asarray(frames[0].sample)
+    batch = np.empty((max(len(frames), plan.min_batch), *first.shape), dtype=first.dtype)
+    for i, frame in enumerate(frames):
+        batch[i] = frame.sample
+    batch[len(frames):] = 0
+    return batch
+
+
+def split_outputs(outputs: dict, frames: list) -> None:
+    """Give each frame its row of every output (padding rows are dropped)."""
+    for i, frame in enumerate(frames):
+        frame.outputs = {name: value[i] for name, value in outputs.items()}
+
+
+class InferStage:
+    """Batches frames from ``inp``, runs them through ``infer`` (anything with ``infer_async(feed)``: a
+    :class:`~trtkit.runtime.runner.TrtRunner` or a :class:`~trtkit.runtime.pool.RunnerPool`), puts them in ``out``.
+
+    The timer records, per batch, the time this thread spends in the call (stacking the samples, starting it, then waiting for its
+    outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets the pace, the waits
+    add up to the time the engine needed, so ``fps_alone`` is what the engine sustains inside the pipeline.
+    """
+
+    name = "infer"
+
+    def __init__(self, infer, plan: BatchPlan, inp: Channel, out: Channel, fail):
+        self.infer = infer
+        self.plan = plan
+        self.inp, self.out = inp, out
+        self.timer = StageTimer(self.name)
+        self._fail = fail
+        self._pending: deque = deque()
+        self._working: list = []  # the frames of the batch being started or collected (named in errors)
+        self.batches = 0
+
+    def threads(self) -> list:
+        import threading
+
+        return [threading.Thread(target=self._work, name="trtkit-infer", daemon=True)]
+
+    def _work(self) -> None:
+        try:
+            ended = False
+            while not ended:
+                frames, ended = self._gather()
+                if frames:
+                    self._start(frames)
+                while self._pending and (ended or len(self._pending) >= self.plan.in_flight):
+                    self._finish()
+            self.out.put(END)
+        except Aborted:
+            return
+        except BaseException as exc:  # noqa: BLE001 - reported by the pipeline, naming the stage and frame
+            self._fail(self.name, self._working[0].index if self._working else None, exc)
+
+    def _gather(self) -> tuple:
+        """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
+        comes within ``max_wait_s``, the oldest batch is collected first (its frames go on instead of waiting)."""
+        first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        while first is None:
+            self._finish()
+            first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        if first is END:
+            return [], True
+        frames = [first]
+        deadline = time.perf_counter() + self.plan.max_wait_s
+        while len(frames) < self.plan.max_batch:
+            item = self.inp.get(timeout=max(0.0, deadline - time.perf_counter()))
+            if item is None:
+                break
+            if item is END:
+                return frames, True
+            frames.append(item)
+        return frames, False
+
+    def _start(self, frames: list) -> None:
+        self._working = frames
+        t0 = time.perf_counter()
+        feed = {self.plan.input_name: stack_samples(frames, self.plan)}
+        handle = self.infer.infer_async(feed)
+        self._pending.append((handle, frames, time.perf_counter() - t0))
+        self.batches += 1
+
+    def _finish(self) -> None:
+        handle, frames, start_s = self._pending.popleft()
+        self._working = frames
+        t0 = time.perf_counter()
+        outputs = handle.wait()
+        self.timer.add(start_s + time.perf_counter() - t0, len(frames))
+        split_outputs(outputs, frames)
+        for frame in frames:
+            self.out.put(frame)
