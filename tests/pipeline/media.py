@@ -22,7 +22,8 @@ def make_video(path, frames: int = 30, width: int = 64, height: int = 48, codec:
     path = Path(path)
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
         for i in range(frames):
             picture = av.VideoFrame.from_ndarray(frame_picture(i, width, height), format="rgb24")
             for packet in stream.encode(picture):

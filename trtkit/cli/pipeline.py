@@ -152,9 +152,10 @@ def _live_view(console):
 def report_table(report, title: str):
     from trtkit.cli.render import table
 
-    rows = [(name, s.workers, s.frames, s.avg_ms, s.min_ms, s.max_ms, s.p99_ms, round(s.busy_pct, 1), s.fps_alone)
+    rows = [(name, s.workers, s.frames, s.avg_ms, s.min_ms, s.max_ms, s.p99_ms, round(s.busy_pct, 1),
+             None if s.fps_alone is None else round(s.fps_alone, 1))
             for name, s in report.stages.items()]
-    return table(title, ["stage", "workers", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %",
+    return table(title, ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %",
                          "FPS alone"], rows)
 
 
