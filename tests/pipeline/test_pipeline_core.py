@@ -224,3 +224,41 @@ def test_batch_plan_refuses_impossible_sizes():
         BatchPlan("x", max_batch=2, min_batch=4)
     with pytest.raises(InputError, match="max_wait_s"):
         BatchPlan("x", max_batch=2, max_wait_s=-1)
+
+
+class PinnedRunner:
+    """A runner with ``host_inputs``: records whether each call was given its own buffer, and calls in flight."""
+
+    def __init__(self, log):
+        self.log, self.buffers, self.in_flight = log, {}, 0
+
+    def host_inputs(self, shapes):
+        ((name, shape),) = shapes.items()
+        self.buffers.setdefault(shape, np.full(shape, -1, np.float32))
+        assert self.in_flight == 0, "buffer handed out while its previous call is in flight"
+        return {name: self.buffers[shape]}
+
+    def infer_async(self, feed):
+        (x,) = feed.values()
+        self.log.append((self, any(x is b for b in self.buffers.values())))
+        self.in_flight += 1
+        runner, outputs = self, {"y": x * 2}
+
+        class Handle:
+            def wait(self):
+                runner.in_flight -= 1
+                return outputs
+
+        return Handle()
+
+
+def test_batches_are_assembled_in_the_pinned_buffers_of_runners_taking_turns():
+    log = []
+    pool = type("Pool", (), {})()
+    pool.runners = [PinnedRunner(log), PinnedRunner(log)]
+    sink = RecordingSink()
+    Pipeline(ArraySource(pictures(40)), [Stage("preprocess", to_sample),
+                                         InferStep(pool, BatchPlan("x", 4, max_wait_s=0.5, in_flight=3))],
+             [sink]).run()
+    assert all(own for _, own in log) and [r for r, _ in log[:4]] == pool.runners * 2
+    assert [f.outputs["y"][0] for f in sink.frames] == [2 * (i % 256) for i in range(40)]

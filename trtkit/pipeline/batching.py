@@ -45,14 +45,22 @@ class BatchPlan:
             raise InputError(f"max_wait_s must be >= 0 seconds, not {self.max_wait_s}")
 
 
-def stack_samples(frames: list, plan: BatchPlan) -> np.ndarray:
-    """The samples of ``frames`` as one batch array, padded with zeros up to ``plan.min_batch``."""
-    first = np.asarray(frames[0].sample)
-    batch = np.empty((max(len(frames), plan.min_batch), *first.shape), dtype=first.dtype)
+def batch_shape(frames: list, plan: BatchPlan) -> tuple:
+    """The shape of the batch of ``frames``: their sample shape, at least ``plan.min_batch`` of them."""
+    return (max(len(frames), plan.min_batch), *np.shape(frames[0].sample))
+
+
+def fill_batch(batch: np.ndarray, frames: list) -> np.ndarray:
+    """Put the samples of ``frames`` in ``batch`` (zeros in the rows beyond them); returns ``batch``."""
     for i, frame in enumerate(frames):
         batch[i] = frame.sample
     batch[len(frames):] = 0
     return batch
+
+
+def stack_samples(frames: list, plan: BatchPlan) -> np.ndarray:
+    """The samples of ``frames`` as one new batch array, padded with zeros up to ``plan.min_batch``."""
+    return fill_batch(np.empty(batch_shape(frames, plan), dtype=np.asarray(frames[0].sample).dtype), frames)
 
 
 def split_outputs(outputs: dict, frames: list) -> None:
@@ -64,6 +72,11 @@ def split_outputs(outputs: dict, frames: list) -> None:
 class InferStage:
     """Batches frames from ``inp``, runs them through ``infer`` (anything with ``infer_async(feed)``: a
     :class:`~trtkit.runtime.runner.TrtRunner` or a :class:`~trtkit.runtime.pool.RunnerPool`), puts them in ``out``.
+
+    With runners (a pool's ``runners``, or one runner), each batch is assembled straight in the pinned input buffer
+    of the runner that runs it (``host_inputs``): no host copy between the frames and the transfer. The runners
+    take turns, and a runner's buffer is refilled only after its previous call was collected (at most one batch in
+    flight per runner).
 
     The timer records, per batch, the time this thread spends in the call (stacking the samples, starting it, then waiting for its
     outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets the pace, the waits
@@ -81,6 +94,9 @@ class InferStage:
         self._pending: deque = deque()
         self._working: list = []  # the frames of the batch being started or collected (named in errors)
         self.batches = 0
+        self._runners = _runners_of(infer)
+        self._turn = 0
+        self._in_flight = min(plan.in_flight, len(self._runners)) if self._runners else plan.in_flight
 
     def threads(self) -> list:
         import threading
@@ -94,7 +110,7 @@ class InferStage:
                 frames, ended = self._gather()
                 if frames:
                     self._start(frames)
-                while self._pending and (ended or len(self._pending) >= self.plan.in_flight):
+                while self._pending and (ended or len(self._pending) >= self._in_flight):
                     self._finish()
             self.out.put(END)
         except Aborted:
@@ -125,8 +141,14 @@ class InferStage:
     def _start(self, frames: list) -> None:
         self._working = frames
         t0 = time.perf_counter()
-        feed = {self.plan.input_name: stack_samples(frames, self.plan)}
-        handle = self.infer.infer_async(feed)
+        name = self.plan.input_name
+        if self._runners:
+            runner = self._runners[self._turn]
+            self._turn = (self._turn + 1) % len(self._runners)
+            buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
+            handle = runner.infer_async({name: fill_batch(buffer, frames)})
+        else:
+            handle = self.infer.infer_async({name: stack_samples(frames, self.plan)})
         self._pending.append((handle, frames, time.perf_counter() - t0))
         self.batches += 1
 
@@ -139,3 +161,11 @@ class InferStage:
         split_outputs(outputs, frames)
         for frame in frames:
             self.out.put(frame)
+
+
+def _runners_of(infer) -> list:
+    """The runners behind ``infer`` whose pinned input buffers a batch can be assembled in (empty: none)."""
+    runners = getattr(infer, "runners", None)
+    if runners is None:
+        runners = [infer] if hasattr(infer, "host_inputs") else []
+    return [r for r in runners if hasattr(r, "host_inputs")]
