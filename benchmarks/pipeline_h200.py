@@ -128,21 +128,9 @@ def build_engine(sizes: Sizes, work: Path, trt) -> Path:
 
 
 def make_video(path: Path, frames: int, size: tuple, codec: str) -> Path:
-    import av
+    from trtkit.pipeline.video import write_pattern_video
 
-    width, height = size
-    base = np.linspace(0, 255, width, dtype=np.uint8)[None, :, None].repeat(height, 0).repeat(3, 2)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(codec, rate=30)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for i in range(frames):
-            picture = np.roll(base, 7 * i, axis=1)
-            picture[: height // 8, : (i * 4) % width] = 255  # something that moves
-            for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return path
+    return write_pattern_video(path, frames, size, 30, codec)
 
 
 def make_folder(folder: Path, count: int, fake: bool) -> Path:

@@ -9,28 +9,17 @@ import numpy as np
 
 
 def frame_picture(i: int, width: int = 64, height: int = 48) -> np.ndarray:
-    """Frame ``i`` of the test videos: a gray level that changes with ``i`` and a white bar whose width is ``i``."""
-    img = np.full((height, width, 3), (i * 8) % 200, np.uint8)
-    img[:, : (i * 2) % width] = 255
-    return img
+    """Frame ``i`` of the test videos (see :func:`trtkit.pipeline.video.pattern_frame`)."""
+    from trtkit.pipeline.video import pattern_frame
+
+    return pattern_frame(i, width, height)
 
 
 def make_video(path, frames: int = 30, width: int = 64, height: int = 48, codec: str = "mpeg4",
                fps: int = 25) -> Path:
-    import av
+    from trtkit.pipeline.video import write_pattern_video
 
-    path = Path(path)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
-        for i in range(frames):
-            picture = av.VideoFrame.from_ndarray(frame_picture(i, width, height), format="rgb24")
-            for packet in stream.encode(picture):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return path
+    return write_pattern_video(path, frames, (width, height), fps, codec)
 
 
 def corrupt_packet(path, packet_index: int) -> None:

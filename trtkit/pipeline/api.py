@@ -25,11 +25,22 @@ class Processing:
         pre: ``image -> (sample, meta)``; ``None``: :class:`ImagePreprocess` for the engine's input.
         post: ``(outputs, meta, image) -> result``; ``None``: no postprocessing stage (sinks get raw outputs).
         draw: ``(image, result) -> image``; ``None``: no annotate stage.
+        pre_for: ``ImageInput -> pre``, for a ``pre`` that depends on the engine's input size (used when ``pre``
+            is ``None``).
     """
 
     pre: object = None
     post: object = None
     draw: object = None
+    pre_for: object = None
+
+    def preprocess_for(self, target, resize: str = "letterbox"):
+        """The ``pre`` callable for the engine input ``target``."""
+        if self.pre is not None:
+            return self.pre
+        if self.pre_for is not None:
+            return self.pre_for(target)
+        return ImagePreprocess(target, resize=resize)
 
 
 def stage_functions(processing: Processing, pre) -> dict:
@@ -92,7 +103,7 @@ def _run(pool, source, sinks, processing, batch, max_wait_ms, queue_size, pre_wo
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
         plan = batch_plan(target, batch, max_wait_ms, len(pool.runners))
-        pre = processing.pre or ImagePreprocess(target, resize=resize)
+        pre = processing.preprocess_for(target, resize)
         fns = stage_functions(processing, pre)
         stages = [Stage("preprocess", fns["preprocess"], pre_workers), InferStep(pool, plan)]
         if fns["postprocess"]:

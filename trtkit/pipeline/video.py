@@ -299,3 +299,29 @@ class VideoWriter:
                 logger.debug("closing a discarded video failed", exc_info=True)
             self._container = None
         self._tmp.unlink(missing_ok=True)
+
+
+def pattern_frame(index: int, width: int = 64, height: int = 48) -> np.ndarray:
+    """Frame ``index`` of :func:`write_pattern_video`: a gray level that changes with the index, and a white bar down
+    the left side ``2 * index`` pixels wide (modulo the width), so order and count can be read back from pixels."""
+    image = np.full((height, width, 3), (index * 8) % 200, np.uint8)
+    image[:, : (index * 2) % width] = 255
+    return image
+
+
+def write_pattern_video(path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4") -> Path:
+    """A short video of :func:`pattern_frame` frames made with PyAV (for tests, samples and benchmarks: nothing to
+    download). ``size`` is ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``."""
+    av = pyav()
+    path = Path(path)
+    width, height = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        for i in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return path
