@@ -262,3 +262,18 @@ def test_batches_are_assembled_in_the_pinned_buffers_of_runners_taking_turns():
              [sink]).run()
     assert all(own for _, own in log) and [r for r, _ in log[:4]] == pool.runners * 2
     assert [f.outputs["y"][0] for f in sink.frames] == [2 * (i % 256) for i in range(40)]
+
+
+def test_a_batch_filled_by_several_threads_holds_every_sample_in_its_row():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trtkit.pipeline.batching import fill_batch
+    from trtkit.pipeline.stages import Frame
+
+    frames = [Frame(i, None, sample=np.full((3, 2), i, np.float32)) for i in range(11)]
+    batch = np.full((13, 3, 2), -1, np.float32)
+    with ThreadPoolExecutor(3) as pool:
+        fill_batch(batch, frames, pool, threads=3)
+    assert [int(row[0, 0]) for row in batch] == list(range(11)) + [0, 0]
+    with pytest.raises(InputError, match="fill_threads must be at least 1"):
+        BatchPlan("x", 4, fill_threads=0)
