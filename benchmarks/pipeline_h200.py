@@ -12,7 +12,9 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    ``decode → preprocess → infer → encode`` as one pipeline. Target: end-to-end FPS >= 0.9 x the slowest stage's.
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
 5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x.
-6. NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file.
+6. NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
+   and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
+   idle time between batches (CUDA events around every batch).
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
    before/after it. Target: 0 bytes of growth; frames in = frames out.
 
@@ -222,11 +224,12 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 
 # --- whole pipelines -------------------------------------------------------------------------------------------------
 
-def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes) -> dict:
+def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
+                   decoder: str = "pyav") -> dict:
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
-    source = VideoSource(video, decoder="pyav")
-    out = work / "video_out.mp4"
+    source = VideoSource(video, decoder=decoder)
+    out = work / f"video_out_{decoder}.mp4"
     report = run_engine(engine, source, sinks=[VideoSink(out, fps=source.fps)], pre_workers=sizes.pre_workers,
                         **runner_args)
     return report.to_json()
@@ -381,14 +384,21 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
     if folder:
         result["folder"] = run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes))
-    result["nvdec"] = run.guard("nvdec", lambda: nvdec_part(video, pyav_fps))
+    nvdec = result["nvdec"] = run.guard("nvdec", lambda: nvdec_part(video, pyav_fps))
+    if nvdec and nvdec["available"]:
+        with_nvdec = run.guard("video_pipeline_nvdec",
+                               lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
+        if with_nvdec:
+            nvdec["pipeline"] = {"e2e_fps": with_nvdec["fps"], "frames_out": with_nvdec["frames_out"],
+                                 "gpu": with_nvdec["gpu"], "stages": with_nvdec["stages"],
+                                 "note": "NVDEC frames copied to host memory for the CPU preprocessing"}
+            nvdec["gpu_idle_between_batches_pct"] = (with_nvdec["gpu"] or {}).get("idle_between_batches_pct")
     leak_video = run.guard("make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames,
                                                                  sizes.leak_video, "mpeg4"))
     if leak_video:
         memory = run.guard("memory_run", lambda: memory_run(engine, leak_video, runner_args, sizes, cuda))
         result["memory_run"] = memory
         result["leak_bytes_device"] = memory["growth_during_run_bytes"] if memory else None
-    result["notes"]["gpu_idle_between_batches"] = "not measured by this script"
 
 
 def _ratio(a, b):
@@ -405,7 +415,7 @@ def video_result(e2e: dict | None, alone: dict) -> dict | None:
     return {"e2e_fps": e2e["fps"], "slowest_stage": slowest, "slowest_stage_fps": timed.get(slowest),
             "ratio_to_slowest": _ratio(e2e["fps"], timed.get(slowest)), "frames_in": e2e["frames_in"],
             "frames_out": e2e["frames_out"], "stages": stages, "queues": e2e["queues"],
-            "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"]}
+            "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"], "gpu": e2e["gpu"]}
 
 
 def targets(result: dict) -> dict:
@@ -415,6 +425,9 @@ def targets(result: dict) -> dict:
         "e2e_fps_ge_0.9x_slowest_stage": _met(video.get("ratio_to_slowest"), lambda r: r >= 0.9),
         "infer_stage_ge_0.9x_bench": _met(infer.get("ratio"), lambda r: r >= 0.9),
         "nvdec_decode_ge_3x_pyav": _met(nvdec.get("speedup"), lambda r: r >= 3.0) if nvdec.get("available")
+        else "not available",
+        "nvdec_gpu_idle_between_batches_lt_10pct": _met(nvdec.get("gpu_idle_between_batches_pct"),
+                                                        lambda p: p < 10.0) if nvdec.get("available")
         else "not available",
         "zero_device_growth_10k_frames": _met(result.get("leak_bytes_device"), lambda b: b <= 0),
         "frames_in_eq_out": all(d.get("frames_in") == d.get("frames_out") for d in (video, memory) if d),

@@ -30,4 +30,6 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(data["nvdec"]) >= {"available", "reason", "decode_fps", "pyav_decode_fps"}
     assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300
     assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "infer_stage_ge_0.9x_bench",
-                                    "nvdec_decode_ge_3x_pyav", "zero_device_growth_10k_frames", "frames_in_eq_out"}
+                                    "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
+                                    "zero_device_growth_10k_frames", "frames_in_eq_out"}
+    assert data["video"]["gpu"]["batches"] > 0

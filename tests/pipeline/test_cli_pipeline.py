@@ -107,3 +107,16 @@ def test_ctrl_c_drains_and_leaves_a_playable_video(engine_file, tmp_path):
     assert data["interrupted"] is True and 0 < data["frames_out"] == data["frames_in"] < 400
     assert len(decode_all(out)) == data["frames_out"]
     assert list(tmp_path.glob(".out.partial-*")) == []
+
+
+def test_an_engine_that_takes_no_images_leaves_no_output(fake_gpu, tmp_path, capsys):
+    from tests import models
+    from tests.runtime.fakes import fake_engine_bytes
+
+    engine = tmp_path / "two.engine"
+    engine.write_bytes(fake_engine_bytes(models.two_inputs(), [{"a": [[1, 4]] * 3, "b": [[1, 4]] * 3}]))
+    video = make_video(tmp_path / "in.mp4", frames=2)
+    code, _, err = run_cli(["run", str(engine), "--video", str(video), "--out", str(tmp_path / "out.mp4"),
+                            "--results", str(tmp_path / "r.jsonl")], capsys)
+    assert code == 1 and "needs an engine with one input of layout NCHW" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4", "two.engine"]

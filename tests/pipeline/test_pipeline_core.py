@@ -277,3 +277,40 @@ def test_a_batch_filled_by_several_threads_holds_every_sample_in_its_row():
     assert [int(row[0, 0]) for row in batch] == list(range(11)) + [0, 0]
     with pytest.raises(InputError, match="fill_threads must be at least 1"):
         BatchPlan("x", 4, fill_threads=0)
+
+
+class ClockedCuda:
+    """Events whose times (ms after the origin event) are given in advance, in recording order."""
+
+    def __init__(self, times):
+        self.times, self.recorded, self.created, self.destroyed = list(times), {}, 0, 0
+
+    def event_create(self):
+        self.created += 1
+        return self.created
+
+    def event_record(self, event, stream):
+        self.recorded[event] = self.times.pop(0)
+
+    def event_elapsed_ms(self, a, b):
+        return self.recorded[b] - self.recorded[a]
+
+    def event_destroy(self, event):
+        self.destroyed += 1
+
+
+def test_gpu_timeline_merges_overlapping_batches_and_finds_the_idle_time():
+    from trtkit.pipeline.stats import GpuTimeline
+
+    # batch 1 on stream 1: 0..4 ms; batch 2 on stream 2 overlaps it: 3..6; batch 3 after a 4 ms gap: 10..12
+    cuda = ClockedCuda([0, 0, 4, 3, 6, 10, 12])
+    timeline = GpuTimeline(cuda)
+    pairs = [timeline.end(1, timeline.begin(1))]
+    pairs.append(timeline.end(2, timeline.begin(2)))
+    for pair in pairs:
+        timeline.collect(pair)
+    timeline.collect(timeline.end(1, timeline.begin(1)))
+    data = timeline.to_json(elapsed_s=0.024)
+    assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0}
+    timeline.close()
+    assert cuda.destroyed == cuda.created  # events are reused, then all destroyed

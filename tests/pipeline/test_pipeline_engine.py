@@ -158,3 +158,10 @@ def test_a_static_batch_engine_gets_padded_batches(tmp_path, backends):
                         **backends)
     assert report.frames_out == 3 and report.batch == 2 and [f.index for f in seen] == [0, 1, 2]
     assert all(f.outputs["y"].shape == (4, 1, 1) for f in seen)
+
+
+def test_the_report_has_the_gpu_timeline_of_every_batch(engine_file, backends):
+    report = run_engine(engine_file, ArraySource([frame_picture(i) for i in range(10)]), batch=4, max_wait_ms=500,
+                        **backends)
+    assert report.gpu["batches"] == 3 and report.gpu["busy_pct"] >= 0
+    assert report.to_json()["gpu"] == report.gpu

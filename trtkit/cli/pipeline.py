@@ -169,6 +169,10 @@ def render_report(report, console, title: str) -> None:
     console.print(f"{report.frames_in} frames in, {report.frames_out} out in {report.elapsed_s:.2f} s: "
                   f"{report.fps:.1f} FPS" + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} FPS alone)"
                                              if slowest else ""))
+    gpu = report.gpu or {}
+    if gpu.get("batches"):
+        console.print(f"GPU busy {gpu['busy_pct']}% of the run ({gpu['batches']} batches, "
+                      f"{gpu['avg_ms_per_batch']} ms each); idle between batches {gpu['idle_between_batches_pct']}%")
     decoder = report.source.get("decoder")
     if decoder:
         console.print(f"decoder: {decoder} ({report.source.get('decoder_reason')})")

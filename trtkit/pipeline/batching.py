@@ -15,7 +15,7 @@ import numpy as np
 
 from trtkit.errors import InputError
 from trtkit.pipeline.stages import END, Aborted, Channel
-from trtkit.pipeline.stats import StageTimer
+from trtkit.pipeline.stats import GpuTimeline, StageTimer
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,8 @@ class InferStage:
         self.batches = 0
         self._runners = _runners_of(infer)
         self._fill_pool = None
+        cuda = getattr(self._runners[0], "cuda", None) if self._runners else None
+        self.gpu = GpuTimeline(cuda) if cuda is not None else None
         self._turn = 0
         self._in_flight = min(plan.in_flight, len(self._runners)) if self._runners else plan.in_flight
 
@@ -141,6 +143,8 @@ class InferStage:
         finally:
             if self._fill_pool is not None:
                 self._fill_pool.shutdown()
+            if self.gpu is not None:
+                self.gpu.close()
 
     def _gather(self) -> tuple:
         """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
@@ -170,18 +174,23 @@ class InferStage:
             runner = self._runners[self._turn]
             self._turn = (self._turn + 1) % len(self._runners)
             buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
-            handle = runner.infer_async({name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)})
+            feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
+            events = self.gpu.begin(runner.stream) if self.gpu else None
+            handle = runner.infer_async(feed)
+            events = self.gpu.end(runner.stream, events) if self.gpu else None
         else:
-            handle = self.infer.infer_async({name: stack_samples(frames, self.plan)})
-        self._pending.append((handle, frames, time.perf_counter() - t0))
+            handle, events = self.infer.infer_async({name: stack_samples(frames, self.plan)}), None
+        self._pending.append((handle, frames, time.perf_counter() - t0, events))
         self.batches += 1
 
     def _finish(self) -> None:
-        handle, frames, start_s = self._pending.popleft()
+        handle, frames, start_s, events = self._pending.popleft()
         self._working = frames
         t0 = time.perf_counter()
         outputs = handle.wait()
         self.timer.add(start_s + time.perf_counter() - t0, len(frames))
+        if events is not None:
+            self.gpu.collect(events)
         split_outputs(outputs, frames)
         for frame in frames:
             self.out.put(frame)

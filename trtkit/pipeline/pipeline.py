@@ -190,7 +190,8 @@ class Pipeline:
                               queues={c.name: {**c.gauge.to_json(), "depth": c.depth()} for c in self.channels},
                               skipped=list(getattr(self.source, "skipped", [])),
                               error=_error_message(*self._error) if self._error else None, source=info,
-                              batch=infer.plan.max_batch if infer else None)
+                              batch=infer.plan.max_batch if infer else None,
+                              gpu=infer.gpu.to_json(elapsed) if infer and infer.gpu else None)
 
 
 def _name_of(stage) -> str:

@@ -108,6 +108,67 @@ class QueueGauge:
             return {"capacity": self.capacity, "max_depth": self.max_depth, "mean_depth": round(mean, 3)}
 
 
+class GpuTimeline:
+    """When the GPU worked on the inference stage's batches, from CUDA events recorded on each runner's stream just
+    before a batch is started and just after (its copies and engine run in between).
+
+    ``cuda`` is a :class:`~trtkit.runtime.cuda.Cuda`. Intervals are measured from the first batch's start event
+    (events of different streams of one device share a clock); :meth:`to_json` merges overlapping intervals, so two
+    runners busy at once count once.
+    """
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self._origin = None
+        self._free: list = []
+        self._intervals: list = []
+
+    def _event(self) -> int:
+        return self._free.pop() if self._free else self.cuda.event_create()
+
+    def begin(self, stream: int) -> int:
+        event = self._event()
+        self.cuda.event_record(event, stream)
+        if self._origin is None:
+            self._origin = self._event()
+            self.cuda.event_record(self._origin, stream)
+        return event
+
+    def end(self, stream: int, start: int) -> tuple:
+        event = self._event()
+        self.cuda.event_record(event, stream)
+        return start, event
+
+    def collect(self, pair: tuple) -> None:
+        """After the batch's outputs are in: its interval (the events have completed)."""
+        start, end = pair
+        self._intervals.append((self.cuda.event_elapsed_ms(self._origin, start),
+                                self.cuda.event_elapsed_ms(self._origin, end)))
+        self._free += [start, end]
+
+    def close(self) -> None:
+        for event in self._free + ([self._origin] if self._origin is not None else []):
+            self.cuda.event_destroy(event)
+        self._free, self._origin = [], None
+
+    def to_json(self, elapsed_s: float) -> dict:
+        """``busy_pct`` of the run's wall time, ``idle_between_batches_pct`` of the time from the first batch's start
+        to the last one's end, milliseconds of GPU time per batch."""
+        merged = []
+        for a, b in sorted(self._intervals):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        busy = sum(b - a for a, b in merged)
+        span = merged[-1][1] - merged[0][0] if merged else 0.0
+        return {"batches": len(self._intervals),
+                "busy_pct": round(100.0 * busy / (1e3 * elapsed_s), 2) if elapsed_s > 0 else None,
+                "idle_between_batches_pct": round(100.0 * (span - busy) / span, 2) if span > 0 else None,
+                "avg_ms_per_batch": round(sum(b - a for a, b in self._intervals) / len(self._intervals), 4)
+                if self._intervals else None}
+
+
 @dataclass
 class SkippedFrame:
     """A frame the source could not decode (skipped, counted, named in the summary)."""
@@ -133,6 +194,7 @@ class PipelineReport:
     error: str | None = None
     source: dict = field(default_factory=dict)  # what the source says about itself (decoder, fps, size...)
     batch: int | None = None
+    gpu: dict | None = None  # GpuTimeline.to_json() where the inference stage ran on runners
 
     @property
     def fps(self) -> float:
@@ -149,7 +211,7 @@ class PipelineReport:
                 "fps": round(self.fps, 3), "batch": self.batch,
                 "stages": {n: s.to_json() for n, s in self.stages.items()}, "queues": self.queues,
                 "skipped": [s.to_json() for s in self.skipped], "interrupted": self.interrupted,
-                "error": self.error, "source": self.source,
+                "error": self.error, "source": self.source, "gpu": self.gpu,
                 "slowest_stage": slowest.name if slowest else None}
 
 
