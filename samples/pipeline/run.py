@@ -62,13 +62,17 @@ def build(args, work: Path) -> Path:
 
 
 def stream(args, work: Path, engine: Path) -> int:
-    from trtkit.cli.pipeline import detection_processing
     from trtkit.pipeline import JsonLinesSink, Processing, VideoSink, VideoSource, run_engine
     from trtkit.pipeline.video import write_pattern_video
 
     video = Path(args.video) if args.video else write_pattern_video(work / "test.mp4", args.frames, (320, 240))
     source = VideoSource(video)
-    processing = detection_processing() if args.post == "detection" else Processing()
+    if args.post == "detection":
+        from trtkit.pipeline.detect import detection_processing
+
+        processing = detection_processing()
+    else:
+        processing = Processing()
     sinks = [VideoSink(work / "out.mp4", fps=source.fps), JsonLinesSink(work / "results.jsonl")]
     report = run_engine(engine, source, sinks=sinks, processing=processing, cuda_graph=True)
     for name, stage in report.stages.items():

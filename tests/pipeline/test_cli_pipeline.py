@@ -30,7 +30,7 @@ def test_help_lists_the_pipeline_options(capsys):
     code, out, _ = run_cli(["run", "--help"], capsys)
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--batch", "--max-wait-ms",
-                   "--runners", "--queue-size", "--workers", "--resize", "--no-live"):
+                   "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf", "--iou"):
         assert option in out
 
 
@@ -74,6 +74,7 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
     (["--video", "{video}", "--out", "{tmp}/no_dir/out.mp4"], "folder '.*no_dir' does not exist"),
     (["--video", "{video}", "--batch", "0"], "--batch must be at least 1, not 0"),
     (["--video", "{video}", "--decoder", "nvdec"], "PyNvVideoCodec"),
+    (["--video", "{video}", "--conf", "1.5"], "--conf must be between 0 and 1, not 1.5"),
 ])
 def test_bad_input_is_one_line_and_exit_1(fake_gpu, engine_file, tmp_path, capsys, monkeypatch, argv, message):
     import re

@@ -20,6 +20,10 @@ def add_pipeline_arguments(parser) -> None:
                         "the (annotated) images")
     g.add_argument("--post", choices=POST_CHOICES, default="none",
                    help="postprocessing: detection (decode, NMS, boxes drawn on the output) or none (raw outputs)")
+    g.add_argument("--conf", type=float, default=0.25, metavar="P",
+                   help="with --post detection: lowest score kept (default 0.25)")
+    g.add_argument("--iou", type=float, default=0.45, metavar="T",
+                   help="with --post detection: NMS IoU threshold (default 0.45)")
     g.add_argument("--results", metavar="FILE.jsonl",
                    help="save each frame's result (or raw outputs) as one JSON line")
     g.add_argument("--decoder", choices=DECODERS, default="auto",
@@ -49,7 +53,7 @@ def run_pipeline(args, console) -> int:
     if not (args.video or args.images):
         raise InputError("--out and --results need a source: --video FILE or --images DIR")
     _check_numbers(args)
-    processing = _processing(args.post)
+    processing = _processing(args)
     source = _source(args)
     try:
         sinks = _sinks(args, source)
@@ -79,32 +83,21 @@ def _check_numbers(args) -> None:
                                ("--queue-size", args.queue_size, 1), ("--workers", args.workers, 1)):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
+    for option, value in (("--conf", args.conf), ("--iou", args.iou)):
+        if not 0.0 <= value <= 1.0:
+            raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
         raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
 
 
-def _processing(post: str):
+def _processing(args):
     from trtkit.pipeline.api import Processing
 
-    if post == "detection":
-        return detection_processing()
+    if args.post == "detection":
+        from trtkit.pipeline.detect import detection_processing
+
+        return detection_processing(conf_threshold=args.conf, iou_threshold=args.iou)
     return Processing()
-
-
-def detection_processing():
-    """pre/post/draw of :mod:`trtkit.detection`.
-
-    Raises:
-        DependencyError: this trtkit has no detection library.
-    """
-    from trtkit.errors import DependencyError
-
-    try:
-        import trtkit.detection  # noqa: F401
-    except ImportError as exc:
-        raise DependencyError(f"--post detection needs trtkit.detection, which this trtkit does not have ({exc}); "
-                              f"use --post none to save the raw outputs") from exc
-    raise DependencyError("trtkit.detection is present but offers no pipeline processing; use --post none")
 
 
 def _source(args):

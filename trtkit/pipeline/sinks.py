@@ -94,7 +94,11 @@ class ImageFolderSink:
 
 
 def _plain(value):
-    """numpy arrays and scalars, tuples and dataclass-like objects → JSON-ready values."""
+    """numpy arrays and scalars, tuples, dataclasses and objects with ``to_json`` → JSON-ready values."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
