@@ -314,3 +314,16 @@ def test_gpu_timeline_merges_overlapping_batches_and_finds_the_idle_time():
     assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0}
     timeline.close()
     assert cuda.destroyed == cuda.created  # events are reused, then all destroyed
+
+
+def test_a_failing_monitor_stops_the_run_like_a_stage():
+    def broken_view(report):
+        raise RuntimeError("terminal gone")
+
+    def slow(frame):
+        time.sleep(0.002)
+
+    sink = RecordingSink()
+    with pytest.raises(PipelineError, match=r"stage 'monitor' failed on no frame: RuntimeError: terminal gone"):
+        Pipeline(ArraySource(pictures(500)), [Stage("work", slow)], [sink], monitor=broken_view).run()
+    assert sink.discarded

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from tests import models
 from tests.pipeline.media import frame_picture, make_image_folder
-from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
+from tests.runtime.fakes import fake_engine_bytes
 from trtkit.errors import InputError
 from trtkit.pipeline import (ArraySource, CallbackSink, ImageFolderSource, ImagePreprocess, JsonLinesSink, Processing,
                              run_engine)
@@ -165,3 +165,16 @@ def test_the_report_has_the_gpu_timeline_of_every_batch(engine_file, backends):
                         **backends)
     assert report.gpu["batches"] == 3 and report.gpu["busy_pct"] >= 0
     assert report.to_json()["gpu"] == report.gpu
+
+
+def test_frames_of_a_video_or_of_subfolders_get_file_names_in_an_image_folder(tmp_path):
+    from trtkit.pipeline import ImageFolderSink
+    from trtkit.pipeline.stages import Frame
+
+    sink = ImageFolderSink(tmp_path / "out")
+    sink.write(Frame(42, frame_picture(1), "frame 42"))
+    sink.write(Frame(0, frame_picture(2), "sub/a.jpg"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000042.png", "sub_a.png"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is a file; give a folder"):
+        ImageFolderSink(tmp_path / "file")

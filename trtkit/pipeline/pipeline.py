@@ -11,16 +11,18 @@ output, and ``run`` raises :class:`~trtkit.errors.PipelineError` naming the stag
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 
 from trtkit.errors import PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, InferStage
-from trtkit.pipeline.stages import END, Aborted, Channel, Frame, Stage, StageRunner
+from trtkit.pipeline.stages import END, Aborted, Channel, Frame, StageRunner
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
 
 MONITOR_INTERVAL_S = 0.25
+logger = logging.getLogger("trtkit")
 
 
 @dataclass
@@ -111,7 +113,7 @@ class Pipeline:
                 try:
                     thread.join(0.05)
                     if self.monitor is not None and time.perf_counter() >= next_report:
-                        self.monitor(self.report())
+                        self._call_monitor()
                         next_report = time.perf_counter() + MONITOR_INTERVAL_S
                 except KeyboardInterrupt:
                     if interrupted:  # a second Ctrl-C: stop at once
@@ -121,11 +123,17 @@ class Pipeline:
                     self.drain.set()
         return interrupted
 
+    def _call_monitor(self) -> None:
+        try:
+            self.monitor(self.report())
+        except Exception as exc:  # noqa: BLE001 - a failing live view stops the run like a failing stage
+            self._fail("monitor", None, exc)
+
     def _finish(self) -> None:
         try:
             self.source.close()
         except Exception:  # noqa: BLE001 - the run's own outcome is what to report
-            pass
+            logger.debug("closing the source failed", exc_info=True)
         if self._error is not None:
             for sink in self.sinks:
                 sink.discard()
@@ -182,12 +190,14 @@ class Pipeline:
     def report(self) -> PipelineReport:
         """The figures so far (callable while running)."""
         elapsed = self._clock.elapsed
+        running = self._clock.t1 is None  # the current depths only mean something while frames flow
         timers = [self.source_timer] + [r.timer for r in self.runners] + [self.sink_timer]
         infer = next((r for r in self.runners if isinstance(r, InferStage)), None)
         info = self.source.info() if hasattr(self.source, "info") else {}
         return PipelineReport(frames_in=self.frames_in, frames_out=self.frames_out, elapsed_s=elapsed,
                               stages={t.name: t.snapshot(elapsed) for t in timers},
-                              queues={c.name: {**c.gauge.to_json(), "depth": c.depth()} for c in self.channels},
+                              queues={c.name: {**c.gauge.to_json(), **({"depth": c.depth()} if running else {})}
+                                      for c in self.channels},
                               skipped=list(getattr(self.source, "skipped", [])),
                               error=_error_message(*self._error) if self._error else None, source=info,
                               batch=infer.plan.max_batch if infer else None,

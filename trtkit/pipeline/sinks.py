@@ -58,7 +58,8 @@ class VideoSink:
 
 class ImageFolderSink:
     """Each frame's ``image`` saved as a PNG in ``folder`` (created if missing), named after the frame's source
-    file (images) or its index (videos), each file written atomically."""
+    file (images; ``sub/a.jpg`` becomes ``sub_a.png``) or its index (videos: ``000042.png``), each written
+    atomically."""
 
     name = "write"
 
@@ -80,8 +81,8 @@ class ImageFolderSink:
 
         from trtkit._atomic import write_bytes_atomic
 
-        stem = Path(frame.name).with_suffix("").as_posix().replace("/", "_") if "." in frame.name else \
-            f"{frame.index:06d}"
+        name = Path(frame.name)
+        stem = name.with_suffix("").as_posix().replace("/", "_") if name.suffix else f"{frame.index:06d}"
         buf = io.BytesIO()
         Image.fromarray(np.asarray(frame.image, dtype=np.uint8)).save(buf, format="PNG")
         write_bytes_atomic(self.folder / f"{stem}{self.ext}", buf.getvalue())

@@ -222,7 +222,7 @@ def default_codec(path) -> str:
             av.codec.Codec("libx264", "w")
             return "libx264"
         except Exception:  # noqa: BLE001 - FFmpeg built without x264
-            pass
+            logger.debug("libx264 is not in this FFmpeg; encoding MPEG-4 part 2", exc_info=True)
     return "mpeg4"
 
 
