@@ -138,12 +138,12 @@ def make_video(path: Path, frames: int, size: tuple, codec: str) -> Path:
 def make_folder(folder: Path, count: int, fake: bool) -> Path:
     from PIL import Image
 
+    from trtkit.pipeline.video import pattern_frame
+
     folder.mkdir(parents=True, exist_ok=True)
     width, height = (80, 60) if fake else (640, 480)
-    rng = np.random.default_rng(0)
     for i in range(count):
-        picture = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
-        Image.fromarray(picture).save(folder / f"img_{i:05d}.jpg", quality=90)
+        Image.fromarray(pattern_frame(i, width, height)).save(folder / f"img_{i:05d}.jpg", quality=90)
     return folder
 
 
