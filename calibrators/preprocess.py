@@ -151,7 +151,9 @@ def load_image(path, settings: Preprocess) -> np.ndarray:
 
 def preprocess_image(img, settings: Preprocess) -> np.ndarray:
     """A pillow image → one sample (resized or letterboxed to ``settings.size``, normalized, in its layout)."""
-    img = img.convert("L" if settings.color == "GRAY" else "RGB")
+    mode = "L" if settings.color == "GRAY" else "RGB"
+    if img.mode != mode:  # converting an image already in its mode would only copy it
+        img = img.convert(mode)
     return normalize(_fit(img, settings), settings)
 
 
