@@ -121,3 +121,25 @@ def test_an_engine_that_takes_no_images_leaves_no_output(fake_gpu, tmp_path, cap
                             "--results", str(tmp_path / "r.jsonl")], capsys)
     assert code == 1 and "needs an engine with one input of layout NCHW" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4", "two.engine"]
+
+
+def test_a_terminal_gets_a_live_view_then_the_final_table(fake_gpu, engine_file, tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from trtkit.cli.pipeline import run_pipeline
+    from trtkit.cli.main import make_parser
+    from trtkit.pipeline import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "MONITOR_INTERVAL_S", 0.01)
+    video = make_video(tmp_path / "in.mp4", frames=60)
+    args = make_parser("run").parse_args(["run", str(engine_file), "--video", str(video), "--decoder", "pyav"])
+    updates = []
+    real = run_pipeline.__globals__["_LiveView"].update
+    monkeypatch.setattr(run_pipeline.__globals__["_LiveView"], "update",
+                        lambda self, report: (updates.append(report.frames_out), real(self, report)))
+    buffer = io.StringIO()
+    assert run_pipeline(args, Console(file=buffer, force_terminal=True, width=120, highlight=False)) == 0
+    assert updates and updates == sorted(updates)
+    assert "60 frames in, 60 out" in buffer.getvalue() and "FPS" in buffer.getvalue()

@@ -71,14 +71,14 @@ def open_video(path, decoder: str = "auto"):
     if not path.is_file():
         raise InputError(f"Video '{path}' does not exist or is not a file")
     if decoder == "pyav":
-        return PyAVReader(path), DecoderChoice("pyav", "asked for (--decoder pyav)")
+        return PyAVReader(path), DecoderChoice("pyav", "asked for with --decoder pyav")
     try:
         reader = NvdecReader(path)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
         return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
-    return reader, DecoderChoice("nvdec", "asked for (--decoder nvdec)" if decoder == "nvdec"
+    return reader, DecoderChoice("nvdec", "asked for with --decoder nvdec" if decoder == "nvdec"
                                  else "PyNvVideoCodec loaded and opened the file")
 
 
