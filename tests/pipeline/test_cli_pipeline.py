@@ -128,8 +128,8 @@ def test_a_terminal_gets_a_live_view_then_the_final_table(fake_gpu, engine_file,
 
     from rich.console import Console
 
-    from trtkit.cli.pipeline import run_pipeline
     from trtkit.cli.main import make_parser
+    from trtkit.cli.pipeline import run_pipeline
     from trtkit.pipeline import pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "MONITOR_INTERVAL_S", 0.01)
