@@ -327,3 +327,18 @@ def test_a_failing_monitor_stops_the_run_like_a_stage():
     with pytest.raises(PipelineError, match=r"stage 'monitor' failed on no frame: RuntimeError: terminal gone"):
         Pipeline(ArraySource(pictures(500)), [Stage("work", slow)], [sink], monitor=broken_view).run()
     assert sink.discarded
+
+
+class SlowFirstCall(DoublingEngine):
+    def infer_async(self, feed):
+        if not self.batches:
+            time.sleep(0.2)  # the queue before the stage fills meanwhile
+        return super().infer_async(feed)
+
+
+def test_with_no_wait_a_batch_still_takes_the_frames_already_queued():
+    engine = SlowFirstCall()
+    Pipeline(ArraySource(pictures(13)), [Stage("preprocess", to_sample),
+                                         InferStep(engine, BatchPlan("x", 4, max_wait_s=0.0, in_flight=1))],
+             queue_size=8).run()
+    assert engine.batches[1] == 4 and sum(engine.batches) == 13

@@ -31,6 +31,7 @@ _EXPORTS = {
     "CallbackSink": "trtkit.pipeline.sinks",
     "ImagePreprocess": "trtkit.pipeline.preprocess",
     "PipelineReport": "trtkit.pipeline.stats",
+    "detection_processing": "trtkit.pipeline.detect",
 }
 
 __all__ = list(_EXPORTS)

@@ -94,9 +94,9 @@ class InferStage:
     take turns, and a runner's buffer is refilled only after its previous call was collected (at most one batch in
     flight per runner).
 
-    The timer records, per batch, the time this thread spends in the call (stacking the samples, starting it, then waiting for its
-    outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets the pace, the waits
-    add up to the time the engine needed, so ``fps_alone`` is what the engine sustains inside the pipeline.
+    The timer records, per batch, the time this thread spends in the call (filling the batch, starting it, then
+    waiting for its outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets
+    the pace, the waits add up to the time the engine needed, so ``fps_alone`` is what it sustains in the pipeline.
     """
 
     name = "infer"

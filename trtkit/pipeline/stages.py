@@ -93,12 +93,11 @@ class Channel:
             if self._abort.is_set():
                 raise Aborted
             wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.perf_counter())
-            if wait <= 0:
-                return None
             try:
-                return self._q.get(timeout=wait)
+                return self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
             except queue.Empty:
-                continue
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return None
 
     def depth(self) -> int:
         return self._q.qsize()
