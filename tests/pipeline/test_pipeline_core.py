@@ -342,3 +342,15 @@ def test_with_no_wait_a_batch_still_takes_the_frames_already_queued():
                                          InferStep(engine, BatchPlan("x", 4, max_wait_s=0.0, in_flight=1))],
              queue_size=8).run()
     assert engine.batches[1] == 4 and sum(engine.batches) == 13
+
+
+def test_device_samples_need_runners_and_matching_shapes():
+    class OnDevice:
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    def to_device(frame):
+        frame.sample = OnDevice()
+
+    with pytest.raises(PipelineError, match="Device-resident samples are batched on the GPU by runners"):
+        Pipeline(ArraySource(pictures(3)), [Stage("pre", to_device), InferStep(DoublingEngine(), BatchPlan("x", 4))],
+                 [RecordingSink()]).run()

@@ -178,3 +178,52 @@ def test_frames_of_a_video_or_of_subfolders_get_file_names_in_an_image_folder(tm
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="is a file; give a folder"):
         ImageFolderSink(tmp_path / "file")
+
+
+def test_device_resident_samples_are_batched_on_the_gpu_without_a_host_copy(engine_file, backends):
+    from trtkit.runtime.buffers import DeviceArray
+
+    cuda, uploaded = backends["cuda"], []
+    with TrtRunner(engine_file, **backends) as runner:
+        host_pre = ImagePreprocess(image_input(runner.input_specs))
+
+    def device_pre(image):  # what a GPU preprocessing (CuPy, torch) hands on: a device array
+        sample, meta = host_pre(image)
+        ptr = cuda.malloc(sample.nbytes)
+        cuda.memcpy_htod_async(ptr, sample.ctypes.data, sample.nbytes, 0)
+        uploaded.append(ptr)
+        return DeviceArray(ptr, sample.shape, sample.dtype, cuda=cuda), meta
+
+    frames, on_device, on_host = [frame_picture(i, 40, 30) for i in range(7)], [], []
+    free_before = cuda.mem_get_info()[0]
+    report = run_engine(engine_file, ArraySource(frames), sinks=[CallbackSink(on_device.append)],
+                        processing=Processing(pre=device_pre), batch=4, **backends)
+    assert cuda.mem_get_info()[0] == free_before - sum(f.sample.nbytes for f in on_device)  # batch buffers freed
+    assert report.gpu["batches"] == 2
+    run_engine(engine_file, ArraySource(frames), sinks=[CallbackSink(on_host.append)], batch=4, **backends)
+    for a, b in zip(on_device, on_host, strict=True):
+        np.testing.assert_allclose(a.outputs["y"], b.outputs["y"], rtol=1e-6)
+    for ptr in uploaded:
+        cuda.free(ptr)
+
+
+def test_a_short_device_batch_is_padded_on_the_device(tmp_path, backends):
+    from trtkit.runtime.buffers import DeviceArray
+
+    conv = models.tiny_conv(dynamic_batch=False)
+    for value in (conv.graph.input[0], conv.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_value = 2
+    path = tmp_path / "static.engine"
+    path.write_bytes(fake_engine_bytes(conv, []))
+    cuda = backends["cuda"]
+
+    def device_pre(image):
+        sample = np.full((3, 8, 8), float(image[0, 0, 0]), np.float32)
+        ptr = cuda.malloc(sample.nbytes)
+        cuda.memcpy_htod_async(ptr, sample.ctypes.data, sample.nbytes, 0)
+        return DeviceArray(ptr, sample.shape, sample.dtype, cuda=cuda), None
+
+    seen, memsets = [], cuda.rt.calls["cudaMemsetAsync"]
+    run_engine(path, ArraySource([frame_picture(i) for i in range(3)]), sinks=[CallbackSink(seen.append)],
+               processing=Processing(pre=device_pre), **backends)
+    assert cuda.rt.calls["cudaMemsetAsync"] - memsets == 1 and [f.index for f in seen] == [0, 1, 2]

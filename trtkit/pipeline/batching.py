@@ -79,6 +79,66 @@ def stack_samples(frames: list, plan: BatchPlan) -> np.ndarray:
     return fill_batch(np.empty(batch_shape(frames, plan), dtype=np.asarray(frames[0].sample).dtype), frames)
 
 
+class DeviceBatches:
+    """Batches of device-resident samples (anything with ``__cuda_array_interface__``: NVDEC frames preprocessed
+    on the GPU, CuPy arrays, torch CUDA tensors) assembled on the GPU: one buffer per runner, each sample copied
+    device to device into its row on the runner's stream, after the stream that produced it. No host round trip.
+    """
+
+    def __init__(self, plan: BatchPlan):
+        self.plan = plan
+        self._buffers: dict = {}  # id(runner) -> (cuda, ptr, nbytes)
+        self._events: dict = {}  # id(runner) -> event ordering its stream after a producer's
+
+    def batch(self, runner, frames: list):
+        """A :class:`~trtkit.runtime.buffers.DeviceArray` holding the samples of ``frames`` (zeros beyond them).
+
+        Raises:
+            InputError: a sample's shape or dtype differs from the first one's, or it is not C-contiguous.
+        """
+        from trtkit.runtime.buffers import DeviceArray, device_input
+
+        name, cuda = self.plan.input_name, runner.cuda
+        first = device_input(name, frames[0].sample)
+        row = int(np.prod(first.shape, dtype=np.int64)) * first.dtype.itemsize
+        shape = (max(len(frames), self.plan.min_batch), *first.shape)
+        ptr = self._buffer(runner, row * max(self.plan.max_batch, self.plan.min_batch))
+        for i, frame in enumerate(frames):
+            dev = device_input(name, frame.sample)
+            if (dev.shape, dev.dtype) != (first.shape, first.dtype):
+                raise InputError(f"Frame {frame.index}: its sample is {dev.shape} {dev.dtype}, the batch's first "
+                                 f"frame's {first.shape} {first.dtype}: every sample must match")
+            if dev.stream is not None:
+                self._wait_for(runner, int(dev.stream))
+            cuda.memcpy_dtod_async(ptr + i * row, dev.ptr, row, runner.stream)
+        if shape[0] > len(frames):
+            cuda.memset_async(ptr + len(frames) * row, 0, (shape[0] - len(frames)) * row, runner.stream)
+        return DeviceArray(ptr, shape, first.dtype, owner=self, cuda=cuda)
+
+    def _buffer(self, runner, nbytes: int) -> int:
+        entry = self._buffers.get(id(runner))
+        if entry is None or entry[2] < nbytes:
+            if entry is not None:
+                entry[0].free(entry[1])
+            entry = self._buffers[id(runner)] = (runner.cuda, runner.cuda.malloc(nbytes), nbytes)
+        return entry[1]
+
+    def _wait_for(self, runner, stream: int) -> None:
+        event = self._events.get(id(runner))
+        if event is None:
+            event = self._events[id(runner)] = (runner.cuda, runner.cuda.event_create(timing=False))
+        runner.cuda.event_record(event[1], stream)
+        runner.cuda.stream_wait_event(runner.stream, event[1])
+
+    def close(self) -> None:
+        """Free the buffers (after the calls that read them have completed)."""
+        for cuda, ptr, _ in self._buffers.values():
+            cuda.free(ptr)
+        for cuda, event in self._events.values():
+            cuda.event_destroy(event)
+        self._buffers, self._events = {}, {}
+
+
 def split_outputs(outputs: dict, frames: list) -> None:
     """Give each frame its row of every output (padding rows are dropped)."""
     for i, frame in enumerate(frames):
@@ -112,6 +172,7 @@ class InferStage:
         self.batches = 0
         self._runners = _runners_of(infer)
         self._fill_pool = None
+        self._device = DeviceBatches(plan)
         cuda = getattr(self._runners[0], "cuda", None) if self._runners else None
         self.gpu = GpuTimeline(cuda) if cuda is not None else None
         self._turn = 0
@@ -143,8 +204,18 @@ class InferStage:
         finally:
             if self._fill_pool is not None:
                 self._fill_pool.shutdown()
-            if self.gpu is not None:
-                self.gpu.close()
+            self._release()
+
+    def _release(self) -> None:
+        while self._pending:  # an aborted run: let the GPU finish what reads our buffers before freeing them
+            handle = self._pending.popleft()[0]
+            try:
+                handle.wait()
+            except Exception:  # noqa: BLE001 - the run's first error is the one reported
+                pass
+        self._device.close()
+        if self.gpu is not None:
+            self.gpu.close()
 
     def _gather(self) -> tuple:
         """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
@@ -170,14 +241,22 @@ class InferStage:
         self._working = frames
         t0 = time.perf_counter()
         name = self.plan.input_name
+        on_device = hasattr(frames[0].sample, "__cuda_array_interface__")
         if self._runners:
             runner = self._runners[self._turn]
             self._turn = (self._turn + 1) % len(self._runners)
-            buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
-            feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
-            events = self.gpu.begin(runner.stream) if self.gpu else None
+            if on_device:  # the copies into the batch are GPU work: timed from before them
+                events = self.gpu.begin(runner.stream) if self.gpu else None
+                feed = {name: self._device.batch(runner, frames)}
+            else:
+                buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
+                feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
+                events = self.gpu.begin(runner.stream) if self.gpu else None
             handle = runner.infer_async(feed)
             events = self.gpu.end(runner.stream, events) if self.gpu else None
+        elif on_device:
+            raise InputError("Device-resident samples are batched on the GPU by runners: give the inference stage "
+                             "a TrtRunner or RunnerPool")
         else:
             handle, events = self.infer.infer_async({name: stack_samples(frames, self.plan)}), None
         self._pending.append((handle, frames, time.perf_counter() - t0, events))

@@ -55,8 +55,11 @@ def pyav():
     return av
 
 
-def open_video(path, decoder: str = "auto"):
+def open_video(path, decoder: str = "auto", device_memory: bool = False):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
+
+    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``), for a preprocessing that runs
+    there; it needs ``decoder="nvdec"``.
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -70,10 +73,12 @@ def open_video(path, decoder: str = "auto"):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"Video '{path}' does not exist or is not a file")
+    if device_memory and decoder != "nvdec":
+        raise InputError(f"Frames in device memory need decoder='nvdec', not '{decoder}'")
     if decoder == "pyav":
         return PyAVReader(path), DecoderChoice("pyav", "asked for with --decoder pyav")
     try:
-        reader = NvdecReader(path)
+        reader = NvdecReader(path, device_memory=device_memory)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
