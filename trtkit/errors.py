@@ -15,7 +15,8 @@ Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mista
     ├── CalibrationError       calibration data or cache is unusable
     ├── UnsupportedError       a feature is not available in the installed TensorRT version
     ├── IsolationError         a child process running a build died (signal, out of memory)
-    └── PipelineError          a stage of a streaming pipeline failed (names the stage and the frame index)
+    ├── PipelineError          a stage of a streaming pipeline failed (names the stage and the frame index)
+    └── ServeError             a server cannot start or serve as asked (a port in use, no model could load)
     TrtkitInternalError        a bug in trtkit: please report it
 """
 
@@ -94,3 +95,7 @@ class PipelineError(TrtkitError):
 
 class TrtkitInternalError(Exception):
     """A bug in trtkit itself, not a problem with the user's input."""
+
+
+class ServeError(TrtkitError):
+    """A server cannot start or serve as asked: a port in use, no model that could load, Triton not ready."""
