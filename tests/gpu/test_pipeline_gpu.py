@@ -10,24 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests import models
-from tests.conftest import GPU_TACTIC_SOURCES
+from tests.gpu.test_runtime_gpu import engine_bytes  # noqa: F401 - the session's tiny conv engine (a fixture)
 
 pytestmark = pytest.mark.gpu
 av = pytest.importorskip("av")
 
-PROFILE = "x:1x3x8x8,2x3x8x8,4x3x8x8"
-
 
 @pytest.fixture(scope="module")
-def engine_path(tmp_path_factory):
-    from trtkit.builder.builder import build_serialized
-    from trtkit.builder.config import BuildConfig
-    from trtkit.builder.profiles import parse_shapes
-
-    config = BuildConfig(profiles=[parse_shapes(PROFILE)], tactic_sources=GPU_TACTIC_SOURCES, tf32=False)
+def engine_path(engine_bytes, tmp_path_factory):  # noqa: F811
     path = tmp_path_factory.mktemp("pipeline") / "tiny.engine"
-    path.write_bytes(build_serialized(models.tiny_conv(), config).engine)
+    path.write_bytes(engine_bytes)
     return path
 
 

@@ -147,12 +147,17 @@ class _Spec:
         return ((1, *self.shape[1:]), (2, *self.shape[1:]), (8, *self.shape[1:]))
 
 
-def test_a_static_batch_engine_gets_padded_batches(tmp_path, backends):
+def static_batch_engine(path, batch: int = 2):
+    """The tiny conv net with a fixed batch of ``batch`` as a fake engine file."""
     conv = models.tiny_conv(dynamic_batch=False)
     for value in (conv.graph.input[0], conv.graph.output[0]):
-        value.type.tensor_type.shape.dim[0].dim_value = 2
-    path = tmp_path / "static.engine"
+        value.type.tensor_type.shape.dim[0].dim_value = batch
     path.write_bytes(fake_engine_bytes(conv, []))
+    return path
+
+
+def test_a_static_batch_engine_gets_padded_batches(tmp_path, backends):
+    path = static_batch_engine(tmp_path / "static.engine")
     seen = []
     report = run_engine(path, ArraySource([frame_picture(i) for i in range(3)]), sinks=[CallbackSink(seen.append)],
                         **backends)
@@ -210,11 +215,7 @@ def test_device_resident_samples_are_batched_on_the_gpu_without_a_host_copy(engi
 def test_a_short_device_batch_is_padded_on_the_device(tmp_path, backends):
     from trtkit.runtime.buffers import DeviceArray
 
-    conv = models.tiny_conv(dynamic_batch=False)
-    for value in (conv.graph.input[0], conv.graph.output[0]):
-        value.type.tensor_type.shape.dim[0].dim_value = 2
-    path = tmp_path / "static.engine"
-    path.write_bytes(fake_engine_bytes(conv, []))
+    path = static_batch_engine(tmp_path / "static.engine")
     cuda = backends["cuda"]
 
     def device_pre(image):
