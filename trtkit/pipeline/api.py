@@ -87,31 +87,39 @@ def run_engine(engine, source, *, sinks=(), processing: Processing | None = None
     """
     from trtkit.runtime.pool import RunnerPool
 
-    processing = processing or Processing()
+    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize)
     try:
-        return _run(RunnerPool(engine, size=max(1, runners), **runner_args), source, sinks, processing, batch,
-                    max_wait_ms, queue_size, pre_workers, post_workers, resize, monitor,
-                    runner_args.get("profile", 0))
+        return _run(RunnerPool(engine, size=settings.runners, **runner_args), source, list(sinks),
+                    processing or Processing(), settings, monitor, runner_args.get("profile", 0))
     except BaseException:
         for sink in sinks:  # an error before the first frame: leave no partial file
             sink.discard()
         raise
 
 
-def _run(pool, source, sinks, processing, batch, max_wait_ms, queue_size, pre_workers, post_workers, resize,
-         monitor, profile):
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of :func:`run_engine` (see its arguments)."""
+
+    batch: int | None
+    max_wait_ms: float
+    runners: int
+    queue_size: int
+    pre_workers: int
+    post_workers: int
+    resize: str
+
+
+def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
-        plan = batch_plan(target, batch, max_wait_ms, len(pool.runners))
-        pre = processing.preprocess_for(target, resize)
-        fns = stage_functions(processing, pre)
-        stages = [Stage("preprocess", fns["preprocess"], pre_workers), InferStep(pool, plan)]
-        if fns["postprocess"]:
-            stages.append(Stage("postprocess", fns["postprocess"], post_workers))
-        if fns["annotate"]:
-            stages.append(Stage("annotate", fns["annotate"], post_workers))
-        pipeline = Pipeline(source, stages, list(sinks), queue_size=queue_size, monitor=monitor)
-        report = pipeline.run()
+        plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
+        fns = stage_functions(processing, processing.preprocess_for(target, settings.resize))
+        stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan)]
+        for name in ("postprocess", "annotate"):
+            if fns[name]:
+                stages.append(Stage(name, fns[name], settings.post_workers))
+        report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
     report.source = {**report.source, "engine_input": target.name,
                      "input_shape": [target.channels, target.height, target.width]}
     return report
