@@ -56,7 +56,7 @@ def test_image_folder_throughput_with_results(fake_gpu, engine_file, tmp_path, c
                                  str(results), "--batch", "3", "--json", "-"], capsys)
     assert code == 0, err
     assert [json.loads(line)["name"] for line in results.read_text().splitlines()] == names
-    assert '"frames_out": 9' in stdout and "FPS" in stdout
+    assert '"frames_out": 9' in stdout and "9 images in, 9 out" in stdout and "images/s" in stdout
 
 
 def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsys):

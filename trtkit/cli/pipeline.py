@@ -159,9 +159,10 @@ def render_report(report, console, title: str) -> None:
     queues = [(name, q["capacity"], q["max_depth"], q["mean_depth"]) for name, q in report.queues.items()]
     console.print(table("queues", ["queue", "capacity", "max depth", "mean depth"], queues))
     slowest = report.slowest_stage()
-    console.print(f"{report.frames_in} frames in, {report.frames_out} out in {report.elapsed_s:.2f} s: "
-                  f"{report.fps:.1f} FPS" + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} FPS alone)"
-                                             if slowest else ""))
+    unit = ("images", "images/s") if report.source.get("kind") == "images" else ("frames", "FPS")
+    console.print(f"{report.frames_in} {unit[0]} in, {report.frames_out} out in {report.elapsed_s:.2f} s: "
+                  f"{report.fps:.1f} {unit[1]}" + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} "
+                                                   f"{unit[1]} alone)" if slowest else ""))
     gpu = report.gpu or {}
     if gpu.get("batches"):
         console.print(f"GPU busy {gpu['busy_pct']}% of the run ({gpu['batches']} batches, "
