@@ -92,14 +92,15 @@ def test_bad_input_is_one_line_and_exit_1(fake_gpu, engine_file, tmp_path, capsy
 def test_ctrl_c_drains_and_leaves_a_playable_video(engine_file, tmp_path):
     video = make_video(tmp_path / "in.mp4", frames=400)
     out = tmp_path / "out.mp4"
-    env = {**os.environ, "TRTKIT_TEST_PRE_DELAY_S": "0.01", "NO_COLOR": "1"}
+    started = tmp_path / "started"
+    env = {**os.environ, "TRTKIT_TEST_PRE_DELAY_S": "0.01", "TRTKIT_TEST_STARTED": str(started), "NO_COLOR": "1"}
     proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(engine_file), "--video", str(video), "--out",
                              str(out), "--decoder", "pyav", "--json", str(tmp_path / "r.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 60
-    while not list(tmp_path.glob(".out.partial-*.mp4")) and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # some frames through
+    while not started.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    time.sleep(0.3)  # some frames through
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

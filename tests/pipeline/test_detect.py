@@ -62,5 +62,5 @@ def test_without_trtkit_detection_the_error_says_so(monkeypatch):
     from trtkit.pipeline.detect import detection_processing
 
     monkeypatch.setitem(sys.modules, "trtkit.detection", None)
-    with pytest.raises(DependencyError, match="--post detection needs trtkit.detection.*use --post none"):
+    with pytest.raises(DependencyError, match="Detection postprocessing needs trtkit.detection.*run without it"):
         detection_processing()

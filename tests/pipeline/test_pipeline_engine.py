@@ -112,7 +112,7 @@ def test_an_nhwc_engine_is_refused(tmp_path, backends):
 
 
 def test_batch_outside_the_profile_is_refused(engine_file, backends):
-    with pytest.raises(InputError, match=r"--batch 9 is outside the engine's batch range 1..4"):
+    with pytest.raises(InputError, match=r"batch=9 is outside the engine's batch range 1..4"):
         run_engine(engine_file, ArraySource([frame_picture(0)]), batch=9, **backends)
 
 

@@ -134,7 +134,7 @@ def batch_plan(target, batch: int | None, max_wait_ms: float, in_flight: int) ->
     from trtkit.errors import InputError
 
     if batch is not None and not target.min_batch <= batch <= target.max_batch:
-        raise InputError(f"--batch {batch} is outside the engine's batch range {target.min_batch}..{target.max_batch}"
+        raise InputError(f"batch={batch} is outside the engine's batch range {target.min_batch}..{target.max_batch}"
                          f" (input '{target.name}')")
     return BatchPlan(target.name, batch or target.max_batch, target.min_batch, max_wait_s=max_wait_ms / 1e3,
                      in_flight=in_flight)

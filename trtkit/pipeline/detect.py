@@ -19,8 +19,8 @@ def _detection():
     try:
         detection = importlib.import_module("trtkit.detection")
     except ImportError as exc:
-        raise DependencyError(f"--post detection needs trtkit.detection, which this trtkit does not have ({exc}); "
-                              f"use --post none to save the raw outputs") from exc
+        raise DependencyError(f"Detection postprocessing needs trtkit.detection, which this trtkit does not have "
+                              f"({exc}); run without it to save the raw outputs") from exc
     return detection
 
 

@@ -76,14 +76,14 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False):
     if device_memory and decoder != "nvdec":
         raise InputError(f"Frames in device memory need decoder='nvdec', not '{decoder}'")
     if decoder == "pyav":
-        return PyAVReader(path), DecoderChoice("pyav", "asked for with --decoder pyav")
+        return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
     try:
         reader = NvdecReader(path, device_memory=device_memory)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
         return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
-    return reader, DecoderChoice("nvdec", "asked for with --decoder nvdec" if decoder == "nvdec"
+    return reader, DecoderChoice("nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec"
                                  else "PyNvVideoCodec loaded and opened the file")
 
 
@@ -208,7 +208,7 @@ def host_array(frame) -> np.ndarray:
         return np.asarray(frame)
     except Exception as exc:  # noqa: BLE001
         raise TrtkitError(f"A frame from PyNvVideoCodec ({type(frame).__name__}) offers neither DLPack nor the buffer "
-                          f"protocol; decode with --decoder pyav") from exc
+                          f"protocol; decode with decoder='pyav'") from exc
 
 
 def _even(image: np.ndarray) -> np.ndarray:
