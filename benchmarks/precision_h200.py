@@ -392,7 +392,7 @@ def measure_pair(run: Run, key: str, engines: dict, raw: dict) -> None:
         for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
             if key in table:
                 store[str(batch)] = run.guard(f"throughput/{side}/{key}/{batch}",
-                                              lambda: throughput(table[key], batch), cost=5)
+                                              lambda table=table, batch=batch: throughput(table[key], batch), cost=5)
         log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(str(batch))} raw {raw_ips.get(str(batch))} img/s")
     if all(trtkit_ips.get(str(b)) for b in BATCHES):
         run.resolved(f"throughput/{key}")

@@ -186,8 +186,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
     try:
         from trtkit._atomic import write_bytes_atomic
     except ImportError:  # the shared helper is optional for this module
-        write_bytes_atomic = None
-    if write_bytes_atomic is not None:
+        pass
+    else:
         write_bytes_atomic(path, data)
         return
     import os

@@ -89,7 +89,8 @@ def parse_preprocess(text: str | None) -> dict:
         try:
             out.update(_parse_field(key, value))
         except ValueError:
-            raise CalibrationError(f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.")
+            raise CalibrationError(
+                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.") from None
     Preprocess(**out)  # validate the choices now, with Preprocess's messages
     return out
 
@@ -140,8 +141,7 @@ def load_image(path, settings: Preprocess) -> np.ndarray:
     """
     from PIL import Image
 
-    if settings.size is None:
-        raise CalibrationError("Preprocess.size is not set; call with_model_size() with the model's input shape.")
+    _size_of(settings)
     try:
         with Image.open(path) as img:
             return preprocess_image(img, settings)
@@ -154,18 +154,24 @@ def preprocess_image(img, settings: Preprocess) -> np.ndarray:
     mode = "L" if settings.color == "GRAY" else "RGB"
     if img.mode != mode:  # converting an image already in its mode would only copy it
         img = img.convert(mode)
-    return normalize(_fit(img, settings), settings)
+    return normalize(_fit(img, _size_of(settings), settings), settings)
 
 
-def _fit(img, settings: Preprocess) -> np.ndarray:
+def _size_of(settings: Preprocess) -> tuple[int, int]:
+    if settings.size is None:
+        raise CalibrationError("Preprocess.size is not set; call with_model_size() with the model's input shape.")
+    return settings.size
+
+
+def _fit(img, size: tuple[int, int], settings: Preprocess) -> np.ndarray:
     from PIL import Image
 
-    height, width = settings.size
+    height, width = size
     if settings.resize == "stretch":
-        return np.asarray(img.resize((width, height), Image.BILINEAR))
+        return np.asarray(img.resize((width, height), Image.Resampling.BILINEAR))
     _, new_w, new_h, left, top = letterbox_geometry(img.width, img.height, width, height)
     canvas = Image.new(img.mode, (width, height), color=_pad_color(img.mode, settings.pad_value))
-    canvas.paste(img.resize((new_w, new_h), Image.BILINEAR), (left, top))
+    canvas.paste(img.resize((new_w, new_h), Image.Resampling.BILINEAR), (left, top))
     return np.asarray(canvas)
 
 

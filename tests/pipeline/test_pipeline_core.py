@@ -85,7 +85,7 @@ def test_a_slow_sink_holds_back_the_source():
     consumed = [0]
 
     def endless():
-        for i in range(300):
+        for _ in range(300):
             made[0] += 1
             alive_most[0] = max(alive_most[0], made[0] - consumed[0])
             yield np.zeros((2, 2, 3), np.uint8)

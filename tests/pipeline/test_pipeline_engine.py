@@ -13,8 +13,15 @@ from tests import models
 from tests.pipeline.media import frame_picture, make_image_folder
 from tests.runtime.fakes import fake_engine_bytes
 from trtkit.errors import InputError
-from trtkit.pipeline import (ArraySource, CallbackSink, ImageFolderSource, ImagePreprocess, JsonLinesSink, Processing,
-                             run_engine)
+from trtkit.pipeline import (
+    ArraySource,
+    CallbackSink,
+    ImageFolderSource,
+    ImagePreprocess,
+    JsonLinesSink,
+    Processing,
+    run_engine,
+)
 from trtkit.pipeline.preprocess import image_input
 from trtkit.runtime import TrtRunner
 

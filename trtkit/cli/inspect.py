@@ -87,7 +87,8 @@ def _inspect_engine(args, console, path: Path) -> int:
         console.print("layers by precision: " + ", ".join(f"{k} {v}" for k, v in info["layers_by_precision"].items()))
     if args.layers and info["layers"]:
         console.print(render.table("layers", ["layer", "type", "precision", "tactic"],
-                                   [(l["name"], l["type"], l["precision"], l["tactic"]) for l in info["layers"]]))
+                                   [(row["name"], row["type"], row["precision"], row["tactic"])
+                                    for row in info["layers"]]))
     if info["manifest"] is None:
         console.print("no manifest beside this engine (built outside trtkit?)")
     if args.json:

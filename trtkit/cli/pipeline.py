@@ -111,7 +111,7 @@ def _source(args):
 def _sinks(args, source) -> list:
     from trtkit.pipeline.sinks import ImageFolderSink, JsonLinesSink, VideoSink
 
-    sinks = []
+    sinks: list = []
     try:
         if args.out:
             sinks.append(VideoSink(args.out, fps=source.fps) if args.video else ImageFolderSink(args.out))

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trtkit.pipeline.batching import BatchPlan
@@ -29,10 +30,10 @@ class Processing:
             is ``None``).
     """
 
-    pre: object = None
-    post: object = None
-    draw: object = None
-    pre_for: object = None
+    pre: Callable | None = None
+    post: Callable | None = None
+    draw: Callable | None = None
+    pre_for: Callable | None = None
 
     def preprocess_for(self, target, resize: str = "letterbox"):
         """The ``pre`` callable for the engine input ``target``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,15 +97,15 @@ class DeviceBatches:
         Raises:
             InputError: a sample's shape or dtype differs from the first one's, or it is not C-contiguous.
         """
-        from trtkit.runtime.buffers import DeviceArray, device_input
+        from trtkit.runtime.buffers import DeviceArray
 
         name, cuda = self.plan.input_name, runner.cuda
-        first = device_input(name, frames[0].sample)
+        first = _on_device(name, frames[0])
         row = int(np.prod(first.shape, dtype=np.int64)) * first.dtype.itemsize
         shape = (max(len(frames), self.plan.min_batch), *first.shape)
         ptr = self._buffer(runner, row * max(self.plan.max_batch, self.plan.min_batch))
         for i, frame in enumerate(frames):
-            dev = device_input(name, frame.sample)
+            dev = _on_device(name, frame)
             if (dev.shape, dev.dtype) != (first.shape, first.dtype):
                 raise InputError(f"Frame {frame.index}: its sample is {dev.shape} {dev.dtype}, the batch's first "
                                  f"frame's {first.shape} {first.dtype}: every sample must match")
@@ -171,7 +172,7 @@ class InferStage:
         self._working: list = []  # the frames of the batch being started or collected (named in errors)
         self.batches = 0
         self._runners = _runners_of(infer)
-        self._fill_pool = None
+        self._fill_pool: ThreadPoolExecutor | None = None
         self._device = DeviceBatches(plan)
         cuda = getattr(self._runners[0], "cuda", None) if self._runners else None
         self.gpu = GpuTimeline(cuda) if cuda is not None else None
@@ -184,8 +185,6 @@ class InferStage:
         return [threading.Thread(target=self._work, name="trtkit-infer", daemon=True)]
 
     def _work(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         threads = self.plan.fill_threads
         self._fill_pool = ThreadPoolExecutor(threads, "trtkit-fill") if threads > 1 else None
         try:
@@ -245,15 +244,7 @@ class InferStage:
         if self._runners:
             runner = self._runners[self._turn]
             self._turn = (self._turn + 1) % len(self._runners)
-            if on_device:  # the copies into the batch are GPU work: timed from before them
-                events = self.gpu.begin(runner.stream) if self.gpu else None
-                feed = {name: self._device.batch(runner, frames)}
-            else:
-                buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
-                feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
-                events = self.gpu.begin(runner.stream) if self.gpu else None
-            handle = runner.infer_async(feed)
-            events = self.gpu.end(runner.stream, events) if self.gpu else None
+            handle, events = self._start_on(runner, frames, on_device)
         elif on_device:
             raise InputError("Device-resident samples are batched on the GPU by runners: give the inference stage "
                              "a TrtRunner or RunnerPool")
@@ -262,17 +253,45 @@ class InferStage:
         self._pending.append((handle, frames, time.perf_counter() - t0, events))
         self.batches += 1
 
+    def _start_on(self, runner, frames: list, on_device: bool) -> tuple:
+        """Start ``frames`` on ``runner``; returns its handle and GPU timeline events (or None)."""
+        name, gpu = self.plan.input_name, self.gpu
+        start = gpu.begin(runner.stream) if gpu and on_device else None  # copies into the batch are GPU work
+        if on_device:
+            feed = {name: self._device.batch(runner, frames)}
+        else:
+            buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
+            feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
+            start = gpu.begin(runner.stream) if gpu else None
+        handle = runner.infer_async(feed)
+        return handle, (gpu.end(runner.stream, start) if gpu and start is not None else None)
+
     def _finish(self) -> None:
         handle, frames, start_s, events = self._pending.popleft()
         self._working = frames
         t0 = time.perf_counter()
         outputs = handle.wait()
         self.timer.add(start_s + time.perf_counter() - t0, len(frames))
-        if events is not None:
+        if events is not None and self.gpu is not None:
             self.gpu.collect(events)
         split_outputs(outputs, frames)
         for frame in frames:
             self.out.put(frame)
+
+
+def _on_device(name: str, frame):
+    """What the CUDA array interface of ``frame.sample`` says (a ``DeviceInput``).
+
+    Raises:
+        InputError: the sample is not a device array, or not C-contiguous.
+    """
+    from trtkit.runtime.buffers import device_input
+
+    dev = device_input(name, frame.sample)
+    if dev is None:
+        raise InputError(f"Frame {frame.index}: its sample is a {type(frame.sample).__name__}, the batch's first "
+                         f"frame's a device array: every sample must be on the device, or none")
+    return dev
 
 
 def _runners_of(infer) -> list:

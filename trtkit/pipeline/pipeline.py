@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trtkit.errors import PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, InferStage
@@ -49,7 +51,7 @@ class Pipeline:
         monitor: called with a :class:`PipelineReport` snapshot about every 0.25 s while running (a live view).
     """
 
-    def __init__(self, source, stages: list, sinks: list = (), *, queue_size: int = 8, monitor=None):
+    def __init__(self, source, stages: Sequence, sinks: Sequence = (), *, queue_size: int = 8, monitor=None):
         self.source = source
         self.stages = list(stages)
         self.sinks = list(sinks)
@@ -57,7 +59,7 @@ class Pipeline:
         self.monitor = monitor
         self.drain = threading.Event()
         self.abort = threading.Event()
-        self._error = None
+        self._error: tuple | None = None
         self._error_lock = threading.Lock()
         self._clock = Clock()
         self.frames_in = self.frames_out = 0
@@ -69,7 +71,7 @@ class Pipeline:
         self.sink_timer = StageTimer(sink_name)
         names = [self.source_timer.name] + [_name_of(s) for s in self.stages] + [sink_name]
         self.channels = [Channel(f"{a} -> {b}", self.queue_size, self.abort) for a, b in zip(names, names[1:])]
-        self.runners = []
+        self.runners: list = []
         for i, stage in enumerate(self.stages):
             inp, out = self.channels[i], self.channels[i + 1]
             if isinstance(stage, InferStep):
@@ -150,7 +152,7 @@ class Pipeline:
         try:
             while not self.drain.is_set():
                 t0 = time.perf_counter()
-                item = next(frames, END)
+                item: Any = next(frames, END)
                 if item is END:
                     break
                 self.source_timer.add(time.perf_counter() - t0)

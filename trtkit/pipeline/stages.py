@@ -109,7 +109,7 @@ class _Turnstile:
     def __init__(self, abort: threading.Event):
         self._cond = threading.Condition()
         self._next = 0
-        self._end_at = None
+        self._end_at: int | None = None
         self._abort = abort
 
     def wait_turn(self, seq: int) -> None:

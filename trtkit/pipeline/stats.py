@@ -55,7 +55,8 @@ class StageTimer:
         self._per_frame: deque = deque(maxlen=KEPT_TIMINGS)
         self._frames = 0
         self._busy = 0.0
-        self._min = self._max = None
+        self._min: float | None = None
+        self._max: float | None = None
 
     def add(self, seconds: float, frames: int = 1) -> None:
         if frames <= 0:
@@ -77,7 +78,7 @@ class StageTimer:
         with self._lock:
             kept = sorted(self._per_frame)
             frames, busy, lo, hi = self._frames, self._busy, self._min, self._max
-        if not frames:
+        if not frames or lo is None or hi is None:
             return StageStats(self.name, self.workers, 0, None, None, None, None, 0.0, None)
         busy_pct = 100.0 * busy / (elapsed_s * self.workers) if elapsed_s > 0 else 0.0
         return StageStats(self.name, self.workers, frames, 1e3 * busy / frames, 1e3 * lo, 1e3 * hi,
@@ -154,7 +155,7 @@ class GpuTimeline:
     def to_json(self, elapsed_s: float) -> dict:
         """``busy_pct`` of the run's wall time, ``idle_between_batches_pct`` of the time from the first batch's start
         to the last one's end, milliseconds of GPU time per batch."""
-        merged = []
+        merged: list = []
         for a, b in sorted(self._intervals):
             if merged and a <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], b)

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -259,7 +260,7 @@ class VideoWriter:
         except (av.error.FFmpegError, ValueError) as exc:
             self._tmp.unlink(missing_ok=True)
             raise TrtkitError(f"Cannot write video '{self.path}': {exc} (use .mp4, .mkv, .mov or .avi)") from exc
-        self._stream = None
+        self._stream: Any = None  # added with the first frame, whose size it takes
         self.frames = 0
 
     def write(self, image: np.ndarray) -> None:

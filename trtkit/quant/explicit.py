@@ -16,6 +16,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
 from trtkit import _version_compat as compat
 from trtkit.errors import CalibrationError, CudaError
-from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
+from trtkit.quant.qdq import QdqOptions, QdqPlan, insert_qdq, plan_qdq
 
 logger = logging.getLogger("trtkit")
 
@@ -46,7 +47,7 @@ class ExplicitResult:
     """
 
     model: object
-    plan: object
+    plan: QdqPlan
     amax: dict = field(default_factory=dict)
     from_cache: bool = False
     samples: int = 0
@@ -119,7 +120,7 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
                      profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None, optimization_level=level)
     started = time.perf_counter()
     result = build_serialized(with_outputs(model, marked), config, trt=trt)
-    timings = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
+    timings: dict[str, Any] = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
     logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
                 timings["engine_build"])
     cuda = default_cuda()
