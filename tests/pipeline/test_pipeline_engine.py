@@ -80,7 +80,7 @@ def test_an_image_that_does_not_decode_is_skipped_and_named(engine_file, backend
 
 def test_a_folder_with_no_images_is_one_clear_error(tmp_path):
     (tmp_path / "readme.md").write_text("x")
-    with pytest.raises(InputError, match=r"has no images \(.jpg.*it holds 1 other file\(s\): readme.md"):
+    with pytest.raises(InputError, match=r"has no image files \(.jpg.*it holds 1 other file\(s\): readme.md"):
         ImageFolderSource(tmp_path)
     with pytest.raises(InputError, match="does not exist"):
         ImageFolderSource(tmp_path / "missing")

@@ -22,10 +22,6 @@ from trtkit.pipeline.stats import SkippedFrame
 
 logger = logging.getLogger("trtkit")
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
-_MAX_LISTED = 10
-
-
 class ArraySource:
     """Frames from any iterable of HxWx3 uint8 arrays (a list, a generator, frames decoded elsewhere)."""
 
@@ -52,16 +48,9 @@ def list_images(folder) -> list:
     Raises:
         InputError: the folder does not exist, or holds no image file (names what it holds).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise InputError(f"Image folder '{folder}' does not exist or is not a folder")
-    everything = sorted(p for p in folder.rglob("*") if p.is_file())
-    images = [p for p in everything if p.suffix.lower() in IMAGE_EXTENSIONS]
-    if not images:
-        others = ", ".join(p.name for p in everything[:_MAX_LISTED]) or "nothing"
-        raise InputError(f"Folder '{folder}' has no images ({', '.join(IMAGE_EXTENSIONS)}); it holds "
-                         f"{len(everything)} other file(s): {others}")
-    return images
+    from calibrators.sources import IMAGE_EXTENSIONS, list_files
+
+    return list_files(Path(folder), IMAGE_EXTENSIONS, "image", error=InputError, missing="Image folder")
 
 
 def read_image(path) -> np.ndarray:
