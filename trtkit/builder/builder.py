@@ -94,6 +94,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
                                  explicit_int8=config.precision == "int8" and plan.calibrator is None)
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
+    if custom_ops(loaded.proto):
+        compat.load_plugins(trt, logger)  # plugin ops (e.g. EfficientNMS_TRT from --add-nms) come from the registry
     parser = trt.OnnxParser(network, logger)
     _parse(parser, plan.model)
     phase("configure")
@@ -133,6 +135,13 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     }
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
+
+
+def custom_ops(proto) -> list[str]:
+    """Op types of the graph that no ONNX opset defines (TensorRT builds them from its plugin registry)."""
+    import onnx
+
+    return sorted({n.op_type for n in proto.graph.node if not onnx.defs.has(n.op_type, n.domain or "")})
 
 
 def _create_builder(trt, logger):
