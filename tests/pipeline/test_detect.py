@@ -64,3 +64,41 @@ def test_without_trtkit_detection_the_error_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "trtkit.detection", None)
     with pytest.raises(DependencyError, match="Detection postprocessing needs trtkit.detection.*run without it"):
         detection_processing()
+
+
+def _iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return ix * iy / union
+
+
+def test_the_detection_samples_detector_finds_the_shapes_of_the_pipeline_samples_video(fake_gpu, tmp_path, capsys):
+    """The real detector (samples/detection, run by the fake engine with onnx's reference evaluator) through
+    ``trtkit run --video --post detection``: each frame's three shapes, their classes and boxes."""
+    import importlib.util
+    from pathlib import Path
+
+    import onnx
+
+    from trtkit.cli import main as cli_main
+
+    pytest.importorskip("trtkit.detection")
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("pipeline_sample", root / "samples" / "pipeline" / "run.py")
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    video = sample.shapes_video(tmp_path / "shapes.mp4", frames=2)
+    engine = tmp_path / "det.engine"
+    engine.write_bytes(fake_engine_bytes(onnx.load(str(sample.DETECTOR)),
+                                         [{"images": [[1, 3, 320, 320], [2, 3, 320, 320], [2, 3, 320, 320]]}]))
+    code = cli_main.main(["run", str(engine), "--video", str(video), "--out", str(tmp_path / "out.mp4"), "--post",
+                          "detection", "--results", str(tmp_path / "r.jsonl"), "--decoder", "pyav"])
+    assert code == 0, capsys.readouterr().err
+    for i, line in enumerate((tmp_path / "r.jsonl").read_text().splitlines()):
+        result = json.loads(line)["result"]
+        x = 40 + 3 * i  # where shapes_video drew frame i's ellipse (class 0), rectangle (1) and triangle (2)
+        truth = {0: [x, 60, x + 110, 150], 1: [640 - x - 130, 190, 640 - x - 20, 300], 2: [x + 150, 200, x + 270, 320]}
+        found = dict(zip(result["classes"], result["boxes"]))
+        assert sorted(found) == [0, 1, 2] and min(result["scores"]) > 0.5
+        assert all(_iou(found[c], truth[c]) > 0.8 for c in truth), (found, truth)
