@@ -17,6 +17,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    idle time between batches (CUDA events around every batch).
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
    before/after it. Target: 0 bytes of growth; frames in = frames out.
+8. If time is left: the detection sample's detector (FP16, 320x320) on the 1080p video with the detection
+   postprocessing and drawing (``detection``: its build time, end-to-end FPS, stages).
 
 Every part is guarded: a failure is recorded under ``errors`` and the rest goes on.
 
@@ -268,6 +270,33 @@ def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda)
             "growth_after_run_bytes": free_before - free_after}
 
 
+DETECTOR = ROOT / "samples" / "detection" / "model" / "detector.onnx"
+DETECTION_AFTER_S = 150  # start the detector's build only if the rest left time for it (the call fits ~4 min)
+
+
+def detection_pipeline(video: Path, work: Path, runner_args: dict, sizes: Sizes, trt=None) -> dict:
+    """The detection sample's detector (FP16, 320x320, batch 1..32) on the 1080p video with ``--post detection``
+    (letterbox, decode + NMS per frame, boxes drawn, H.264 out)."""
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
+    from trtkit.pipeline import VideoSink, VideoSource, run_engine
+    from trtkit.pipeline.detect import detection_processing
+
+    engine = work / "detector.engine"
+    t0 = time.perf_counter()
+    build(str(DETECTOR), BuildConfig(precision="fp16", tactic_sources=TACTICS, profiles=[parse_shapes(
+        "images:1x3x320x320,32x3x320x320,32x3x320x320")]), output=engine, isolate=False, trt=trt)
+    build_s = time.perf_counter() - t0
+    source = VideoSource(video, decoder="pyav")
+    report = run_engine(engine, source, sinks=[VideoSink(work / "detections.mp4", fps=source.fps)],
+                        processing=detection_processing(), pre_workers=sizes.pre_workers, post_workers=2,
+                        **runner_args)
+    data = report.to_json()
+    return {"build_s": round(build_s, 1), "e2e_fps": data["fps"], "frames_out": data["frames_out"],
+            "slowest_stage": data["slowest_stage"], "stages": data["stages"], "gpu": data["gpu"]}
+
+
 def nvdec_part(video: Path, pyav_fps) -> dict:
     from trtkit.errors import DependencyError
     from trtkit.pipeline.video import NvdecReader
@@ -399,6 +428,12 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         memory = run.guard("memory_run", lambda: memory_run(engine, leak_video, runner_args, sizes, cuda))
         result["memory_run"] = memory
         result["leak_bytes_device"] = memory["growth_during_run_bytes"] if memory else None
+    if sizes.fake:
+        result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
+    elif time.perf_counter() - STARTED > DETECTION_AFTER_S:
+        result["notes"]["detection"] = f"skipped: more than {DETECTION_AFTER_S} s had passed"
+    else:
+        result["detection"] = run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes))
 
 
 def _ratio(a, b):
