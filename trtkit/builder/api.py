@@ -14,7 +14,7 @@ from trtkit.builder.manifest import manifest_path
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
           on_log: Callable[[str, str], None] | None = None, on_phase: Callable[[str], None] | None = None,
-          log_severity: str = "INFO") -> BuildResult:
+          log_severity: str = "INFO", on_progress: Callable | None = None) -> BuildResult:
     """Build a TensorRT engine from an ONNX model.
 
     Args:
@@ -28,6 +28,9 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
         on_log: receives ``(severity, message)`` for TensorRT's log lines.
         on_phase: receives the name of each build phase as it starts.
         log_severity: lowest TensorRT severity passed to ``on_log``.
+        on_progress: receives a :class:`~trtkit.builder.progress.ProgressEvent` at each phase and each layer
+            TensorRT chooses kernels for, with an ETA (TensorRT then logs at VERBOSE; ``on_log`` still gets
+            ``log_severity`` and above).
 
     Returns:
         A :class:`~trtkit.builder.builder.BuildResult`.
@@ -39,6 +42,8 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     config = config or BuildConfig()
     if output is not None:
         check_writable(output)
+    if on_progress is not None:
+        on_log, on_phase, log_severity = _with_progress(on_progress, on_log, on_phase, log_severity)
     if isolate and trt is None:
         from trtkit.builder.isolate import build_isolated
 
@@ -50,6 +55,29 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     if output is not None:
         save(result, output, config)
     return result
+
+
+_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
+
+
+def _with_progress(on_progress, on_log, on_phase, log_severity: str):
+    """Callbacks that feed a :class:`~trtkit.builder.progress.BuildProgress` and pass the rest on as asked."""
+    from trtkit.builder.progress import BuildProgress
+
+    tracker = BuildProgress(on_progress)
+    threshold = _RANK.get(log_severity, 1)
+
+    def log(severity, message):
+        tracker.log(severity, message)
+        if on_log is not None and _RANK.get(severity, 1) >= threshold:
+            on_log(severity, message)
+
+    def phase(name):
+        tracker.phase(name)
+        if on_phase is not None:
+            on_phase(name)
+
+    return log, phase, "VERBOSE"
 
 
 def save(result: BuildResult, output, config: BuildConfig) -> Path:

@@ -33,6 +33,18 @@ _UNSUPPORTED_AS_OF_10_15 = frozenset({  # "N" in the 10.15 table
 # highest ai.onnx opset each parser documents (onnx-tensorrt docs/operators.md)
 _MAX_DOCUMENTED_OPSET = ((8,), 17), ((10, 0), 20), ((10, 15), 24)
 
+
+
+def added_after_8() -> frozenset:
+    """Ops TensorRT's parser gained after 8.x (the 8.5/8.6-era table says "N", the 10.15 one "Y")."""
+    return frozenset(_ADDED_AFTER_8)
+
+
+def unsupported_as_of_10_15() -> frozenset:
+    """Ops with no native TensorRT support as of 10.15."""
+    return _UNSUPPORTED_AS_OF_10_15
+
+
 SUPPORTED, UNSUPPORTED, FAILED, CRASHED, UNKNOWN = "supported", "unsupported", "failed", "crashed", "unknown"
 
 
@@ -225,7 +237,20 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
     builder = _create_builder(trt, logger)
     network = builder.create_network(compat.network_flags(trt))
-    parser = trt.OnnxParser(network, logger)
+    return _ask(trt, trt.OnnxParser(network, logger), model_bytes, path, op_types)
+
+
+def check_with_parser(loaded, trt, parser) -> CheckReport:
+    """The op check with a parser the caller already has (the build's own, in the build's process)."""
+    path = str(loaded.path) if loaded.path else None
+    report = _static_report(loaded)
+    _apply_answer(report, loaded.proto, _ask(trt, parser, loaded.data, path, _op_types(loaded.proto)))
+    return report
+
+
+def _ask(trt, parser, model_bytes: bytes, path, op_types) -> dict:
+    from trtkit import _version_compat as compat
+
     supported, subgraphs = compat.parser_supports_model(parser, model_bytes, path)
     return {
         "trt_version": compat.version_string(trt),
@@ -289,7 +314,9 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows)
+    from trtkit.builder.rewrites.dims import describe_ambiguity
+
+    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto))
 
 
 def static_note(op_type: str, domain: str = "") -> str:

@@ -42,6 +42,7 @@ from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_i
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import validate_feed
+from trtkit.runtime.io_dtypes import ModelDtypes
 
 logger = logging.getLogger("trtkit")
 
@@ -237,6 +238,7 @@ class TrtRunner:
         self.engine: Any = None
         self.stream: Any = None
         self._held = _Held()
+        self._model_dtypes: ModelDtypes | None = None  # the model's own I/O dtypes where the engine's differ
         self._io = _IoState()
         self._graphs = GraphCache()  # graphs, shortcuts, page-locked arrays and counters: made anew on activation
         self._pending: InferHandle | None = None
@@ -300,6 +302,7 @@ class TrtRunner:
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
         self.engine = self._load()
+        self._model_dtypes = ModelDtypes.from_engine_source(self._settings.source)
         specs = io_specs(self.engine, self._trt)
         self.input_specs = tuple(s for s in specs.values() if s.is_input)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
@@ -426,6 +429,8 @@ class TrtRunner:
                 self._require_active()
             if self._pending is not None:
                 self._complete(self._pending)
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
@@ -440,6 +445,8 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._held.done_event, self.stream)
@@ -657,8 +664,10 @@ class TrtRunner:
                                                                      bucket.out_shapes)}
             return dict(bucket.device_views)
         if copy:
-            return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
-        return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+            outputs = {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
+        else:
+            outputs = {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+        return outputs if self._model_dtypes is None else self._model_dtypes.to_model(outputs)
 
     def host_inputs(self, shapes: Mapping | None = None) -> dict:
         """Views of the runner's pinned input buffers, to fill in place and pass to :meth:`infer` (no host copy).
