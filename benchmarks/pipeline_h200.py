@@ -12,7 +12,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    ``decode → preprocess → infer → encode`` as one pipeline. Target: end-to-end FPS >= 0.9 x the slowest stage's.
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
 5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x.
-6. NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
+6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
+   NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
    idle time between batches (CUDA events around every batch).
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
@@ -201,13 +202,17 @@ def infer_alone(engine: Path, samples: list, count: int, runner_args: dict) -> d
             "stage": report.stages["infer"].to_json(), "batch": report.batch}
 
 
-def encode_alone(frames: list, count: int, work: Path) -> float:
+def encode_alone(frames: list, count: int, work: Path, codec: str | None = None) -> float:
     from trtkit.pipeline.video import VideoWriter
 
-    writer = VideoWriter(work / "encode_alone.mp4", fps=30)
+    writer = VideoWriter(work / f"encode_alone_{codec or 'default'}.mp4", fps=30, codec=codec)
     t0 = time.perf_counter()
-    for image in cycled(frames, count):
-        writer.write(image)
+    try:
+        for image in cycled(frames, count):
+            writer.write(image)
+    except BaseException:
+        writer.discard()
+        raise
     writer.close()
     return fps_of(count, time.perf_counter() - t0)
 
@@ -295,6 +300,17 @@ def detection_pipeline(video: Path, work: Path, runner_args: dict, sizes: Sizes,
     data = report.to_json()
     return {"build_s": round(build_s, 1), "e2e_fps": data["fps"], "frames_out": data["frames_out"],
             "slowest_stage": data["slowest_stage"], "stages": data["stages"], "gpu": data["gpu"]}
+
+
+def nvenc_part(frames: list, count: int, work: Path, x264_fps) -> dict:
+    """PyAV's h264_nvenc encoder (NVENC) on the same frames, where the driver's encode library loads."""
+    try:
+        fps = encode_alone(frames, count, work, codec="h264_nvenc")
+    except Exception as exc:  # noqa: BLE001 - not available here: say why
+        return {"available": False, "reason": f"{type(exc).__name__}: {exc}", "encode_fps": None,
+                "libx264_encode_fps": x264_fps}
+    return {"available": True, "encode_fps": fps, "libx264_encode_fps": x264_fps,
+            "note": "the video pipeline above encodes with libx264; trtkit run --codec h264_nvenc uses NVENC"}
 
 
 def nvdec_part(video: Path, pyav_fps) -> dict:
@@ -403,6 +419,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                                                                runner_args))
         alone["infer"] = infer["fps"] if infer else None
         alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work))
+        result["nvenc"] = nvenc_part(frames, count, work, alone["encode"])
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
         result["infer_stage"] = {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
                                  "ratio": _ratio(alone["infer"], bench["items_per_s"] if bench else None),

@@ -28,6 +28,7 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert data["folder"]["images_per_s"] > 0
     assert data["infer_stage"]["fps"] > 0 and data["infer_stage"]["bench_fps"] > 0
     assert set(data["nvdec"]) >= {"available", "reason", "decode_fps", "pyav_decode_fps"}
+    assert set(data["nvenc"]) >= {"available", "encode_fps", "libx264_encode_fps"}
     assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300
     assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "infer_stage_ge_0.9x_bench",
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",

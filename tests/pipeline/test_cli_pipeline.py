@@ -29,8 +29,8 @@ def run_cli(argv, capsys):
 def test_help_lists_the_pipeline_options(capsys):
     code, out, _ = run_cli(["run", "--help"], capsys)
     assert code == 0
-    for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--batch", "--max-wait-ms",
-                   "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf", "--iou"):
+    for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
+                   "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf", "--iou"):
         assert option in out
 
 

@@ -143,3 +143,14 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_frame(tmp_path):
         VideoSink(tmp_path / "no_such_dir" / "out.mp4")
     with pytest.raises(TrtkitError, match="it is a folder"):
         VideoSink(tmp_path)
+
+
+def test_an_encoder_that_ffmpeg_does_not_have_is_refused_before_any_frame(tmp_path):
+    with pytest.raises(InputError, match="This FFmpeg has no encoder 'nope264'"):
+        VideoWriter(tmp_path / "out.mp4", codec="nope264")
+    assert list(tmp_path.iterdir()) == []
+    writer = VideoWriter(tmp_path / "out.mkv", codec="mpeg4")
+    writer.write(frame_picture(0))
+    writer.close()
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        assert container.streams.video[0].codec_context.name == "mpeg4"

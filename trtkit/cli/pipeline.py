@@ -26,6 +26,9 @@ def add_pipeline_arguments(parser) -> None:
                    help="with --post detection: NMS IoU threshold (default 0.45)")
     g.add_argument("--results", metavar="FILE.jsonl",
                    help="save each frame's result (or raw outputs) as one JSON line")
+    g.add_argument("--codec", metavar="NAME",
+                   help="FFmpeg encoder of the output video, e.g. libx264, mpeg4, h264_nvenc (NVENC; default: "
+                        "libx264 for .mp4/.mkv/.mov where FFmpeg has it, else mpeg4)")
     g.add_argument("--decoder", choices=DECODERS, default="auto",
                    help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads")
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
@@ -114,7 +117,8 @@ def _sinks(args, source) -> list:
     sinks: list = []
     try:
         if args.out:
-            sinks.append(VideoSink(args.out, fps=source.fps) if args.video else ImageFolderSink(args.out))
+            sinks.append(VideoSink(args.out, fps=source.fps, codec=args.codec) if args.video
+                         else ImageFolderSink(args.out))
         if args.results:
             sinks.append(JsonLinesSink(args.results))
     except BaseException:

@@ -256,6 +256,11 @@ class VideoWriter:
         self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
         self.codec = codec or default_codec(self.path)
         try:
+            av.codec.Codec(self.codec, "w")
+        except Exception as exc:  # noqa: BLE001 - PyAV raises UnknownCodecError (a ValueError) or FFmpeg errors
+            self._tmp.unlink(missing_ok=True)
+            raise InputError(f"This FFmpeg has no encoder '{self.codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
+        try:
             self._container = av.open(str(self._tmp), "w")
         except (av.error.FFmpegError, ValueError) as exc:
             self._tmp.unlink(missing_ok=True)
