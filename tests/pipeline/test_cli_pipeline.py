@@ -30,7 +30,8 @@ def test_help_lists_the_pipeline_options(capsys):
     code, out, _ = run_cli(["run", "--help"], capsys)
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
-                   "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf", "--iou"):
+                   "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf",
+                   "--iou"):
         assert option in out
 
 
