@@ -68,7 +68,7 @@ def prepare(settings, loaded_model, trt_version: str, batch_size: int) -> Calibr
 
     Args:
         settings: :class:`~trtkit.builder.config.CalibrationSettings` (``None`` is refused with what to give).
-        loaded_model: the :class:`~trtkit.builder.onnx_model.LoadedModel` being built (its sha256 and inputs).
+        loaded_model: the :class:`~trtkit.model.LoadedModel` being built (its sha256 and inputs).
         trt_version: TensorRT's version string (recorded in provenance).
         batch_size: the calibration batch size.
 

@@ -68,7 +68,7 @@ def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> d
     worst = report.worst()
     return {
         "precision": precision,
-        "build_s": round(result.manifest["build_seconds"], 2),
+        "build_s": round(result.manifest.build_seconds, 2),
         "engine_size": len(result.engine),
         "median_ms": round(_percentile(times, 50), 4),
         "p99_ms": round(_percentile(times, 99), 4),

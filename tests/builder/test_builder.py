@@ -7,7 +7,7 @@ from tests import models
 from trtkit.builder.api import build
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.manifest import check_manifest, manifest_path, read_manifest
+from trtkit.manifest import check_manifest, manifest_path, read_manifest
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import (BuildError, DependencyError, EngineError, ModelError, ParseError, ProfileError,
                            TrtkitError, UnsupportedError)

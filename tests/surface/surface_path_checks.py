@@ -264,7 +264,7 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
     """Explicit Q/DQ calibrates by running the model in TensorRT: do that on the fake (same version string), so
     the real module's plan reuses the cache (its provenance matches) instead of needing a GPU."""
     from trtkit import _version_compat as compat
-    from trtkit.builder.onnx_model import load_model
+    from trtkit.model import load_model
     from trtkit.builder.precision import plan_precision
 
     fake, _ = ctx.fake_surface()
@@ -277,7 +277,7 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
 
 def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int) -> dict:
     from trtkit import _version_compat as compat
-    from trtkit.builder.onnx_model import load_model
+    from trtkit.model import load_model
     from trtkit.builder.precision import plan_precision
 
     try:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from trtkit._atomic import check_writable, write_bytes_atomic, write_text_atomic
+from trtkit._atomic import check_writable, write_bytes_atomic
 from trtkit.builder.builder import BuildResult, build_serialized
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.manifest import manifest_path
+from trtkit.builder.isolate import build_isolated
+from trtkit.manifest import write_manifest
 
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
@@ -40,8 +41,6 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     if output is not None:
         check_writable(output)
     if isolate and trt is None:
-        from trtkit.builder.isolate import build_isolated
-
         # callbacks stay in this process; the child streams log lines and phases back to them
         result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     else:
@@ -56,8 +55,7 @@ def save(result: BuildResult, output, config: BuildConfig) -> Path:
     """Write the engine, its manifest and the timing cache (when configured), each atomically."""
     output = Path(output)
     write_bytes_atomic(output, result.engine)
-    manifest = dict(result.manifest, engine_file=output.name)
-    write_text_atomic(manifest_path(output), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_manifest(output, replace(result.manifest, engine_file=output.name))
     if config.timing_cache and result.timing_cache:
         write_bytes_atomic(config.timing_cache, result.timing_cache)
     return output

@@ -6,16 +6,23 @@ in-process core it runs.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
+from trtkit.builder import constraints, precision, precision_report
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.onnx_model import load_model, model_inputs
 from trtkit.builder.profiles import resolve_profiles
 from trtkit.errors import BuildError, DependencyError, ParseError
+from trtkit.log import make_trt_logger
+from trtkit.manifest import BuildInfo, Manifest, ModelInfo, PrecisionPlanInfo, environment
+from trtkit.model import load_model, model_inputs
+from trtkit.runtime.engine import engine_information
 
 # the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
 _KEPT_SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO")
@@ -27,14 +34,14 @@ class BuildResult:
 
     Attributes:
         engine: the serialized engine.
-        manifest: how it was built (see :mod:`trtkit.builder.manifest`).
+        manifest: how it was built (a :class:`trtkit.manifest.Manifest`).
         timing_cache: the serialized timing cache after the build, or ``None``.
         log: TensorRT's log lines ``(severity, message)`` at INFO and above.
         precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
     """
 
     engine: bytes
-    manifest: dict
+    manifest: Manifest
     timing_cache: bytes | None = None
     log: list = field(default_factory=list)
     precision_report: dict | None = None
@@ -47,7 +54,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     """Parse an ONNX model and build a serialized TensorRT engine.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         config: build settings (defaults: FP32, TensorRT's defaults).
         trt: the ``tensorrt`` module to use (default: the installed one; tests pass a fake).
         on_log: called with ``(severity, message)`` for each TensorRT log line at ``log_severity`` and above.
@@ -63,11 +70,6 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         UnsupportedError: an option does not exist in the installed TensorRT.
         BuildError: TensorRT could not build the engine.
     """
-    from trtkit._lazy import tensorrt
-    from trtkit.builder import constraints, precision, precision_report
-    from trtkit.builder.manifest import environment
-    from trtkit.log import make_trt_logger
-
     trt = trt or tensorrt()
     config = config or BuildConfig()
     phase = on_phase or (lambda name: None)
@@ -117,20 +119,19 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     build_seconds = time.perf_counter() - started
     phase("inspect")
     report = _precision_report(trt, logger, engine, config, precision_report)
-    manifest = {
-        "format": 1,
-        "environment": environment(trt),
-        "model": {"name": loaded.name, "sha256": loaded.sha256, "opset": loaded.opset,
-                  "inputs": {n: [d if isinstance(d, int) else str(d) for d in dims]
-                             for n, dims in model_inputs(loaded.proto).items()}},
-        "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
-                  "precision_plan": {"strongly_typed": strongly_typed, "flags": list(plan.flags),
-                                     "notes": list(plan.notes), "calibration": dict(plan.calibration)},
-                  "num_profiles": len(trt_profiles)},
-        "build_seconds": round(build_seconds, 3),
-        "engine_bytes": len(engine),
-        "precision_report": report,
-    }
+    settings = {k: v for k, v in config.to_json().items() if k != "profiles"}
+    manifest = Manifest(
+        environment=environment(trt),
+        model=ModelInfo(loaded.name, loaded.sha256, loaded.opset,
+                        {n: [d if isinstance(d, int) else str(d) for d in dims]
+                         for n, dims in model_inputs(loaded.proto).items()}),
+        build=BuildInfo(settings, [p.to_json() for p in profiles],
+                        PrecisionPlanInfo(strongly_typed, list(plan.flags), list(plan.notes), dict(plan.calibration)),
+                        len(trt_profiles)),
+        build_seconds=round(build_seconds, 3),
+        engine_bytes=len(engine),
+        precision_report=report,
+    )
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
 
@@ -164,8 +165,6 @@ def _parse(parser, loaded) -> None:
 
 def _with_node(issue, proto):
     """Fill in the node's name and op type from the model where the parser gives only its index (TensorRT 8.6)."""
-    import dataclasses
-
     nodes = proto.graph.node
     if issue.node_name or not 0 <= issue.node_index < len(nodes):
         return issue
@@ -206,8 +205,6 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> lis
 
 def _load_timing_cache(bconfig, path):
     """Load the timing cache at ``path`` (or start an empty one); an unreadable file is replaced, with a warning."""
-    import logging
-
     data = Path(path).read_bytes() if path and Path(path).exists() else b""
     try:
         cache = bconfig.create_timing_cache(data)
@@ -228,8 +225,6 @@ def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision
     deserialized = runtime.deserialize_cuda_engine(engine)
     if deserialized is None:
         raise BuildError("TensorRT built an engine it cannot load back; rerun with --verbose for its log")
-    from trtkit.inspection import engine_information
-
     report = precision_report.analyze(engine_information(trt, deserialized), config.precision)
     report.check(require=config.require_precision)
     return report.to_json()

@@ -192,7 +192,7 @@ def model_crash_context(model, what: str | None = None) -> dict:
 def _model_label_and_opset(model):
     import onnx
 
-    from trtkit.builder.onnx_model import LoadedModel
+    from trtkit.model import LoadedModel
 
     if isinstance(model, LoadedModel):
         return (str(model.path) if model.path else model.name), model.opset

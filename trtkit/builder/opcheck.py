@@ -138,7 +138,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         trt: a ``tensorrt`` module to ask in this process (tests pass a fake). When ``None``, the installed TensorRT
             is asked in a child process (``isolate=True``), so a parser crash becomes part of the report.
         isolate: ask in a child process (default); ``False`` asks in this process.
@@ -152,7 +152,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     Raises:
         ModelError: the model cannot be read.
     """
-    from trtkit.builder.onnx_model import load_model
+    from trtkit.model import load_model
 
     loaded = load_model(model, check=False)
     report = _static_report(loaded)

@@ -31,7 +31,7 @@ class PrecisionPlan:
     """What the builder must do for the asked precision.
 
     Attributes:
-        model: the (possibly transformed) :class:`trtkit.builder.onnx_model.LoadedModel` to parse.
+        model: the (possibly transformed) :class:`trtkit.model.LoadedModel` to parse.
         strongly_typed: create the network strongly typed.
         flags: builder flag names to set (e.g. ``("FP16",)``).
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
@@ -58,7 +58,7 @@ def plan_precision(trt, model, config, caps) -> PrecisionPlan:
 
     Args:
         trt: the ``tensorrt`` module.
-        model: the :class:`~trtkit.builder.onnx_model.LoadedModel` to build.
+        model: the :class:`~trtkit.model.LoadedModel` to build.
         config: the :class:`~trtkit.builder.config.BuildConfig`.
         caps: :func:`trtkit._version_compat.capabilities` of ``trt``.
 
@@ -150,7 +150,7 @@ def _cast_model(proto, precision: str):
 
 
 def _loaded(proto):
-    from trtkit.builder.onnx_model import load_model
+    from trtkit.model import load_model
 
     return load_model(proto, check=False)
 
@@ -302,7 +302,7 @@ def calibration_batch_size(proto, config, *, native: bool) -> int:
     Raises:
         CalibrationError: ``--calib-batch`` does not fit the profile or the model's fixed batch.
     """
-    from trtkit.builder.onnx_model import model_inputs
+    from trtkit.model import model_inputs
     from trtkit.builder.profiles import resolve_profiles
 
     inputs = model_inputs(proto)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtkit.cli import check_render, options, render
+from trtkit.manifest import BuildInfo, Manifest
 
 HELP = "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest)."
 
@@ -34,7 +35,7 @@ def run(args, console) -> int:
                        log_severity="INFO" if args.verbose else "WARNING")
     console.print(summary_table(result.manifest, output, notes))
     if args.json:
-        render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
+        render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output)))
     return 0
 
 
@@ -64,27 +65,27 @@ class BuildProgress:
         self._progress.console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
 
 
-def summary_table(manifest: dict, output: Path, notes: dict | None = None):
-    b = manifest.get("build", {})
+def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
+    build = manifest.build or BuildInfo()
     rows = [
         ("engine", str(output)),
-        ("size", render.fmt_bytes(manifest.get("engine_bytes"))),
-        ("build time", f"{manifest.get('build_seconds', 0):.1f} s"),
-        ("precision", _precision_line(b, manifest.get("precision_report"))),
-        ("profiles", _profiles_line(b.get("profiles", []))),
-        ("tactic sources", ", ".join(b.get("tactic_sources") or ["TensorRT default"])),
-        ("TensorRT", manifest.get("environment", {}).get("tensorrt")),
-        ("GPU", manifest.get("environment", {}).get("gpu")),
+        ("size", render.fmt_bytes(manifest.engine_bytes)),
+        ("build time", f"{manifest.build_seconds or 0:.1f} s"),
+        ("precision", _precision_line(build, manifest.precision_report)),
+        ("profiles", _profiles_line(build.profiles)),
+        ("tactic sources", ", ".join(build.settings.get("tactic_sources") or ["TensorRT default"])),
+        ("TensorRT", manifest.environment.tensorrt),
+        ("GPU", manifest.environment.gpu),
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
 
 
-def _precision_line(build: dict, report: dict | None) -> str:
-    plan = build.get("precision_plan", {})
-    text = build.get("precision", "fp32")
-    if plan.get("notes"):
-        text += f" ({'; '.join(plan['notes'])})"
+def _precision_line(build: BuildInfo, report: dict | None) -> str:
+    notes = build.precision_plan.notes
+    text = build.precision or "fp32"
+    if notes:
+        text += f" ({'; '.join(notes)})"
     if report and report.get("layers_by_precision"):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["layers_by_precision"].items()))
         text += f"; layers: {counts}"

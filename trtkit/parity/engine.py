@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from trtkit.errors import EngineError
+from trtkit.manifest import Manifest, read_manifest
 from trtkit.parity.tolerance import precision_from_manifest
 
 
@@ -80,8 +81,6 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
         path = Path(os.fspath(engine))
         if not path.is_file():
             raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build MODEL.onnx`.")
-        from trtkit.builder.manifest import read_manifest
-
         manifest = read_manifest(path)
         engine = str(path)
     with TrtRunner(engine, profile=profile_index, **runner_options) as runner:
@@ -104,8 +103,8 @@ def runner_profile(runner, index: int) -> dict | None:
     return profile or None
 
 
-def _manifest_profile(manifest: dict | None, index: int) -> dict | None:
-    profiles = ((manifest or {}).get("build") or {}).get("profiles") or []
+def _manifest_profile(manifest: Manifest | None, index: int) -> dict | None:
+    profiles = manifest.build.profiles if manifest is not None and manifest.build is not None else []
     if not 0 <= index < len(profiles):
         return None
     return {n: (tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in profiles[index].items()}

@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig, CalibrationSettings
+from trtkit.builder.profiles import Profile
 from trtkit.errors import ModelError
+from trtkit.manifest import as_manifest
 from trtkit.parity.compare import OutputResult
 from trtkit.parity.metrics import _jsonable
 from trtkit.parity.reference import load_model
@@ -139,24 +143,24 @@ def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **c
     return LocalizeReport(tensors=checks, report=report)
 
 
-def config_from_manifest(manifest: dict):
+def config_from_manifest(manifest):
     """The :class:`~trtkit.builder.config.BuildConfig` an engine was built with, from its manifest.
 
     A calibration cache is reused with ``force=True``: the debug model holds the same tensors under the same names,
     but its sha256 differs, which the cache's provenance check would otherwise refuse.
 
+    Args:
+        manifest: a :class:`trtkit.manifest.Manifest` or its JSON dict.
+
     Raises:
         ModelError: the manifest has no build section.
     """
-    from trtkit.builder.config import BuildConfig, CalibrationSettings
-    from trtkit.builder.profiles import Profile
-
-    build = (manifest or {}).get("build")
-    if not build:
+    manifest = as_manifest(manifest)
+    if manifest is None or manifest.build is None:
         raise ModelError("The engine's manifest has no 'build' section: rebuild it with trtkit, or pass a builder.")
     names = {f.name for f in fields(BuildConfig)}
-    kwargs = {k: v for k, v in build.items() if k in names}
-    kwargs["profiles"] = [Profile.from_json(p) for p in build.get("profiles") or []]
+    kwargs = {k: v for k, v in manifest.build.settings.items() if k in names}
+    kwargs["profiles"] = [Profile.from_json(p) for p in manifest.build.profiles]
     if kwargs.get("tactic_sources") is not None:
         kwargs["tactic_sources"] = tuple(kwargs["tactic_sources"])
     if kwargs.get("calibration"):
@@ -172,8 +176,6 @@ def engine_builder(config, **build_options) -> Callable:
         config: a ``BuildConfig`` (e.g. :func:`config_from_manifest`).
         **build_options: passed to :func:`trtkit.builder.api.build` (``isolate``, ``trt`` for tests, ...).
     """
-    from trtkit.builder.api import build
-
     def build_engine(model):
         return build(model, config, **build_options).engine
 

@@ -1,4 +1,9 @@
-"""Reading ONNX models from a path, bytes or ``onnx.ModelProto``, with errors that say what is wrong."""
+"""Reading ONNX models from a path, bytes or ``onnx.ModelProto``, with errors that say what is wrong.
+
+Also the one reading of an ONNX value's dimensions (:func:`value_dims`, :func:`model_inputs`): an ``int`` for a fixed
+dimension, the ``dim_param`` name (a ``str``) or ``None`` for a dynamic one. Everything in trtkit and calibrators that
+needs a model's input shapes reads them here.
+"""
 
 from __future__ import annotations
 
@@ -104,18 +109,23 @@ def _check_structure(proto, where: str, check: bool) -> None:
             raise ModelError(f"{where} fails ONNX's checker: {first}") from exc
 
 
+def value_dims(value) -> list:
+    """The dimensions of an ONNX ``ValueInfoProto``: int for fixed, the ``dim_param`` str or None for dynamic."""
+    dims = []
+    for d in value.type.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return dims
+
+
+def is_fixed(dim) -> bool:
+    """Whether a dimension from :func:`value_dims` (or a profile's ``-1``) is a fixed size."""
+    return isinstance(dim, int) and dim > 0
+
+
 def model_inputs(proto) -> dict:
     """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic)."""
     initializers = {t.name for t in proto.graph.initializer}
-    inputs = {}
-    for value in proto.graph.input:
-        if value.name in initializers:
-            continue
-        dims = []
-        for d in value.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value > 0:
-                dims.append(int(d.dim_value))
-            else:
-                dims.append(d.dim_param or None)
-        inputs[value.name] = dims
-    return inputs
+    return {value.name: value_dims(value) for value in proto.graph.input if value.name not in initializers}
