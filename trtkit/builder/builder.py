@@ -80,7 +80,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     # what the settings say already (before calibration data is read), then again once the plan has chosen modes
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
                                  explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
-    plan = precision.plan_precision(trt, loaded, config, caps)
+    plan = precision.plan_precision(trt, loaded, config, caps,
+                                    build_statistics_engine=statistics_engine_builder(config, trt))
     kept: list = []
 
     def sink(severity, msg):
@@ -134,6 +135,24 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     )
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
+
+
+def statistics_engine_builder(config: BuildConfig, trt=None) -> Callable[[object], bytes]:
+    """The function calibration calls to build its FP32 statistics engine (``onnx.ModelProto -> engine bytes``).
+
+    It builds in this process with the user's profiles, tactic sources, timing cache and workspace, in FP32, without
+    calibration, precision checks or layer detail; the statistics engine only runs the calibration data once, so at
+    optimization level 1 (or the user's, when lower).
+    """
+    level = 1 if config.optimization_level is None else min(int(config.optimization_level), 1)
+    fp32 = dataclasses.replace(config, precision="fp32", calibration=None, require_precision=False,
+                               profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None,
+                               optimization_level=level)
+
+    def build_statistics_engine(model) -> bytes:
+        return build_serialized(model, fp32, trt=trt).engine
+
+    return build_statistics_engine
 
 
 def _create_builder(trt, logger):

@@ -1,49 +1,26 @@
-"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.builder.builder`."""
+"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.builder.builder`.
+
+:class:`CalibrationSettings` lives with the rest of calibration (:mod:`calibrators.settings`) and is importable from
+here as well.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from calibrators.settings import CALIB_ALGORITHMS, HISTOGRAM_DEVICES, CalibrationSettings
 from trtkit.builder.profiles import Profile
 from trtkit.errors import TrtkitError
+
+__all__ = ["BuildConfig", "CalibrationSettings", "PRECISIONS", "FP16_MODES", "INT8_MODES", "CONSTRAINT_MODES",
+           "CALIB_ALGORITHMS", "HISTOGRAM_DEVICES", "VERBOSITIES"]
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
 INT8_MODES = ("auto", "calibrator", "qdq")
 CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.builder.constraints
-CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
-HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
-
-
-@dataclass
-class CalibrationSettings:
-    """Where INT8 calibration data comes from and how it is turned into scales.
-
-    Attributes:
-        source: an image folder, a folder of .npy/.npz files, or an iterable of feed dicts.
-        cache_path: calibration cache file (TensorRT text format) to reuse or write.
-        algorithm: ``entropy``, ``minmax`` or ``percentile``.
-        percentile: the percentile for ``percentile`` (e.g. 99.99).
-        max_samples: cap on the number of samples used.
-        batch_size: calibration batch size (default: the profile's opt batch).
-        force: reuse a cache even when its provenance does not match.
-        preprocess: image preprocessing settings (resize mode, channel order, scale, mean, std, layout).
-        histograms: where trtkit's own calibration (Q/DQ path) bins activations: ``gpu`` (CUDA kernels next to the
-            engine's outputs), ``cpu`` (numpy, after copying them to the host) or ``auto`` (GPU, else CPU). Both give
-            the same histograms.
-    """
-
-    source: object = None
-    cache_path: str | None = None
-    algorithm: str = "entropy"
-    percentile: float = 99.99
-    max_samples: int | None = None
-    batch_size: int | None = None
-    force: bool = False
-    preprocess: dict = field(default_factory=dict)
-    histograms: str = "auto"
 
 
 @dataclass

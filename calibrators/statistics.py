@@ -1,12 +1,11 @@
-"""Explicit INT8 made by trtkit, with TensorRT alone: calibrate in TensorRT, compute amax, insert Q/DQ.
+"""The statistics pass of trtkit's own calibration (the Q/DQ path), with TensorRT alone.
 
-1. :func:`~trtkit.quant.qdq.plan_qdq` picks the tensors to quantize.
-2. :func:`collect_histograms` builds the FP32 network with those tensors marked as outputs, runs it in TensorRT
-   over the calibration batches (:class:`trtkit.runtime.runner.TrtRunner`), and accumulates a histogram of each
-   (graph inputs are histogrammed from the feed itself). No ONNX Runtime anywhere.
-3. amax per tensor with the chosen algorithm (:mod:`calibrators.algorithms`); a calibration cache in TensorRT's
-   format is written, and a matching cache (ours or TensorRT's own) skips steps 2-3.
-4. :func:`~trtkit.quant.qdq.insert_qdq` makes the Q/DQ model.
+:func:`collect_histograms` marks the tensors to quantize as outputs of the FP32 model, has the caller's function build
+that statistics engine (the builder passes it down: calibration never imports the builder), runs it over the
+calibration batches with :class:`trtkit.runtime.runner.TrtRunner`, and accumulates a histogram of each tensor: on the
+GPU where the engine's outputs are (:mod:`calibrators.device_histogram`), else on the host. Graph inputs are
+histogrammed from the feed itself. No ONNX Runtime anywhere. :mod:`calibrators.explicit` turns the histograms into
+amax and the Q/DQ model.
 """
 
 from __future__ import annotations
@@ -15,50 +14,17 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
-from calibrators.algorithms import compute_amaxes
-from calibrators.cache import table_from_amaxes
 from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
-from trtkit import _version_compat as compat
 from trtkit.errors import CalibrationError, CudaError
-from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
+from trtkit.runtime.cuda import default_cuda
+from trtkit.runtime.runner import TrtRunner
 
 logger = logging.getLogger("trtkit")
-
-
-@dataclass
-class ExplicitResult:
-    """What :func:`make_qdq_model` produced.
-
-    Attributes:
-        model: the Q/DQ ``onnx.ModelProto``.
-        plan: the :class:`~trtkit.quant.qdq.QdqPlan`.
-        amax: the activation ranges used.
-        from_cache: the ranges came from a calibration cache (no calibration run).
-        samples: calibration samples run (0 when from the cache).
-        seconds: time spent collecting statistics.
-        timings: where that time went: ``engine_build``, ``forward`` (TensorRT runs and their copies, host side),
-            ``histograms``, in seconds; ``histograms_on``: ``"gpu"`` or ``"cpu"``.
-    """
-
-    model: object
-    plan: object
-    amax: dict = field(default_factory=dict)
-    from_cache: bool = False
-    samples: int = 0
-    seconds: float = 0.0
-    timings: dict = field(default_factory=dict)
-
-    def describe_timings(self) -> str:
-        """E.g. ``engine 38.2 s, forward passes 1.3 s, histograms 0.4 s (GPU)``; empty without timings."""
-        names = (("engine_build", "engine"), ("forward", "forward passes"), ("histograms", "histograms"))
-        text = ", ".join(f"{label} {self.timings[key]:.1f} s" for key, label in names if key in self.timings)
-        where = self.timings.get("histograms_on")
-        return f"{text} ({where.upper()})" if text and where else text
 
 
 def with_outputs(model, names: list):
@@ -84,8 +50,8 @@ def with_outputs(model, names: list):
     return out
 
 
-def collect_histograms(trt, model, tensors: list, session, build_config, *, threads: int | None = None,
-                       where: str = "auto"):
+def collect_histograms(trt, model, tensors: list, session, build_engine: Callable[[object], bytes], *,
+                       threads: int | None = None, where: str = "auto"):
     """Histograms of ``tensors`` over the calibration data, computed by running the FP32 model in TensorRT.
 
     Args:
@@ -93,8 +59,8 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
         model: the FP32 ``onnx.ModelProto``.
         tensors: names of the tensors to histogram (graph inputs are read from the feed).
         session: the :class:`~calibrators.session.CalibrationSession` (data, batch size).
-        build_config: the user's :class:`~trtkit.builder.config.BuildConfig`; the statistics engine is built with the
-            same profiles, tactic sources, timing cache and optimization level, in FP32.
+        build_engine: builds the statistics engine: ``onnx.ModelProto -> serialized engine`` (the builder gives one
+            that builds in FP32 with the user's profiles, tactic sources and timing cache).
         threads: host histogram worker threads (numpy releases the GIL); default: up to 8.
         where: ``gpu``: bin the engine's float32 outputs on the device (:mod:`calibrators.device_histogram`);
             ``cpu``: copy them to the host and bin them there; ``auto``: the GPU when its kernels load, else the CPU.
@@ -107,18 +73,10 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
     Raises:
         CalibrationError: ``where="gpu"`` and the GPU kernels cannot be loaded.
     """
-    from trtkit.builder.builder import build_serialized
-    from trtkit.runtime.cuda import default_cuda
-    from trtkit.runtime.runner import TrtRunner
-
     inputs = {i.name for i in model.graph.input}
     marked = [t for t in tensors if t not in inputs]
-    # The statistics engine only runs the calibration data once: build it fast (optimization level 1).
-    level = 1 if build_config.optimization_level is None else min(int(build_config.optimization_level), 1)
-    config = replace(build_config, precision="fp32", calibration=None, require_precision=False,
-                     profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None, optimization_level=level)
     started = time.perf_counter()
-    result = build_serialized(with_outputs(model, marked), config, trt=trt)
+    engine = build_engine(with_outputs(model, marked))
     timings = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
     logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
                 timings["engine_build"])
@@ -129,7 +87,7 @@ def collect_histograms(trt, model, tensors: list, session, build_config, *, thre
     for name in tensors:  # in plan order (the cache's), and before worker threads add to them
         hists.histogram(name)
     workers = threads or min(8, os.cpu_count() or 1)
-    with (TrtRunner(result.engine, trt=trt, cuda=cuda, check_manifest=False, device_outputs=kernels is not None)
+    with (TrtRunner(engine, trt=trt, cuda=cuda, check_manifest=False, device_outputs=kernels is not None)
           as runner, ThreadPoolExecutor(workers) as pool):
         device = DeviceHistograms(cuda, kernels, hists.bins) if kernels is not None else None
         try:
@@ -191,49 +149,3 @@ def _update_parallel(hists: HistogramSet, arrays: dict, pool) -> None:
     futures = [pool.submit(hists.tensors[name].update, value) for name, value in arrays.items()]
     for future in futures:
         future.result()
-
-
-def make_qdq_model(trt, model, session, build_config, options: QdqOptions | None = None) -> ExplicitResult:
-    """The Q/DQ model for ``model``: amax from a matching cache, or from calibration in TensorRT.
-
-    Args:
-        trt: the ``tensorrt`` module.
-        model: the FP32 ``onnx.ModelProto``.
-        session: a :class:`~calibrators.session.CalibrationSession` (its ``cached`` table is used when present, and
-            a new cache is written when calibration runs).
-        build_config: the user's build settings (for the statistics engine).
-        options: Q/DQ placement settings.
-
-    Raises:
-        CalibrationError: a cache lacks ranges for tensors to quantize, or the data is unusable.
-    """
-    import onnx
-
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
-    plan = plan_qdq(work, options)
-    if session.cached is not None:
-        amax = _amax_from_cache(session.cached, plan.activations)
-        qdq, plan = insert_qdq(work, amax, plan)
-        return ExplicitResult(qdq, plan, amax, from_cache=True)
-    started = time.perf_counter()
-    hists, samples, timings = collect_histograms(trt, work, plan.activations, session, build_config,
-                                                 where=session.settings.histograms)
-    seconds = time.perf_counter() - started
-    amax = compute_amaxes(hists, session.algorithm, session.settings.percentile)
-    session.save(table_from_amaxes(amax, compat.version(trt), session.algorithm), samples=samples)
-    logger.info("Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples,
-                seconds)
-    qdq, plan = insert_qdq(work, amax, plan, strict=True)
-    return ExplicitResult(qdq, plan, amax, samples=samples, seconds=seconds, timings=timings)
-
-
-def _amax_from_cache(table, tensors: list) -> dict:
-    amax = table.amaxes()
-    missing = [t for t in tensors if t not in amax]
-    if len(missing) == len(tensors) and tensors:
-        raise CalibrationError(
-            f"The calibration cache has none of the {len(tensors)} tensors to quantize (e.g. '{tensors[0]}'); it was "
-            f"made for another model. Delete it to recalibrate."
-        )
-    return {t: amax[t] for t in tensors if t in amax}
