@@ -141,7 +141,3 @@ def compute_amaxes(histograms, algorithm: str, percentile: float = 99.99) -> dic
 def amax_to_scale(amax: float) -> float:
     """INT8 scale of a symmetric range: ``amax / 127``."""
     return float(amax) / 127.0
-
-
-def scale_to_amax(scale: float) -> float:
-    return float(scale) * 127.0

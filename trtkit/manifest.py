@@ -19,7 +19,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from trtkit import __version__
 from trtkit._atomic import write_text_atomic
+from trtkit._device import device_info, package_version
 from trtkit.errors import EngineError
 
 FORMAT = 1
@@ -227,9 +229,6 @@ def write_manifest(engine_path, manifest: Manifest) -> Path:
 
 def environment(trt=None) -> Environment:
     """Versions and GPU of this machine, as recorded in manifests."""
-    from trtkit import __version__
-    from trtkit._device import device_info, package_version
-
     dev = device_info()
     return Environment(
         trtkit=__version__,

@@ -11,11 +11,11 @@ from tests.quant.qmodels import residual_cnn
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit._version_compat import capabilities
 from trtkit.builder.config import BuildConfig, CalibrationSettings
-from trtkit.model import load_model
 from trtkit.builder.builder import statistics_engine_builder
 from trtkit.builder.precision import plan_precision, resolve_half_mode, resolve_int8_mode
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import CalibrationError, UnsupportedError
+from trtkit.model import load_model
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 

@@ -30,6 +30,8 @@ import threading
 import time
 from typing import Callable
 
+import trtkit
+from trtkit.builder.builder import build_serialized
 from trtkit.builder.crash_report import (
     PARSING_NODE,
     Tracker,
@@ -252,8 +254,6 @@ def _payload(func, args, kwargs, options) -> bytes:
 
 
 def _start_child(write_fd: int) -> subprocess.Popen:
-    import trtkit
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
     code = (f"import sys; sys.path.insert(0, {root!r}); "
             f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})")
@@ -470,8 +470,6 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
 
 
 def _build_in_child(model, config, trt_factory, log_severity):
-    from trtkit.builder.builder import build_serialized
-
     trt = trt_factory() if trt_factory is not None else None
     return build_serialized(model, config, trt=trt, on_log=_ChildLog(log_severity), on_phase=phase_sink,
                             log_severity="VERBOSE")

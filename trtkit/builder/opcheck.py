@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from trtkit.errors import DependencyError, IsolationError
+from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
+from trtkit._version_compat import ParserIssue
+from trtkit.builder import isolate
+from trtkit.builder.crash_report import model_crash_context
+from trtkit.builder.isolate import _ChildLog, phase_sink, run_isolated
+from trtkit.builder.sanitize import fold_constants
+from trtkit.errors import DependencyError, IsolationError, ModelError, TrtkitError
+from trtkit.log import make_trt_logger
+from trtkit.model import load_model
 
 # Static knowledge, from onnx-tensorrt's docs/operators.md support tables (release 8.5-GA, whose opset range, up to
 # 17, TensorRT 8.6 shares; and TensorRT 10.15). The installed parser's own answer always decides; this only says
@@ -124,8 +133,6 @@ def require_supported(report: CheckReport) -> CheckReport:
         ModelError: the parser cannot import some nodes (or crashed); the message names them, the report is
             attached as ``.report``.
     """
-    from trtkit.errors import ModelError
-
     if report.ok:
         return report
     error = ModelError(report.failure_message())
@@ -152,8 +159,6 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     Raises:
         ModelError: the model cannot be read.
     """
-    from trtkit.model import load_model
-
     loaded = load_model(model, check=False)
     report = _static_report(loaded)
     if fold_hint:
@@ -176,9 +181,6 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
 
 
 def _fold_note(report: CheckReport, loaded) -> None:
-    from trtkit.builder.sanitize import fold_constants
-    from trtkit.errors import TrtkitError
-
     try:
         _, fold = fold_constants(loaded)
     except TrtkitError:
@@ -189,17 +191,12 @@ def _fold_note(report: CheckReport, loaded) -> None:
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):
-    from trtkit.builder.crash_report import model_crash_context
-    from trtkit.builder.isolate import DEFAULT_TRT_FACTORY, run_isolated
-
-    factory = trt_factory or DEFAULT_TRT_FACTORY
+    factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time: tests replace it
     return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
                         crash_context=lambda: model_crash_context(loaded, "the op support check"))
 
 
 def _query_in_child(trt_factory, model_bytes, path, op_types):
-    from trtkit.builder.isolate import phase_sink
-
     phase_sink("check")
     trt = trt_factory() if trt_factory is not None else None
     return query_parser(trt, model_bytes, path, op_types)
@@ -215,11 +212,6 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     Raises:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
-    from trtkit import _version_compat as compat
-    from trtkit._lazy import tensorrt
-    from trtkit.builder.isolate import _ChildLog
-    from trtkit.log import make_trt_logger
-
     trt = trt or tensorrt()
     # VERBOSE so that, in a child, the node being imported reaches the parent before any crash
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
@@ -245,11 +237,6 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
     Raises:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
-    from trtkit import _version_compat as compat
-    from trtkit._lazy import tensorrt
-    from trtkit.builder.isolate import _ChildLog
-    from trtkit.log import make_trt_logger
-
     trt = trt or tensorrt()
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
     network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
@@ -313,8 +300,6 @@ def max_documented_opset(version: tuple) -> int | None:
 
 
 def _apply_answer(report: CheckReport, proto, answer: dict) -> None:
-    from trtkit._version_compat import ParserIssue
-
     report.queried, report.trt_version = True, answer["trt_version"]
     nodes = list(proto.graph.node)
     issues = [_named_issue(ParserIssue(**e), nodes) for e in answer["errors"]]

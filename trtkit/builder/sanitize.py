@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtkit.errors import ModelError
+from trtkit.model import load_model
 
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
@@ -97,8 +98,6 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
         ModelError: the model cannot be read, or the folded model fails ONNX's checker (a trtkit bug worth
             reporting; build without --fold-constants meanwhile).
     """
-    from trtkit.model import load_model
-
     original = load_model(model, check=False).proto
     report = FoldReport(nodes_before=len(original.graph.node), nodes_after=len(original.graph.node))
     current = original

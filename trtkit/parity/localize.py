@@ -17,6 +17,7 @@ from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.profiles import Profile
 from trtkit.errors import ModelError
 from trtkit.manifest import as_manifest
+from trtkit.parity.api import compare_engine_to_onnx
 from trtkit.parity.compare import OutputResult
 from trtkit.parity.metrics import _jsonable
 from trtkit.parity.reference import load_model
@@ -130,8 +131,6 @@ def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **c
     Raises:
         ModelError, BuildError, ...: the model cannot be marked or the debug engine cannot be built or run.
     """
-    from trtkit.parity.api import compare_engine_to_onnx
-
     model = load_model(onnx_model)
     found = markable_tensors(model, tensors)
     marked = mark_outputs(model, [t for t, _, _ in found])

@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from trtkit import _version_compat as compat
+from trtkit import manifest as mf
+from trtkit._lazy import tensorrt
 from trtkit._version_compat import enum_name
 from trtkit.errors import EngineError, UnsupportedError
-from trtkit import manifest as mf
+from trtkit.log import make_trt_logger
 
 logger = logging.getLogger("trtkit")
 
@@ -93,8 +95,6 @@ def _profile_range(engine, name: str, shape: tuple, profile: int) -> tuple:
 
 
 def _trt():
-    from trtkit._lazy import tensorrt
-
     return tensorrt()
 
 
@@ -103,8 +103,6 @@ def shared_runtime(trt):
     with _RUNTIME_LOCK:
         entry = _RUNTIMES.get(id(trt))
         if entry is None or entry[0] is not trt:
-            from trtkit.log import make_trt_logger
-
             trt_logger = make_trt_logger(trt)
             try:
                 runtime = trt.Runtime(trt_logger)

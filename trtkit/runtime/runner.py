@@ -28,15 +28,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
 from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
 from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
+from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
 from trtkit.runtime.graphs import GraphCache
 from trtkit.runtime.inputs import validate_feed
@@ -234,13 +236,9 @@ class TrtRunner:
                           "use `with TrtRunner(...) as runner:` or call close()", ResourceWarning, stacklevel=2)
 
     def _allocate(self) -> None:
-        from trtkit.runtime.cuda import default_cuda
-
         if isinstance(self._source, (str, os.PathLike)) and not Path(self._source).is_file():
             read_engine_bytes(self._source)  # names the missing file before TensorRT is even needed
         if self._trt is None:
-            from trtkit._lazy import tensorrt
-
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
         if self._pin_reused:
