@@ -2,12 +2,13 @@
 
 The graph is read with ``ast`` from the source (imports at module level and inside functions, relative imports
 resolved), so an import hidden in a function still counts. The layer order is :data:`LAYERS`, lowest first; a module
-may import modules of its own layer and of the layers below it. docs/architecture.md draws the same table.
+may import modules of its own layer and of the layers below it. The table lives in docs/architecture.md (only there).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,20 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("trtkit", "calibrators")
 
-# (layer, module prefixes), lowest first. A module belongs to the layer of its longest matching prefix.
-LAYERS = (
-    ("base", ("trtkit", "trtkit.errors", "trtkit.log", "trtkit._lazy", "trtkit._atomic", "trtkit._version_compat",
-              "trtkit._device")),
-    ("model", ("trtkit.model", "trtkit.manifest", "trtkit.sample_model")),
-    ("rewrites", ("trtkit.quant", "trtkit.detection")),
-    ("runtime", ("trtkit.runtime",)),
-    ("calibrators", ("calibrators",)),
-    ("builder", ("trtkit.builder",)),
-    ("tools", ("trtkit.parity", "trtkit.bench", "trtkit.inspection", "trtkit.demo", "trtkit.doctor", "trtkit.eval",
-               "trtkit.pipeline", "trtkit.serve", "trtkit.export")),
-    ("cli", ("trtkit.cli",)),
-    ("testing", ("trtkit.testing",)),  # fakes for tests: nothing in the library imports them
-)
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def read_layers(text: str) -> tuple:
+    """``((layer, (module prefix, ...)), ...)``, lowest first, from the table between the ``layers`` markers."""
+    block = text.split("<!-- layers:", 1)[1].split("<!-- end layers -->", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in block.splitlines() if line.startswith("| ")]
+    return tuple((name.strip(), tuple(re.findall(r"`([\w.]+)`", modules)))
+                 for name, modules in rows[1:])  # the first row is the header
+
+
+LAYERS = read_layers(ARCHITECTURE.read_text())
 
 
 def module_files() -> dict:
@@ -142,7 +141,7 @@ def upward_imports(graph: dict) -> list:
 
 def test_every_module_has_a_layer():
     missing = sorted(m for m in module_files() if layer_of(m) is None)
-    assert not missing, f"modules without a layer (add their package to LAYERS in {Path(__file__).name}): {missing}"
+    assert not missing, f"modules without a layer (add their package to the table in {ARCHITECTURE}): {missing}"
 
 
 def test_no_import_cycles():
@@ -161,28 +160,37 @@ def test_imports_only_go_down_the_layers():
     assert not problems, "imports against the layer order:\n" + "\n".join(problems)
 
 
-def test_cli_imports_only_public_names():
-    graph_files = module_files()
+def private_imports(module: str, path: Path) -> list:
+    """One line per import in ``path`` of a ``_private`` name (or a private module outside the base layer) from a
+    library module of trtkit or calibrators (CLI modules importing each other are not counted)."""
     problems = []
-    for module, path in sorted(graph_files.items()):
-        if layer_of(module)[1] != "cli":
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module.startswith(PACKAGES):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom) or node.level or not node.module.startswith(PACKAGES):
-                continue
-            if node.module.startswith("trtkit.cli"):
-                continue
-            # the base layer's shared helpers (_lazy, _atomic, _device, _version_compat) serve every layer
-            shared = layer_of(node.module)[1] == "base"
-            private = [p for p in node.module.split(".") if p.startswith("_") and not shared]
-            private += [a.name for a in node.names if a.name.startswith("_") and a.name != "__version__"]
-            if private:
-                problems.append(f"{_where(module, node.lineno)}: {module} imports private {private} from "
-                                f"{node.module}")
+        if node.module.startswith("trtkit.cli"):
+            continue
+        # the base layer's shared helpers (_lazy, _atomic, _device, _version_compat) serve every layer
+        shared = (layer_of(node.module) or (None, ""))[1] == "base"
+        private = [p for p in node.module.split(".") if p.startswith("_") and not shared]
+        private += [a.name for a in node.names if a.name.startswith("_") and a.name != "__version__"]
+        if private:
+            problems.append(f"{path.name}:{node.lineno}: {module} imports private {private} from {node.module}")
+    return problems
+
+
+def test_cli_imports_only_public_names():
+    problems = [line for module, path in sorted(module_files().items()) if layer_of(module)[1] == "cli"
+                for line in private_imports(module, path)]
     assert not problems, "the CLI uses library internals:\n" + "\n".join(problems)
 
 
 # --- the checks themselves, on made-up graphs -------------------------------------------------------------------
+
+
+def test_the_layer_table_is_read_from_the_architecture_page():
+    names = [name for name, _ in LAYERS]
+    assert names == ["base", "model", "rewrites", "runtime", "calibrators", "builder", "tools", "cli", "testing"]
+    assert dict(LAYERS)["model"] == ("trtkit.model", "trtkit.manifest", "trtkit.sample_model")
 
 
 def test_the_checks_see_a_cycle_and_an_upward_import():
@@ -207,3 +215,13 @@ def test_imports_are_resolved(tmp_path, source, expected):
     known = {"trtkit.runtime.runner", "trtkit.runtime.graphs", "trtkit.errors", "trtkit.builder.config",
              "trtkit.runtime", "trtkit"}
     assert [name for _, name in imports_of("trtkit.runtime.mod", path, known)] == [expected]
+
+
+def test_the_cli_check_sees_private_names(tmp_path):
+    path = tmp_path / "cmd.py"
+    path.write_text("from trtkit.builder.isolate import _ChildLog\nfrom trtkit.parity.metrics import _jsonable, fmt\n"
+                    "from trtkit._lazy import tensorrt\nfrom trtkit.cli.render import _json_default\n")
+    assert private_imports("trtkit.cli.cmd", path) == [
+        "cmd.py:1: trtkit.cli.cmd imports private ['_ChildLog'] from trtkit.builder.isolate",
+        "cmd.py:2: trtkit.cli.cmd imports private ['_jsonable'] from trtkit.parity.metrics",
+    ]
