@@ -150,7 +150,7 @@ def save_inspector(engine: bytes, path: Path) -> None:
 
 
 def notes_of(result) -> list:
-    return result.manifest["build"]["precision_plan"]["notes"]
+    return result.manifest.build.precision_plan.notes
 
 
 def top1(engine: bytes, x, y) -> float:
