@@ -16,7 +16,7 @@ Importing ``calibrators`` loads nothing else: the names below load their module 
 
 from __future__ import annotations
 
-import importlib
+from trtkit._lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -33,10 +33,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'calibrators' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

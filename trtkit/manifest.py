@@ -28,8 +28,17 @@ FORMAT = 1
 MANIFEST_SUFFIX = ".manifest.json"
 
 
+class _Section:
+    """A manifest section read from its JSON dict: the keys it has fields for (missing keys take the defaults)."""
+
+    @classmethod
+    def from_json(cls, data: dict | None):
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
 @dataclass
-class Environment:
+class Environment(_Section):
     """The machine an engine was built on (or this machine, from :func:`environment`)."""
 
     trtkit: str | None = None
@@ -40,13 +49,9 @@ class Environment:
     compute_capability: str | None = None
     driver_cuda_version: str | None = None
 
-    @classmethod
-    def from_json(cls, data: dict | None) -> Environment:
-        return _known(cls, data or {})
-
 
 @dataclass
-class ModelInfo:
+class ModelInfo(_Section):
     """The ONNX model an engine was built from; ``inputs``: name → dims (dynamic dims as strings)."""
 
     name: str | None = None
@@ -54,23 +59,15 @@ class ModelInfo:
     opset: int | None = None
     inputs: dict = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: dict | None) -> ModelInfo:
-        return _known(cls, data or {})
-
 
 @dataclass
-class PrecisionPlanInfo:
+class PrecisionPlanInfo(_Section):
     """What the builder decided for the asked precision (see :class:`trtkit.builder.precision.PrecisionPlan`)."""
 
     strongly_typed: bool = False
     flags: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     calibration: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: dict | None) -> PrecisionPlanInfo:
-        return _known(cls, data or {})
 
 
 @dataclass
@@ -289,8 +286,3 @@ def check_manifest(manifest, *, engine_path=None, current=None, allow_mismatch: 
         )
     return found
 
-
-def _known(cls, data: dict):
-    """``cls`` built from the keys of ``data`` it has fields for."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
