@@ -1,7 +1,7 @@
 """The engine side of a parity run: a callable ``feed -> outputs``, its profile shapes and its precision.
 
-An engine path or bytes is opened with :class:`trtkit.runtime.runner.TrtRunner` (imported only then, so CPU code
-paths never touch TensorRT); anything callable is used as it is.
+An engine path or bytes is opened with :class:`trtkit.runtime.runner.TrtRunner` (TensorRT itself is imported only
+once an engine is opened); anything callable is used as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from trtkit.errors import EngineError
 from trtkit.manifest import Manifest, read_manifest
 from trtkit.parity.tolerance import precision_from_manifest
+from trtkit.runtime.runner import TrtRunner
 
 
 @dataclass
@@ -74,8 +75,6 @@ def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None =
 
 @contextlib.contextmanager
 def _open_runner(engine, profile_index: int, runner_options: dict):
-    from trtkit.runtime.runner import TrtRunner
-
     manifest = None
     if not isinstance(engine, (bytes, bytearray, memoryview)):
         path = Path(os.fspath(engine))

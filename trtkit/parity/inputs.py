@@ -8,7 +8,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from trtkit.errors import InputError, ProfileError
+from calibrators.sources import ImageFolderSource
+from trtkit.errors import CalibrationError, InputError, ProfileError
 from trtkit.model import value_dims
 
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
@@ -243,9 +244,6 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
             images (each named).
     """
     from itertools import islice
-
-    from calibrators.sources import ImageFolderSource
-    from trtkit.errors import CalibrationError
 
     specs = list(specs)
     if len(specs) != 1:
