@@ -75,11 +75,15 @@ def _known_prefix(name: str, known: set):
 
 
 def layer_of(module: str):
-    """``(index, layer name)`` of ``module``, or None when no prefix of :data:`LAYERS` matches it."""
+    """``(index, layer name)`` of ``module``, or None when no prefix of :data:`LAYERS` matches it.
+
+    A top-level package named in the table (``trtkit``) stands for its ``__init__`` only, so a new ``trtkit.x``
+    gets no layer until the table names it.
+    """
     best = None
     for index, (name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            if module == prefix or (module.startswith(prefix + ".") and prefix not in ("trtkit",)):
                 if best is None or len(prefix) > best[2]:
                     best = (index, name, len(prefix))
     return best[:2] if best else None
@@ -200,6 +204,7 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
     assert layer_of("trtkit.runtime.a") == (3, "runtime") and layer_of("trtkit.builder.b") == (5, "builder")
     assert layer_of("trtkit._version_compat") == (0, "base") and layer_of("trtkit.quant.qdq") == (2, "rewrites")
     assert layer_of("calibrators.cache") == (4, "calibrators") and layer_of("somewhere.else") is None
+    assert layer_of("trtkit") == (0, "base") and layer_of("trtkit.newpackage.module") is None
 
 
 @pytest.mark.parametrize(("source", "expected"), [
