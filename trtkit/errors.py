@@ -14,7 +14,8 @@ Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mista
     ├── CudaError              a CUDA runtime call failed (names the call and the CUDA error)
     ├── CalibrationError       calibration data or cache is unusable
     ├── UnsupportedError       a feature is not available in the installed TensorRT version
-    └── IsolationError         a child process running a build died (signal, out of memory)
+    ├── IsolationError         a child process running a build died (signal, out of memory)
+    └── ServeError             a server cannot start or serve as asked (a port in use, no model could load)
     TrtkitInternalError        a bug in trtkit: please report it
 """
 
@@ -79,3 +80,7 @@ class IsolationError(TrtkitError):
 
 class TrtkitInternalError(Exception):
     """A bug in trtkit itself, not a problem with the user's input."""
+
+
+class ServeError(TrtkitError):
+    """A server cannot start or serve as asked: a port in use, no model that could load, Triton not ready."""

@@ -14,8 +14,8 @@ HELP = "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUD
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", help="engine file, or an ONNX model (.onnx: built first with the build options, "
-                                      "and cached by ONNX sha256 + build settings)")
+    parser.add_argument("model", nargs="?", help="engine file, or an ONNX model (.onnx: built first with the build "
+                                                 "options, and cached by ONNX sha256 + build settings)")
     add_build_options(parser)
     g = parser.add_argument_group("benchmark")
     g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
@@ -35,10 +35,17 @@ def add_arguments(parser) -> None:
                         "~/.cache/trtkit/engines)")
     g.add_argument("--ignore-manifest", action="store_true",
                    help="run an engine whose manifest names another TensorRT or GPU")
+    from trtkit.cli.bench_server import add_server_options
+
+    add_server_options(parser)
     add_json_option(parser)
 
 
 def run(args, console) -> int:
+    if args.server or args.model is None:
+        from trtkit.cli.bench_server import run_server_load
+
+        return run_server_load(args, console)
     from trtkit.bench import BenchSettings, benchmark
     from trtkit.bench.measure import check_settings
     from trtkit.bench.report import render, to_json

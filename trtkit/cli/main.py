@@ -20,6 +20,8 @@ COMMANDS = {
     "inspect": "trtkit.cli.inspect",
     "doctor": "trtkit.cli.doctor",
     "demo": "trtkit.cli.demo",
+    "export": "trtkit.cli.export",
+    "serve": "trtkit.cli.serve",
 }
 
 # one-line help shown by `trtkit --help` without importing every subcommand module
@@ -31,6 +33,8 @@ SUMMARIES = {
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
+    "export": "Export an engine to a runtime's own layout: a Triton Inference Server model repository.",
+    "serve": "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC.",
 }
 
 

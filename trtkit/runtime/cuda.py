@@ -70,6 +70,10 @@ class Cuda:
         self.D2H = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
         self.D2D = rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
 
+    def set_device(self, device: int) -> None:
+        """Make ``device`` the calling thread's current GPU (memory, streams and launches then go there)."""
+        check(self.rt.cudaSetDevice(int(device)), f"cudaSetDevice({device})")
+
     # --- memory --------------------------------------------------------------------------------------------------
 
     def malloc(self, nbytes: int) -> int:

@@ -31,6 +31,7 @@ class cudaError_t(enum.IntEnum):
     cudaErrorMemoryAllocation = 2
     cudaErrorInsufficientDriver = 35
     cudaErrorNoDevice = 100
+    cudaErrorInvalidDevice = 101
     cudaErrorInvalidResourceHandle = 400
     cudaErrorNotReady = 600
     cudaErrorIllegalAddress = 700
@@ -112,6 +113,9 @@ class FakeCudart:
         fail_capture: make ``cudaStreamEndCapture`` report an invalidated capture (tests the graph fallback).
         no_device: every call fails with ``cudaErrorInsufficientDriver`` (a machine without a driver).
         kernels: offer :class:`FakeHistogramKernels` to the GPU calibration histograms.
+        devices: how many GPUs there are. Each thread has a current device (``cudaSetDevice``, 0 at first); memory
+            and streams belong to the device current when they were made, and work queued on a stream of another
+            device than the calling thread's fails with ``cudaErrorInvalidResourceHandle``, as kernel launches do.
 
     Attributes:
         calls: how many times each function was called, by name.
@@ -125,8 +129,12 @@ class FakeCudart:
     cudaHostRegisterDefault = cudaHostRegisterDefault
 
     def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
-                 kernels: bool = True):
+                 kernels: bool = True, devices: int = 1):
         self.total_bytes = free_bytes
+        self.devices = int(devices)
+        self._current = threading.local()
+        self.allocation_device: dict[int, int] = {}  # device pointer -> the device it was allocated on
+        self._stream_device: dict[int, int] = {}
         # What calibrators.device_histogram launches; None: it tries the real PTX kernels (and falls back).
         self.histogram_kernels = (lambda: FakeHistogramKernels(self)) if kernels else None
         self.fail_capture = fail_capture
@@ -194,9 +202,12 @@ class FakeCudart:
         handle = int(stream or 0)
         if handle in (0, 1, 2):
             return None
-        if handle not in self._streams:
+        if handle not in self._streams or self._stream_device[handle] != self.current_device():
             raise _CudaFailure(cudaError_t.cudaErrorInvalidResourceHandle)
         return self._streams[handle]
+
+    def current_device(self) -> int:
+        return getattr(self._current, "device", 0)
 
     def _call(self, name: str, fn, *args):
         self.calls[name] += 1
@@ -225,6 +236,8 @@ class FakeCudart:
         raw = np.zeros(int(size) + 256, dtype=np.uint8)
         ptr = (raw.ctypes.data + 255) // 256 * 256
         table[ptr] = raw[ptr - raw.ctypes.data:][: int(size)]
+        if table is self._device:
+            self.allocation_device[ptr] = self.current_device()
         return OK, ptr
 
     def cudaFree(self, ptr):
@@ -324,6 +337,7 @@ class FakeCudart:
     def _new_stream(self):
         handle = _Handle(next(_HANDLES))
         self._streams[int(handle)] = _Stream()
+        self._stream_device[int(handle)] = self.current_device()
         _STREAM_OWNERS[int(handle)] = self
         return OK, handle
 
@@ -474,7 +488,19 @@ class FakeCudart:
     # --- device queries (for doctor/manifest code that calls them) -------------------------------------------------
 
     def cudaGetDeviceCount(self):
-        return self._call("cudaGetDeviceCount", lambda: (OK, 1))
+        return self._call("cudaGetDeviceCount", lambda: (OK, self.devices))
+
+    def cudaSetDevice(self, device):
+        return self._call("cudaSetDevice", self._set_device, int(device))
+
+    def _set_device(self, device):
+        if not 0 <= device < self.devices:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidDevice)
+        self._current.device = device
+        return (OK,)
+
+    def cudaGetDevice(self):
+        return self._call("cudaGetDevice", lambda: (OK, self.current_device()))
 
     def cudaDriverGetVersion(self):
         return (OK, 0) if self.no_device else (OK, 12080)

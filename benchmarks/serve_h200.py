@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""ResNet-50 FP16 served by ``trtkit serve`` on the GPU host, against ``trtkit bench --streams 2`` (issue 17).
+
+In one call:
+
+1. ResNet-50 (torchvision, random weights, seed 0) exported by the torch venv; built FP16 with trtkit (TensorRT's own
+   tactic sources: the GPU bundle stubs cuBLAS/cuDNN), profile batch 1/32/32; cached by ONNX sha256 in ``--cache``.
+2. ``bench_streams2_ips``: ``trtkit bench --streams 2`` on that engine at batch 32 (CUDA graphs, copies included).
+3. ``trtkit serve`` on that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``) in a child process;
+   ``ready_s``: from the engines loaded to Triton ready with the model (the server's own figure), ``start_s`` from
+   the command's start.
+4. ``grpc``: load over gRPC at concurrency 1, 8 and 64, one request of batch 1 at a time per worker, from
+   ``--client-procs`` client processes (one Python client cannot make the requests/s of a batch-32 engine); their
+   latencies are merged before the percentiles are taken.
+5. ``soak``: ``--soak-requests`` (100 000) requests at concurrency 64; ``leak_bytes_device``: the GPU's free memory
+   (cudaMemGetInfo, device-wide, so the server's allocations count) after a warm-up load minus after the soak.
+6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
+7. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
+
+Writes ``benchmarks/results/serve-h200.json`` and, with ``--out``, a copy, Triton's log and the server's output there.
+Each step's failure is recorded in ``errors`` instead of stopping the run.
+
+    python3 benchmarks/serve_h200.py --out "$OUT" --cache /root/trtkit-cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from precision_h200 import export_resnet  # noqa: E402 - the same ResNet-50 ONNX, in the same --cache
+
+TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+INPUT = "images"
+MAX_BATCH = 32
+STARTED = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - STARTED:7.1f} s] {msg}", flush=True)
+
+
+def step(results: dict, key: str, fn):
+    log(key)
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - every step's failure is recorded, the others still run
+        results["errors"][key] = f"{type(exc).__name__}: {exc}"
+        log(f"{key} failed: {traceback.format_exc()}")
+        return None
+
+
+# --- engine ---------------------------------------------------------------------------------------------------------
+
+
+def build_engine(onnx_path: Path, cache: Path, results: dict) -> Path:
+    import tensorrt as trt
+
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import InputShape, Profile
+
+    sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
+    path = cache / f"resnet50-fp16-b{MAX_BATCH}-{sha}-trt{trt.__version__}.engine"
+    results["engine"] = {"path": str(path), "onnx_sha256_16": sha, "precision": "fp16",
+                         "profile": {"min": 1, "opt": MAX_BATCH, "max": MAX_BATCH}, "tactic_sources": list(TACTICS),
+                         "cached": path.exists()}
+    if not path.exists():
+        shape = lambda b: (b, 3, 224, 224)  # noqa: E731
+        config = BuildConfig(precision="fp16", tactic_sources=TACTICS, timing_cache=str(cache / "resnet50-fp16.cache"),
+                             profiles=[Profile({INPUT: InputShape(shape(1), shape(MAX_BATCH), shape(MAX_BATCH))})])
+        t0 = time.perf_counter()
+        build(str(onnx_path), config, output=path, isolate=False)
+        results["engine"]["build_s"] = round(time.perf_counter() - t0, 1)
+    return path
+
+
+def bench_streams2(engine: Path, duration_s: float) -> float:
+    from trtkit.bench import BenchSettings, benchmark
+
+    result = benchmark(engine, BenchSettings(shapes={INPUT: (MAX_BATCH, 3, 224, 224)}, streams=2, cuda_graph=True,
+                                             duration_s=duration_s, e2e=False))
+    return round(result.items_per_s, 1)
+
+
+# --- server ---------------------------------------------------------------------------------------------------------
+
+
+class ServeProcess:
+    def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str):
+        self.status = workdir / f"status-{tag}.json"
+        self.output = workdir / f"serve-{tag}.out"
+        self.log_file = workdir / f"triton-{tag}.log"
+        cmd = [sys.executable, "-m", "trtkit.cli.main", "serve", str(engine), "--instances", str(args.instances),
+               "--max-batch", str(MAX_BATCH), "--max-queue-delay-us", str(args.max_queue_delay_us), "--gpus", gpus,
+               "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
+               str(args.port + 2), "--json", str(self.status), "--log-file", str(self.log_file)]
+        log(" ".join(cmd))
+        self.started = time.monotonic()
+        with open(self.output, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.status.exists():
+                status = json.loads(self.status.read_text())
+                status["start_s"] = round(time.monotonic() - self.started, 2)
+                return status
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"trtkit serve exited {self.proc.returncode}: {self.tail()}")
+            time.sleep(0.2)
+        raise TimeoutError(f"trtkit serve not ready after {timeout_s} s: {self.tail()}")
+
+    def tail(self) -> str:
+        return self.output.read_text(errors="replace")[-1500:] if self.output.exists() else ""
+
+    def stop(self, timeout_s: float = 90) -> dict:
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout=30)
+        return {"exit_code": code, "exit_s": round(time.monotonic() - t0, 2)}
+
+
+# --- load -----------------------------------------------------------------------------------------------------------
+
+
+def client_main(argv: list) -> int:
+    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON``."""
+    from trtkit.bench.serving import LoadSettings, load_test
+
+    url, model, concurrency, duration_s, max_requests, out = argv
+    settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
+                            max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True)
+    (result,) = load_test(url, model, settings)
+    Path(out).write_text(json.dumps(result.to_json()))
+    return 0
+
+
+def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path) -> dict:
+    """``concurrency`` workers spread over up to ``procs`` client processes; their results merged."""
+    import numpy as np
+
+    n = max(1, min(procs, concurrency))
+    shares = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
+    caps = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
+    outs = [workdir / f"client-{concurrency}-{i}-{time.monotonic_ns()}.json" for i in range(n)]
+    clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
+                                 str(cap), str(out)], cwd=ROOT) for c, cap, out in zip(shares, caps, outs)]
+    for c in clients:
+        c.wait(timeout=duration_s + 300)
+    parts = [json.loads(o.read_text()) for o in outs if o.exists()]
+    if len(parts) != n:
+        raise RuntimeError(f"{n - len(parts)} of {n} client processes wrote no result")
+    lat = np.sort(np.concatenate([np.asarray(p["latencies_ms"], float) for p in parts]))
+    pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if lat.size else (lambda q: None)
+    return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
+            "failed": sum(p["failed"] for p in parts), "requests": sum(p["requests"] for p in parts),
+            "client_procs": n, "wall_s": max(p["wall_s"] for p in parts),
+            "errors": sorted({e for p in parts for e in p["errors"]})[:5]}
+
+
+def device_free_bytes() -> int:
+    from trtkit.runtime.cuda import Cuda
+
+    return Cuda().mem_get_info()[0]
+
+
+def gpu_count() -> int:
+    from trtkit._lazy import cudart
+
+    err, count = cudart().cudaGetDeviceCount()
+    return int(count) if int(err) == 0 else 0
+
+
+# --- main -----------------------------------------------------------------------------------------------------------
+
+
+def served_as(engine: Path, workdir: Path, name: str = "resnet50") -> Path:
+    """The engine (and its manifest) linked as ``<name>.engine``: Triton names the model after the file's stem."""
+    from trtkit.manifest import manifest_path
+
+    link = workdir / f"{name}.engine"
+    for src, dst in ((engine, link), (manifest_path(engine), manifest_path(link))):
+        if src.exists() and not dst.exists():
+            dst.symlink_to(src)
+    return link
+
+
+def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, tag: str, levels, soak: bool) -> dict:
+    out: dict = {"gpus": gpus}
+    server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag)
+    try:
+        status = server.wait_ready(args.ready_timeout_s)
+        out.update(ready_s=round(status["ready_s"], 3), load_s=round(status["load_s"], 3),
+                   start_s=status["start_s"], instances=status["models"][0]["instances"])
+        url = f"127.0.0.1:{args.port + 1}"
+        out["grpc"] = {"concurrency": {}}
+        for c in levels:
+            levels_out = out["grpc"]["concurrency"]
+            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}",
+                                      lambda c=c: load(url, c, args.client_procs, args.duration_s, 10**9, workdir))
+        if soak:
+            out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
+    finally:
+        out["stop"] = server.stop()
+        for path in (server.output, server.log_file):
+            if args.out and path.exists():
+                (Path(args.out) / path.name).write_bytes(path.read_bytes())
+    return out
+
+
+def soak_run(url: str, args, workdir: Path) -> dict:
+    load(url, 64, args.client_procs, 2.0, 5000, workdir)  # warm-up: every batch size's graph captured
+    before = device_free_bytes()
+    left = max(30.0, args.deadline_s - (time.monotonic() - STARTED) - 90)
+    result = load(url, 64, args.client_procs, left, args.soak_requests, workdir)
+    after = device_free_bytes()
+    return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
+            "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
+            "p99_ms": result["p99_ms"], "errors": result["errors"]}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        return client_main(sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="also copy the results JSON and logs here (e.g. $OUT)")
+    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/trtkit-bench"))
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "serve-h200.json"))
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--max-queue-delay-us", type=int, default=100)
+    ap.add_argument("--client-procs", type=int, default=4)
+    ap.add_argument("--duration-s", type=float, default=8.0, help="seconds of load per concurrency level")
+    ap.add_argument("--bench-s", type=float, default=5.0, help="seconds of trtkit bench --streams 2")
+    ap.add_argument("--soak-requests", type=int, default=100_000)
+    ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
+    ap.add_argument("--ready-timeout-s", type=float, default=180)
+    ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    results: dict = {"errors": {}, "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+                     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    with tempfile.TemporaryDirectory(prefix="serve-h200-") as tmp:
+        workdir = Path(tmp)
+        run(args, cache, workdir, results)
+    text = json.dumps(results, indent=2, sort_keys=True) + "\n"
+    Path(args.results).write_text(text)
+    if args.out:
+        Path(args.out, "serve-h200.json").write_text(text)
+    log(f"wrote {args.results}; errors: {list(results['errors']) or 'none'}")
+    return 0
+
+
+def run(args, cache: Path, workdir: Path, results: dict) -> None:
+    import platform
+
+    results["environment"] = {"python": platform.python_version()}
+    step(results, "environment", lambda: results["environment"].update(_environment()))
+    onnx_path = step(results, "export", lambda: export_resnet(cache))
+    engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results))
+    if not engine:
+        return
+    results["bench_streams2_ips"] = step(results, "bench_streams2", lambda: bench_streams2(engine, args.bench_s))
+    one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
+                                                         True)) or {}
+    results.update({k: one.get(k) for k in ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop")})
+    ips64 = ((one.get("grpc") or {}).get("concurrency", {}).get("64") or {}).get("ips")
+    if ips64 and results.get("bench_streams2_ips"):
+        results["grpc64_vs_bench_streams2"] = round(ips64 / results["bench_streams2_ips"], 3)
+    count = results["environment"].get("gpu_count") or 0
+    if count >= 2:
+        results["two_gpus"] = step(results, "two_gpus", lambda: serve_and_load(
+            engine, args, workdir, results, "0,1", "gpus01", (64,), False))
+    else:
+        results["two_gpus"] = f"not run: this host has {count} GPU(s)"
+
+
+def _environment() -> dict:
+    import tensorrt
+
+    from trtkit._device import device_info
+    from trtkit.serve.backend import backend_environment, require_pytriton
+
+    env = {"tensorrt": tensorrt.__version__, "gpu": device_info().get("name"), "gpu_count": gpu_count()}
+    pytriton = require_pytriton()
+    env["pytriton"] = getattr(pytriton, "__version__", None)
+    env["ld_library_path_for_triton"] = backend_environment()["LD_LIBRARY_PATH"].split(":")[0]
+    return env
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``trtkit bench --server``: refusals before any load, a server that does not answer, and the statistics of a level."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from trtkit.bench import serving
+from trtkit.cli import main as cli_main
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bench"], "give an engine or ONNX model to benchmark, or --server URL --model NAME"),
+    (["bench", "--server", "127.0.0.1:1"], "--server URL --model NAME"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "1,x"], "--concurrency '1,x'"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "0"], "levels of 1 or more"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--requests", "0"], "--requests and --batch 1 or more"),
+])
+def test_refused_before_any_load(args, says, capsys):
+    assert cli_main.main(args) == 1
+    assert says in capsys.readouterr().err
+
+
+def test_no_server_answering_is_named():
+    pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        with pytest.raises(serving.ServeError, match=f"No Triton server answers gRPC at 127.0.0.1:{port}"):
+            serving.load_test(f"127.0.0.1:{port}", "m", serving.LoadSettings(concurrency=(1,), grpc=True,
+                                                                             duration_s=1))
+
+
+class _Client:
+    """Answers after a fixed delay; every third request fails."""
+
+    def __init__(self):
+        self.n = 0
+
+    async def infer(self, model, inputs):
+        self.n += 1
+        n = self.n
+        await asyncio.sleep(0.001)
+        if n % 3 == 0:
+            raise RuntimeError("model says no")
+
+
+def test_level_counts_failures_and_stops_at_the_request_cap():
+    settings = serving.LoadSettings(concurrency=(4,), duration_s=10.0, max_requests=30, batch=2)
+    result = asyncio.run(serving._level(_Client(), "m", [], 4, settings, settings.max_requests))
+    assert result.requests + result.failed == 30 and result.failed == 10
+    assert result.errors == ["RuntimeError: model says no"]
+    assert result.ips == pytest.approx(2 * result.rps, rel=0.01) and result.p50_ms <= result.p99_ms
+    assert result.wall_s < 10

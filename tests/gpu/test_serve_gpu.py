@@ -1,0 +1,80 @@
+"""``trtkit serve`` on a real GPU: the tiny conv net behind Triton (pytriton), one HTTP and one gRPC round trip equal
+to TrtRunner's outputs, a wrong shape refused while the model stays ready, instances on every GPU of the host.
+
+Needs the serve extra in the GPU bundle. Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q
+tests/gpu/test_serve_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.conftest import GPU_TACTIC_SOURCES
+
+pytestmark = pytest.mark.gpu
+
+PROFILE = "x:1x3x8x8,2x3x8x8,4x3x8x8"
+
+
+def free_ports(n: int) -> list:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from trtkit.builder.builder import build_serialized
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
+
+    config = BuildConfig(profiles=[parse_shapes(PROFILE)], tactic_sources=GPU_TACTIC_SOURCES, tf32=False)
+    path = tmp_path_factory.mktemp("serve") / "tiny.engine"
+    path.write_bytes(build_serialized(models.tiny_conv(), config).engine)
+    return path
+
+
+def test_serve_round_trips_on_the_gpu(engine):
+    pytest.importorskip("pytriton", reason="the serve extra is not in this environment (pip install 'trtkit[serve]')")
+    import tritonclient.grpc as tgrpc
+    import tritonclient.http as thttp
+    from tritonclient.utils import InferenceServerException
+
+    from trtkit._lazy import cudart
+    from trtkit.runtime.runner import TrtRunner
+    from trtkit.serve import ServeSettings, Server
+
+    gpus = tuple(range(min(2, int(cudart().cudaGetDeviceCount()[1]))))
+    http_port, grpc_port, metrics_port = free_ports(3)
+    x = np.random.default_rng(0).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    with TrtRunner(engine) as runner:
+        want = runner.infer({"x": x})["y"]
+    settings = ServeSettings(instances=2, gpus=gpus, http_port=http_port, grpc_port=grpc_port,
+                             metrics_port=metrics_port, exit_timeout_s=10)
+    with Server([engine], settings) as server:
+        (model,) = server.models
+        assert [d for d, _ in model.runners] == [g for g in gpus for _ in range(2)] and model.max_batch == 4
+        with thttp.InferenceServerClient(f"127.0.0.1:{http_port}") as http:
+            inp = thttp.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), want, rtol=1e-5, atol=1e-6)
+            bad = thttp.InferInput("x", [1, 3, 9, 9], "FP32")
+            bad.set_data_from_numpy(np.zeros((1, 3, 9, 9), np.float32))
+            with pytest.raises(InferenceServerException, match="unexpected shape for input 'x'"):
+                http.infer("tiny", [bad])
+            assert http.is_model_ready("tiny")
+        with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc:
+            ginp = tgrpc.InferInput("x", list(x.shape), "FP32")
+            ginp.set_data_from_numpy(x)
+            np.testing.assert_allclose(grpc.infer("tiny", [ginp], client_timeout=60).as_numpy("y"), want, rtol=1e-5,
+                                       atol=1e-6)
+    assert not server.models[0].runners  # every runner closed

@@ -1,0 +1,50 @@
+"""``trtkit serve`` in a child process over the fake TensorRT and fake CUDA: ``python serve_child.py ARGS...``.
+
+The CPU tier's stand-in for a GPU host. ``TRTKIT_FAKE_GPUS`` sets how many fake GPUs there are (default 1);
+``TRTKIT_FAKE_INFER_S`` makes every runner call take that long (requests in flight while the server is stopped). On
+exit it prints one line, ``FAKE_CUDA {json}``: device memory still allocated and the devices allocations were made on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(argv: list) -> int:
+    import cuda.bindings
+
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    rt = FakeCudart(devices=int(os.environ.get("TRTKIT_FAKE_GPUS", "1")))
+    sys.modules["tensorrt"] = make_fake_trt("8.6.0")
+    sys.modules["cuda.bindings.runtime"] = rt
+    cuda.bindings.runtime = rt
+    from trtkit.cli.main import main as trtkit_main
+
+    delay = float(os.environ.get("TRTKIT_FAKE_INFER_S", "0"))
+    if delay:
+        import time
+
+        from trtkit.runtime.runner import TrtRunner
+
+        infer = TrtRunner.infer
+
+        def slow_infer(self, feed, **kwargs):
+            time.sleep(delay)
+            return infer(self, feed, **kwargs)
+
+        TrtRunner.infer = slow_infer
+
+    code = trtkit_main(argv)
+    devices = sorted(set(rt.allocation_device.values()))
+    print("FAKE_CUDA " + json.dumps({"live": rt.live_allocations(), "devices": devices,
+                                     "set_device_calls": rt.calls["cudaSetDevice"]}), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.exit(main(sys.argv[1:]))

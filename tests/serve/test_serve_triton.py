@@ -1,0 +1,223 @@
+"""``trtkit serve`` end to end on a real Triton (pytriton) over the fake TensorRT and fake CUDA: HTTP and gRPC round
+trips, Triton's health/ready/metrics endpoints, bad requests, an engine that fails to load, two fake GPUs, and SIGTERM
+draining requests in flight. Servers bind 127.0.0.1; every wait is bounded."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.runtime.fakes import fake_engine_bytes
+from trtkit.errors import DependencyError
+
+CHILD = Path(__file__).with_name("serve_child.py")
+ROOT = Path(__file__).parents[2]
+PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
+START_TIMEOUT_S = 90
+
+
+def _skip_reason() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("pytriton") is None:
+        return ("the serve extra is not installed (pip install 'trtkit[serve]'; not in dev: nvidia-pytriton pins "
+                "numpy<2)")
+    try:
+        import tritonclient.grpc  # noqa: F401
+        import tritonclient.http  # noqa: F401
+
+        from trtkit.serve.backend import backend_environment
+
+        backend_environment()
+    except ImportError as exc:
+        return f"the serve extra is not installed (pip install 'trtkit[serve]'): {exc}"
+    except DependencyError as exc:
+        return f"Triton's Python backend cannot run on this Python: {exc}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+def free_ports(n: int) -> list:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def expected_outputs(engine: Path, x: np.ndarray) -> np.ndarray:
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.runtime.runner import TrtRunner
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart())) as runner:
+        return runner.infer({"x": x})["y"]
+
+
+class Child:
+    """``trtkit serve ARGS`` in a child process; ``status`` is its --json once ready."""
+
+    def __init__(self, tmp_path: Path, args: list, env: dict | None = None):
+        self.status_path = tmp_path / "status.json"
+        self.out_path = tmp_path / "serve.out"
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        with open(self.out_path, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, str(CHILD), "serve", *args, "--json",
+                                          str(self.status_path)], stdout=out, stderr=subprocess.STDOUT, env=full_env)
+
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    def wait_ready(self) -> dict:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.status_path.exists():
+                return json.loads(self.status_path.read_text())
+            if self.proc.poll() is not None:
+                pytest.fail(f"trtkit serve exited {self.proc.returncode}:\n{self.output()}")
+            time.sleep(0.2)
+        self.kill()
+        pytest.fail(f"trtkit serve not ready after {START_TIMEOUT_S} s:\n{self.output()}")
+
+    def finish(self, timeout_s: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"trtkit serve still running {timeout_s} s after SIGTERM:\n{self.output()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def engines(tmp_path):
+    good = tmp_path / "tiny.engine"
+    good.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
+    junk = tmp_path / "junk.engine"
+    junk.write_bytes(b"this is not an engine")
+    return good, junk
+
+
+def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engines):
+    import tritonclient.grpc as tgrpc
+    import tritonclient.http as thttp
+    from tritonclient.utils import InferenceServerException
+
+    good, junk = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    child = Child(tmp_path, [str(good), str(junk), "--instances", "2", "--gpus", "0,1", "--http-port",
+                             str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+                             "--max-queue-delay-us", "500"],
+                  env={"TRTKIT_FAKE_GPUS": "2", "TRTKIT_FAKE_INFER_S": "0.2"})
+    try:
+        status = child.wait_ready()
+        assert [m["name"] for m in status["models"]] == ["tiny"]
+        assert status["models"][0]["instances"] == [0, 0, 1, 1] and status["models"][0]["max_batch"] == 4
+        (failed,) = status["failed"]
+        assert failed["engine"] == str(junk) and "could not be deserialized" in failed["reason"]
+        assert f"not served {junk}" in " ".join(child.output().split())
+
+        x = np.random.default_rng(0).standard_normal((3, 3, 8, 8)).astype(np.float32)
+        want = expected_outputs(good, x)
+        http = thttp.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=30)
+        assert http.is_server_live() and http.is_server_ready() and http.is_model_ready("tiny")
+        inp = thttp.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), want, rtol=1e-6)
+        grpc = tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        ginp = tgrpc.InferInput("x", list(x[:1].shape), "FP32")
+        ginp.set_data_from_numpy(x[:1])
+        np.testing.assert_allclose(grpc.infer("tiny", [ginp], client_timeout=30).as_numpy("y"), want[:1], rtol=1e-6)
+
+        for bad, dtype, says in ((np.zeros((1, 3, 9, 9), np.float32), "FP32", "unexpected shape for input 'x'"),
+                                 (np.zeros((1, 3, 8, 8), np.int32), "INT32",
+                                  "inference input 'x' data-type is 'INT32'"),
+                                 (np.zeros((5, 3, 8, 8), np.float32), "FP32", "batch-size must be <= 4")):
+            binp = thttp.InferInput("x", list(bad.shape), dtype)
+            binp.set_data_from_numpy(bad)
+            with pytest.raises(InferenceServerException, match=says):
+                http.infer("tiny", [binp])
+        assert http.is_model_ready("tiny")  # still serving
+        np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), want, rtol=1e-6)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert 'nv_inference_request_success{model="tiny",version="1"} 3' in metrics
+
+        from trtkit.bench.serving import LoadSettings, load_test
+
+        for use_grpc, port in ((False, http_port), (True, grpc_port)):
+            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
+                                grpc=use_grpc)
+            results = load_test(f"127.0.0.1:{port}", "tiny", load)
+            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)]
+            assert all(r.p50_ms <= r.p90_ms <= r.p99_ms and r.ips > 0 for r in results)
+
+        http.close()  # Triton's shutdown waits for open connections (up to --exit-timeout-s)
+        grpc.close()
+        # requests in flight when SIGTERM comes are answered before the server exits
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            def one(_):
+                with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+                    return client.infer("tiny", [ginp], client_timeout=30).as_numpy("y")
+
+            futures = [pool.submit(one, i) for i in range(4)]
+            time.sleep(0.3)
+            child.proc.send_signal(signal.SIGTERM)
+            for f in futures:
+                np.testing.assert_allclose(f.result(timeout=60), want[:1], rtol=1e-6)
+        assert child.finish() == 0
+    finally:
+        child.kill()
+    out = child.output()
+    assert "stopping: finishing requests in flight" in out and "stopped" in out
+    fake = json.loads(out.split("FAKE_CUDA ", 1)[1].splitlines()[0])
+    assert fake["devices"] == [0, 1] and fake["live"]["device"] == 0 and fake["live"]["streams"] == 0
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--strict"], "--strict: every engine must load; could not load '{junk}'"),
+    (["--max-batch", "8"], "--max-batch 8 is above the largest batch of engine '{good}' (profile 0 takes 1..4)"),
+    (["--instances", "0"], "--instances must be 1 or more, not 0"),
+])
+def test_refusals_before_serving(tmp_path, engines, extra, says):
+    good, junk = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    targets = [str(good), str(junk)] if "--strict" in extra else [str(good)]
+    proc = subprocess.run([sys.executable, str(CHILD), "serve", *targets, *extra, "--http-port", str(http_port),
+                           "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert says.format(good=good, junk=junk) in " ".join(proc.stderr.split())
+
+
+def test_port_in_use_is_named(tmp_path, engines):
+    good, _ = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", grpc_port))
+        s.listen()
+        proc = subprocess.run([sys.executable, str(CHILD), "serve", str(good), "--http-port", str(http_port),
+                               "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1
+    assert f"gRPC port {grpc_port} on 127.0.0.1 is in use by pid {os.getpid()}" in " ".join(proc.stderr.split())

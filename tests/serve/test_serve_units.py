@@ -1,0 +1,158 @@
+"""The pieces of ``trtkit serve`` that need no Triton: batch limits, settings, instances spread over GPUs (fake CUDA
+with several devices), request batching, ports in use, and what the Python backend needs from this interpreter."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.runtime.fakes import fake_engine_bytes
+from trtkit.errors import CudaError, DependencyError, ProfileError, ServeError, TrtkitError
+from trtkit.export.triton import triton_model
+from trtkit.runtime.cuda import Cuda
+from trtkit.runtime.runner import TrtRunner
+from trtkit.serve import backend, ports
+from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model, run_requests
+from trtkit.testing.fake_cuda import FakeCudart
+from trtkit.testing.fake_trt import make_fake_trt
+
+PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
+
+
+@pytest.fixture
+def engine(tmp_path):
+    path = tmp_path / "tiny.engine"
+    path.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
+    return path
+
+
+def test_batch_limit_from_profile_and_max_batch(engine):
+    spec = triton_model(engine, trt=make_fake_trt("8.6.0"))
+    assert batch_limit(spec, None, engine) == (4, (2, 4))
+    assert batch_limit(spec, 3, engine) == (3, (2, 3))
+    assert batch_limit(spec, 1, engine) == (1, (1,))
+    with pytest.raises(ProfileError, match=r"--max-batch 8 is above the largest batch .* \(profile 0 takes 1..4\)"):
+        batch_limit(spec, 8, engine)
+
+
+def test_unbatched_engine_refuses_max_batch(tmp_path):
+    path = tmp_path / "fixed.engine"
+    path.write_bytes(fake_engine_bytes(models.tiny_conv(dynamic_batch=False)))
+    spec = triton_model(path, trt=make_fake_trt("8.6.0"))
+    assert batch_limit(spec, None, path) == (0, ())
+    with pytest.raises(ProfileError, match="serves it unbatched; leave out --max-batch"):
+        batch_limit(spec, 2, path)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"instances": 0}, "--instances must be 1 or more, not 0"),
+    ({"max_batch": 0}, "--max-batch must be 1 or more"),
+    ({"max_queue_delay_us": -1}, "--max-queue-delay-us must be 0 or more"),
+    ({"gpus": (0, 0)}, "give distinct GPU indices"),
+    ({"gpus": ()}, "give distinct GPU indices"),
+])
+def test_bad_settings(kwargs, message):
+    with pytest.raises(TrtkitError, match=message):
+        ServeSettings(**kwargs).check()
+
+
+def test_instances_spread_over_gpus_each_called_on_its_own(engine):
+    rt = FakeCudart(devices=3)
+    cuda, trt = Cuda(rt), make_fake_trt("8.6.0")
+    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2)), trt=trt, cuda=cuda)
+    assert [d for d, _ in model.runners] == [0, 0, 2, 2]
+    assert sorted(set(rt.allocation_device.values())) == [0, 2]
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with TrtRunner(engine, trt=trt, cuda=cuda) as reference:  # made on device 2, the current one now
+        expected = reference.infer({"x": x})["y"]
+    for device, runner in model.runners:
+        rt.cudaSetDevice(1)  # pytriton's thread may have any device current
+        (out,) = instance_callable(runner, device, cuda, batched=True)([{"x": x}])
+        np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
+    rt.cudaSetDevice(1)
+    with pytest.raises(CudaError, match="cudaErrorInvalidResourceHandle"):  # what the device switch prevents
+        model.runners[0][1].infer({"x": x})
+    close_model(model, cuda)
+    assert rt.live_allocations()["device"] == 0
+
+
+def test_load_model_frees_what_it_made_when_a_gpu_is_missing(engine):
+    rt = FakeCudart(devices=1)
+    with pytest.raises(CudaError, match=r"cudaSetDevice\(1\)"):
+        load_model(engine, ServeSettings(gpus=(0, 1)), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+    assert rt.live_allocations()["device"] == 0
+
+
+def test_requests_joined_into_one_batch_and_split_back(engine):
+    rt = FakeCudart()
+    with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt)) as runner:
+        rng = np.random.default_rng(1)
+        reqs = [{"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)} for n in (1, 2, 1)]
+        calls = rt.calls["cudaStreamSynchronize"] + rt.calls["cudaEventSynchronize"]
+        outs = run_requests(runner, reqs, batched=True)
+        assert rt.calls["cudaStreamSynchronize"] + rt.calls["cudaEventSynchronize"] == calls + 1  # one call
+        assert [o["y"].shape[0] for o in outs] == [1, 2, 1]
+        for req, out in zip(reqs, outs):
+            np.testing.assert_allclose(out["y"], runner.infer(req)["y"], rtol=1e-6)
+
+
+def test_port_in_use_is_named_with_its_process():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not ports.port_is_free("127.0.0.1", port)
+        with pytest.raises(ServeError, match=rf"HTTP port {port} on 127.0.0.1 is in use by pid {os.getpid()} "):
+            ports.check_ports("127.0.0.1", {"HTTP": port})
+    with pytest.raises(TrtkitError, match="HTTP and gRPC ports are both 9000"):
+        ports.check_ports("127.0.0.1", {"gRPC": 9000, "HTTP": 9000})
+    with pytest.raises(TrtkitError, match="outside 1..65535"):
+        ports.check_ports("127.0.0.1", {"HTTP": 70000})
+
+
+def test_python_without_shared_library_is_refused_with_a_fix(tmp_path):
+    with pytest.raises(DependencyError, match="built without it .*--enable-shared"):
+        backend.python_library({"Py_ENABLE_SHARED": 0, "LIBDIR": str(tmp_path)}, (3, 11))
+    (tmp_path / "libpython3.11.so.1.0").write_bytes(b"")
+    found = backend.python_library({"Py_ENABLE_SHARED": 1, "LIBDIR": str(tmp_path),
+                                    "INSTSONAME": "libpython3.11.so.1.0"}, (3, 11))
+    assert found == tmp_path / "libpython3.11.so.1.0"
+
+
+def test_missing_backend_stub_names_the_versions_there_are(tmp_path):
+    stubs = tmp_path / "tritonserver" / "python_backend_stubs"
+    for v in ("3.10", "3.12"):
+        (stubs / v).mkdir(parents=True)
+        (stubs / v / "triton_python_backend_stub").write_bytes(b"")
+    assert backend.check_backend_stub(tmp_path, (3, 12)).parent.name == "3.12"
+    with pytest.raises(DependencyError, match=r"no Python backend stub for Python 3.9 \(it has 3.10, 3.12\)"):
+        backend.check_backend_stub(tmp_path, (3, 9))
+
+
+def test_backend_environment_puts_this_interpreters_library_first():
+    pytest.importorskip("pytriton", reason="nvidia-pytriton is not installed (pip install 'trtkit[serve]')")
+    try:
+        libdir = str(backend.python_library().parent)
+    except DependencyError as exc:
+        pytest.skip(f"this Python cannot run Triton's Python backend: {exc}")
+    env = backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
+    assert env["LD_LIBRARY_PATH"] == f"{libdir}:/usr/lib"
+    # the stub Triton runs, under that environment, resolves libpython to this interpreter's own
+    import pytriton
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("ldd") is None:
+        pytest.skip("no ldd to ask the dynamic loader")
+    stub = backend.check_backend_stub(Path(pytriton.__file__).parent)
+    seen = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **env}).stdout
+    soname = f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
+    (line,) = [x for x in seen.splitlines() if soname in x]
+    assert line.split("=>")[1].split("(")[0].strip() == str(backend.python_library())

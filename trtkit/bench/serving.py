@@ -1,0 +1,189 @@
+"""Load on a running Triton server (``trtkit bench --server URL --model NAME``): what perf_analyzer would report.
+
+For each concurrency, that many asyncio workers send requests back to back with tritonclient's async clients (HTTP or
+gRPC) until ``duration_s`` or ``max_requests`` (whichever first); a short warm-up at the same concurrency comes
+first. Latency is each request's round trip seen by the client. Inputs are random arrays of the model's input shapes
+(from the server's model metadata) at ``batch`` rows per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from trtkit.bench.stats import percentile
+from trtkit.errors import DependencyError, ServeError, TrtkitError
+
+# Triton data type -> numpy dtype, for the random inputs
+_DTYPES = {"FP32": np.float32, "FP16": np.float16, "INT32": np.int32, "INT64": np.int64, "INT8": np.int8,
+           "UINT8": np.uint8, "BOOL": np.bool_}
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How much load: concurrency levels, how long or how many requests each, rows per request."""
+
+    concurrency: tuple = (1, 8, 64)
+    duration_s: float = 5.0
+    max_requests: int = 100_000
+    warmup_s: float = 0.5
+    batch: int = 1
+    grpc: bool = False
+    timeout_s: float = 30.0
+    keep_latencies: bool = False  # LoadResult.latencies_ms (to merge the levels of several client processes)
+
+    def check(self) -> None:
+        if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
+            raise TrtkitError(f"--concurrency {','.join(map(str, self.concurrency))}: give levels of 1 or more, "
+                              f"e.g. 1,8,64")
+        if self.duration_s <= 0 or self.max_requests < 1 or self.batch < 1 or self.warmup_s < 0:
+            raise TrtkitError("--duration-s must be above 0, --requests and --batch 1 or more, --warmup-s 0 or more")
+
+
+@dataclass
+class LoadResult:
+    """One concurrency level: requests answered and failed, inferences/s (rows), latency percentiles in ms."""
+
+    concurrency: int
+    requests: int
+    failed: int
+    wall_s: float
+    ips: float
+    rps: float
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    errors: list = field(default_factory=list)
+    latencies_ms: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        if not self.latencies_ms:
+            del data["latencies_ms"]
+        return data
+
+
+def load_test(url: str, model: str, settings: LoadSettings | None = None) -> list:
+    """Put load on ``model`` at ``url`` at each concurrency; one :class:`LoadResult` per level.
+
+    Raises:
+        DependencyError: tritonclient is not installed.
+        ServeError: the server or model is not ready, or its inputs cannot be made up (a dynamic dimension).
+    """
+    settings = settings or LoadSettings()
+    settings.check()
+    return asyncio.run(_load_test(url, model, settings))
+
+
+def _client(url: str, grpc: bool):
+    try:
+        if grpc:
+            from tritonclient.grpc import aio as module
+        else:
+            from tritonclient.http import aio as module
+    except ImportError as exc:
+        raise DependencyError(f"trtkit bench --server needs tritonclient ({exc}); install it with "
+                              f'pip install "trtkit[serve]"') from exc
+    return module, module.InferenceServerClient(url)
+
+
+async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
+    module, client = _client(_strip_scheme(url), settings.grpc)
+    try:
+        inputs = await _inputs(client, module, model, settings, url)
+        results = []
+        for level in settings.concurrency:
+            warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
+            if settings.warmup_s > 0:
+                await _level(client, model, inputs, int(level), warm, settings.max_requests)
+            results.append(await _level(client, model, inputs, int(level), settings, settings.max_requests))
+        return results
+    finally:
+        await client.close()
+
+
+def _strip_scheme(url: str) -> str:
+    for scheme in ("http://", "https://", "grpc://"):
+        if url.startswith(scheme):
+            return url[len(scheme):]
+    return url
+
+
+async def _inputs(client, module, model: str, settings: LoadSettings, url: str) -> list:
+    try:
+        ready = await client.is_model_ready(model)
+    except Exception as exc:  # tritonclient raises its own error types and connection errors
+        raise ServeError(f"No Triton server answers {'gRPC' if settings.grpc else 'HTTP'} at {url}: {exc}") from exc
+    if not ready:
+        raise ServeError(f"Model '{model}' is not ready on the server at {url} (not loaded, or named otherwise there)")
+    meta = await client.get_model_metadata(model, **({"as_json": True} if settings.grpc else {}))
+    config = await client.get_model_config(model, **({"as_json": True} if settings.grpc else {}))
+    config = config.get("config", config)
+    batched = int(config.get("max_batch_size", 0)) > 0
+    inputs = []
+    rng = np.random.default_rng(0)
+    for spec in meta["inputs"]:
+        shape = [int(d) for d in spec["shape"]]
+        if batched:
+            shape = [settings.batch, *shape[1:]]
+        if any(d < 0 for d in shape):
+            raise ServeError(f"Input '{spec['name']}' of model '{model}' has a dynamic dimension {spec['shape']}; "
+                             f"trtkit bench --server makes inputs only for fixed shapes")
+        dtype = _DTYPES.get(spec["datatype"])
+        if dtype is None:
+            raise ServeError(f"Input '{spec['name']}': data type {spec['datatype']} is not one trtkit can make up")
+        data = (rng.standard_normal(shape) if dtype in (np.float32, np.float16) else rng.integers(0, 2, shape))
+        item = module.InferInput(spec["name"], shape, spec["datatype"])
+        item.set_data_from_numpy(np.ascontiguousarray(data.astype(dtype)))
+        inputs.append(item)
+    return inputs
+
+
+async def _level(client, model: str, inputs: list, concurrency: int, settings: LoadSettings, cap: int) -> LoadResult:
+    latencies: list = []
+    errors: list = []
+    budget = [cap]
+    deadline = time.perf_counter() + settings.duration_s
+
+    async def worker():
+        while budget[0] > 0 and time.perf_counter() < deadline:
+            budget[0] -= 1
+            start = time.perf_counter()
+            try:
+                await asyncio.wait_for(client.infer(model, inputs), settings.timeout_s)
+            except Exception as exc:  # a failed request is counted and the load goes on
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            latencies.append((time.perf_counter() - start) * 1e3)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
+    done = sorted(latencies)
+
+    def pct(q):
+        return round(percentile(done, q), 4) if done else None
+
+    return LoadResult(concurrency, len(done), len(errors), round(wall, 4), round(len(done) * settings.batch / wall, 2),
+                      round(len(done) / wall, 2), pct(50), pct(90), pct(99), sorted(set(errors))[:5],
+                      latencies if settings.keep_latencies else [])
+
+
+def render(results: list, console, *, title: str) -> None:
+    """The results as a rich table."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("concurrency", "requests", "failed", "inferences/s", "p50 ms", "p90 ms", "p99 ms"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(*(("-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for v in
+                    (r.concurrency, r.requests, r.failed, r.ips, r.p50_ms, r.p90_ms, r.p99_ms)))
+    console.print(t)
+    for r in results:
+        for text in r.errors:
+            console.print(f"[red]concurrency {r.concurrency}: failed request[/] {text}")

@@ -1,0 +1,15 @@
+"""Serving engines on a real NVIDIA Triton Inference Server, from Python (``trtkit serve``).
+
+    settings = ServeSettings(instances=2, max_batch=32, max_queue_delay_us=100, gpus=(0, 1))
+    with Server(["resnet50.engine"], settings) as server:     # Triton ready; models loaded, or named where not
+        server.wait()                                         # until SIGTERM/SIGINT or stop(); drains, then exits
+
+pytriton (``pip install "trtkit[serve]"``) ships the ``tritonserver`` binary and its Python backend; each model
+instance is one :class:`~trtkit.runtime.runner.TrtRunner` (CUDA graphs, its own stream) on its GPU, with Triton's
+dynamic batcher in front. :mod:`trtkit.serve.backend` prepares what Triton's Python backend needs from this
+interpreter; :mod:`trtkit.serve.ports` names a port that is already taken.
+"""
+
+from trtkit.serve.server import LoadFailure, ServeSettings, Server
+
+__all__ = ["LoadFailure", "ServeSettings", "Server"]

@@ -1,0 +1,362 @@
+"""``trtkit serve``: engines on a real Triton Inference Server (pytriton), one TrtRunner per model instance.
+
+Each engine becomes one Triton model. Its inputs, outputs and batch limit come from the engine and its profile 0
+(:func:`trtkit.export.triton.triton_model`); ``--max-batch`` may lower the limit, never raise it. Each model gets
+``instances`` runners on every GPU of ``gpus`` (Triton's ``instance_group`` count is per GPU too), each a
+:class:`~trtkit.runtime.runner.TrtRunner` with CUDA graphs and its own stream, made and called with its GPU current.
+Triton's dynamic batcher gathers requests up to the batch limit (waiting at most ``max_queue_delay_us`` for a fuller
+batch); an instance runs the gathered requests as one batch and hands each request its slice of the outputs.
+
+An engine that cannot be loaded is named (:attr:`Server.failures`) and the others are served, unless ``strict``.
+Stopping (:meth:`Server.stop`) lets Triton finish the requests in flight, then frees the runners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trtkit.errors import ProfileError, ServeError, TrtkitError
+
+logger = logging.getLogger("trtkit")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How to serve.
+
+    Attributes:
+        instances: model instances per GPU, each one runner.
+        max_batch: the largest batch the dynamic batcher forms (default: the profile's largest batch).
+        max_queue_delay_us: the batcher's longest wait for a fuller batch.
+        gpus: the GPUs that get instances.
+        host: the address every endpoint binds (loopback by default).
+        http_port / grpc_port / metrics_port: Triton's endpoints.
+        strict: stop when any engine cannot be loaded, instead of serving the others.
+        cuda_graph: replay each batch shape from a CUDA graph.
+        exit_timeout_s: how long stopping waits for requests in flight.
+        log_file: where Triton's own log goes (default: a file in a temporary folder, quoted on failures).
+    """
+
+    instances: int = 1
+    max_batch: int | None = None
+    max_queue_delay_us: int = 100
+    gpus: tuple = (0,)
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    strict: bool = False
+    cuda_graph: bool = True
+    exit_timeout_s: int = 30
+    log_file: str | None = None
+
+    def check(self) -> None:
+        """Raises TrtkitError for a setting no server could use."""
+        if int(self.instances) < 1:
+            raise TrtkitError(f"--instances must be 1 or more, not {self.instances}")
+        if self.max_batch is not None and int(self.max_batch) < 1:
+            raise TrtkitError(f"--max-batch must be 1 or more, not {self.max_batch}")
+        if int(self.max_queue_delay_us) < 0:
+            raise TrtkitError(f"--max-queue-delay-us must be 0 or more, not {self.max_queue_delay_us}")
+        if not self.gpus or any(int(g) < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
+            raise TrtkitError(f"--gpus {','.join(map(str, self.gpus))}: give distinct GPU indices, e.g. 0,1")
+
+    def devices(self) -> list:
+        """The GPU of each instance, per model: ``instances`` on each GPU, in order."""
+        return [int(g) for g in self.gpus for _ in range(int(self.instances))]
+
+    def ports(self) -> dict:
+        return {"HTTP": int(self.http_port), "gRPC": int(self.grpc_port), "metrics": int(self.metrics_port)}
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """An engine that could not be served, and why."""
+
+    engine: str
+    reason: str
+
+
+@dataclass
+class LoadedModel:
+    """One engine ready to serve: its Triton description, batch limit and one ``(gpu, runner)`` per instance."""
+
+    engine: str
+    spec: object  # trtkit.export.triton.TritonModel
+    max_batch: int
+    preferred_batch_sizes: tuple
+    runners: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def batch_limit(spec, max_batch: int | None, engine) -> tuple:
+    """``(max batch, preferred batch sizes)`` for a model, from its profile and ``--max-batch``.
+
+    Raises:
+        ProfileError: ``max_batch`` is above the profile's largest batch, or given for an unbatched engine.
+    """
+    if spec.max_batch_size == 0:
+        if max_batch is not None:
+            raise ProfileError(f"Engine '{engine}' has a fixed first dimension, so Triton serves it unbatched; "
+                               f"leave out --max-batch (or rebuild with a dynamic batch dimension)")
+        return 0, ()
+    if max_batch is None:
+        return spec.max_batch_size, spec.preferred_batch_sizes
+    if int(max_batch) > spec.max_batch_size:
+        raise ProfileError(f"--max-batch {max_batch} is above the largest batch of engine '{engine}' "
+                           f"(profile 0 takes 1..{spec.max_batch_size}); use --max-batch {spec.max_batch_size} or "
+                           f"less, or rebuild the engine with a larger max shape")
+    preferred = sorted({s for s in spec.preferred_batch_sizes if s <= int(max_batch)} | {int(max_batch)})
+    return int(max_batch), tuple(preferred)
+
+
+def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> LoadedModel:
+    """Describe ``engine`` for Triton and make one runner per instance, each on its GPU.
+
+    Raises:
+        EngineError / ProfileError / CudaError: the engine cannot be loaded or served as asked (nothing is left
+            allocated).
+    """
+    from trtkit.export.triton import triton_model
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.runtime.runner import TrtRunner
+
+    cuda = cuda or Cuda()
+    spec = triton_model(engine, trt=trt)
+    max_batch, preferred = batch_limit(spec, settings.max_batch, engine)
+    model = LoadedModel(str(engine), spec, max_batch, preferred)
+    try:
+        for device in settings.devices():
+            cuda.set_device(device)
+            runner = TrtRunner(engine, cuda_graph=settings.cuda_graph, trt=trt, cuda=cuda)
+            model.runners.append((device, runner.activate()))
+    except BaseException:
+        close_model(model, cuda)
+        raise
+    return model
+
+
+def close_model(model: LoadedModel, cuda) -> None:
+    """Free every runner of ``model``, each with its GPU current."""
+    for device, runner in model.runners:
+        with contextlib.suppress(TrtkitError):
+            cuda.set_device(device)
+        runner.close()
+    model.runners.clear()
+
+
+def run_requests(runner, requests: list, batched: bool) -> list:
+    """Run Triton's gathered ``requests`` (each a mapping of input name to array) on ``runner``.
+
+    A batched model's requests are joined along the batch dimension into one call and each gets its rows of the
+    outputs back; an unbatched model runs them one by one.
+    """
+    if not batched:
+        return [runner.infer({name: req[name] for name in req}) for req in requests]
+    if len(requests) == 1:
+        req = requests[0]
+        return [runner.infer({name: req[name] for name in req})]
+    names = list(requests[0])
+    sizes = [len(req[names[0]]) for req in requests]
+    outputs = runner.infer({name: np.concatenate([req[name] for req in requests]) for name in names})
+    cuts = np.cumsum(sizes)[:-1]
+    split = {name: np.split(value, cuts) for name, value in outputs.items()}
+    return [{name: parts[i] for name, parts in split.items()} for i in range(len(requests))]
+
+
+def instance_callable(runner, device: int, cuda, batched: bool):
+    """The function pytriton calls for one model instance: its GPU made current, then :func:`run_requests`."""
+
+    def infer(requests):
+        cuda.set_device(device)
+        return run_requests(runner, requests, batched)
+
+    return infer
+
+
+class Server:
+    """Engines served by one Triton Inference Server (pytriton) in this process; a context manager.
+
+    Args:
+        engines: engine files, one Triton model each (named after the file's stem).
+        settings: see :class:`ServeSettings`.
+        trt / cuda: the ``tensorrt`` module and a :class:`~trtkit.runtime.cuda.Cuda` (tests pass fakes).
+
+    Attributes:
+        models: the models being served (:class:`LoadedModel`).
+        failures: the engines that could not be loaded (:class:`LoadFailure`).
+        load_s: seconds to load every engine and make its runners.
+        ready_s: seconds from the engines loaded to Triton answering ready with every model.
+    """
+
+    def __init__(self, engines, settings: ServeSettings | None = None, *, trt=None, cuda=None):
+        self.engines = [str(e) for e in engines]
+        self.settings = settings or ServeSettings()
+        self._trt, self._cuda = trt, cuda
+        self.models: list = []
+        self.failures: list = []
+        self.load_s = self.ready_s = None
+        self._triton = None
+        self._stop = threading.Event()
+        self._log_dir = None
+
+    def __enter__(self) -> "Server":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.settings.log_file) if self.settings.log_file else Path(self._log_dir.name) / "triton.log"
+
+    def start(self) -> "Server":
+        """Check the settings and ports, load the engines, start Triton and wait until every model is ready.
+
+        Raises:
+            TrtkitError: a bad setting; DependencyError: pytriton is missing or cannot run on this Python;
+            ServeError: a port is in use, no engine (or, with ``strict``, not every engine) could be loaded,
+            or Triton did not become ready (its log's last lines quoted).
+        """
+        from trtkit.runtime.cuda import Cuda
+        from trtkit.serve.backend import backend_environment
+        from trtkit.serve.ports import check_ports
+
+        self.settings.check()
+        if not self.engines:
+            raise TrtkitError("Give at least one engine to serve")
+        env = backend_environment()
+        check_ports(self.settings.host, self.settings.ports())
+        self._cuda = self._cuda or Cuda()
+        self._load_all()
+        self._log_dir = None if self.settings.log_file else tempfile.TemporaryDirectory(prefix="trtkit-serve-")
+        started = time.monotonic()
+        try:
+            self._start_triton(env)
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_s = time.monotonic() - started
+        return self
+
+    def _load_all(self) -> None:
+        started = time.monotonic()
+        names: dict = {}
+        for engine in self.engines:
+            try:
+                model = load_model(engine, self.settings, trt=self._trt, cuda=self._cuda)
+            except TrtkitError as exc:
+                self.failures.append(LoadFailure(engine, str(exc)))
+                logger.warning("Not serving '%s': %s", engine, exc)
+                continue
+            if model.name in names:
+                close_model(model, self._cuda)
+                self.failures.append(LoadFailure(engine, f"model name '{model.name}' is taken by "
+                                                         f"'{names[model.name]}'; rename one engine file"))
+                continue
+            names[model.name] = engine
+            self.models.append(model)
+        self.load_s = time.monotonic() - started
+        if self.failures and (self.settings.strict or not self.models):
+            listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
+            self._close_models()
+            why = "--strict: every engine must load" if self.models or self.settings.strict else "nothing to serve"
+            raise ServeError(f"{why}; could not load {listed}")
+
+    def _start_triton(self, env: dict) -> None:
+        from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+        from pytriton.triton import Triton, TritonConfig
+
+        s = self.settings
+        config = TritonConfig(http_address=s.host, http_port=s.http_port, grpc_address=s.host,
+                              grpc_port=s.grpc_port, metrics_address=s.host, metrics_port=s.metrics_port,
+                              exit_timeout_secs=int(s.exit_timeout_s), log_file=self.log_file)
+        self._triton = Triton(config=config)
+        for model in self.models:
+            batched = model.max_batch > 0
+            batcher = DynamicBatcher(max_queue_delay_microseconds=int(s.max_queue_delay_us),
+                                     preferred_batch_size=list(model.preferred_batch_sizes) or None)
+            self._triton.bind(
+                model_name=model.name,
+                infer_func=[instance_callable(r, d, self._cuda, batched) for d, r in model.runners],
+                inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.inputs],
+                outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.outputs],
+                config=ModelConfig(batching=batched, max_batch_size=max(model.max_batch, 1), batcher=batcher),
+                strict=True)
+        try:
+            with _environ(env):
+                self._triton.run()
+        except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
+            raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){self._log_tail()}") from exc
+
+    def _log_tail(self, lines: int = 8) -> str:
+        try:
+            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return ""
+        return (f"; the end of Triton's log ({self.log_file}): " + " | ".join(tail)) if tail else ""
+
+    def urls(self) -> dict:
+        s = self.settings
+        host = f"[{s.host}]" if ":" in s.host else s.host
+        return {"http": f"http://{host}:{s.http_port}", "grpc": f"{host}:{s.grpc_port}",
+                "metrics": f"http://{host}:{s.metrics_port}/metrics"}
+
+    def is_alive(self) -> bool:
+        return self._triton is not None and self._triton.is_alive()
+
+    def request_stop(self) -> None:
+        """Make :meth:`wait` return (safe from a signal handler)."""
+        self._stop.set()
+
+    def wait(self, timeout_s: float | None = None, poll_s: float = 0.5) -> bool:
+        """Serve until :meth:`request_stop`, Triton exiting, or ``timeout_s``; True when asked to stop."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._stop.is_set() and self.is_alive():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._stop.wait(poll_s if left is None else min(poll_s, left))
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Stop Triton (it finishes the requests in flight first), then free every runner. Idempotent."""
+        if self._triton is not None:
+            triton, self._triton = self._triton, None
+            triton.stop()
+        self._close_models()
+        if self._log_dir is not None:
+            self._log_dir.cleanup()
+            self._log_dir = None
+
+    def _close_models(self) -> None:
+        for model in self.models:
+            close_model(model, self._cuda)
+
+
+@contextlib.contextmanager
+def _environ(values: dict):
+    """``os.environ`` with ``values`` while pytriton starts the server process (it copies the environment then)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
