@@ -21,33 +21,11 @@ import numpy as np
 from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
 from trtkit.errors import CalibrationError, CudaError
+from trtkit.model import with_outputs
 from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.runner import TrtRunner
 
 logger = logging.getLogger("trtkit")
-
-
-def with_outputs(model, names: list):
-    """A copy of ``model`` whose graph also outputs the tensors ``names`` (FP32; shapes from ONNX inference)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    try:
-        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    except Exception:  # shapes are a courtesy: TensorRT infers them anyway
-        inferred = {}
-    existing = {o.name for o in out.graph.output}
-    for name in names:
-        if name in existing:
-            continue
-        value = out.graph.output.add()
-        if name in inferred:
-            value.CopyFrom(inferred[name])
-        else:
-            value.CopyFrom(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
-    return out
 
 
 def collect_histograms(trt, model, tensors: list, session, build_engine: Callable[[object], bytes], *,

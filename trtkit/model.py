@@ -129,3 +129,28 @@ def model_inputs(proto) -> dict:
     """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic)."""
     initializers = {t.name for t in proto.graph.initializer}
     return {value.name: value_dims(value) for value in proto.graph.input if value.name not in initializers}
+
+
+def with_outputs(model, names: list):
+    """A copy of ``model`` whose graph also outputs the tensors ``names``, typed and shaped by ONNX shape inference
+    (a tensor inference cannot type is declared FLOAT without a shape; TensorRT infers it anyway). ``model`` is left
+    as it was. Used by calibration's statistics engine and by parity's divergence localization."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    try:
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # shapes are a courtesy: TensorRT infers them anyway
+        inferred = {}
+    existing = {o.name for o in out.graph.output}
+    for name in names:
+        if name in existing:
+            continue
+        value = out.graph.output.add()
+        if name in inferred:
+            value.CopyFrom(inferred[name])
+        else:
+            value.CopyFrom(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return out

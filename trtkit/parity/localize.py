@@ -17,6 +17,7 @@ from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.profiles import Profile
 from trtkit.errors import ModelError
 from trtkit.manifest import as_manifest
+from trtkit.model import with_outputs as mark_outputs  # one implementation, shared with calibration
 from trtkit.parity.api import compare_engine_to_onnx
 from trtkit.parity.compare import OutputResult
 from trtkit.parity.metrics import _jsonable
@@ -96,21 +97,6 @@ def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
                              f"{', '.join(t for t, _, _ in found[:20])}{' ...' if len(found) > 20 else ''}")
         found = [f for f in found if f[0] in set(names)]
     return found
-
-
-def mark_outputs(model, tensors):
-    """A copy of ``model`` whose graph outputs also include ``tensors`` (types and shapes from shape inference)."""
-    import onnx
-
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    inferred = onnx.shape_inference.infer_shapes(model)
-    infos = {v.name: v for v in inferred.graph.value_info}
-    existing = {o.name for o in marked.graph.output}
-    for name in tensors:
-        if name not in existing:
-            marked.graph.output.append(infos[name])
-    return marked
 
 
 def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **compare_options) -> LocalizeReport:
