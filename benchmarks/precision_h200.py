@@ -138,8 +138,8 @@ def save_inspector(engine: bytes, path: Path) -> None:
     """The engine inspector's JSON with and without an execution context at the opt shapes (TensorRT 8.6 reports
     formats only with one), kept so a precision report can be recomputed from what TensorRT said."""
     from trtkit._lazy import tensorrt
-    from trtkit.runtime.engine import engine_information
     from trtkit.log import make_trt_logger
+    from trtkit.runtime.engine import engine_information
 
     trt = tensorrt()
     deserialized = trt.Runtime(make_trt_logger(trt)).deserialize_cuda_engine(engine)
@@ -392,7 +392,7 @@ def measure_pair(run: Run, key: str, engines: dict, raw: dict) -> None:
         for side, table, store in (("trtkit", engines, trtkit_ips), ("raw", raw, raw_ips)):
             if key in table:
                 store[str(batch)] = run.guard(f"throughput/{side}/{key}/{batch}",
-                                              lambda: throughput(table[key], batch), cost=5)
+                                              lambda table=table, batch=batch: throughput(table[key], batch), cost=5)
         log(f"throughput {key} batch {batch}: trtkit {trtkit_ips.get(str(batch))} raw {raw_ips.get(str(batch))} img/s")
     if all(trtkit_ips.get(str(b)) for b in BATCHES):
         run.resolved(f"throughput/{key}")

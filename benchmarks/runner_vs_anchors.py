@@ -479,20 +479,21 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
     with TrtRunner(engine, cuda_graph=True, pin_reused_inputs=False) as r:
         for _ in range(50):
             r.infer(feed)
-        bucket = r._buckets[(x.shape,)]
-        (graph,) = r._graphs._graphs.values()
+        in_view = r.host_inputs({INPUT: x.shape})[INPUT]  # the pinned buffer infer copies x into
+        out_view = r.infer(feed, copy_outputs=False)[OUTPUT]  # the pinned buffer the graph copies the output to
+        (graph,) = r.graphs().values()
         steps = {k: [] for k in ("infer", "copy_in", "launch", "sync", "copy_out")}
         for _ in range(calls):
             t0 = ns()
             r.infer(feed)
             t1 = ns()
-            copy_into(bucket.in_views[0], x)
+            copy_into(in_view, x)
             t2 = ns()
             graph.launch(r.stream)
             t3 = ns()
             r.cuda.stream_synchronize(r.stream)
             t4 = ns()
-            copy_of(bucket.out_views[0])
+            copy_of(out_view)
             t5 = ns()
             for key, a, b in (("infer", t0, t1), ("copy_in", t1, t2), ("launch", t2, t3), ("sync", t3, t4),
                               ("copy_out", t4, t5)):
@@ -501,7 +502,7 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
     with TrtRunner(engine, cuda_graph=True) as r:
         for _ in range(50):
             r.infer(feed)
-        (graph,) = [g for key, g in r._graphs._graphs.items() if key[1][0] and key[1][0][0]]  # reads x in place
+        (graph,) = [g for key, g in r.graphs().items() if key.sources[0] and key.sources[0][0]]  # reads x in place
         steps = {k: [] for k in ("in_place_infer", "in_place_launch_sync")}
         for _ in range(calls):
             t0 = ns()
@@ -522,7 +523,7 @@ def breakdown(engine: bytes, x: np.ndarray, calls: int = 2000) -> dict:
         with TrtRunner(engine, cuda_graph=True, device_outputs=True) as r:
             for _ in range(50):
                 r.infer(dev_feed)
-            (graph,) = r._graphs._graphs.values()
+            (graph,) = r.graphs().values()
             steps = {k: [] for k in ("device_infer", "device_launch_sync", "raw_launch_sync")}
             s, exe = r.stream, graph.graph_exec
             for _ in range(calls):
@@ -555,7 +556,7 @@ def host_copy_figures(x: np.ndarray, extra: dict) -> None:
         extra["copy_threads_default"] = buffers.COPY_THREADS
         for threads in (1, 4, 8):
             key = f"host_copy_{threads}t_ms"
-            extra[key] = _round(timed(lambda: buffers.copy_into(dst, x, threads=threads), warmup_s=0.05,
+            extra[key] = _round(timed(lambda n=threads: buffers.copy_into(dst, x, threads=n), warmup_s=0.05,
                                       budget_s=0.2))
     finally:
         pinned.free()

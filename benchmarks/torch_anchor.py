@@ -79,7 +79,7 @@ def main() -> int:
         row = out.setdefault(str(batch), {})
         for key, fn in runners.items():
             try:
-                ms = timed(lambda: fn(x), warmup_s=0.3, budget_s=args.budget_s, min_calls=20, max_calls=2000)
+                ms = timed(lambda fn=fn, x=x: fn(x), warmup_s=0.3, budget_s=args.budget_s, min_calls=20, max_calls=2000)
                 row[key] = round(ms, 4)
             except Exception as exc:  # noqa: BLE001
                 row[key] = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,8 +86,9 @@ class DeviceHistograms:
     def __init__(self, cuda, kernels, bins: int):
         self.cuda, self.kernels, self.bins = cuda, kernels, bins
         self._capacity = 0
-        self._amax = self._counts = None
-        self._stream = None  # the last stream that used the scratch
+        self._amax: Any = None  # DeviceBuffer scratch, made for the largest set of tensors seen
+        self._counts: Any = None
+        self._stream: int | None = None  # the last stream that used the scratch
 
     def update(self, hists: HistogramSet, tensors: dict, stream: int) -> None:
         """Add one batch: ``tensors`` maps a name to ``(device pointer, element count)`` of float32 values, ready in

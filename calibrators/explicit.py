@@ -19,7 +19,7 @@ from calibrators.cache import table_from_amaxes
 from calibrators.statistics import collect_histograms
 from trtkit import _version_compat as compat
 from trtkit.errors import CalibrationError
-from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
+from trtkit.quant.qdq import QdqOptions, QdqPlan, insert_qdq, plan_qdq
 
 logger = logging.getLogger("trtkit")
 
@@ -40,7 +40,7 @@ class ExplicitResult:
     """
 
     model: object
-    plan: object
+    plan: QdqPlan
     amax: dict = field(default_factory=dict)
     from_cache: bool = False
     samples: int = 0

@@ -89,7 +89,8 @@ def parse_preprocess(text: str | None) -> dict:
         try:
             out.update(_parse_field(key, value))
         except ValueError:
-            raise CalibrationError(f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.")
+            raise CalibrationError(
+                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.") from None
     Preprocess(**out)  # validate the choices now, with Preprocess's messages
     return out
 
@@ -145,22 +146,22 @@ def load_image(path, settings: Preprocess) -> np.ndarray:
     try:
         with Image.open(path) as img:
             img = img.convert("L" if settings.color == "GRAY" else "RGB")
-            pixels = _fit(img, settings)
+            pixels = _fit(img, settings.size, settings)
     except (OSError, ValueError) as exc:
         raise CalibrationError(f"Cannot read calibration image '{path}': {exc}") from exc
     return normalize(pixels, settings)
 
 
-def _fit(img, settings: Preprocess) -> np.ndarray:
+def _fit(img, size: tuple[int, int], settings: Preprocess) -> np.ndarray:
     from PIL import Image
 
-    height, width = settings.size
+    height, width = size
     if settings.resize == "stretch":
-        return np.asarray(img.resize((width, height), Image.BILINEAR))
+        return np.asarray(img.resize((width, height), Image.Resampling.BILINEAR))
     ratio = min(width / img.width, height / img.height)
     new_w, new_h = max(1, round(img.width * ratio)), max(1, round(img.height * ratio))
     canvas = Image.new(img.mode, (width, height), color=_pad_color(img.mode, settings.pad_value))
-    canvas.paste(img.resize((new_w, new_h), Image.BILINEAR), ((width - new_w) // 2, (height - new_h) // 2))
+    canvas.paste(img.resize((new_w, new_h), Image.Resampling.BILINEAR), ((width - new_w) // 2, (height - new_h) // 2))
     return np.asarray(canvas)
 
 

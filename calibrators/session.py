@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 from calibrators.cache import CalibrationTable, Provenance, load_cache, write_cache
 from calibrators.preprocess import Preprocess
@@ -32,7 +33,7 @@ class CalibrationSession:
         cached: the matching cache's table, or ``None`` (calibrate).
     """
 
-    settings: object
+    settings: Any  # a trtkit.builder.config.CalibrationSettings (the builder is a layer above)
     source: object
     batch_size: int
     provenance: Provenance

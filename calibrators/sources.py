@@ -181,7 +181,8 @@ class IterableSource:
         for i, feed in enumerate(self.iterable):
             if not isinstance(feed, dict):
                 raise CalibrationError(
-                    f"Calibration item #{i} is a {type(feed).__name__}; each item must be a dict of input name to array."
+                    f"Calibration item #{i} is a {type(feed).__name__}; each item must be a dict of input name to "
+                    f"array."
                 )
             yield {name: np.asarray(arr) for name, arr in feed.items()}
 
@@ -209,7 +210,8 @@ def open_source(data, model=None, settings: Preprocess | None = None):
         return ArrayFolderSource(folder, inputs)
     if len(inputs) != 1:
         raise CalibrationError(
-            f"Image calibration feeds one input, but the model has {len(inputs)} ({', '.join(inputs)}); give .npz files "
+            f"Image calibration feeds one input, but the model has {len(inputs)} ({', '.join(inputs)}); "
+            f"give .npz files "
             f"keyed by input name instead."
         )
     name, shape = next(iter(inputs.items()))

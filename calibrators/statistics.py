@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def collect_histograms(trt, model, tensors: list, session, build_engine: Callabl
     marked = [t for t in tensors if t not in inputs]
     started = time.perf_counter()
     engine = build_engine(with_outputs(model, marked))
-    timings = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
+    timings: dict[str, Any] = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
     logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
                 timings["engine_build"])
     cuda = default_cuda()

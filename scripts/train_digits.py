@@ -54,7 +54,7 @@ def train(model, x, y, epochs: int, seed: int):
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    for epoch in range(epochs):
+    for _ in range(epochs):
         perm = torch.randperm(len(xt))
         for start in range(0, len(xt), 64):
             idx = perm[start:start + 64]

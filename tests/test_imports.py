@@ -10,7 +10,8 @@ BLOCKER = """
 import sys
 class _Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorrt", "tensorrt_bindings", "pycuda", "cupy", "torch") or name.startswith("cuda"):
+        blocked = ("tensorrt", "tensorrt_bindings", "pycuda", "cupy", "torch")
+        if name.split(".")[0] in blocked or name.startswith("cuda"):
             raise ImportError(f"blocked for this test: {name}")
         return None
 sys.meta_path.insert(0, _Block())

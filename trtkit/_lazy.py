@@ -49,7 +49,7 @@ def _cuda_python(name: str, legacy: str):
 
 
 def cudart():
-    """cuda-python's runtime bindings, ``cuda.bindings.runtime`` (falls back to ``cuda.cudart`` on cuda-python < 12.6)."""
+    """cuda-python's runtime bindings, ``cuda.bindings.runtime`` (``cuda.cudart`` on cuda-python < 12.6)."""
     return _cuda_python("cuda.bindings.runtime", "cuda.cudart")
 
 

@@ -21,6 +21,8 @@ Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mista
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TrtkitError(Exception):
     """Base class of every error trtkit raises for bad input or an unusable environment."""
@@ -31,7 +33,13 @@ class DependencyError(TrtkitError):
 
 
 class ModelError(TrtkitError):
-    """The ONNX model cannot be read or used as asked."""
+    """The ONNX model cannot be read or used as asked.
+
+    Attributes:
+        report: the op check's report (``trtkit.builder.opcheck.CheckReport``) when that check refused the model.
+    """
+
+    report: Any = None
 
 
 class ParseError(ModelError):
@@ -75,7 +83,13 @@ class UnsupportedError(TrtkitError):
 
 
 class IsolationError(TrtkitError):
-    """A child process doing work for trtkit died."""
+    """A child process doing work for trtkit died.
+
+    Attributes:
+        crash: what the parent knows of the child's death (a ``trtkit.builder.crash_report.CrashInfo``), once known.
+    """
+
+    crash: Any = None
 
 
 class TrtkitInternalError(Exception):

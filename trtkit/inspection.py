@@ -72,7 +72,7 @@ def describe_engine(engine, trt) -> dict:
         "profiles": profiles,
         "device_memory_bytes": compat.device_memory_size(engine),
         "num_layers": engine.num_layers if hasattr(engine, "num_layers") else len(layers),
-        "layers": [{"name": l.name, "type": l.layer_type, "precision": l.precision, "tactic": l.tactic}
-                   for l in layers],
-        "layers_by_precision": dict(Counter(l.precision or "unknown" for l in layers)) if layers else {},
+        "layers": [{"name": layer.name, "type": layer.layer_type, "precision": layer.precision, "tactic": layer.tactic}
+                   for layer in layers],
+        "layers_by_precision": dict(Counter(layer.precision or "unknown" for layer in layers)) if layers else {},
     }

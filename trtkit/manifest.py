@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from trtkit import __version__
 from trtkit._atomic import write_text_atomic
@@ -28,12 +29,15 @@ FORMAT = 1
 MANIFEST_SUFFIX = ".manifest.json"
 
 
+_S = TypeVar("_S", bound="_Section")
+
+
 class _Section:
     """A manifest section read from its JSON dict: the keys it has fields for (missing keys take the defaults)."""
 
     @classmethod
-    def from_json(cls, data: dict | None):
-        names = {f.name for f in fields(cls)}
+    def from_json(cls: type[_S], data: dict | None) -> _S:
+        names = {f.name for f in fields(cast(Any, cls))}  # every subclass is a dataclass
         return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 

@@ -10,15 +10,19 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtkit.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass
 class LoadedModel:
     """An ONNX model with its serialized bytes (what TensorRT's parser reads) and where it came from."""
 
-    proto: object
+    proto: onnx.ModelProto
     data: bytes
     path: Path | None = None
 
@@ -111,7 +115,7 @@ def _check_structure(proto, where: str, check: bool) -> None:
 
 def value_dims(value) -> list:
     """The dimensions of an ONNX ``ValueInfoProto``: int for fixed, the ``dim_param`` str or None for dynamic."""
-    dims = []
+    dims: list[int | str | None] = []
     for d in value.type.tensor_type.shape.dim:
         if d.HasField("dim_value") and d.dim_value > 0:
             dims.append(int(d.dim_value))

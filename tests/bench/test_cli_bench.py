@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests import models
-from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes, fake_gpu  # noqa: F401 - fixture
+from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
 from trtkit.cli import main as cli_main
 
 SUMMARY_KEYS = {"count", "min", "mean", "median", "p90", "p95", "p99", "max", "stdev", "cov"}

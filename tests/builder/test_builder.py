@@ -8,8 +8,16 @@ from trtkit.builder.api import build
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
-from trtkit.errors import (BuildError, DependencyError, EngineError, ModelError, ParseError, ProfileError,
-                           TrtkitError, UnsupportedError)
+from trtkit.errors import (
+    BuildError,
+    DependencyError,
+    EngineError,
+    ModelError,
+    ParseError,
+    ProfileError,
+    TrtkitError,
+    UnsupportedError,
+)
 from trtkit.manifest import check_manifest, manifest_path, read_manifest
 from trtkit.testing.fake_trt import make_fake_trt
 
@@ -124,7 +132,8 @@ def _manifest(trt="8.6.0", cc="9.0", gpu="NVIDIA H200", **build):
 def test_manifest_check_refuses_other_gpu_and_version():
     here = {"tensorrt": "8.6.0", "compute_capability": "9.0", "gpu": "NVIDIA H200"}
     assert check_manifest(_manifest(), current=here) == []
-    with pytest.raises(EngineError, match=r"compute capability 8.0 \(this machine has NVIDIA H200, compute capability 9.0\)"):
+    with pytest.raises(EngineError,
+                       match=r"compute capability 8.0 \(this machine has NVIDIA H200, compute capability 9.0\)"):
         check_manifest(_manifest(cc="8.0", gpu="NVIDIA A100"), engine_path="m.engine", current=here)
     with pytest.raises(EngineError, match=r"TensorRT 10.8.0 \(this machine has 8.6.0\).*--ignore-manifest"):
         check_manifest(_manifest(trt="10.8.0"), current=here)

@@ -30,7 +30,8 @@ def test_bad_specs_are_named(spec, match):
 
 
 def test_dynamic_model_without_profile_names_dims_and_example():
-    with pytest.raises(ProfileError, match=r"'images' dims \['batch', 3, 64, 64\].*--shapes 'images:1x3x64x64,8x3x64x64"):
+    with pytest.raises(ProfileError,
+                       match=r"'images' dims \['batch', 3, 64, 64\].*--shapes 'images:1x3x64x64,8x3x64x64"):
         resolve_profiles({"images": ["batch", 3, 64, 64]}, [])
 
 

@@ -54,7 +54,8 @@ def test_amax_round_trip_through_hex():
     [
         (b"", "starts with 'an empty file', not 'TRT-'"),
         (b"hello\nx: 3c010204\n", "starts with 'hello'"),
-        (b"TRT-8601-EntropyCalibration2\nx: 3c01zz\n", "line 2: 'x: 3c01zz' is not '<tensor name>: <scale as up to 8 hex"),
+        (b"TRT-8601-EntropyCalibration2\nx: 3c01zz\n",
+         "line 2: 'x: 3c01zz' is not '<tensor name>: <scale as up to 8 hex"),
         (b"TRT-8601-EntropyCalibration2\nx: 3c010a141\n", "line 2: 'x: 3c010a141' is not"),
         (b"TRT-8601-EntropyCalibration2\nno colon here\n", "line 2"),
     ],

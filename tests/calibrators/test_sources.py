@@ -1,7 +1,6 @@
 """Calibration data sources: images, arrays, iterables, batching, caps and error messages."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from PIL import Image

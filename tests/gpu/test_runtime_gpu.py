@@ -98,7 +98,7 @@ def test_graph_and_plain_are_bit_identical_across_shapes(engine_bytes):
             x = inputs(batch, seed)
             a, b = plain.infer({"x": x})["y"], graphed.infer({"x": x})["y"]
             assert np.array_equal(a, b), batch
-        assert len(graphed._graphs) == 3  # one graph per input shape
+        assert graphed.stats().graphs == 3  # one graph per input shape
 
 
 @pytest.mark.parametrize("address_graphs", [8, 0])  # 0: device inputs are copied into the runner's buffer
@@ -319,4 +319,4 @@ def test_arrays_dying_young_still_give_the_copied_results(large_engine_bytes):
             for _ in range(2):
                 assert np.array_equal(reuse.infer({"x": x})["y"], want)
             del x
-        assert not reuse._reused.enabled
+        assert not reuse.stats().page_locking

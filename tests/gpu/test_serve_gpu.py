@@ -51,7 +51,7 @@ def test_serve_round_trips_on_the_gpu(engine):
 
     from trtkit._lazy import cudart
     from trtkit.runtime.runner import TrtRunner
-    from trtkit.serve import ServeSettings, Server
+    from trtkit.serve import Server, ServeSettings
 
     gpus = tuple(range(min(2, int(cudart().cudaGetDeviceCount()[1]))))
     http_port, grpc_port, metrics_port = free_ports(3)

@@ -6,11 +6,11 @@ import argparse
 import functools
 import io
 
+import isolation_children as children
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import isolation_children as children
 import trtkit.builder.isolate as isolate
 from tests.sanitize import sanitize_models
 from trtkit.cli.check_render import add_preflight_options, prepare_for_build

@@ -10,9 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import isolation_children as children
 import pytest
 
-import isolation_children as children
 from trtkit.builder.crash_report import model_crash_context
 from trtkit.builder.isolate import ChildTraceback, run_isolated
 from trtkit.errors import IsolationError, ParseError, ProfileError, TrtkitError

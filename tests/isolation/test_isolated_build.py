@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 
+import isolation_children as children
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import isolation_children as children
 import trtkit.builder.isolate as isolate
 from trtkit.builder.api import build
 from trtkit.builder.isolate import build_isolated

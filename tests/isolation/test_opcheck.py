@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import io
 
+import isolation_children as children
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import isolation_children as children
 from trtkit.builder.opcheck import max_documented_opset, preflight, static_note
 from trtkit.cli.check_render import failure_message, render_check
 

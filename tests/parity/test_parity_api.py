@@ -126,9 +126,9 @@ def test_elementwise_check_gets_polygraphys_verdict_beside_trtkits():
     engine = FakeEngine(model, scale=1.001, profile=PROFILE)
     strict = compare_engine_to_onnx(model, engine, precision="fp16", atol=1e-6, rtol=1e-5)
     loose = compare_engine_to_onnx(model, engine, precision="fp16", atol=0.0, rtol=2e-3)
-    (s,), (l,) = strict.worst(), loose.worst()
+    (s,), (lo,) = strict.worst(), loose.worst()
     assert (s.passed, s.polygraphy_passed) == (False, False) and s.elementwise_failures > 0
-    assert (l.passed, l.polygraphy_passed) == (True, True) and l.elementwise_failures == 0
+    assert (lo.passed, lo.polygraphy_passed) == (True, True) and lo.elementwise_failures == 0
     off = compare_engine_to_onnx(model, engine, precision="fp16", atol=1e-6, polygraphy_check=False)
     assert off.worst()[0].polygraphy_passed is None
 

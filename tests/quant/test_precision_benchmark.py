@@ -21,7 +21,8 @@ def test_digits_part_writes_json_with_errors_recorded(tmp_path, fake_gpu):  # no
     code = bench.main(["--out", str(tmp_path / "out"), "--parts", "digits", "--results", str(tmp_path / "res")])
     assert code == 0
     data = json.loads((tmp_path / "out" / "precision-h200.json").read_text())
-    assert (tmp_path / "res" / "precision-h200.json").read_text() == (tmp_path / "out" / "precision-h200.json").read_text()
+    written = (tmp_path / "res" / "precision-h200.json").read_text()
+    assert written == (tmp_path / "out" / "precision-h200.json").read_text()
     assert data["tensorrt"] == "8.6.0"
     assert set(data["digits_top1"]) >= {"fp32", "fp16_flag", "fp16_cast"}
     assert data["digits_top1"]["fp32"] > 95

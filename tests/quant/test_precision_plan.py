@@ -10,8 +10,8 @@ from calibrators.sources import IterableSource
 from tests.quant.qmodels import residual_cnn
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit._version_compat import capabilities
-from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.builder import statistics_engine_builder
+from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.precision import plan_precision, resolve_half_mode, resolve_int8_mode
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import CalibrationError, UnsupportedError
@@ -76,7 +76,8 @@ def test_fp16_plans_flag_and_cast():
     assert "FP16 model (cast by trtkit), strongly typed network" in cast.notes
     on_86 = _plan(make_fake_trt("8.6.0"), "fp16", fp16_mode="cast")
     assert on_86.flags == ("FP16",) and not on_86.strongly_typed
-    assert "FP16 model (cast by trtkit), BuilderFlag.FP16 (TensorRT 8.6.0 has no strongly typed networks)" in on_86.notes
+    cast_note = "FP16 model (cast by trtkit), BuilderFlag.FP16 (TensorRT 8.6.0 has no strongly typed networks)"
+    assert cast_note in on_86.notes
     bf16 = _plan(make_fake_trt("10.8.0"), "bf16", fp16_mode="cast")
     assert any(t.data_type == onnx.TensorProto.BFLOAT16 for t in bf16.model.proto.graph.initializer)
 

@@ -92,8 +92,10 @@ def test_describe_for_the_build_summary():
 
 
 @pytest.mark.parametrize("fmt, tactic, expected", [
-    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x64", "FP16"),
-    ("N/A due to dynamic shapes", "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs", "INT8"),
+    ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x64",
+     "FP16"),
+    ("N/A due to dynamic shapes", "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs",
+     "INT8"),
     ("N/A due to dynamic shapes", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc", "TF32"),
     ("N/A due to dynamic shapes", "", "unknown"),
     ("Row major linear FP16 format", "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32", "FP16"),

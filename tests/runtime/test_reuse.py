@@ -68,7 +68,7 @@ def test_an_array_passed_again_is_page_locked_and_read_where_it_is(model, engine
             np.testing.assert_allclose(out, expected(model, x), rtol=1e-5)
             assert rt.live_allocations()["registered"] == 1
         assert rt.calls["cudaHostRegister"] == 1
-        assert len(r._reused) == 1
+        assert r.stats().arrays_page_locked == 1
     np.testing.assert_allclose(first, expected(model, image()), rtol=1e-5)
     assert rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
@@ -164,10 +164,12 @@ def test_the_runners_views_are_not_registered(engine, rt):
         assert rt.calls["cudaHostRegister"] == 0
 
 
-def test_at_most_max_arrays_stay_page_locked(engine, rt):
+def test_at_most_max_arrays_stay_page_locked(engine, rt, monkeypatch):
+    from trtkit.runtime import reuse
+
+    monkeypatch.setattr(reuse, "MAX_ARRAYS", 2)
     arrays = [image(seed=s) for s in range(4)]
     with make(engine, rt, cuda_graph=True) as r:
-        r._reused.max_arrays = 2
         for _ in range(3):
             for x in arrays:
                 r.infer({"x": x})
@@ -267,3 +269,20 @@ def test_an_array_dropped_on_another_thread_is_unregistered_there(model, engine,
         for _ in range(3):
             np.testing.assert_allclose(r.infer({"x": y})["y"], expected(model, y), rtol=1e-5)
         assert rt.live_allocations()["registered"] == 1
+
+
+def test_the_graphs_keyed_by_a_dead_arrays_registration_go_with_it(model, engine, rt):
+    def serials(r):
+        return {src[0] for key in r.graphs() for src in key.sources if src is not None and src[0]}
+
+    with make(engine, rt, cuda_graph=True) as r:
+        x = image(seed=7)
+        for _ in range(4):  # copied and captured, page-locked and captured, replayed (the shortcut made), shortcut
+            r.infer({"x": x})
+        assert r.stats().host_replays == 1 and len(serials(r)) == 1
+        del x
+        gc.collect()
+        y = image(seed=8)
+        np.testing.assert_allclose(r.infer({"x": y})["y"], expected(model, y), rtol=1e-5)
+        assert serials(r) == set() and r.stats().graphs == 1  # the graph sending from the pinned buffer stays
+        assert r.stats().host_replays == 1  # y took the general path: its source (copied) had no shortcut yet

@@ -17,6 +17,8 @@ from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart
 
+NOTHING_LIVE = {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+
 
 def reference(x):
     from onnx.reference import ReferenceEvaluator
@@ -105,7 +107,7 @@ def test_graph_per_shape_replays_without_enqueue(env):
         assert env.rt.calls["cudaStreamBeginCapture"] == 1 and env.rt.calls["cudaGraphLaunch"] == 3
         assert r.context.calls["execute_async_v3"] == 2  # warm-up outside capture + the captured one
         r.infer({"x": rand(4)})
-        assert env.rt.calls["cudaStreamBeginCapture"] == 2 and len(r._graphs) == 2
+        assert env.rt.calls["cudaStreamBeginCapture"] == 2 and r.stats().graphs == 2
 
 
 def test_capture_failure_falls_back_with_a_warning(caplog):
@@ -118,7 +120,7 @@ def test_capture_failure_falls_back_with_a_warning(caplog):
             for seed in range(3):
                 x = rand(2, seed)
                 np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
-            assert len(r._graphs) == 0
+            assert r.stats().graphs == 0
     warned = [rec.message for rec in caplog.records if "capture failed" in rec.message]
     assert len(warned) == 1 and "falling back to plain enqueue" in warned[0]  # once per shape, not per call
     assert rt.live_allocations()["graphs"] == 0
@@ -135,7 +137,7 @@ def test_enqueue_failing_inside_capture_falls_back(env, caplog):
         assert env.rt.calls["cudaGetLastError"] >= 1  # CUDA's sticky error cleared
 
 
-# --- device-resident inputs and outputs ------------------------------------------------------------------------------------
+# --- device-resident inputs and outputs ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -274,7 +276,7 @@ def test_sharing_a_loaded_engine_on_86_is_refused_before_tensorrt_is_asked(env, 
         assert len(made) == 1
     with TrtRunner(engine, trt=env.trt, cuda=env.cuda) as again:  # free again once the first one closed
         assert again.infer({"x": rand(1)})["y"].shape[0] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
 
 
 @pytest.mark.parametrize("env_any", ["10.8.0", "11.4.0"], indirect=True)
@@ -383,7 +385,7 @@ def test_everything_is_freed_on_exit(env):
         r.infer_async({"x": rand(2)})
         live = env.rt.live_allocations()
         assert live["device"] == 2 and live["host"] == 2 and live["graphs"] == 6 and live["streams"] == 1
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
     assert r.context is None and not r.active
 
 
@@ -520,12 +522,12 @@ def test_graphs_use_device_inputs_in_place_up_to_a_limit(env, monkeypatch):
                 copies = _copies(env.rt)
                 np.testing.assert_allclose(r.infer({"x": dx})["y"].to_host(), reference(x), rtol=1e-6)
                 assert _copies(env.rt) - copies == 1  # only to_host's copy
-        assert len(r._graphs) == 2
+        assert r.stats().graphs == 2
         for x, dx in zip(xs[2:], arrays[2:]):  # past the limit: copied on the device into one shared graph
             copies = _copies(env.rt)
             np.testing.assert_allclose(r.infer({"x": dx})["y"].to_host(), reference(x), rtol=1e-6)
             assert _copies(env.rt) - copies == 2  # the device-to-device copy + to_host
-        assert len(r._graphs) == 3
+        assert r.stats().graphs == 3
         np.testing.assert_allclose(r.infer({"x": arrays[0]})["y"].to_host(), reference(xs[0]), rtol=1e-6)
     for dx in arrays:
         dx.free()
@@ -539,7 +541,7 @@ def test_close_frees_everything_even_when_the_stream_fails(env, monkeypatch):
         r.close()
     monkeypatch.undo()
     assert not r.active
-    assert env.rt.live_allocations() == {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
+    assert env.rt.live_allocations() == NOTHING_LIVE
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -589,3 +591,65 @@ def test_device_outputs_are_the_same_views_each_call_in_a_fresh_dict(env):
         np.testing.assert_allclose(second["y"].to_host(), reference(rand(2, 2)), rtol=1e-6)
         assert r.infer({"x": rand(1, 3)})["y"].shape[0] == 1
 
+
+
+# --- stats and the runner's size ------------------------------------------------------------------------------------
+
+
+def test_stats_count_the_path_each_call_took(env):
+    x = rand(2)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    with runner(env, cuda_graph=True, pin_reused_inputs=False) as r:
+        assert r.stats().calls == 0 and r.stats().graphs == 0
+        for seed in range(5):
+            r.infer({"x": rand(2, seed)})
+        s = r.stats()
+        # captured, replayed by the general path (which makes the shortcut), then three shortcut replays
+        paths = (s.calls, s.captures, s.graph_replays, s.host_replays, s.device_replays, s.enqueues)
+        assert paths == (5, 1, 1, 3, 0, 0)
+        assert (s.graphs, s.buckets, s.address_graphs) == (1, 1, 0)
+        for _ in range(4):
+            np.testing.assert_allclose(r.infer({"x": dx})["y"], reference(x), rtol=1e-6)
+        s = r.stats()
+        assert (s.captures, s.graph_replays, s.device_replays) == (2, 2, 2) and (s.graphs, s.address_graphs) == (2, 1)
+        with pytest.raises(InputError):
+            r.infer({"x": rand(2).astype(np.float16)})
+        s = r.stats()
+        assert s.calls == 10 and s.captures + s.graph_replays + s.host_replays + s.device_replays == 9
+        assert not s.page_locking and s.arrays_page_locked == 0
+        r.infer_async({"x": rand(2)}).wait()
+        assert r.stats().host_replays == 4 and r.stats().calls == 10  # calls: synchronous ones
+        (key,) = [k for k in r.graphs() if k.addresses]
+        assert key.addresses == (dx.ptr,) and key.sources == (None,) and key.shapes == ((2, 3, 8, 8),)
+    assert r.stats().graphs == 0 and r.stats().calls == 0  # since activation: nothing while inactive
+    with runner(env) as plain:
+        for _ in range(3):
+            plain.infer({"x": x})
+        assert plain.stats().enqueues == 3 and plain.stats().graphs == 0
+    dx.free()
+
+
+def test_a_failed_capture_is_counted_and_later_calls_enqueue():
+    rt = FakeCudart(fail_capture=True)
+    engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt), cuda_graph=True) as r:
+        for _ in range(3):
+            r.infer({"x": rand(2)})
+        s = r.stats()
+        assert (s.captures, s.enqueues, s.graph_replays, s.graphs) == (1, 2, 0, 0)
+
+
+def test_the_runner_keeps_at_most_20_attributes(env):
+    x = rand(2)
+    dx = env.rt.device_array(x.shape, x.dtype, fill=x)
+    with runner(env, cuda_graph=True, device_outputs=True) as r:
+        for feed in ({"x": x}, {"x": x}, {"x": dx}, {"x": dx}, {"x": dx}):
+            r.infer(feed)
+        r.infer_async({"x": rand(3)}).wait()
+        r.host_inputs()
+        r.pin_reused_inputs = False
+        assert len(vars(r)) <= 20, sorted(vars(r))
+    assert len(vars(r)) <= 20, sorted(vars(r))
+    dx.free()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import sanitize_models as models
 from onnx.reference import ReferenceEvaluator
 
-import sanitize_models as models
 from trtkit.builder.sanitize import fold_constants, save_model
 from trtkit.errors import ModelError
 

@@ -143,10 +143,11 @@ def test_backend_environment_puts_this_interpreters_library_first():
     env = backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
     assert env["LD_LIBRARY_PATH"] == f"{libdir}:/usr/lib"
     # the stub Triton runs, under that environment, resolves libpython to this interpreter's own
-    import pytriton
     import shutil
     import subprocess
     import sys
+
+    import pytriton
 
     if shutil.which("ldd") is None:
         pytest.skip("no ldd to ask the dynamic loader")

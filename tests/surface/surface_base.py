@@ -90,7 +90,7 @@ def raises(func, *args, **kwargs) -> Exception | None:
     except Exception as exc:  # noqa: BLE001 - returned for the check to assert on
         missing = find_missing(exc)
         if missing is not None:
-            raise missing
+            raise missing from exc
         return exc
     return None
 

@@ -287,7 +287,8 @@ def fake_extras(fake, real, prefix: str = "", depth: int = 0, fake_only=frozense
     """Names the fake exposes (module attributes, class members, nested classes) that ``real`` lacks, and
     members that are a property on one side and a method on the other.
 
-    The fake module's ``__fake_only__`` lists test-only names to skip (``"fail_cuda_init"``, ``"ICudaEngine.evaluate"``).
+    The fake module's ``__fake_only__`` lists test-only names to skip (``"fail_cuda_init"``,
+    ``"ICudaEngine.evaluate"``).
     """
     skip = set(getattr(fake, "__fake_only__", ())) if depth == 0 else fake_only
     names = [n for n in dir(fake) if not n.startswith("_")] if depth == 0 else _class_names(fake)

@@ -18,7 +18,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-_RETURN = re.compile(r"->\s*(?:typing\.Optional\[)?(?:tensorrt(?:_bindings)?\.tensorrt\.|nvinfer1::|nvonnxparser::)(\w+)")
+_RETURN = re.compile(r"->\s*(?:typing\.Optional\[)?"
+                     r"(?:tensorrt(?:_bindings)?\.tensorrt\.|nvinfer1::|nvonnxparser::)(\w+)")
 
 
 class MissingOnSurface(AttributeError):

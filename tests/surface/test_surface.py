@@ -124,5 +124,6 @@ def test_the_same_call_is_not_reported_where_the_api_exists(tmp_path):
 
 def test_a_version_without_a_wheel_is_refused_clearly(tmp_path):
     with pytest.raises(surfaces.SurfaceError,
-                       match=rf"No wheel tensorrt-cu12-bindings==10\.99\.0 for Python {surfaces.python_tag()} .*--available"):
+                       match=rf"No wheel tensorrt-cu12-bindings==10\.99\.0 for Python {surfaces.python_tag()} "
+                             r".*--available"):
         surfaces.download_wheel("10.99.0", tmp_path)

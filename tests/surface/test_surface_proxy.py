@@ -32,7 +32,8 @@ def _real_module():
 
     class Builder:
         def create_builder_config(self):
-            "create_builder_config(self: tensorrt_bindings.tensorrt.Builder) -> tensorrt_bindings.tensorrt.IBuilderConfig"
+            "create_builder_config(self: tensorrt_bindings.tensorrt.Builder) -> " \
+                "tensorrt_bindings.tensorrt.IBuilderConfig"
 
     class ILogger:
         def __init__(self):
@@ -82,7 +83,8 @@ def trtkit_like_configure(trt):
 def test_a_name_missing_in_the_real_module_fails_naming_version_and_attribute():
     trt, log = proxy.make_surface(_fake_module(), _real_module(), "11.4.0.106")
     with pytest.raises(proxy.MissingOnSurface,
-                       match=r"TensorRT 11\.4\.0\.106 has no attribute BuilderFlag\.FP16 \(used by .*trtkit_like_configure\)"):
+                       match=r"TensorRT 11\.4\.0\.106 has no attribute BuilderFlag\.FP16 "
+                             r"\(used by .*trtkit_like_configure\)"):
         trtkit_like_configure(trt)
     assert "Builder.create_builder_config" in log.used()
     assert log.probed_missing() == ["BuilderFlag.FP16"]

@@ -223,7 +223,7 @@ def _end_to_end(runner, feed: dict) -> Summary:
     (then copied every call, as arrays not passed again are)."""
     for _ in range(3):  # the second call page-locks the arrays (and captures a graph for them)
         runner.infer(feed)
-    times = []
+    times: list[float] = []
     started = time.perf_counter()
     while len(times) < _E2E_MAX_CALLS and (time.perf_counter() - started < _E2E_MAX_S or len(times) < 10):
         t0 = time.perf_counter()

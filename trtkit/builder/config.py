@@ -47,8 +47,7 @@ class BuildConfig:
         precision_constraints: ``none`` (TensorRT keeps FP32 where faster), ``prefer`` or ``obey``: set the math
             layers to the asked precision (see :mod:`trtkit.builder.constraints`).
         qdq_keep_heads: with ``int8_mode=qdq``, keep the final compute layers (detection heads, the classifier) in
-            higher precision (the default); False quantizes them too (ResNet-50's TF32 classifier cost the Q/DQ
-            engine 6% at batch 1 on the H200 against the calibrator engine, which runs it in INT8).
+            higher precision (the default; docs/performance.md says why); False quantizes them too.
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
     """

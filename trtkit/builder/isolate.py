@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from typing import IO, Callable, cast
 
 import trtkit
 from trtkit.builder.builder import build_serialized
@@ -228,8 +228,9 @@ def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, ti
         os.close(write_fd)
     tracker = Tracker()
     try:
-        proc.stdin.write(_HEADER.pack(len(payload)) + payload)
-        proc.stdin.flush()
+        stdin = cast(IO[bytes], proc.stdin)  # the child is started with stdin=PIPE
+        stdin.write(_HEADER.pack(len(payload)) + payload)
+        stdin.flush()
         outcome = _pump(proc, read_fd, tracker, on_event, timeout)
     except BaseException:
         _stop(proc)
@@ -270,7 +271,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
     """Deliver events until the child answers or both its pipes close; returns the answer or ``None``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     frames, lines = _FrameReader(read_fd), _LineReader(proc.stdout.fileno())
-    open_fds = {read_fd: frames, proc.stdout.fileno(): lines}
+    open_fds: dict[int, _FrameReader | _LineReader] = {read_fd: frames, proc.stdout.fileno(): lines}
     answer = None
     while open_fds:
         wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))

@@ -378,7 +378,7 @@ def _version_tuple(text) -> tuple:
 
 def _apply_crash(report: CheckReport, proto, error: IsolationError) -> None:
     report.crash = str(error)
-    crash = getattr(error, "crash", None)
+    crash = error.crash
     report.trt_version = (crash.context.get("trt_version") if crash else None) or report.trt_version
     node_name = crash.node if crash else None
     if node_name is None:

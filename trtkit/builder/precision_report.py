@@ -6,8 +6,9 @@ convolutions and matrix multiplies the type of their input (an INT8 convolution 
 ``Float``), for other layers the type of their output. ``Float`` layers whose kernel is a TF32 kernel (``tf32`` in
 the tactic name) count as TF32. Engines with dynamic shapes report ``"N/A due to dynamic shapes"`` as formats on
 TensorRT 8.6 (even with an execution context); then the kernel name (``i8i8``, ``f16f16``, ``tf32``) and, for
-convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
-multiply-add; dynamic dimensions count as 1, which keeps the shares right because every layer shares the batch).
+convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs
+are estimated from the inspector's dimensions and weight counts (2 per multiply-add; dynamic dimensions count as 1,
+which keeps the shares right because every layer shares the batch).
 
 Called by :func:`trtkit.builder.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
 signature and ``PrecisionReport.to_json()`` / ``PrecisionReport.check(require)``.

@@ -167,7 +167,8 @@ def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic:
     missing = sorted(set(dynamic) - set(profile.shapes))
     if missing:
         raise ProfileError(
-            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. {_example_flag({m: dynamic[m] for m in missing})}"
+            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. "
+            f"{_example_flag({m: dynamic[m] for m in missing})}"
         )
     shapes = {}
     for name, dims in model_inputs.items():

@@ -164,7 +164,8 @@ def _fold_round(model, report: FoldReport, size_threshold):
     opsets = _opsets(model)
     graph_outputs = {t.name for t in graph.outputs}
     values = {name: t for name, t in graph.tensors().items() if isinstance(t, gs.Constant)}
-    folded_nodes, sources = [], []
+    folded_nodes: list = []
+    sources: list = []
     for node in graph.nodes:
         outputs = _try_fold(node, values, opsets, graph_outputs, report, size_threshold)
         if outputs is not None:

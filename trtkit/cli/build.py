@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trtkit.cli import check_render, options, render
 from trtkit.manifest import BuildInfo, Manifest
@@ -48,7 +49,7 @@ class BuildProgress:
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                   console=console, transient=True)
         self._name = name
-        self._task = None
+        self._task: Any = None  # rich's TaskID once the progress bar is shown
 
     def __enter__(self):
         self._progress.__enter__()
@@ -97,7 +98,7 @@ def _profiles_line(profiles: list) -> str:
         return "static shapes"
     parts = []
     for i, p in enumerate(profiles):
-        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
-                         for n, s in p.items())
+        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} "
+                         f"(opt {render.shape_str(s['opt'])})" for n, s in p.items())
         parts.append(f"#{i}: {dims}")
     return " | ".join(parts)

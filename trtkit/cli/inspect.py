@@ -37,8 +37,8 @@ def _is_onnx(path: Path) -> bool:
 
 
 def _inspect_onnx(args, console, path: Path) -> int:
-    from trtkit.model import load_model
     from trtkit.inspection import describe_onnx
+    from trtkit.model import load_model
 
     loaded = load_model(path)
     info = describe_onnx(loaded)
@@ -68,8 +68,8 @@ def _io_rows(info: dict) -> list:
 
 def _inspect_engine(args, console, path: Path) -> int:
     from trtkit._lazy import tensorrt
-    from trtkit.manifest import read_manifest
     from trtkit.inspection import describe_engine
+    from trtkit.manifest import read_manifest
     from trtkit.runtime.engine import load_engine
 
     engine = load_engine(path, allow_mismatch=args.ignore_manifest)
@@ -88,7 +88,8 @@ def _inspect_engine(args, console, path: Path) -> int:
         console.print("layers by precision: " + ", ".join(f"{k} {v}" for k, v in info["layers_by_precision"].items()))
     if args.layers and info["layers"]:
         console.print(render.table("layers", ["layer", "type", "precision", "tactic"],
-                                   [(l["name"], l["type"], l["precision"], l["tactic"]) for l in info["layers"]]))
+                                   [(row["name"], row["type"], row["precision"], row["tactic"])
+                                    for row in info["layers"]]))
     if info["manifest"] is None:
         console.print("no manifest beside this engine (built outside trtkit?)")
     if args.json:

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtkit.builder.config import (CALIB_ALGORITHMS, CONSTRAINT_MODES, FP16_MODES, HISTOGRAM_DEVICES, INT8_MODES,
-                                 BuildConfig, CalibrationSettings)
+from trtkit.builder.config import (
+    CALIB_ALGORITHMS,
+    CONSTRAINT_MODES,
+    FP16_MODES,
+    HISTOGRAM_DEVICES,
+    INT8_MODES,
+    BuildConfig,
+    CalibrationSettings,
+)
 from trtkit.errors import TrtkitError
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?$", re.IGNORECASE)

@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     from trtkit.cli.export import parse_gpus
-    from trtkit.serve import ServeSettings, Server
+    from trtkit.serve import Server, ServeSettings
 
     settings = ServeSettings(instances=args.instances, max_batch=args.max_batch,
                              max_queue_delay_us=args.max_queue_delay_us, gpus=parse_gpus(args.gpus), host=args.host,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -213,7 +213,7 @@ def write_arrays(path, feeds, outs, refs) -> None:
     """Write every trial's inputs, engine outputs and reference outputs to one ``.npz`` (atomically)."""
     import io
 
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for trial, (feed, out, ref) in enumerate(zip(feeds, outs, refs)):
         for kind, values in (("input", feed), ("engine", out), ("reference", ref)):
             arrays.update({f"trial{trial}/{kind}/{name}": np.asarray(v) for name, v in values.items()})

@@ -252,7 +252,7 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
     name, batch = specs[0].name, int(shape[0])
     try:
         samples = iter(ImageFolderSource(folder, name, preprocess, input_shape=shape))
-        feeds = []
+        feeds: list = []
         while limit is None or len(feeds) < limit:
             chunk = list(islice(samples, batch))
             if len(chunk) < batch:

@@ -144,7 +144,7 @@ def _nonfinite(out: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, NonFinite]
     )
     disagree = bad_out | bad_ref
     if disagree.any():
-        report.first_index = _index(np.argmax(disagree.ravel()), out.shape)
+        report.first_index = _index(int(np.argmax(disagree.ravel())), out.shape)
     return out_fin & ref_fin, report
 
 

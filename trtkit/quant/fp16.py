@@ -22,10 +22,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trtkit.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
 
 logger = logging.getLogger("trtkit")
 
@@ -60,7 +64,7 @@ class Conversion:
         casts: number of Cast nodes inserted.
     """
 
-    model: object
+    model: onnx.ModelProto
     dtype: str
     kept_fp32: list = field(default_factory=list)
     clipped: list = field(default_factory=list)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -182,7 +183,7 @@ def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None
         return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
     if node.name in heads:
         return "final layer (head) kept in higher precision"
-    fed_by = {g.producer_op(i) for i in node.input[:2]} & HIGH_PRECISION_PRODUCERS
+    fed_by = {op for i in node.input[:2] if (op := g.producer_op(i)) in HIGH_PRECISION_PRODUCERS}
     if fed_by:
         return f"fed by {', '.join(sorted(fed_by))} (kept in higher precision)"
     if not any(not g.is_weight(i) for i in node.input[:2]):
@@ -343,7 +344,7 @@ class _Inserter:
         scale = np.asarray(scale, dtype=np.float32)
         self.graph.initializer.append(numpy_helper.from_array(scale, scale_name))
         self.graph.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, np.int8), zp_name))
-        extra = {} if axis is None else {"axis": int(axis)}
+        extra: dict[str, Any] = {} if axis is None else {"axis": int(axis)}
         q = helper.make_node("QuantizeLinear", [tensor, scale_name, zp_name], [f"{base}_quantized"],
                              name=f"{base}_QuantizeLinear", **extra)
         dq = helper.make_node("DequantizeLinear", [q.output[0], scale_name, zp_name], [f"{base}_dequantized"],

@@ -8,6 +8,7 @@
 from trtkit.runtime.buffers import DeviceArray
 from trtkit.runtime.engine import TensorSpec, io_specs, load_engine
 from trtkit.runtime.pool import RunnerPool
-from trtkit.runtime.runner import InferHandle, TrtRunner
+from trtkit.runtime.runner import InferHandle, RunnerStats, TrtRunner
 
-__all__ = ["DeviceArray", "InferHandle", "RunnerPool", "TensorSpec", "TrtRunner", "io_specs", "load_engine"]
+__all__ = ["DeviceArray", "InferHandle", "RunnerPool", "RunnerStats", "TensorSpec", "TrtRunner", "io_specs",
+           "load_engine"]

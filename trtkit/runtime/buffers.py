@@ -9,18 +9,17 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from trtkit.errors import InputError
 
-
-# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core copies
-# ~10-20 GB/s, so a 19 MB batch of 32 images takes ~1.6 ms alone and ~0.85 ms on 4 threads (H200 host). Below ~8 MB
-# handing the pieces to threads costs more than it saves (4.8 MB: 0.40 ms on one thread, 0.58 ms on 8).
+# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core's copy
+# bandwidth makes a large batch's copy a good part of a call. Below this size handing the pieces to threads costs
+# more than it saves (docs/performance.md has the measurements).
 PARALLEL_COPY_BYTES = 8 << 20
-_POOL = None
+_POOL = None  # (ThreadPoolExecutor, its number of threads), made on first use
 _POOL_LOCK = threading.Lock()
 
 
@@ -30,12 +29,14 @@ COPY_THREADS = 4 if (os.cpu_count() or 1) >= 8 else 0
 
 
 def _copy_pool():
+    """The copy threads (made on first use) and how many there are."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(max_workers=max(COPY_THREADS, 2), thread_name_prefix="trtkit-copy")
+            workers = max(COPY_THREADS, 2)
+            _POOL = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trtkit-copy"), workers)
         return _POOL
 
 
@@ -50,9 +51,9 @@ def copy_into(dst: np.ndarray, src: np.ndarray, *, threads: int | None = None) -
             or not (src.flags.c_contiguous and dst.flags.c_contiguous)):
         np.copyto(dst, src, casting="no")
         return
-    pool = _copy_pool()
+    pool, workers = _copy_pool()
     flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
-    bounds = np.linspace(0, flat_src.size, min(threads, pool._max_workers) + 1, dtype=np.int64)
+    bounds = np.linspace(0, flat_src.size, min(threads, workers) + 1, dtype=np.int64)
     jobs = [pool.submit(np.copyto, flat_dst[a:b], flat_src[a:b], casting="no") for a, b in zip(bounds, bounds[1:])]
     for job in jobs:
         job.result()
@@ -70,7 +71,8 @@ def copy_of(src: np.ndarray) -> np.ndarray:
 def host_view(ptr: int, nbytes: int) -> np.ndarray:
     """A writable ``uint8`` numpy array over raw host memory at ``ptr`` (no copy, does not own the memory)."""
     raw = (ctypes.c_uint8 * max(int(nbytes), 1)).from_address(int(ptr))
-    return np.frombuffer(raw, dtype=np.uint8, count=int(nbytes))
+    # a ctypes array exports the buffer protocol; numpy's stubs do not list it
+    return np.frombuffer(raw, dtype=np.uint8, count=int(nbytes))  # type: ignore[call-overload]
 
 
 class DeviceBuffer:
@@ -97,7 +99,7 @@ class HostBuffer:
         self.cuda = cuda
         self.nbytes = int(nbytes)
         self.ptr = cuda.malloc_host(self.nbytes)
-        self.array = host_view(self.ptr, self.nbytes)
+        self.array: np.ndarray | Any = host_view(self.ptr, self.nbytes)  # None once freed
 
     def view(self, dtype, shape) -> np.ndarray:
         """The first ``prod(shape)`` elements as an array of ``shape`` (no copy)."""

@@ -81,7 +81,7 @@ def io_specs(engine, trt=None) -> dict:
         name = engine.get_tensor_name(i)
         is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
         shape = tuple(int(d) for d in engine.get_tensor_shape(name))
-        profiles = ()
+        profiles: tuple = ()
         if is_input:
             profiles = tuple(_profile_range(engine, name, shape, p) for p in range(engine.num_optimization_profiles))
         specs[name] = TensorSpec(name, is_input, numpy_dtype(engine.get_tensor_dtype(name)), shape, profiles)

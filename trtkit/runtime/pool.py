@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterator
 
 from trtkit import _version_compat as compat
 from trtkit._lazy import tensorrt
@@ -86,7 +87,7 @@ class RunnerPool:
         self._next = (self._next + 1) % len(self.runners)
         return runner.infer_async(feed, **kwargs)
 
-    def map(self, feeds):
+    def map(self, feeds) -> Iterator[dict]:
         """Outputs for each feed of ``feeds``, in order, with up to ``size`` calls in flight."""
         pending: deque = deque()
         for feed in feeds:

@@ -1,10 +1,10 @@
 """Numpy inputs passed to :meth:`TrtRunner.infer` call after call, page-locked where they are.
 
 A numpy input is normally copied into the runner's pinned buffer, then transferred from there: the copy is most of
-what a numpy call costs beyond the GPU's own time (25 µs of a 0.47 ms ResNet-50 call at batch 1 on the H200 host,
-0.9 ms of a 3.3 ms one at batch 32). An application that refills one preprocessing buffer per frame passes the same
-array every call; the second time a runner sees that array, it page-locks the array's memory in place
-(``cudaHostRegister``) and from then on the transfer reads it where it is, inside the CUDA graph: no host copy at all.
+what a numpy call costs beyond the GPU's own time (docs/performance.md). An application that refills one
+preprocessing buffer per frame passes the same array every call; the second time a runner sees that array, it
+page-locks the array's memory in place (``cudaHostRegister``) and from then on the transfer reads it where it is,
+inside the CUDA graph: no host copy at all.
 
 Safety rests on three rules:
 
@@ -28,6 +28,7 @@ import itertools
 import logging
 import threading
 import weakref
+
 import numpy as np
 
 from trtkit.errors import CudaError
@@ -66,10 +67,13 @@ class ReusedInputs:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (``host_register`` / ``host_unregister``).
     """
 
-    def __init__(self, cuda, *, max_arrays: int = MAX_ARRAYS, max_bytes: int = MAX_BYTES,
-                 min_bytes: int = MIN_BYTES):
+    def __init__(self, cuda, *, max_arrays: int | None = None, max_bytes: int | None = None,
+                 min_bytes: int | None = None):
         self.cuda = cuda
-        self.max_arrays, self.max_bytes, self.min_bytes = max_arrays, max_bytes, min_bytes
+        # None: the module's limits as they are now (read here, so a test may lower them)
+        self.max_arrays = MAX_ARRAYS if max_arrays is None else max_arrays
+        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
         self._locked: dict[int, Locked] = {}  # id(array) -> its registration
         self._recent: dict[int, tuple] = {}  # id(array) -> (array, call) seen in one call
         self._refused: dict[int, weakref.ref] = {}  # id(array) -> array CUDA would not register (not retried)
@@ -118,16 +122,22 @@ class ReusedInputs:
             room = (len(self._locked) < self.max_arrays
                     and sum(e.nbytes for e in list(self._locked.values())) + nbytes <= self.max_bytes)
             if not room:
-                return self._refuse(array, "the runner's page-locked arrays are at their limit")
+                self._refuse(array, "the runner's page-locked arrays are at their limit")
+                return None
             ptr = array.ctypes.data
             try:
                 self.cuda.host_register(ptr, nbytes)
             except CudaError as exc:
                 self.cuda.clear_last_error()
-                return self._refuse(array, str(exc))
+                self._refuse(array, str(exc))
+                return None
             serial = next(_SERIALS)
             key = id(array)
-            entry = Locked(serial, ptr, nbytes, weakref.ref(array, lambda _, key=key: self._release(key)))
+
+            def died(_ref, key: int = key) -> None:
+                self._release(key)
+
+            entry = Locked(serial, ptr, nbytes, weakref.ref(array, died))
             self._locked[key] = entry
             return entry
 

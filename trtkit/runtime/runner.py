@@ -30,7 +30,9 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,9 +42,8 @@ from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
 from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
-from trtkit.runtime.graphs import GraphCache
+from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import validate_feed
-from trtkit.runtime.reuse import ReusedInputs
 
 logger = logging.getLogger("trtkit")
 
@@ -51,15 +52,84 @@ MAX_ADDRESS_GRAPHS = 8
 
 # (id(engine), profile) of the contexts runners hold, where contexts cannot share a profile (TensorRT 8.6): a second
 # context asked of an engine whose only profile is in use crashed TensorRT 8.6.0 (segmentation fault in
-# create_execution_context on the H200 host), so it is refused before TensorRT is asked.
+# create_execution_context), so it is refused before TensorRT is asked.
 _PROFILES_IN_USE: set = set()
 
 # With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
 # staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
-# does one after the other (ResNet-50 FP16 on an H200, batch 8, 4.8 MB input: 1.10 ms direct against 1.23 ms through
-# pinned, benchmarks/results/runner-h200-before-reuse.json).
-# Smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA graph.
+# does one after the other (docs/performance.md has the measurement). Smaller ones are copied into the pinned
+# buffer, so their transfer sits inside the CUDA graph.
 DIRECT_INPUT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RunnerStats:
+    """What a runner has done since it was activated (:meth:`TrtRunner.stats`).
+
+    Calls by the path they took (a call refused by validation took none): ``host_replays`` and ``device_replays``:
+    the shortcuts that replay a graph for numpy or device-resident inputs like those of a call validated before (one
+    launch); ``graph_replays``: a graph replayed by the general path (validated first); ``captures``: calls run by
+    plain enqueue, then captured into a graph for next time; ``enqueues``: plain enqueue with no graph
+    (``cuda_graph`` off, or the capture of such a call failed before).
+    """
+
+    calls: int  # synchronous infer calls started
+    host_replays: int
+    device_replays: int
+    graph_replays: int
+    captures: int
+    enqueues: int
+    graphs: int  # graphs held
+    address_graphs: int  # graphs captured (or tried) with device inputs bound where they are
+    buckets: int  # input-shape combinations seen
+    arrays_page_locked: int  # numpy arrays page-locked in place now
+    page_locking: bool  # whether arrays passed again are page-locked (off, or stopped after arrays that died young)
+
+
+@dataclass
+class _Settings:
+    """How the runner was asked to load its engine, and whether it page-locks reused arrays."""
+
+    source: object  # an engine path, engine bytes or a loaded engine
+    stream: int | None  # the caller's stream, or None for one of the runner's own
+    check_manifest: bool
+    allow_mismatch: bool
+    pin_reused: bool
+
+
+class _Held:
+    """What an active runner holds besides its context: its own stream (when it made one), two events, the device
+    and pinned host buffers sized for the profile's max shapes, and its claim on the engine's profile."""
+
+    __slots__ = ("own_stream", "done_event", "wait_event", "dev_in", "dev_out", "host_in", "host_out", "profile_key")
+
+    def __init__(self) -> None:
+        self.own_stream = False
+        self.done_event: Any = None
+        self.wait_event: Any = None
+        self.dev_in: list = []
+        self.dev_out: list = []
+        self.host_in: list = []
+        self.host_out: list = []
+        self.profile_key: tuple | None = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
+
+
+class _IoState:
+    """What the runner has learnt about its inputs, and what the context holds now.
+
+    ``index``: input name -> position; ``known_shapes``: ``(input, shape)`` pairs found inside the profile;
+    ``buckets``: input shapes -> :class:`_Bucket`; ``shapes``: the input shapes the context is set to (None:
+    unknown); ``bound``: tensor name -> the address the context has for it.
+    """
+
+    __slots__ = ("index", "known_shapes", "buckets", "shapes", "bound")
+
+    def __init__(self) -> None:
+        self.index: dict = {}
+        self.known_shapes: set = set()
+        self.buckets: dict = {}
+        self.shapes: tuple | None = None
+        self.bound: dict = {}
 
 
 class _Bucket:
@@ -70,16 +140,17 @@ class _Bucket:
         self.out_shapes = out_shapes
         self.in_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(key, runner.input_specs))
         self.out_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(out_shapes, runner.output_specs))
-        self.in_views = tuple(runner._host_in[i].view(spec.dtype, s)
+        held = runner._held
+        self.in_views = tuple(held.host_in[i].view(spec.dtype, s)
                               for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
-        self.out_views = tuple(runner._host_out[i].view(spec.dtype, s)
+        self.out_views = tuple(held.host_out[i].view(spec.dtype, s)
                                for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
-        self.device_views = None  # output name -> DeviceArray, made on first use (the same views every call)
+        self.device_views: dict | None = None  # output name -> DeviceArray, made on first use (the same every call)
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
         self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
                                                                  and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
         # per input: sent from the runner's pinned buffer (a source, as TrtRunner._enqueue_body takes them)
-        self.pinned_sources = tuple((0, buf.ptr) for buf in runner._host_in)
+        self.pinned_sources = tuple((0, buf.ptr) for buf in held.host_in)
 
 
 def _check_bool(name: str, value) -> bool:
@@ -104,11 +175,11 @@ class InferHandle:
         self._runner = runner
         self._bucket = bucket
         self._copy = copy_outputs
-        self._result = None
+        self._result: Any = None  # the outputs, once collected
 
     def done(self) -> bool:
         """True when the GPU has finished this call (never blocks)."""
-        return self._result is not None or self._runner.cuda.event_query(self._runner._done_event)
+        return self._result is not None or self._runner.cuda.event_query(self._runner._held.done_event)
 
     def wait(self) -> dict:
         """Block until the call has finished; return its outputs (same form as :meth:`TrtRunner.infer`)."""
@@ -148,7 +219,8 @@ class TrtRunner:
                  copy_outputs: bool = True, pinned_inputs: bool | str = "auto", pin_reused_inputs: bool = True,
                  stream: int | None = None, check_manifest: bool = True, allow_mismatch: bool = False, trt=None,
                  cuda=None):
-        self._source = engine
+        self._settings = _Settings(engine, stream, check_manifest, allow_mismatch,
+                                   _check_bool("pin_reused_inputs", pin_reused_inputs))
         self.profile = int(profile)
         self.cuda_graph = bool(cuda_graph)
         self.device_outputs = bool(device_outputs)
@@ -156,10 +228,6 @@ class TrtRunner:
         if pinned_inputs not in (True, False, "auto"):
             raise InputError(f"pinned_inputs must be True, False or 'auto', not {pinned_inputs!r}")
         self.pinned_inputs = pinned_inputs
-        self._pin_reused = _check_bool("pin_reused_inputs", pin_reused_inputs)
-        self._given_stream = stream
-        self._check_manifest = check_manifest
-        self._allow_mismatch = allow_mismatch
         self._trt = trt
         self.cuda = cuda
         self.active = False
@@ -167,25 +235,12 @@ class TrtRunner:
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self._profile_key = None
-        self.context = None  # before the engine it was created from
-        self.engine = self.stream = None
-        self._own_stream = False
-        self._done_event = self._wait_event = None
-        self._dev_in, self._dev_out, self._host_in, self._host_out = [], [], [], []
-        self._bound: dict = {}
-        self._buckets: dict = {}
-        self._known_shapes: set = set()  # (input, shape) pairs found inside the profile
-        self._context_key = None
-        self._graphs = GraphCache()
-        # (input shapes, serial per input) -> graph, for numpy inputs sent from the runner's pinned buffers (serial
-        # 0: copied there first) or page-locked in place (the serial of their registration)
-        self._replays: dict = {}
-        self._reused: ReusedInputs | None = None
-        # ((shape, address) per input) -> (bucket, graph), for calls whose every input is device-resident, in place
-        self._device_replays: dict = {}
-        self._calls = 0  # synchronous calls so far (ReusedInputs tells a second call from a second look)
-        self._address_graphs = 0
+        self.context: Any = None  # before the engine it was created from
+        self.engine: Any = None
+        self.stream: Any = None
+        self._held = _Held()
+        self._io = _IoState()
+        self._graphs = GraphCache()  # graphs, shortcuts, page-locked arrays and counters: made anew on activation
         self._pending: InferHandle | None = None
         self.input_specs: tuple = ()
         self.output_specs: tuple = ()
@@ -236,27 +291,29 @@ class TrtRunner:
                           "use `with TrtRunner(...) as runner:` or call close()", ResourceWarning, stacklevel=2)
 
     def _allocate(self) -> None:
-        if isinstance(self._source, (str, os.PathLike)) and not Path(self._source).is_file():
-            read_engine_bytes(self._source)  # names the missing file before TensorRT is even needed
+        source = self._settings.source
+        if isinstance(source, (str, os.PathLike)) and not Path(source).is_file():
+            read_engine_bytes(source)  # names the missing file before TensorRT is even needed
         if self._trt is None:
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
-        if self._pin_reused:
-            self._reused = ReusedInputs(self.cuda)
         self.engine = self._load()
         specs = io_specs(self.engine, self._trt)
         self.input_specs = tuple(s for s in specs.values() if s.is_input)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
-        self._input_index = {s.name: i for i, s in enumerate(self.input_specs)}
+        self._io.index = {s.name: i for i, s in enumerate(self.input_specs)}
         self._check_profile_index()
         self._open_stream()
+        self._graphs = GraphCache(self.cuda, self.stream, self._held.wait_event, self.input_specs, self._io.buckets,
+                                  copy_into, self._settings.pin_reused)
         self._create_context()
         self._allocate_buffers()
 
     def _load(self):
-        source = self._source
+        settings = self._settings
+        source = settings.source
         if isinstance(source, (str, os.PathLike)):
-            return load_engine(source, check_manifest=self._check_manifest, allow_mismatch=self._allow_mismatch,
+            return load_engine(source, check_manifest=settings.check_manifest, allow_mismatch=settings.allow_mismatch,
                                trt=self._trt)
         if isinstance(source, (bytes, bytearray, memoryview)):
             return deserialize(bytes(source), trt=self._trt)
@@ -272,12 +329,12 @@ class TrtRunner:
                               f"profile(s), numbered 0 to {count - 1}")
 
     def _open_stream(self) -> None:
-        if self._given_stream is not None:
-            self.stream = int(self._given_stream)
+        if self._settings.stream is not None:
+            self.stream = int(self._settings.stream)
         else:
-            self.stream, self._own_stream = self.cuda.stream_create(), True
-        self._done_event = self.cuda.event_create(timing=False)
-        self._wait_event = self.cuda.event_create(timing=False)
+            self.stream, self._held.own_stream = self.cuda.stream_create(), True
+        self._held.done_event = self.cuda.event_create(timing=False)
+        self._held.wait_event = self.cuda.event_create(timing=False)
 
     def _create_context(self) -> None:
         shared = compat.contexts_share_profiles(self._trt)
@@ -292,7 +349,7 @@ class TrtRunner:
             raise EngineError("TensorRT could not create an execution context (out of device memory?)")
         if not shared:
             _PROFILES_IN_USE.add(key)
-            self._profile_key = key
+            self._held.profile_key = key
         if getattr(self.context, "active_optimization_profile", None) == self.profile:
             return
         if not self.context.set_optimization_profile_async(self.profile, self.stream):
@@ -311,34 +368,35 @@ class TrtRunner:
     def _allocate_buffers(self) -> None:
         max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
         out_max = self._set_context_shapes(max_key)
+        held = self._held
         for spec, shape in zip(self.input_specs, max_key):
             nbytes = _nbytes(shape, spec.dtype)
-            self._dev_in.append(DeviceBuffer(self.cuda, nbytes))
-            self._host_in.append(HostBuffer(self.cuda, nbytes))
+            held.dev_in.append(DeviceBuffer(self.cuda, nbytes))
+            held.host_in.append(HostBuffer(self.cuda, nbytes))
         for spec, shape in zip(self.output_specs, out_max):
             nbytes = _nbytes(shape, spec.dtype)
-            self._dev_out.append(DeviceBuffer(self.cuda, nbytes))
-            self._host_out.append(HostBuffer(self.cuda, nbytes))
-        for spec, buf in zip(self.input_specs + self.output_specs, self._dev_in + self._dev_out):
+            held.dev_out.append(DeviceBuffer(self.cuda, nbytes))
+            held.host_out.append(HostBuffer(self.cuda, nbytes))
+        for spec, buf in zip(self.input_specs + self.output_specs, held.dev_in + held.dev_out):
             self._bind(spec.name, buf.ptr)
         self.cuda.stream_synchronize(self.stream)  # profile selection is asynchronous
 
     def _release(self) -> None:
         """Free whatever was allocated, in reverse order; keep going if one step fails, raise the first error."""
         errors = []
-        steps = [self._graphs.clear]
-        if self._reused is not None:
-            steps.append(self._reused.clear)  # after close() synchronized: nothing reads them any more
-        steps += [buf.free for buf in self._host_out + self._host_in + self._dev_out + self._dev_in]
-        steps += [lambda e=e: self.cuda.event_destroy(e) for e in (self._done_event, self._wait_event) if e]
-        if self._own_stream and self.stream is not None:
+        held = self._held
+        # graphs, then page-locked arrays: after close() synchronized, nothing reads them any more
+        steps: list = [self._graphs.clear]
+        steps += [buf.free for buf in held.host_out + held.host_in + held.dev_out + held.dev_in]
+        steps += [lambda e=e: self.cuda.event_destroy(e) for e in (held.done_event, held.wait_event) if e]
+        if held.own_stream and self.stream is not None:
             steps.append(lambda s=self.stream: self.cuda.stream_destroy(s))
         for step in steps:
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - free the rest first
                 errors.append(exc)
-        _PROFILES_IN_USE.discard(self._profile_key)
+        _PROFILES_IN_USE.discard(held.profile_key)
         self._reset_state()
         if errors:
             raise errors[0]
@@ -362,12 +420,12 @@ class TrtRunner:
         """
         copy = self.copy_outputs if copy_outputs is None else copy_outputs
         with self._lock:
-            self._require_active()
-            self._complete_pending()
-            self._calls += 1
-            if self._reused is not None and self._reused.released:
-                self._forget_released()
-            bucket = self._replay(feed, True) or self._replay_device(feed) or self._enqueue(feed, True)
+            if not self.active:
+                self._require_active()
+            if self._pending is not None:
+                self._complete(self._pending)
+            graphs = self._graphs
+            bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
             return self._collect(bucket, copy)
 
@@ -380,8 +438,9 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
-            bucket = self._replay(feed, False) or self._replay_device(feed) or self._enqueue(feed, False)
-            self.cuda.event_record(self._done_event, self.stream)
+            graphs = self._graphs
+            bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
+            self.cuda.event_record(self._held.done_event, self.stream)
             self._pending = InferHandle(self, bucket, copy_outputs)
             return self._pending
 
@@ -389,23 +448,35 @@ class TrtRunner:
     def pin_reused_inputs(self) -> bool:
         """Whether numpy arrays passed again are page-locked in place (settable while active: switching it off
         unregisters every array and drops the graphs that read them)."""
-        return self._pin_reused
+        return self._settings.pin_reused
 
     @pin_reused_inputs.setter
     def pin_reused_inputs(self, value: bool) -> None:
         value = _check_bool("pin_reused_inputs", value)
         with self._lock:
-            self._pin_reused = value
+            self._settings.pin_reused = value
             if not self.active:
                 return
-            if value and self._reused is None:
-                self._reused = ReusedInputs(self.cuda)
-            elif not value and self._reused is not None:
+            if not value:
                 self._complete_pending()
                 self.cuda.stream_synchronize(self.stream)
-                self._reused.clear()
-                self._forget_released()
-                self._reused = None
+            self._graphs.page_lock(value)
+
+    def stats(self) -> RunnerStats:
+        """What this runner has done since it was activated: calls by the path they took, graphs held, arrays
+        page-locked (all zero while inactive)."""
+        with self._lock:
+            g = self._graphs
+            return RunnerStats(calls=g.calls, host_replays=g.host_replays, device_replays=g.device_replays,
+                               graph_replays=g.graph_replays, captures=g.captures, enqueues=g.enqueues,
+                               graphs=len(g), address_graphs=g.address_graphs, buckets=len(self._io.buckets),
+                               arrays_page_locked=g.page_locked, page_locking=g.page_locking)
+
+    def graphs(self) -> dict[GraphKey, CudaGraph]:
+        """The CUDA graphs this runner holds, by key (for benchmarks that time a replay by hand; they stay the
+        runner's, valid until it closes or drops them)."""
+        with self._lock:
+            return self._graphs.graphs()
 
     def _require_active(self) -> None:
         if not self.active:
@@ -414,7 +485,7 @@ class TrtRunner:
 
     def _complete(self, handle: InferHandle) -> None:
         if handle._result is None:
-            self.cuda.event_synchronize(self._done_event)
+            self.cuda.event_synchronize(self._held.done_event)
             handle._result = self._collect(handle._bucket, handle._copy)
             if self._pending is handle:
                 self._pending = None
@@ -424,22 +495,22 @@ class TrtRunner:
             self._complete(self._pending)
 
     def _validate(self, feed) -> list:
-        return validate_feed(feed, self.input_specs, self._input_index, self.profile, self._known_shapes)
+        return validate_feed(feed, self.input_specs, self._io.index, self.profile, self._io.known_shapes)
 
     # --- shapes and bindings -------------------------------------------------------------------------------------
 
     def _set_context_shapes(self, key: tuple) -> tuple:
         """Set the context's input shapes to ``key`` (only those that changed); return the output shapes."""
-        previous = self._context_key or (None,) * len(key)
+        previous = self._io.shapes or (None,) * len(key)
         for spec, shape, old in zip(self.input_specs, key, previous):
             if shape != old and not self.context.set_input_shape(spec.name, shape):
-                self._context_key = None
+                self._io.shapes = None
                 hint = self._sharing_hint()
                 raise EngineError(f"TensorRT refused shape {shape} for input '{spec.name}' (profile "
                                   f"{self.profile}: {spec.profile_range(self.profile)})."
                                   + (f" If another context uses this profile:{hint} give each runner its own "
                                      f"engine" if hint else ""))
-        self._context_key = key
+        self._io.shapes = key
         out_shapes = tuple(tuple(int(d) for d in self.context.get_tensor_shape(s.name)) for s in self.output_specs)
         for spec, shape in zip(self.output_specs, out_shapes):
             if any(d < 0 for d in shape):
@@ -448,66 +519,34 @@ class TrtRunner:
         return out_shapes
 
     def _bucket(self, key: tuple) -> _Bucket:
-        bucket = self._buckets.get(key)
+        io = self._io
+        bucket = io.buckets.get(key)
         if bucket is None:
             bucket = _Bucket(self, key, self._set_context_shapes(key))
-            for spec, nbytes, buf in zip(self.output_specs, bucket.out_nbytes, self._dev_out):
+            for spec, nbytes, buf in zip(self.output_specs, bucket.out_nbytes, self._held.dev_out):
                 if nbytes > buf.nbytes:
                     raise UnsupportedError(f"Output '{spec.name}' needs {nbytes} bytes at input shapes {key}, "
                                            f"more than at the profile's max shapes ({buf.nbytes})")
-            self._buckets[key] = bucket
-        elif self._context_key != key:
+            io.buckets[key] = bucket
+        elif io.shapes != key:
             self._set_context_shapes(key)
         return bucket
 
     def _bind(self, name: str, ptr: int) -> None:
-        if self._bound.get(name) != ptr:
+        bound = self._io.bound
+        if bound.get(name) != ptr:
             if not self.context.set_tensor_address(name, ptr):
                 raise EngineError(f"TensorRT refused the address of tensor '{name}'")
-            self._bound[name] = ptr
+            bound[name] = ptr
 
     # --- enqueue -------------------------------------------------------------------------------------------------
 
-    def _replay(self, feed, reuse: bool) -> _Bucket | None:
-        """The common call in fewer steps: numpy inputs of the dtypes and shapes of a call already captured in a
-        graph with its copies (so validated then), each copied into pinned memory unless it is page-locked in place
-        (``reuse``: a synchronous call), then one graph launch. Returns None, having done nothing, for anything else
-        (the general path then validates and explains)."""
-        if not self._replays or type(feed) is not dict or len(feed) != len(self.input_specs):
-            return None
-        arrays = []
-        for spec in self.input_specs:
-            array = feed.get(spec.name)
-            if type(array) is not np.ndarray or array.dtype != spec.dtype:
-                return None
-            arrays.append(array)
-        bucket = self._buckets.get(tuple([a.shape for a in arrays]))
-        if bucket is None:
-            return None
-        reused = self._reused if reuse else None
-        serials = []
-        for view, array, via_pinned in zip(bucket.in_views, arrays, bucket.via_pinned):
-            locked = None if reused is None or array is view else reused.locked(array, self._calls)
-            if locked is not None:
-                serials.append(locked.serial)
-            elif via_pinned or array is view:
-                serials.append(0)
-            else:  # sent straight from pageable memory: not in a graph
-                return None
-        graph = self._replays.get((bucket.key, tuple(serials)))  # a graph holds its shapes: the context's don't matter
-        if graph is None:
-            return None
-        for view, array, serial in zip(bucket.in_views, arrays, serials):
-            if not serial and array is not view:  # a view from host_inputs() is already in place
-                copy_into(view, array)
-        graph.launch(self.stream)
-        return bucket
-
     def _enqueue(self, feed, reuse: bool) -> _Bucket:
+        """The general path: validate, set shapes, place every input, then replay, capture or enqueue the call."""
         prepared = self._validate(feed)
         key = tuple(dev.shape if dev is not None else array.shape for array, dev in prepared)
         bucket = self._bucket(key)
-        sources = list(bucket.pinned_sources)
+        sources: list = list(bucket.pinned_sources)
         devices = []
         for i, (array, dev) in enumerate(prepared):
             if dev is not None:
@@ -523,71 +562,32 @@ class TrtRunner:
             else:
                 self._transfer_directly(i, array, bucket)
                 sources[i] = None
-        sources = tuple(sources)
-        addresses = self._place_device_inputs(devices, bucket, sources) if devices else ()
-        graph = self._launch(bucket, sources, not self.device_outputs, addresses)
-        if graph is not None and addresses and len(devices) == len(prepared):
-            # every input device-resident and used in place: what _replay_device() may do from now on
-            self._device_replays[tuple((dev.shape, dev.ptr) for _, dev in devices)] = (bucket, graph)
-        return bucket
-
-    def _replay_device(self, feed) -> _Bucket | None:
-        """The common device-resident call in fewer steps: every input a device array (``__cuda_array_interface__``,
-        C-contiguous, the input's dtype) of the shape and address of a call already replayed from a graph, so
-        validated then. Orders the stream after each producer's, then one graph launch. Returns None, having done
-        nothing, for anything else."""
-        if not self._device_replays or type(feed) is not dict or len(feed) != len(self.input_specs):
-            return None
-        key, producers = [], []
-        for spec in self.input_specs:
-            iface = getattr(feed.get(spec.name), "__cuda_array_interface__", None)
-            if iface is None or iface.get("strides") is not None or iface.get("typestr") != spec.dtype.str:
-                return None
-            key.append((tuple(iface["shape"]), iface["data"][0]))
-            if iface.get("stream") is not None:
-                producers.append(int(iface["stream"]))
-        entry = self._device_replays.get(tuple(key))
-        if entry is None:
-            return None
-        for stream in producers:
-            self._wait_for_stream(stream)
-        bucket, graph = entry
-        graph.launch(self.stream)
+        addresses = self._place_device_inputs(devices, bucket, tuple(sources)) if devices else ()
+        self._launch(bucket, tuple(sources), not self.device_outputs, addresses)
         return bucket
 
     def _locked(self, array: np.ndarray, feed, i: int, reuse: bool):
         """The registration of ``array`` if it is (now) page-locked in place; None to copy it."""
-        if not reuse or self._reused is None or type(array) is not np.ndarray:
+        if not reuse or type(array) is not np.ndarray:
             return None
         if feed[self.input_specs[i].name] is not array:  # converted from a list or the like: a temporary
             return None
-        return self._reused.locked(array, self._calls)
-
-    def _forget_released(self) -> None:
-        """Destroy the graphs that read from arrays no longer page-locked (they died since the last call)."""
-        dead = set(self._reused.take_released())
-        if not dead:
-            return
-        self._graphs.discard(lambda key: any(src is not None and src[0] in dead for src in key[1]))
-        for key in [k for k in self._replays if any(serial in dead for serial in k[1])]:
-            del self._replays[key]
+        return self._graphs.locked(array)
 
     def _transfer_directly(self, i: int, array: np.ndarray, bucket: _Bucket) -> None:
         """H2D from the caller's memory; CUDA stages pageable memory before returning, so ``array`` may change
         afterwards."""
-        self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
+        dev = self._held.dev_in[i]
+        self._bind(self.input_specs[i].name, dev.ptr)
         if bucket.in_nbytes[i]:
             source = np.ascontiguousarray(array)
-            self.cuda.memcpy_htod_async(self._dev_in[i].ptr, source.ctypes.data, bucket.in_nbytes[i], self.stream)
+            self.cuda.memcpy_htod_async(dev.ptr, source.ctypes.data, bucket.in_nbytes[i], self.stream)
 
     def _wait_for_producer(self, dev) -> None:
         """Order our stream after the stream the device array was produced on (``__cuda_array_interface__`` v3)."""
         if dev.stream is not None:
-            self._wait_for_stream(int(dev.stream))
-
-    def _wait_for_stream(self, stream: int) -> None:
-        self.cuda.event_record(self._wait_event, stream)
-        self.cuda.stream_wait_event(self.stream, self._wait_event)
+            self.cuda.event_record(self._held.wait_event, int(dev.stream))
+            self.cuda.stream_wait_event(self.stream, self._held.wait_event)
 
     def _place_device_inputs(self, devices: list, bucket: _Bucket, sources: tuple) -> tuple:
         """Bind device inputs where they are (no copy), or copy them into the runner's buffers.
@@ -600,36 +600,24 @@ class TrtRunner:
             The addresses to key the graph with (empty when copied).
         """
         addresses = tuple(dev.ptr for _, dev in devices)
-        gkey = (bucket.key, sources, not self.device_outputs, addresses)
-        in_place = (not self.cuda_graph or self._graphs.get(gkey) is not None or self._graphs.failed(gkey)
-                    or self._address_graphs < MAX_ADDRESS_GRAPHS)
+        in_place = not self.cuda_graph or self._graphs.binds_in_place(
+            (bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS)
         for i, dev in devices:
-            own = self._dev_in[i].ptr
+            own = self._held.dev_in[i].ptr
             self._bind(self.input_specs[i].name, dev.ptr if in_place else own)
             if not in_place and bucket.in_nbytes[i]:
                 self.cuda.memcpy_dtod_async(own, dev.ptr, bucket.in_nbytes[i], self.stream)
         return addresses if in_place else ()
 
-    def _launch(self, bucket: _Bucket, sources: tuple, copy_out: bool, addresses: tuple = ()):
-        """Run the call: replay its graph (returned), or enqueue it (capturing a graph for next time)."""
+    def _launch(self, bucket: _Bucket, sources: tuple, copy_out: bool, addresses: tuple = (), *,
+                shortcut: bool = True) -> None:
+        """Run the call: replay its graph, or enqueue it (capturing a graph for next time); with ``shortcut``, a
+        replay lets later calls like it take the shortcut of their kind."""
         if not self.cuda_graph:
-            self._enqueue_body(bucket, sources, copy_out)
-            return None
-        gkey = (bucket.key, sources, copy_out, addresses)
-        graph = self._graphs.get(gkey)
-        if graph is not None:
-            graph.launch(self.stream)
-            if copy_out == (not self.device_outputs) and None not in sources:  # every input sent from the host
-                # what _replay() may do for these shapes and sources from now on
-                self._replays[(bucket.key, tuple(serial for serial, _ in sources))] = graph
-            return graph
-        # Warm-up outside capture (TensorRT initializes lazily on the first enqueue); it also computes this call.
-        self._enqueue_body(bucket, sources, copy_out)
-        if not self._graphs.failed(gkey):
-            self.cuda.stream_synchronize(self.stream)
-            self._address_graphs += bool(addresses)
-            self._graphs.capture(gkey, self.cuda, self.stream, lambda: self._enqueue_body(bucket, sources, copy_out))
-        return None
+            self._graphs.enqueue(bucket, sources, copy_out, self._enqueue_body)
+        else:
+            # a GraphKey's fields, as the plain tuple equal to it (the cache makes the GraphKey when it stores one)
+            self._graphs.launch((bucket.key, sources, copy_out, addresses), bucket, self._enqueue_body, shortcut)
 
     def _enqueue_body(self, bucket: _Bucket, sources: tuple, copy_out: bool) -> None:
         """H2D copies of host inputs, the engine, D2H copies of the outputs: what a graph captures.
@@ -638,16 +626,17 @@ class TrtRunner:
         else the registration of an array page-locked in place), or None when it is not sent here (device-resident,
         or sent straight from pageable memory before).
         """
+        held = self._held
         for i, source in enumerate(sources):
             if source is not None:
-                self._bind(self.input_specs[i].name, self._dev_in[i].ptr)
+                self._bind(self.input_specs[i].name, held.dev_in[i].ptr)
                 if bucket.in_nbytes[i]:
-                    self.cuda.memcpy_htod_async(self._dev_in[i].ptr, source[1], bucket.in_nbytes[i], self.stream)
+                    self.cuda.memcpy_htod_async(held.dev_in[i].ptr, source[1], bucket.in_nbytes[i], self.stream)
         self.execute()
         if copy_out:
             for i, nbytes in enumerate(bucket.out_nbytes):
                 if nbytes:
-                    self.cuda.memcpy_dtoh_async(self._host_out[i].ptr, self._dev_out[i].ptr, nbytes, self.stream)
+                    self.cuda.memcpy_dtoh_async(held.host_out[i].ptr, held.dev_out[i].ptr, nbytes, self.stream)
 
     def execute(self) -> None:
         """Enqueue the engine once on the runner's stream with the current shapes and bindings (no copies).
@@ -662,7 +651,7 @@ class TrtRunner:
         if self.device_outputs:
             if bucket.device_views is None:
                 bucket.device_views = {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
-                                         for spec, buf, shape in zip(self.output_specs, self._dev_out,
+                                         for spec, buf, shape in zip(self.output_specs, self._held.dev_out,
                                                                      bucket.out_shapes)}
             return dict(bucket.device_views)
         if copy:
@@ -709,28 +698,28 @@ class TrtRunner:
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))
             for view, (array, _) in zip(bucket.in_views, prepared):
                 copy_into(view, array)
-            for spec, buf in zip(self.input_specs, self._dev_in):
+            for spec, buf in zip(self.input_specs, self._held.dev_in):
                 self._bind(spec.name, buf.ptr)
             return bucket.key
 
     def enqueue_h2d(self, key: tuple) -> None:
         """Enqueue the copies of the staged inputs to the device."""
-        bucket = self._buckets[key]
-        for dev, host, nbytes in zip(self._dev_in, self._host_in, bucket.in_nbytes):
+        bucket = self._io.buckets[key]
+        for dev, host, nbytes in zip(self._held.dev_in, self._held.host_in, bucket.in_nbytes):
             if nbytes:
                 self.cuda.memcpy_htod_async(dev.ptr, host.ptr, nbytes, self.stream)
 
     def enqueue_compute(self, key: tuple) -> None:
         """Enqueue the engine alone (its CUDA graph without copies when ``cuda_graph``)."""
-        bucket = self._buckets[key]
-        if self._context_key != key:
+        bucket = self._io.buckets[key]
+        if self._io.shapes != key:
             self._set_context_shapes(key)
-        self._launch(bucket, (None,) * len(self.input_specs), False)
+        self._launch(bucket, (None,) * len(self.input_specs), False, shortcut=False)
 
     def enqueue_d2h(self, key: tuple) -> None:
         """Enqueue the copies of the outputs to the pinned host buffers."""
-        bucket = self._buckets[key]
-        for dev, host, nbytes in zip(self._dev_out, self._host_out, bucket.out_nbytes):
+        bucket = self._io.buckets[key]
+        for dev, host, nbytes in zip(self._held.dev_out, self._held.host_out, bucket.out_nbytes):
             if nbytes:
                 self.cuda.memcpy_dtoh_async(host.ptr, dev.ptr, nbytes, self.stream)
 
@@ -740,4 +729,5 @@ class TrtRunner:
 
     def __repr__(self) -> str:
         state = "active" if self.active else "inactive"
-        return f"TrtRunner({self._source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, {state})"
+        return (f"TrtRunner({self._settings.source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, "
+                f"{state})")

@@ -10,6 +10,6 @@ dynamic batcher in front. :mod:`trtkit.serve.backend` prepares what Triton's Pyt
 interpreter; :mod:`trtkit.serve.ports` names a port that is already taken.
 """
 
-from trtkit.serve.server import LoadFailure, ServeSettings, Server
+from trtkit.serve.server import LoadFailure, Server, ServeSettings
 
 __all__ = ["LoadFailure", "ServeSettings", "Server"]

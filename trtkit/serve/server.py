@@ -21,10 +21,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trtkit.errors import ProfileError, ServeError, TrtkitError
+from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError
+
+if TYPE_CHECKING:
+    from trtkit.export.triton import TritonModel
 
 logger = logging.getLogger("trtkit")
 
@@ -91,7 +95,7 @@ class LoadedModel:
     """One engine ready to serve: its Triton description, batch limit and one ``(gpu, runner)`` per instance."""
 
     engine: str
-    spec: object  # trtkit.export.triton.TritonModel
+    spec: TritonModel
     max_batch: int
     preferred_batch_sizes: tuple
     runners: list = field(default_factory=list)
@@ -207,10 +211,11 @@ class Server:
         self._trt, self._cuda = trt, cuda
         self.models: list = []
         self.failures: list = []
-        self.load_s = self.ready_s = None
-        self._triton = None
+        self.load_s: float | None = None
+        self.ready_s: float | None = None
+        self._triton: Any = None  # pytriton's Triton, once started
         self._stop = threading.Event()
-        self._log_dir = None
+        self._log_dir: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> "Server":
         self.start()
@@ -221,7 +226,11 @@ class Server:
 
     @property
     def log_file(self) -> Path:
-        return Path(self.settings.log_file) if self.settings.log_file else Path(self._log_dir.name) / "triton.log"
+        if self.settings.log_file:
+            return Path(self.settings.log_file)
+        if self._log_dir is None:
+            raise TrtkitInternalError("Server.log_file asked before start() made the log folder")
+        return Path(self._log_dir.name) / "triton.log"
 
     def start(self) -> "Server":
         """Check the settings and ports, load the engines, start Triton and wait until every model is ready.

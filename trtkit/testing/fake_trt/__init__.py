@@ -14,6 +14,7 @@ The ``surface`` test tier checks that every public name here exists in the real 
 from __future__ import annotations
 
 import types
+from typing import Any
 
 from trtkit.testing.fake_trt import builder as _builder
 from trtkit.testing.fake_trt import enums as _enums
@@ -28,7 +29,7 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
     """
     from trtkit.testing.fake_trt import runtime as _runtime
 
-    trt = types.ModuleType("tensorrt")
+    trt: Any = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.fail_cuda_init = fail_cuda_init
     # Test-only names: the surface tier's parity check skips them (everything else must exist in the real module).

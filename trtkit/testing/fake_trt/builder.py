@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+from typing import Any
 
 # ops the fake parser refuses; like the real one it also refuses any op outside the standard ONNX domains
 UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
@@ -75,9 +76,9 @@ class ILayer:
 class INetworkDefinition:
     def __init__(self, flags: int, trt=None):
         self.flags = flags
-        self.model = None  # the onnx.ModelProto once parsed
+        self.model: Any = None  # the onnx.ModelProto once parsed
         self._trt = trt
-        self._layers = None
+        self._layers: list | None = None
 
     def get_layer(self, index: int):
         if self._layers is None:

@@ -38,8 +38,8 @@ def network_flags(version: str) -> list:
     return ["EXPLICIT_BATCH", "EXPLICIT_PRECISION"]
 
 
-def make(name: str, members: list) -> type:
-    return enum.IntEnum(name, {m: i for i, m in enumerate(members)})
+def make(name: str, members: list) -> type[enum.IntEnum]:
+    return enum.IntEnum(name, {m: i for i, m in enumerate(members)})  # type: ignore[return-value]  # the functional API makes a class
 
 
 def common_enums(version: str) -> dict:

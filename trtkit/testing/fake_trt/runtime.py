@@ -19,6 +19,7 @@ import json
 import struct
 import weakref
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -126,9 +127,9 @@ class _EngineBase:
         self.onnx_bytes = onnx_bytes
         self.io = {spec["name"]: spec for spec in header["io"]}
         self.profiles = header["profiles"]
-        self.live_contexts = weakref.WeakSet()  # a context dropped by Python is gone, as in TensorRT
+        self.live_contexts: weakref.WeakSet = weakref.WeakSet()  # a context dropped by Python is gone, as in TensorRT
         self.fail_enqueue_in_capture = False  # tests: an engine whose enqueue cannot be captured
-        self._evaluator = None
+        self._evaluator: Any = None
         self._shape_cache: dict = {}
         self.name = "fake engine"
 
@@ -234,10 +235,13 @@ def _engine_class(trt, major: int):
 
         def create_execution_context(self, strategy=None):
             return self._new_context()
+
+        attrs["create_execution_context"] = create_execution_context
     else:
-        def create_execution_context(self):
+        def create_execution_context_86(self):
             return self._new_context()
-    attrs["create_execution_context"] = create_execution_context
+
+        attrs["create_execution_context"] = create_execution_context_86
     attrs["_profile_sharing"] = property(
         lambda self: major >= 10 or "PROFILE_SHARING_0806" in self.header.get("build_flags", ()))
     return type("ICudaEngine", (_EngineBase,), attrs)
