@@ -20,11 +20,11 @@ import numpy as np
 
 from calibrators.preprocess import Preprocess, load_image, with_model_size
 from trtkit.errors import CalibrationError
+from trtkit.images import IMAGE_EXTENSIONS
 from trtkit.model import model_inputs
 
 logger = logging.getLogger("trtkit")
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 ARRAY_EXTENSIONS = (".npy", ".npz")
 _MAX_LISTED = 10
 

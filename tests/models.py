@@ -55,3 +55,43 @@ def unsupported_op():
                                                     helper.make_opsetid("com.example", 1)])
     model.ir_version = 8
     return model
+
+
+def constant_detector(head: np.ndarray, *, size: int = 32):
+    """A YOLOv8-layout "detector" whose output is always ``head`` (1, 4 + classes, anchors), repeated over the batch:
+    input ``images`` (N, 3, size, size), output ``output0`` (N, 4 + classes, anchors). For evaluation and NMS-graph
+    tests whose right answer is known from ``head``."""
+    head = np.asarray(head, np.float32)
+    const = numpy_helper.from_array(head, "head")
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["m"], name="mean", axes=[1, 2, 3], keepdims=0),
+        helper.make_node("Mul", ["m", "zero"], ["z"], name="zero_out"),
+        helper.make_node("Reshape", ["z", "col"], ["z3"], name="to_3d"),
+        helper.make_node("Add", ["z3", "head"], ["output0"], name="add_head"),
+    ]
+    inits = [const, numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([-1, 1, 1], np.int64), "col")]
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
+                  [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", head.shape[1], head.shape[2]])],
+                  inits, name="constant_detector")
+
+
+def conv_detector(*, size: int = 32, classes: int = 2, seed: int = 0, opset: int = OPSET):
+    """A convolutional YOLOv8-layout head with random weights: images (N, 3, size, size) → Conv stride 8 → Sigmoid
+    → output0 (N, 4 + classes, (size / 8)^2), the four box rows scaled to input pixels. Cheap to run, quantizable."""
+    rng = np.random.default_rng(seed)
+    rows = 4 + classes
+    w = numpy_helper.from_array(rng.standard_normal((rows, 3, 8, 8)).astype(np.float32) * 0.2, "w")
+    scale = numpy_helper.from_array(np.array([size, size, size / 4, size / 4] + [1.0] * classes,
+                                             np.float32).reshape(1, rows, 1), "scale")
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["c"], name="head_conv", strides=[8, 8]),
+        helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+        helper.make_node("Reshape", ["s", "shape"], ["r"], name="flatten"),
+        helper.make_node("Mul", ["r", "scale"], ["output0"], name="to_pixels"),
+    ]
+    inits = [w, scale, numpy_helper.from_array(np.array([0, rows, -1], np.int64), "shape")]
+    anchors = (size // 8) ** 2
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
+                  [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", rows, anchors])], inits,
+                  opset=opset, name="conv_detector")

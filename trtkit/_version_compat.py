@@ -287,6 +287,45 @@ def parser_supports_operator(parser, op_type: str) -> bool | None:
     return bool(parser.supports_operator(op_type))
 
 
+# --- plugins -------------------------------------------------------------------------------------------------------
+
+_PLUGINS_LOADED: set = set()
+
+
+def plugins_loaded(trt) -> bool:
+    """Whether :func:`load_plugins` has registered this module's plugins."""
+    return id(trt) in _PLUGINS_LOADED
+
+
+def load_plugins(trt, logger) -> bool:
+    """Register TensorRT's own plugins (``EfficientNMS_TRT`` and the rest) in its plugin registry, once per module.
+
+    The ONNX parser builds an op it has no importer for from the registry by name, and deserializing an engine that
+    holds a plugin layer needs the same registry; neither fills it by itself.
+
+    Returns:
+        Whether the plugins are registered (False where this TensorRT has no ``init_libnvinfer_plugins``).
+
+    Raises:
+        UnsupportedError: TensorRT's plugin library (libnvinfer_plugin) could not be loaded.
+    """
+    if id(trt) in _PLUGINS_LOADED:
+        return True
+    init = getattr(trt, "init_libnvinfer_plugins", None)
+    if init is None:
+        return False
+    try:
+        ok = init(logger, "")
+    except (OSError, RuntimeError, TypeError) as exc:
+        raise UnsupportedError(
+            f"TensorRT's plugin library (libnvinfer_plugin) could not be loaded: {exc}. Install the TensorRT build "
+            "that ships it, or build the model without plugin ops."
+        ) from exc
+    if ok is not False:
+        _PLUGINS_LOADED.add(id(trt))
+    return ok is not False
+
+
 # --- engine --------------------------------------------------------------------------------------------------------
 
 

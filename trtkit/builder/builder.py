@@ -97,6 +97,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
                                  explicit_int8=config.precision == "int8" and plan.calibrator is None)
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
+    if custom_ops(loaded.proto):
+        compat.load_plugins(trt, logger)  # plugin ops (e.g. EfficientNMS_TRT from --add-nms) come from the registry
     parser = trt.OnnxParser(network, logger)
     _parse(parser, plan.model)
     phase("configure")
@@ -153,6 +155,13 @@ def statistics_engine_builder(config: BuildConfig, trt=None) -> Callable[[object
         return build_serialized(model, fp32, trt=trt).engine
 
     return build_statistics_engine
+
+
+def custom_ops(proto) -> list[str]:
+    """Op types of the graph that no ONNX opset defines (TensorRT builds them from its plugin registry)."""
+    import onnx
+
+    return sorted({n.op_type for n in proto.graph.node if not onnx.defs.has(n.op_type, n.domain or "")})
 
 
 def _create_builder(trt, logger):

@@ -15,6 +15,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
     parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
     options.add_build_options(parser)
+    add_nms_options(parser)
     check_render.add_preflight_options(parser)
     options.add_json_option(parser)
 
@@ -31,6 +32,7 @@ def run(args, console) -> int:
     with BuildProgress(console, Path(args.model).name) as progress:
         progress.phase("pre-flight (constant folding, op check)")
         model, notes = check_render.prepare_for_build(args, console)
+        model = with_nms(model, args, notes)
         result = build(model, config, output=output, isolate=args.isolate,
                        on_phase=progress.phase, on_log=progress.log if args.verbose else None,
                        log_severity="INFO" if args.verbose else "WARNING")
@@ -38,6 +40,28 @@ def run(args, console) -> int:
     if args.json:
         render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output)))
     return 0
+
+
+def add_nms_options(parser) -> None:
+    g = parser.add_argument_group("detection post-processing")
+    g.add_argument("--add-nms", action="store_true",
+                   help="append TensorRT's EfficientNMS_TRT plugin to a YOLOv8-style head (N, 4 + classes, anchors): "
+                        "the engine returns num_dets, boxes, scores, classes")
+    g.add_argument("--nms-score", type=float, default=0.25, metavar="X", help="--add-nms score threshold (0.25)")
+    g.add_argument("--nms-iou", type=float, default=0.45, metavar="X", help="--add-nms IoU threshold (0.45)")
+    g.add_argument("--nms-max-det", type=int, default=100, metavar="N", help="--add-nms detections per image (100)")
+
+
+def with_nms(model, args, notes: dict):
+    """``model`` with the EfficientNMS plugin appended when ``--add-nms`` asks for it."""
+    if not getattr(args, "add_nms", False):
+        return model
+    from trtkit.detection.nms_plugin import NmsOptions, add_nms
+
+    options = NmsOptions(args.nms_score, args.nms_iou, args.nms_max_det)
+    notes["NMS"] = (f"EfficientNMS_TRT appended (score > {options.score_threshold}, IoU {options.iou_threshold}, "
+                    f"{options.max_detections} per image)")
+    return add_nms(model, options)
 
 
 class BuildProgress:

@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": "trtkit.cli.inspect",
     "doctor": "trtkit.cli.doctor",
     "demo": "trtkit.cli.demo",
+    "eval": "trtkit.cli.eval",
     "export": "trtkit.cli.export",
     "serve": "trtkit.cli.serve",
 }
@@ -33,6 +34,7 @@ SUMMARIES = {
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
+    "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose).",
     "export": "Export an engine to a runtime's own layout: a Triton Inference Server model repository.",
     "serve": "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC.",
 }

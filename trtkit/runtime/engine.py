@@ -163,6 +163,10 @@ def deserialize(data: bytes, *, trt=None, where: str = "The engine"):
     runtime, trt_logger = shared_runtime(trt)
     seen = len(trt_logger.messages)
     engine = runtime.deserialize_cuda_engine(bytes(data))
+    if engine is None and not compat.plugins_loaded(trt) and compat.load_plugins(trt, trt_logger):
+        # an engine with plugin layers (e.g. EfficientNMS_TRT) needs TensorRT's plugin registry filled
+        seen = len(trt_logger.messages)
+        engine = runtime.deserialize_cuda_engine(bytes(data))
     if engine is None:
         reasons = [msg for sev, msg in trt_logger.messages[seen:] if sev in ("ERROR", "INTERNAL_ERROR")]
         said = f" TensorRT said: {reasons[-1]}" if reasons else ""

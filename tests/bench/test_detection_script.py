@@ -1,0 +1,47 @@
+"""``benchmarks/detection_h200.py`` end to end on the fake backend with a tiny convolutional detector: the GPU host
+gets one call for the table, so the script must not fail on anything but the GPU itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+
+from tests import models
+from tests.bench.test_anchor_script import WRAPPER
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW_KEYS = {"map", "map50", "engine_mb", "b1_ms", "b8_ms", "b8_graph_ms", "b8_images_per_s", "build_s"}
+
+
+def test_detection_table_script_writes_every_row(tmp_path):
+    # opset 19: onnx's reference evaluator (the fake engine's) runs DequantizeLinear from 19 on
+    onnx.save(models.conv_detector(size=32, classes=8, opset=19), tmp_path / "det.onnx")
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "detection_h200.py")))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(wrapper), "--model", str(tmp_path / "det.onnx"), "--val-images", "6", "--calib", "8",
+         "--bench-seconds", "0.05", "--out", str(out), "--cache", str(tmp_path / "cache"), "--work",
+         str(tmp_path / "work"), "--results", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "detection-h200.json").read_text())
+    assert json.loads((tmp_path / "results" / "detection-h200.json").read_text()) == data
+    assert set(data["rows"]) == {"onnx", "fp32", "fp16", "int8_calibrator", "int8_qdq", "int8_qdq_heads"}
+    for key, row in data["rows"].items():
+        assert ROW_KEYS <= set(row), key
+        if key != "onnx":
+            assert row["engine_mb"] > 0 and row["b8_images_per_s"] > 0 and row["b1_ms"] > 0, key
+    rows = data["rows"]
+    assert rows["fp16"]["precision_constraints"] == "prefer" == rows["int8_calibrator"]["precision_constraints"]
+    assert data["rows"]["fp32"]["precision_constraints"] == "none"
+    assert data["rows"]["fp32"]["map"] == data["rows"]["onnx"]["map"]  # the fake engine runs the ONNX model
+    assert data["sample_latency"]["total_ms"] > 0 and data["sample_latency"]["engine_e2e_ms"] > 0
+    assert "fp16_within_0.3pt" in data["targets"] and "best_int8" in data["targets"]
+    # the fake runtime runs the graph with onnx's reference evaluator, which has no EfficientNMS_TRT
+    assert set(data["errors"]) <= {"nms_match"}, data["errors"]
+    assert data["nms_engine"]["engine_mb"] > 0

@@ -1,0 +1,68 @@
+"""`trtkit build --add-nms`: the plugin is appended before the build, TensorRT's plugins are registered for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from tests import models
+from trtkit.builder.builder import build_serialized, custom_ops
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
+from trtkit.cli.build import with_nms
+from trtkit.cli.main import main, make_parser
+from trtkit.detection import add_nms
+from trtkit.errors import EngineError
+from trtkit.runtime.engine import deserialize
+from trtkit.testing.fake_trt import make_fake_trt
+
+PROFILE = [parse_shapes("images:1x3x32x32,2x3x32x32,4x3x32x32")]
+
+
+def detector():
+    return models.constant_detector(np.zeros((1, 6, 10), np.float32))
+
+
+def test_plugin_models_register_tensorrt_plugins_before_parsing():
+    trt = make_fake_trt("8.6.0")
+    result = build_serialized(add_nms(detector()), BuildConfig(profiles=PROFILE), trt=trt)
+    assert trt.plugin_inits == [""] and result.engine
+    assert custom_ops(add_nms(detector())) == ["EfficientNMS_TRT"]
+
+
+def test_plain_models_leave_the_plugin_library_alone():
+    trt = make_fake_trt("8.6.0")
+    build_serialized(detector(), BuildConfig(profiles=PROFILE), trt=trt)
+    assert trt.plugin_inits == [] and custom_ops(detector()) == []
+
+
+def test_deserialize_retries_once_with_plugins_registered():
+    trt = make_fake_trt("8.6.0")
+    for _ in range(2):
+        with pytest.raises(EngineError, match="could not be deserialized"):
+            deserialize(b"not an engine", trt=trt)
+    assert trt.plugin_inits == [""]
+
+
+def _build_args(*argv):
+    return make_parser("build").parse_args(["build", *argv])
+
+
+def test_with_nms_appends_the_plugin_and_notes_its_settings():
+    args = _build_args("m.onnx", "--add-nms", "--nms-score", "0.4", "--nms-iou", "0.5", "--nms-max-det", "20")
+    notes = {}
+    model = with_nms(detector(), args, notes)
+    assert [o.name for o in model.graph.output] == ["num_dets", "boxes", "scores", "classes"]
+    assert notes["NMS"] == "EfficientNMS_TRT appended (score > 0.4, IoU 0.5, 20 per image)"
+    plain = detector()
+    assert with_nms(plain, _build_args("m.onnx"), notes) is plain
+
+
+def test_build_add_nms_on_another_layout_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "cls.onnx"
+    onnx.save(models.tiny_conv(), path)
+    code = main(["build", str(path), "--add-nms", "--no-check", "--no-isolate", "-o", str(tmp_path / "x.engine")])
+    err = capsys.readouterr().err
+    assert code == 1 and "found output 'y' (N, 4, 1, 1)" in err
+    assert not (tmp_path / "x.engine").exists()

@@ -1,0 +1,110 @@
+"""Head decode, class-aware NMS and the EfficientNMS outputs, on hand-made cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trtkit.detection import (
+    Detections,
+    box_iou,
+    decode,
+    detections_from_outputs,
+    from_efficient_nms,
+    letterbox_meta,
+    nms,
+    xywh_to_xyxy,
+)
+from trtkit.errors import InputError
+
+
+def head(rows):
+    """(1, 4 + C, A) from a list of anchors, each (cx, cy, w, h, score_0, ..., score_C-1)."""
+    return np.asarray(rows, np.float32).T[None]
+
+
+def test_xywh_to_xyxy_and_iou():
+    boxes = xywh_to_xyxy(np.array([[10, 10, 4, 2]], np.float32))
+    np.testing.assert_allclose(boxes, [[8, 9, 12, 11]])
+    iou = box_iou(np.array([0, 0, 2, 2.0]), np.array([[1, 0, 3, 2.0], [5, 5, 6, 6], [0, 0, 2, 2]]))
+    np.testing.assert_allclose(iou, [1 / 3, 0, 1])
+
+
+def test_nms_drops_the_weaker_overlapping_box_of_a_class():
+    boxes = np.array([[0, 0, 10, 10], [1, 0, 11, 10], [20, 20, 30, 30]], np.float32)
+    keep = nms(boxes, np.array([0.8, 0.9, 0.5]), 0.5)
+    assert keep.tolist() == [1, 2]
+
+
+def test_nms_is_class_aware():
+    boxes = np.array([[0, 0, 10, 10], [1, 0, 11, 10]], np.float32)
+    assert nms(boxes, np.array([0.8, 0.9]), 0.5, classes=np.array([0, 1])).tolist() == [1, 0]
+    assert nms(boxes, np.array([0.8, 0.9]), 0.5, classes=np.array([1, 1])).tolist() == [1]
+    assert nms(boxes, np.array([0.8, 0.9]), 0.5, max_output=1).tolist() == [1]
+
+
+def test_nms_threshold_is_exclusive():
+    boxes = np.array([[0, 0, 2, 2], [1, 0, 3, 2]], np.float32)  # IoU 1/3
+    assert len(nms(boxes, np.array([0.9, 0.8]), 1 / 3 + 1e-6)) == 2
+    assert len(nms(boxes, np.array([0.9, 0.8]), 0.3)) == 1
+
+
+def test_decode_thresholds_suppresses_and_keeps_best_class():
+    out = head([
+        (10, 10, 4, 4, 0.9, 0.1),   # class 0
+        (10.5, 10, 4, 4, 0.7, 0.2),  # overlaps the first, same class: suppressed
+        (30, 30, 6, 2, 0.1, 0.6),   # class 1
+        (50, 50, 4, 4, 0.2, 0.1),   # below the threshold
+    ])
+    (det,) = decode(out, conf_threshold=0.25, iou_threshold=0.5)
+    np.testing.assert_allclose(det.boxes, [[8, 8, 12, 12], [27, 29, 33, 31]])
+    np.testing.assert_allclose(det.scores, [0.9, 0.6])
+    assert det.classes.tolist() == [0, 1] and det.classes.dtype == np.int32
+
+
+def test_decode_multi_label_keeps_every_class_above_threshold():
+    out = head([(10, 10, 4, 4, 0.9, 0.8)])
+    assert len(decode(out, conf_threshold=0.25)[0]) == 1
+    det = decode(out, conf_threshold=0.25, multi_label=True)[0]
+    assert det.classes.tolist() == [0, 1]
+
+
+def test_decode_per_image_and_max_detections():
+    out = np.concatenate([head([(5, 5, 2, 2, 0.9), (20, 20, 2, 2, 0.8), (40, 40, 2, 2, 0.7)]),
+                          head([(5, 5, 2, 2, 0.1), (20, 20, 2, 2, 0.1), (40, 40, 2, 2, 0.1)])])
+    first, second = decode(out, conf_threshold=0.25, max_detections=2)
+    assert len(first) == 2 and len(second) == 0
+    assert second.boxes.shape == (0, 4)
+
+
+def test_decode_refuses_other_layouts_saying_what_it_found():
+    with pytest.raises(InputError, match=r"shape \(1, 84\) is not the YOLOv8 head layout"):
+        decode(np.zeros((1, 84), np.float32))
+    with pytest.raises(InputError, match=r"looks like \(N, anchors, 4 \+ classes\)"):
+        decode(np.zeros((1, 8400, 84), np.float32))
+
+
+def test_efficient_nms_outputs_become_detections():
+    num = np.array([[2], [0]], np.int32)
+    boxes = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    scores = np.array([[0.9, 0.5, 0], [0, 0, 0]], np.float32)
+    classes = np.array([[3, 1, 0], [0, 0, 0]], np.int32)
+    first, second = from_efficient_nms(num, boxes, scores, classes)
+    np.testing.assert_array_equal(first.boxes, boxes[0, :2])
+    assert first.classes.tolist() == [3, 1] and len(second) == 0
+    outputs = {"num_dets": num, "boxes": boxes, "scores": scores, "classes": classes}
+    assert len(detections_from_outputs(outputs)[0]) == 2
+
+
+def test_detections_from_outputs_decodes_a_head_and_refuses_other_outputs():
+    dets = detections_from_outputs({"output0": head([(5, 5, 2, 2, 0.9)])}, conf_threshold=0.5)
+    assert len(dets[0]) == 1
+    with pytest.raises(InputError, match="got outputs a, b"):
+        detections_from_outputs({"a": np.zeros(1), "b": np.zeros(1)})
+
+
+def test_mapped_detections_are_in_original_pixels():
+    det = Detections(np.array([[0, 40, 320, 280]], np.float32), np.array([0.9], np.float32), np.array([0], np.int32))
+    mapped = det.mapped(letterbox_meta(640, 480, (320, 320)))
+    np.testing.assert_allclose(mapped.boxes, [[0, 0, 640, 480]])
+    assert mapped.scores is det.scores

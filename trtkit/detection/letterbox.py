@@ -1,0 +1,156 @@
+"""Letterbox pre-processing: keep the aspect ratio, pad to the model's input size, and map boxes back.
+
+The geometry is the one trtkit's calibration pre-processing uses (``resize=letterbox``): scale by
+``min(W / w, H / h)``, round the new size, centre with ``(W - new_w) // 2`` on the left and ``(H - new_h) // 2`` on
+top, bilinear resampling, pad value 114. Calibrating and evaluating therefore see the same pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trtkit.errors import InputError
+from trtkit.images import IMAGE_EXTENSIONS
+
+
+class ImageReadError(InputError):
+    """An image file cannot be read by pillow (the message names the file and pillow's reason)."""
+
+
+@dataclass(frozen=True)
+class LetterboxMeta:
+    """Where one original image sits inside the letterboxed input.
+
+    Attributes:
+        width, height: the original image's size.
+        scale: original pixels → input pixels.
+        pad_x, pad_y: the left and top padding, in input pixels.
+    """
+
+    width: int
+    height: int
+    scale: float
+    pad_x: int
+    pad_y: int
+
+    def to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """Map ``(K, 4)`` x1, y1, x2, y2 boxes from input pixels to the original image, clipped to it."""
+        boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+        out = (boxes - np.array([self.pad_x, self.pad_y, self.pad_x, self.pad_y], np.float32)) / self.scale
+        np.clip(out[:, 0::2], 0, self.width, out=out[:, 0::2])
+        np.clip(out[:, 1::2], 0, self.height, out=out[:, 1::2])
+        return out
+
+    def to_input(self, boxes: np.ndarray) -> np.ndarray:
+        """Map ``(K, 4)`` x1, y1, x2, y2 boxes from the original image to input pixels."""
+        boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+        return boxes * self.scale + np.array([self.pad_x, self.pad_y, self.pad_x, self.pad_y], np.float32)
+
+
+def letterbox_meta(width: int, height: int, size: tuple[int, int]) -> LetterboxMeta:
+    """The letterbox geometry of a ``width`` x ``height`` image in an input of ``size = (H, W)``."""
+    in_h, in_w = size
+    scale = min(in_w / width, in_h / height)
+    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
+    return LetterboxMeta(width, height, scale, (in_w - new_w) // 2, (in_h - new_h) // 2)
+
+
+class Letterbox:
+    """Turn images into one NCHW float batch for a detector, remembering how to map boxes back.
+
+    Args:
+        size: the model input's ``(height, width)``.
+        pad_value: padding, in 0..255 pixel units.
+        scale: multiplier of the 0..255 values (``1/255`` gives 0..1, what YOLO-style models expect).
+        dtype: dtype of the batch.
+        reuse: fill the same batch array on every call of one batch size instead of a new one (the previous
+            batch is overwritten). ``TrtRunner`` page-locks an input array it is given again and sends it from
+            where it is, so a reused batch reaches the GPU with no extra host copy.
+
+    ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns
+    ``(batch, metas)``: batch ``(N, 3, H, W)`` and one :class:`LetterboxMeta` per image.
+    """
+
+    def __init__(self, size: tuple[int, int], pad_value: float = 114.0, scale: float = 1.0 / 255.0,
+                 dtype=np.float32, *, reuse: bool = False):
+        self.size = (int(size[0]), int(size[1]))
+        self.pad_value = pad_value
+        self.scale = scale
+        self.dtype = np.dtype(dtype)
+        self.reuse = reuse
+        self._buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, images) -> tuple[np.ndarray, list[LetterboxMeta]]:
+        canvas, batch = self._arrays(len(images))
+        canvas.fill(round(self.pad_value))
+        metas = [self.paste(image, canvas[i]) for i, image in enumerate(images)]
+        return self.to_batch(canvas, batch), metas
+
+    def _arrays(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if not self.reuse:
+            return np.empty((n, self.size[0], self.size[1], 3), np.uint8), None
+        if n not in self._buffers:
+            self._buffers[n] = (np.empty((n, self.size[0], self.size[1], 3), np.uint8),
+                                np.empty((n, 3, self.size[0], self.size[1]), self.dtype))
+        return self._buffers[n]
+
+    def paste(self, image, out: np.ndarray) -> LetterboxMeta:
+        """Resize one image into the ``(H, W, 3)`` uint8 canvas ``out`` (already padded); return its geometry."""
+        from PIL import Image
+
+        image = open_image(image) if isinstance(image, (str, Path)) else image
+        if isinstance(image, np.ndarray):
+            image = Image.fromarray(_as_rgb_array(image))
+        elif image.mode != "RGB":
+            image = image.convert("RGB")
+        meta = letterbox_meta(image.width, image.height, self.size)
+        new_w, new_h = max(1, round(image.width * meta.scale)), max(1, round(image.height * meta.scale))
+        resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.Resampling.BILINEAR)
+        out[meta.pad_y:meta.pad_y + new_h, meta.pad_x:meta.pad_x + new_w] = np.asarray(resized)
+        return meta
+
+    def to_batch(self, canvas: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(N, H, W, 3)`` uint8 → ``(N, 3, H, W)`` scaled, in one vectorized pass (into ``out`` when given)."""
+        batch = np.empty((canvas.shape[0], 3, canvas.shape[1], canvas.shape[2]), self.dtype) if out is None else out
+        np.multiply(canvas.transpose(0, 3, 1, 2), self.dtype.type(self.scale), out=batch, casting="unsafe")
+        return batch
+
+
+def _as_rgb_array(array: np.ndarray) -> np.ndarray:
+    if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (1, 3)):
+        raise InputError(f"An image array must be HxW or HxWx3 uint8 RGB; got shape {array.shape} of {array.dtype}.")
+    return np.repeat(array.reshape(array.shape[0], array.shape[1], 1), 3, axis=2) if array.ndim == 2 or \
+        array.shape[2] == 1 else array
+
+
+def open_image(path):
+    """Open an image file as an RGB pillow image.
+
+    Raises:
+        ImageReadError: pillow cannot read it (names the file and why).
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ImageReadError(f"Cannot read image '{path}': {exc}") from exc
+
+
+def list_images(folder) -> list[Path]:
+    """Image files directly in ``folder``, sorted by name.
+
+    Raises:
+        InputError: the folder does not exist or holds no image file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"Image folder '{folder}' does not exist or is not a folder.")
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+    if not files:
+        raise InputError(f"Image folder '{folder}' holds no image file ({', '.join(IMAGE_EXTENSIONS)}).")
+    return files

@@ -1,0 +1,1 @@
+"""Accuracy evaluation of engines and ONNX models: COCO detection metrics, classification top-k, keypoints."""

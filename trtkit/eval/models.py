@@ -1,0 +1,125 @@
+"""What evaluation runs: an engine (through trtkit's runner) or an ONNX model (through the parity reference).
+
+``open_model`` gives one shape to both: ``infer(feed) -> outputs``, the image input's name, its ``(H, W)`` and the
+largest batch it takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from trtkit.errors import InputError
+
+DEFAULT_MAX_BATCH = 64
+
+
+@dataclass
+class Model:
+    """A model ready to evaluate.
+
+    Attributes:
+        infer: ``{input name: array} -> {output name: array}``.
+        input_name: the image input.
+        input_shape: its shape, ``(N, C, H, W)``, the batch possibly symbolic.
+        max_batch: the largest batch ``infer`` takes.
+        kind: ``"engine"``, ``"onnx"`` or ``"callable"``.
+        description: for reports (a path, usually).
+    """
+
+    infer: Callable
+    input_name: str
+    input_shape: tuple
+    max_batch: int = DEFAULT_MAX_BATCH
+    kind: str = "callable"
+    description: str = "<callable>"
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """``(H, W)`` of the image input.
+
+        Raises:
+            InputError: the input is not NCHW with fixed height and width.
+        """
+        shape = tuple(self.input_shape)
+        if len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[2:]):
+            raise InputError(
+                f"Input '{self.input_name}' of {self.description} has shape {shape}; evaluation needs an NCHW image "
+                "input with a fixed height and width."
+            )
+        return int(shape[2]), int(shape[3])
+
+
+def is_onnx(target) -> bool:
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency
+        return False
+    if isinstance(target, onnx.ModelProto):
+        return True
+    return isinstance(target, (str, os.PathLike)) and Path(target).suffix.lower() == ".onnx"
+
+
+@contextlib.contextmanager
+def open_model(target, *, runner_options: dict | None = None):
+    """Yield a :class:`Model` for an engine file, an ONNX file or ``ModelProto``, or a :class:`Model` itself.
+
+    Raises:
+        InputError: the model has no single image input.
+        EngineError, ModelError: the engine or ONNX file cannot be loaded.
+    """
+    if isinstance(target, Model):
+        yield target
+    elif is_onnx(target):
+        yield onnx_model(target)
+    else:
+        with engine_model(target, runner_options or {}) as model:
+            yield model
+
+
+def onnx_model(target) -> Model:
+    """The ONNX model on the CPU: onnxruntime where installed, onnx's reference evaluator otherwise."""
+    from trtkit.parity.reference import OnnxReference, describe_model, load_model
+
+    model = load_model(target)
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise InputError(f"Evaluation needs a model with one image input; {describe_model(target)} has "
+                         f"{len(inputs)}: {', '.join(i.name for i in inputs)}.")
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                 for d in inputs[0].type.tensor_type.shape.dim)
+    max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
+    backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
+    if backend == "onnx-reference":
+        logging.getLogger("trtkit").warning(
+            "onnxruntime is not installed: %s runs in onnx's reference evaluator, which is slow on real models "
+            "(pip install 'trtkit[eval]' installs onnxruntime)", describe_model(target))
+    reference = OnnxReference(model, backend=backend)
+    return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})")
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def engine_model(target, runner_options: dict):
+    """An engine file, its bytes or an open ``TrtRunner``, through the parity engine session."""
+    from trtkit.parity.engine import describe_engine, open_engine
+
+    with open_engine(target, runner_options=runner_options) as session:
+        profile = session.profile or {}
+        if len(profile) != 1:
+            raise InputError(f"Evaluation needs an engine with one image input; {describe_engine(target)} has "
+                             f"{len(profile) or 'no known'} inputs: {', '.join(profile) or '-'}.")
+        name, (_, _, max_shape) = next(iter(profile.items()))
+        yield Model(session.infer, name, tuple(max_shape), int(max_shape[0]), "engine", describe_engine(target))
