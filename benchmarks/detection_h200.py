@@ -151,7 +151,7 @@ def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, mo
     row = run.result["rows"].setdefault(key, {})
     row["build_s"] = round(time.perf_counter() - t0, 2)
     row["engine_mb"] = round(len(result.engine) / 1e6, 3)
-    report = result.manifest.get("precision_report") or {}
+    report = result.manifest.precision_report or {}
     row["layers_by_precision"] = report.get("layers_by_precision")
     row["precision_notes"] = result.manifest.build.precision_plan.notes
     row["precision_constraints"] = config.precision_constraints

@@ -19,6 +19,7 @@ _EXPORTS = {
     "Profile": "trtkit.builder.profiles",
     "parse_shapes": "trtkit.builder.profiles",
     "load_engine": "trtkit.runtime.engine",
+    "prepare": "trtkit.builder.prepare",
 }
 
 __all__ = ["TrtkitError", "__version__", *_EXPORTS]

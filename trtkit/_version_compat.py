@@ -427,3 +427,11 @@ def set_int8_calibrator(trt, config, calibrator, calibration_profile=None) -> No
     config.int8_calibrator = calibrator
     if calibration_profile is not None and hasattr(config, "set_calibration_profile"):
         config.set_calibration_profile(calibration_profile)
+
+
+# --- ONNX parser limits (for trtkit.builder.rewrites) ---------------------------------------------------------------
+
+
+def has_int64_io(trt) -> bool:
+    """Whether engines can take and return INT64 tensors (``DataType.INT64``, TensorRT 10 and later)."""
+    return "INT64" in _members(trt.DataType)

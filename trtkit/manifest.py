@@ -125,6 +125,8 @@ class Manifest:
         engine_bytes: size of the serialized engine.
         precision_report: :class:`trtkit.builder.precision_report` JSON (layers and FLOP share per precision).
         engine_file: the engine's file name, once written.
+        prepare: what preparing the model changed before the build (the rewrites applied and the model's original
+            I/O dtypes: :meth:`trtkit.builder.prepare.PreparedModel.to_json`), or ``None`` in older manifests.
         format: the manifest format (:data:`FORMAT`).
         extra: keys this version of trtkit does not know, kept as they were.
     """
@@ -136,6 +138,7 @@ class Manifest:
     engine_bytes: int | None = None
     precision_report: dict | None = None
     engine_file: str | None = None
+    prepare: dict | None = None
     format: int = FORMAT
     extra: dict = field(default_factory=dict)
 
@@ -145,7 +148,7 @@ class Manifest:
                 "model": asdict(self.model)}
         if self.build is not None:
             data["build"] = self.build.to_json()
-        for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file"):
+        for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare"):
             value = getattr(self, name)
             if value is not None or name == "precision_report":
                 data[name] = value
@@ -167,7 +170,7 @@ class Manifest:
             raise EngineError(f"The manifest has format {version!r}; this trtkit reads formats 1 to {FORMAT}. "
                               f"Upgrade trtkit or rebuild the engine.")
         known = {"format", "environment", "model", "build", "build_seconds", "engine_bytes", "precision_report",
-                 "engine_file"}
+                 "engine_file", "prepare"}
         build = data.get("build")
         return cls(
             environment=Environment.from_json(data.get("environment")),
@@ -177,6 +180,7 @@ class Manifest:
             engine_bytes=data.get("engine_bytes"),
             precision_report=data.get("precision_report"),
             engine_file=data.get("engine_file"),
+            prepare=data.get("prepare"),
             format=version,
             extra={k: v for k, v in data.items() if k not in known},
         )

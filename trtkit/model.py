@@ -39,15 +39,18 @@ class LoadedModel:
         return max((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
-def load_model(model, *, check: bool = True) -> LoadedModel:
+def load_model(model, *, check: bool = True, external_data: bool = True) -> LoadedModel:
     """Load an ONNX model (external data included) and check it is well formed.
 
     Args:
         model: a path, the model's bytes, an ``onnx.ModelProto`` or a :class:`LoadedModel`.
         check: run ``onnx.checker`` (cheap structural checks).
+        external_data: read external weights into memory; ``False`` keeps the references (models over 2 GB: the
+            proto stays small and TensorRT's parser reads the weights itself, beside ``path``) after checking that
+            every data file exists.
 
     Raises:
-        ModelError: the file is missing, not ONNX, truncated, or fails the checker.
+        ModelError: the file is missing, not ONNX, truncated, fails the checker, or names a missing data file.
     """
     import onnx
 
@@ -56,7 +59,7 @@ def load_model(model, *, check: bool = True) -> LoadedModel:
     path = None
     if isinstance(model, (str, Path)):
         path = Path(model)
-        proto = _load_path(path)
+        proto = _load_path(path, external_data)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         proto = _decode(bytes(model), "the given bytes")
     elif isinstance(model, onnx.ModelProto):
@@ -64,20 +67,43 @@ def load_model(model, *, check: bool = True) -> LoadedModel:
     else:
         raise ModelError(f"Expected an ONNX path, bytes or onnx.ModelProto; got {type(model).__name__}")
     where = f"'{path}'" if path else "the model"
-    _check_structure(proto, where, check)
+    _check_structure(proto, where, check and not has_external_data(proto))
     return LoadedModel(proto, proto.SerializeToString(), path)
 
 
-def _load_path(path: Path):
+def has_external_data(proto) -> bool:
+    """Whether some initializer of ``proto`` still refers to an external data file."""
     import onnx
 
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+
+
+def external_data_files(proto) -> list:
+    """The data files (relative to the model) that ``proto``'s initializers refer to, in order of first use."""
+    files = []
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value not in files:
+                files.append(entry.value)
+    return files
+
+
+def _load_path(path: Path, external_data: bool = True):
     if not path.exists():
         raise ModelError(f"ONNX model '{path}' does not exist")
     if path.is_dir():
         raise ModelError(f"'{path}' is a folder; give the path of an .onnx file")
     proto = _decode(path.read_bytes(), f"'{path}'")
+    missing = [name for name in external_data_files(proto) if not (path.parent / name).is_file()]
+    if missing:
+        raise ModelError(f"'{path}': its external data file(s) {', '.join(repr(m) for m in missing)} are missing; "
+                         f"keep them in '{path.parent}' beside the model")
+    if not external_data:
+        return proto
+    import onnx
+
     try:
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        if has_external_data(proto):
             onnx.load_external_data_for_model(proto, str(path.parent))
     except (OSError, ValueError, onnx.checker.ValidationError) as exc:
         raise ModelError(f"'{path}': cannot read its external data ({exc}); keep the data files beside it") from exc

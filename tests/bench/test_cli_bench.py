@@ -81,13 +81,13 @@ def test_bench_onnx_builds_once_then_uses_the_cache(fake_gpu, tmp_path, capsys):
             "--warmup-ms", "0", "--no-e2e", "--cache-dir", str(tmp_path / "cache")]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
-    assert "building" in out
+    assert "built and cached" in out
     engines = list((tmp_path / "cache").glob("conv-*.engine"))
     assert len(engines) == 1
     code, out, err = run_cli(argv, capsys)
     assert code == 0 and "using cached engine" in out
     code, out, err = run_cli(argv + ["--fp16"], capsys)  # other settings: another engine
-    assert code == 0 and "building" in out
+    assert code == 0 and "built and cached" in out
     assert len(list((tmp_path / "cache").glob("conv-*.engine"))) == 2
 
 

@@ -166,3 +166,21 @@ def test_parse_failure_on_86_names_node_from_the_model(tmp_path):
     trt = make_fake_trt("8.6.0")
     with pytest.raises(ParseError, match=r"node 'mystery' \(Mystery\): No importer registered"):
         build(models.unsupported_op(), trt=trt)
+
+
+def test_out_of_gpu_memory_is_said_as_such_not_as_a_missing_implementation():
+    from trtkit.builder.builder import failure_message
+
+    log = [("WARNING", "Requested amount of GPU memory (17179869184 bytes) could not be allocated. There may not be "
+                       "enough free memory for allocation to succeed."),
+           ("WARNING", "Requested amount of GPU memory (4294967296 bytes) could not be allocated."),
+           ("ERROR", "10: [optimizer.cpp::computeCosts::3869] Error Code 10: Internal Error (Could not find any "
+                     "implementation for node /conv1/Conv.)")]
+    text = failure_message("big.onnx", log, 1 << 30)
+    assert text.startswith("TensorRT ran out of GPU memory building 'big.onnx'")
+    assert "16384 MiB, 4096 MiB" in text and "workspace limit 1024 MiB" in text and "/conv1/Conv" in text
+    ten = failure_message("m.onnx", [("ERROR", "[virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: out of "
+                                               "Memory (Requested size was 22942842880 bytes.)")], None)
+    assert "could not allocate 21880 MiB (workspace limit TensorRT's default" in ten
+    plain = failure_message("m.onnx", log[2:], None)
+    assert plain.startswith("TensorRT could not build an engine for 'm.onnx'") and "GPU memory" not in plain

@@ -1,6 +1,9 @@
-"""`trtkit build --add-nms`: the plugin is appended before the build, TensorRT's plugins are registered for it."""
+"""`trtkit build --add-nms` / ``BuildConfig(add_nms=...)``: the plugin is appended while preparing, TensorRT's plugins
+are registered for it."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import onnx
@@ -9,10 +12,10 @@ import pytest
 from tests import models
 from trtkit.builder.builder import build_serialized, custom_ops
 from trtkit.builder.config import BuildConfig
+from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import parse_shapes
-from trtkit.cli.build import with_nms
 from trtkit.cli.main import main, make_parser
-from trtkit.detection import add_nms
+from trtkit.detection import NmsOptions, add_nms
 from trtkit.errors import EngineError
 from trtkit.runtime.engine import deserialize
 from trtkit.testing.fake_trt import make_fake_trt
@@ -49,17 +52,33 @@ def _build_args(*argv):
     return make_parser("build").parse_args(["build", *argv])
 
 
-def test_with_nms_appends_the_plugin_and_notes_its_settings():
-    args = _build_args("m.onnx", "--add-nms", "--nms-score", "0.4", "--nms-iou", "0.5", "--nms-max-det", "20")
-    notes = {}
-    model = with_nms(detector(), args, notes)
-    assert [o.name for o in model.graph.output] == ["num_dets", "boxes", "scores", "classes"]
-    assert notes["NMS"] == "EfficientNMS_TRT appended (score > 0.4, IoU 0.5, 20 per image)"
-    plain = detector()
-    assert with_nms(plain, _build_args("m.onnx"), notes) is plain
+def test_prepare_appends_the_plugin_last_and_names_its_settings():
+    prepared = prepare(detector(), nms=NmsOptions(0.4, 0.5, 20))
+    assert [o.name for o in prepared.proto.graph.output] == ["num_dets", "boxes", "scores", "classes"]
+    last = prepared.rewrites[-1]
+    assert last.rewrite == "add-nms" and last.status == "applied"
+    assert last.what.startswith("EfficientNMS_TRT appended (score > 0.4, IoU 0.5, 20 per image)")
+    assert [o.name for o in prepare(detector()).proto.graph.output] == ["output0"]
 
 
-def test_build_add_nms_on_another_layout_is_one_error_line(tmp_path, capsys):
+def test_build_add_nms_options_reach_the_engine_build(tmp_path, monkeypatch):
+    seen = {}
+    import trtkit.builder.api as api
+
+    def fake_build(model, config, **kwargs):
+        seen["nms"] = config.add_nms
+        raise SystemExit(0)
+
+    monkeypatch.setattr(api, "build", fake_build)
+    path = tmp_path / "det.onnx"
+    onnx.save(detector(), path)
+    with pytest.raises(SystemExit):
+        main(["build", str(path), "--add-nms", "--nms-score", "0.4", "--nms-iou", "0.5", "--nms-max-det", "20"])
+    assert seen["nms"] == NmsOptions(0.4, 0.5, 20)
+
+
+def test_build_add_nms_on_another_layout_is_one_error_line(tmp_path, capsys, fake_trt, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
     path = tmp_path / "cls.onnx"
     onnx.save(models.tiny_conv(), path)
     code = main(["build", str(path), "--add-nms", "--no-check", "--no-isolate", "-o", str(tmp_path / "x.engine")])

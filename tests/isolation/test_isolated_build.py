@@ -10,8 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import trtkit.builder.isolate as isolate
-from trtkit.builder.api import build
-from trtkit.builder.isolate import build_isolated
+from trtkit.builder.api import build, build_isolated
 from trtkit.errors import IsolationError, ParseError
 
 
@@ -58,7 +57,7 @@ def test_isolated_build_streams_phases_and_logs(monkeypatch):
     result = build_isolated(model, on_phase=phases.append, on_log=lambda s, m: logs.append((s, m)),
                             log_severity="VERBOSE")
     assert result.engine and result.manifest["model"]["opset"] == 17
-    assert phases == ["parse", "configure", "build", "inspect"]
+    assert phases == ["prepare", "check", "parse", "configure", "build", "inspect"]
     assert ("VERBOSE", "Parsing node: /attn/Where [Where]") in logs
 
 

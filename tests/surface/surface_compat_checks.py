@@ -35,6 +35,18 @@ def capabilities(ctx: Context) -> dict:
 
 
 @check
+def int64_io(ctx: Context) -> dict:
+    """INT64 engine I/O (DataType.INT64) from 10, not on 8.6: the INT64 rewrite runs exactly where it is needed."""
+    from trtkit import _version_compat as compat
+    from trtkit.builder.rewrites import ParserTarget
+
+    trt, log = ctx.surface()
+    assert compat.has_int64_io(trt) == (ctx.major >= 10), compat.has_int64_io(trt)
+    assert ParserTarget.from_trt(trt).int64_io == (ctx.major >= 10)
+    return {"int64_io": compat.has_int64_io(trt), "used": log.used()}
+
+
+@check
 def network_flags(ctx: Context) -> dict:
     """EXPLICIT_BATCH on 8.6 only; STRONGLY_TYPED from 10 (9.1); refused with a version hint before that."""
     from trtkit import _version_compat as compat

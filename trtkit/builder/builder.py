@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,10 @@ from trtkit import _version_compat as compat
 from trtkit._lazy import tensorrt
 from trtkit.builder import constraints, precision, precision_report
 from trtkit.builder.config import BuildConfig
+from trtkit.builder.opcheck import check_with_parser
+from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import resolve_profiles
+from trtkit.builder.rewrites import ParserTarget
 from trtkit.errors import BuildError, DependencyError, ParseError
 from trtkit.log import make_trt_logger
 from trtkit.manifest import BuildInfo, Manifest, ModelInfo, PrecisionPlanInfo, environment
@@ -70,18 +74,11 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         UnsupportedError: an option does not exist in the installed TensorRT.
         BuildError: TensorRT could not build the engine.
     """
+    model = load_model(model, external_data=False)  # a bad model is named before TensorRT is needed
     trt = trt or tensorrt()
     config = config or BuildConfig()
     phase = on_phase or (lambda name: None)
     started = time.perf_counter()
-    loaded = load_model(model)
-    profiles = resolve_profiles(model_inputs(loaded.proto), config.profiles)
-    caps = compat.capabilities(trt)
-    # what the settings say already (before calibration data is read), then again once the plan has chosen modes
-    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
-                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
-    plan = precision.plan_precision(trt, loaded, config, caps,
-                                    build_statistics_engine=statistics_engine_builder(config, trt))
     kept: list = []
 
     def sink(severity, msg):
@@ -92,15 +89,34 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
 
     logger = make_trt_logger(trt, min_severity=log_severity, sink=sink)
     builder = _create_builder(trt, logger)
+    phase("prepare")
+    query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)
+    prepared = prepare(model, target=ParserTarget.from_trt(trt, query), sanitize=config.sanitize,
+                       fold_constants=config.fold_constants, nms=config.add_nms)
+    loaded = prepared.loaded
+    if custom_ops(loaded.proto):  # plugin ops (EfficientNMS_TRT from add_nms) come from the registry: load it first
+        compat.load_plugins(trt, logger)
+    if config.save_prepared and prepared.changed:
+        prepared.save(config.save_prepared)
+    check = None
+    if config.check:
+        phase("check")
+        check = check_with_parser(loaded, trt, query)
+    inputs = model_inputs(loaded.proto)
+    profiles = resolve_profiles(inputs, config.profiles)
+    caps = compat.capabilities(trt)
+    # what the settings say already (before calibration data is read), then again once the plan has chosen modes
+    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
+                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
+    plan = precision.plan_precision(trt, loaded, config, caps,
+                                    build_statistics_engine=statistics_engine_builder(config, trt))
     phase("parse")
     strongly_typed = plan.strongly_typed or config.strongly_typed
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
                                  explicit_int8=config.precision == "int8" and plan.calibrator is None)
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
-    if custom_ops(loaded.proto):
-        compat.load_plugins(trt, logger)  # plugin ops (e.g. EfficientNMS_TRT from --add-nms) come from the registry
     parser = trt.OnnxParser(network, logger)
-    _parse(parser, plan.model)
+    _parse(parser, plan.model, prepared, check)
     phase("configure")
     bconfig = builder.create_builder_config()
     trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
@@ -115,9 +131,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     finally:
         plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
     if serialized is None:
-        errors = [m for s, m in kept if s in ("ERROR", "INTERNAL_ERROR")]
-        detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
-        raise BuildError(f"TensorRT could not build an engine for '{loaded.name}': {detail}")
+        raise BuildError(failure_message(loaded.name, kept, config.workspace_bytes))
     engine = bytes(serialized)
     build_seconds = time.perf_counter() - started
     phase("inspect")
@@ -125,15 +139,15 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     settings = {k: v for k, v in config.to_json().items() if k != "profiles"}
     manifest = Manifest(
         environment=environment(trt),
-        model=ModelInfo(loaded.name, loaded.sha256, loaded.opset,
-                        {n: [d if isinstance(d, int) else str(d) for d in dims]
-                         for n, dims in model_inputs(loaded.proto).items()}),
+        model=ModelInfo(loaded.name, prepared.source_sha256, loaded.opset,
+                        {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()}),
         build=BuildInfo(settings, [p.to_json() for p in profiles],
                         PrecisionPlanInfo(strongly_typed, list(plan.flags), list(plan.notes), dict(plan.calibration)),
                         len(trt_profiles)),
         build_seconds=round(build_seconds, 3),
         engine_bytes=len(engine),
         precision_report=report,
+        prepare=prepared.to_json(),
     )
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
@@ -164,6 +178,27 @@ def custom_ops(proto) -> list[str]:
     return sorted({n.op_type for n in proto.graph.node if not onnx.defs.has(n.op_type, n.domain or "")})
 
 
+# 8.x: "Requested amount of GPU memory (N bytes) could not be allocated"; 10.x: "out of Memory (Requested size was
+# N bytes.)"
+_OOM = re.compile(r"Requested amount of (?:GPU )?memory \((?P<n>\d+) bytes\)|Requested size was (?P<m>\d+) bytes")
+
+
+def failure_message(name: str, log: list, workspace_bytes: int | None) -> str:
+    """Why the build failed, from TensorRT's log; out of GPU memory is said as such (8.6 then reports "Could not
+    find any implementation for node", which reads like an unsupported op)."""
+    errors = [m for s, m in log if s in ("ERROR", "INTERNAL_ERROR")]
+    detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (rerun with --verbose for its log)"
+    requested = sorted({int(found.group("n") or found.group("m")) for _, m in log if (found := _OOM.search(m))},
+                       reverse=True)
+    if not requested:
+        return f"TensorRT could not build an engine for '{name}': {detail}"
+    limit = f"{workspace_bytes / 2**20:.0f} MiB" if workspace_bytes else "TensorRT's default (the GPU's memory)"
+    sizes = ", ".join(f"{n / 2**20:.0f} MiB" for n in requested[:5])
+    return (f"TensorRT ran out of GPU memory building '{name}': it could not allocate {sizes} (workspace limit "
+            f"{limit}). Free GPU memory, lower the profile's max shapes, or set --workspace lower so that tactics "
+            f"needing more are skipped. TensorRT said: {detail}")
+
+
 def _create_builder(trt, logger):
     try:
         builder = trt.Builder(logger)
@@ -177,18 +212,24 @@ def _create_builder(trt, logger):
     return builder
 
 
-def _parse(parser, loaded) -> None:
+def _parse(parser, loaded, prepared=None, check=None) -> None:
+    """Parse; a failure lists every parser error, the rewrites tried, and carries the op check as ``.report``."""
     path = str(loaded.path) if loaded.path else None
     ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
     if ok:
         return
     issues = [_with_node(issue, loaded.proto) for issue in compat.parser_errors(parser)]
     lines = "\n".join(f"  - {issue}" for issue in issues) or "  - (the parser reported no detail)"
-    raise ParseError(
+    tried = [str(r) for r in (prepared.rewrites if prepared is not None else [])]
+    tried_lines = "".join(f"\n  - {r}" for r in tried)
+    error = ParseError(
         f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
-        "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
+        + (f"Rewrites tried before parsing:{tried_lines}\n" if tried else "")
+        + "Try `trtkit inspect MODEL --check` to see which ops this TensorRT supports.",
         issues,
     )
+    error.report = check
+    raise error
 
 
 def _with_node(issue, proto):

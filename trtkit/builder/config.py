@@ -50,6 +50,12 @@ class BuildConfig:
             higher precision (the default; docs/performance.md says why); False quantizes them too.
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
+        sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
+        fold_constants: fold constant subgraphs into initializers before parsing.
+        check: ask the parser which ops it supports before parsing; a failed parse then carries the op table.
+        save_prepared: also write the prepared model (rewritten, folded) here, when preparing changed it.
+        add_nms: a :class:`trtkit.detection.NmsOptions`: append TensorRT's ``EfficientNMS_TRT`` plugin to a
+            YOLOv8-style head while preparing (the engine then returns ``num_dets, boxes, scores, classes``).
     """
 
     precision: str = "fp32"
@@ -72,6 +78,11 @@ class BuildConfig:
     qdq_exclude: tuple = ()
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
+    sanitize: bool = True
+    fold_constants: bool = True
+    check: bool = True
+    save_prepared: str | None = None
+    add_nms: object = None
 
     def __post_init__(self):
         _choice("precision", self.precision, PRECISIONS)

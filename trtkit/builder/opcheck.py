@@ -16,31 +16,15 @@ from trtkit._version_compat import ParserIssue
 from trtkit.builder import isolate
 from trtkit.builder.crash_report import model_crash_context
 from trtkit.builder.isolate import _ChildLog, phase_sink, run_isolated
+from trtkit.builder.op_support import (
+    _ADDED_AFTER_8,
+    _UNSUPPORTED_AS_OF_10_15,
+    max_documented_opset,
+)
 from trtkit.builder.sanitize import fold_constants
 from trtkit.errors import DependencyError, IsolationError, ModelError, TrtkitError
 from trtkit.log import make_trt_logger
 from trtkit.model import load_model
-
-# Static knowledge, from onnx-tensorrt's docs/operators.md support tables (release 8.5-GA, whose opset range, up to
-# 17, TensorRT 8.6 shares; and TensorRT 10.15). The installed parser's own answer always decides; this only says
-# where support exists. Kept small on purpose: only entries those two tables state.
-_ADDED_AFTER_8 = {  # "N" in the 8.5 table (or newer than opset 17), "Y" in the 10.15 table
-    op: "10.x" for op in (
-        "BlackmanWindow", "HammingWindow", "HannWindow", "Hardmax", "IsInf", "LayerNormalization", "STFT",
-        "GroupNormalization", "Mish", "DeformConv", "Gelu", "Attention", "RMSNormalization", "RotaryEmbedding",
-    )
-}
-_UNSUPPORTED_AS_OF_10_15 = frozenset({  # "N" in the 10.15 table
-    "AffineGrid", "Bernoulli", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad",
-    "Col2Im", "Compress", "ConcatFromSequence", "ConvInteger", "DFT", "Det", "DynamicQuantizeLinear", "ImageDecoder",
-    "MatMulInteger", "MaxRoiPool", "MaxUnpool", "MelWeightMatrix", "Multinomial", "NegativeLogLikelihoodLoss",
-    "Optional", "OptionalGetElement", "OptionalHasElement", "QLinearConv", "QLinearMatMul", "RegexFullMatch",
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SoftmaxCrossEntropyLoss", "SplitToSequence", "StringConcat", "StringNormalizer", "StringSplit",
-    "TfIdfVectorizer", "Unique",
-})
-# highest ai.onnx opset each parser documents (onnx-tensorrt docs/operators.md)
-_MAX_DOCUMENTED_OPSET = ((8,), 17), ((10, 0), 20), ((10, 15), 24)
 
 SUPPORTED, UNSUPPORTED, FAILED, CRASHED, UNKNOWN = "supported", "unsupported", "failed", "crashed", "unknown"
 
@@ -217,7 +201,20 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
     builder = _create_builder(trt, logger)
     network = builder.create_network(compat.network_flags(trt))
-    parser = trt.OnnxParser(network, logger)
+    return _ask(trt, trt.OnnxParser(network, logger), model_bytes, path, op_types)
+
+
+def check_with_parser(loaded, trt, parser) -> CheckReport:
+    """The op check with a parser the caller already has (the build's own, in the build's process)."""
+    path = str(loaded.path) if loaded.path else None
+    report = _static_report(loaded)
+    _apply_answer(report, loaded.proto, _ask(trt, parser, loaded.data, path, _op_types(loaded.proto)))
+    return report
+
+
+def _ask(trt, parser, model_bytes: bytes, path, op_types) -> dict:
+    from trtkit import _version_compat as compat
+
     supported, subgraphs = compat.parser_supports_model(parser, model_bytes, path)
     return {
         "trt_version": compat.version_string(trt),
@@ -276,7 +273,9 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows)
+    from trtkit.builder.rewrites.dims import describe_ambiguity
+
+    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto))
 
 
 def static_note(op_type: str, domain: str = "") -> str:
@@ -288,15 +287,6 @@ def static_note(op_type: str, domain: str = "") -> str:
     if op_type in _ADDED_AFTER_8:
         return f"supported in TensorRT {_ADDED_AFTER_8[op_type]} (not in the 8.5/8.6-era support table)"
     return ""
-
-
-def max_documented_opset(version: tuple) -> int | None:
-    """Highest ai.onnx opset the given TensorRT's parser documents, or ``None`` if unknown."""
-    best = None
-    for since, opset in _MAX_DOCUMENTED_OPSET:
-        if tuple(version[: len(since)]) >= since:
-            best = opset
-    return best
 
 
 def _apply_answer(report: CheckReport, proto, answer: dict) -> None:

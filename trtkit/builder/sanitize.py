@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit.errors import ModelError
+from trtkit._atomic import write_bytes_atomic
+from trtkit.errors import ModelError, TrtkitError
 from trtkit.model import load_model
 
 NEVER_FOLD = frozenset({
@@ -113,8 +114,11 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
     return current, report
 
 
-def save_model(model, path) -> Path:
+def save_model(model, path, *, external: bool = False) -> Path:
     """Write an ONNX model (``--save-sanitized``); models over 2 GB keep their weights in ``<name>.data`` beside it.
+
+    Args:
+        external: write the weights to ``<name>.data`` whatever the size (models that came with external data).
 
     Raises:
         ModelError: the file cannot be written.
@@ -122,14 +126,14 @@ def save_model(model, path) -> Path:
     import onnx
 
     path = Path(path)
-    large = model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True
+    large = external or (model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True)
     try:
         if large:
             onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                      location=path.name + ".data")
+                      location=path.name + ".data", size_threshold=0 if external else 1024)
         else:
-            onnx.save(model, str(path))
-    except (OSError, ValueError) as exc:
+            write_bytes_atomic(path, model.SerializeToString())
+    except (OSError, ValueError, TrtkitError) as exc:
         raise ModelError(f"Cannot write the sanitized model to '{path}': {exc}") from exc
     return path
 

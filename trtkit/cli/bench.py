@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 from pathlib import Path
 
 from trtkit.cli.options import add_build_options, add_json_option, config_from_args
@@ -90,33 +87,17 @@ def bench_shapes(specs: list) -> dict | None:
     return {name: shape.opt for name, shape in parse_shapes(specs[0]).shapes.items()}
 
 
-def engine_for(args, console) -> Path:
+def engine_for(args, console, trt=None) -> Path:
     """The engine file to run: ``args.model`` itself, or the cached engine built from that ONNX model."""
     model = Path(args.model)
     if model.suffix.lower() != ".onnx":
         return model
-    from trtkit.builder.api import build
+    from trtkit.builder.cache import cached_build
     from trtkit.errors import ModelError
 
     if not model.is_file():
         raise ModelError(f"ONNX model '{model}' does not exist")
-    config = config_from_args(args)
-    path = cached_engine_path(model, config, args.cache_dir)
-    if path.exists():
-        console.print(f"using cached engine {path}")
-        return path
-    console.print(f"building {model} → {path}")
-    build(str(model), config, output=path, isolate=args.isolate)
+    console.print(f"preparing {model}")
+    path, hit = cached_build(str(model), config_from_args(args), folder=args.cache_dir, trt=trt, isolate=args.isolate)
+    console.print(f"{'using cached' if hit else 'built and cached'} engine {path}")
     return path
-
-
-def cached_engine_path(model: Path, config, cache_dir=None) -> Path:
-    """``<cache>/<model stem>-<key>.engine``; the key hashes the ONNX bytes, build settings and TensorRT version."""
-    from trtkit._lazy import tensorrt
-
-    digest = hashlib.sha256(model.read_bytes())
-    digest.update(json.dumps(config.to_json(), sort_keys=True, default=str).encode())
-    digest.update(str(getattr(tensorrt(), "__version__", "")).encode())
-    folder = Path(cache_dir or os.environ.get("TRTKIT_CACHE_DIR") or Path.home() / ".cache" / "trtkit" / "engines")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{model.stem}-{digest.hexdigest()[:20]}.engine"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
     options.add_build_options(parser)
     add_nms_options(parser)
-    check_render.add_preflight_options(parser)
+    options.add_prepare_options(parser)
     options.add_json_option(parser)
 
 
@@ -26,17 +27,25 @@ def default_output(model: str) -> Path:
 
 def run(args, console) -> int:
     from trtkit.builder.api import build
+    from trtkit.errors import ModelError
 
     config = options.config_from_args(args)
+    if args.add_nms:
+        from trtkit.detection.nms_plugin import NmsOptions
+
+        config = dataclasses.replace(config, add_nms=NmsOptions(args.nms_score, args.nms_iou, args.nms_max_det))
     output = Path(args.output) if args.output else default_output(args.model)
     with BuildProgress(console, Path(args.model).name) as progress:
-        progress.phase("pre-flight (constant folding, op check)")
-        model, notes = check_render.prepare_for_build(args, console)
-        model = with_nms(model, args, notes)
-        result = build(model, config, output=output, isolate=args.isolate,
-                       on_phase=progress.phase, on_log=progress.log if args.verbose else None,
-                       log_severity="INFO" if args.verbose else "WARNING")
-    console.print(summary_table(result.manifest, output, notes))
+        try:
+            result = build(args.model, config, output=output, isolate=args.isolate, on_progress=progress.update,
+                           on_log=progress.log if args.verbose else None,
+                           log_severity="INFO" if args.verbose else "WARNING")
+        except ModelError as exc:
+            if getattr(exc, "report", None) is not None and not exc.report.ok:
+                progress.stop()
+                console.print(check_render.render_check(exc.report))
+            raise
+    console.print(summary_table(result.manifest, output, prepare_notes(result.manifest, config)))
     if args.json:
         render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output)))
     return 0
@@ -52,42 +61,69 @@ def add_nms_options(parser) -> None:
     g.add_argument("--nms-max-det", type=int, default=100, metavar="N", help="--add-nms detections per image (100)")
 
 
-def with_nms(model, args, notes: dict):
-    """``model`` with the EfficientNMS plugin appended when ``--add-nms`` asks for it."""
-    if not getattr(args, "add_nms", False):
-        return model
-    from trtkit.detection.nms_plugin import NmsOptions, add_nms
-
-    options = NmsOptions(args.nms_score, args.nms_iou, args.nms_max_det)
-    notes["NMS"] = (f"EfficientNMS_TRT appended (score > {options.score_threshold}, IoU {options.iou_threshold}, "
-                    f"{options.max_detections} per image)")
-    return add_nms(model, options)
+def prepare_notes(manifest: Manifest, config) -> dict:
+    """Build summary lines for what ``prepare`` did: folding, the other rewrites, the saved model."""
+    rewrites = (manifest.prepare or {}).get("rewrites", [])
+    fold = [r for r in rewrites if r["rewrite"] == "fold-constants"]
+    notes = {}
+    if config.fold_constants:
+        notes["constant folding"] = fold[0]["what"] if fold else "nothing to fold"
+    if config.sanitize:
+        notes["rewrites"] = _rewrites_line([r for r in rewrites if r["rewrite"] != "fold-constants"])
+    nms = [r for r in rewrites if r["rewrite"] == "add-nms"]
+    if nms:
+        notes["NMS"] = nms[0]["what"]
+    if config.save_prepared and any(r["status"] == "applied" for r in rewrites):
+        notes["sanitized model"] = config.save_prepared
+    return notes
 
 
 class BuildProgress:
-    """A rich spinner with elapsed time and the current build phase."""
+    """Build progress for the terminal: on a TTY a rich line with phase, elapsed time, layers and ETA; otherwise one
+    plain line per phase (CI logs show progress too)."""
 
     def __init__(self, console, name: str):
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                  console=console, transient=True)
-        self._name = name
-        self._task: Any = None  # rich's TaskID once the progress bar is shown
+        self._console, self._name = console, name
+        self._live = console.is_terminal
+        self._progress: Any = None  # rich's Progress on a terminal
+        self._task: Any = None  # its TaskID
+        self._last_phase: str | None = None
 
     def __enter__(self):
-        self._progress.__enter__()
-        self._task = self._progress.add_task(f"{self._name}: starting")
+        if self._live:
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                                      console=self._console, transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(f"{self._name}: starting", total=None, detail="")
         return self
 
     def __exit__(self, *exc):
-        return self._progress.__exit__(*exc)
+        return self._progress.__exit__(*exc) if self._progress is not None else False
 
-    def phase(self, name: str) -> None:
-        self._progress.update(self._task, description=f"{self._name}: {name}")
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def update(self, event) -> None:
+        """A :class:`~trtkit.builder.progress.ProgressEvent` from the build."""
+        if self._progress is None:
+            if event.phase != self._last_phase:
+                self._console.print(f"{self._name}: {event.line()}", highlight=False)
+            self._last_phase = event.phase
+            return
+        detail = ""
+        if event.layers_done is not None:
+            detail = f"{event.layers_done}/{event.layers_total or '?'} layers, {event.cached} cached"
+            if event.eta_s is not None:
+                detail += f", ETA {event.eta_s:.0f} s"
+        self._progress.update(self._task, description=f"{self._name}: {event.phase}", detail=detail,
+                              total=event.layers_total, completed=event.layers_done or 0)
 
     def log(self, severity: str, message: str) -> None:
-        self._progress.console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
+        self._console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
 
 
 def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
@@ -104,6 +140,13 @@ def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
+
+
+def _rewrites_line(rewrites: list) -> str:
+    shown = [f"{r['rewrite']} at {r['where']}: {r['what']}" + ("" if r["status"] == "applied" else f" [{r['status']}]")
+             for r in rewrites]
+    return "; ".join(shown[:8]) + (f"; and {len(shown) - 8} more (see the manifest)" if len(shown) > 8 else "") \
+        or "none needed"
 
 
 def _precision_line(build: BuildInfo, report: dict | None) -> str:

@@ -1,5 +1,4 @@
-"""Rendering of the pre-flight op check (``trtkit inspect MODEL --check``, and ``trtkit build`` when it stops early),
-plus the CLI glue that folds constants and runs the check before a build."""
+"""Rendering of the op check (``trtkit inspect MODEL --check``, and ``trtkit build`` when parsing fails)."""
 
 from __future__ import annotations
 
@@ -85,49 +84,3 @@ def _escape(text: str) -> str:
 def failure_message(report) -> str:
     """One paragraph (no markup) for the error raised when ``trtkit build`` stops after a failed check."""
     return report.failure_message()
-
-
-# --- CLI glue for `trtkit build`: fold constants, run the check, stop early with the table ---------------------------
-
-
-def add_preflight_options(parser) -> None:
-    """``--fold-constants/--no-fold-constants``, ``--save-sanitized PATH``, ``--no-check`` for ``trtkit build``."""
-    import argparse
-
-    group = parser.add_argument_group("before parsing")
-    group.add_argument("--fold-constants", action=argparse.BooleanOptionalAction, default=True,
-                       help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
-                            "before TensorRT parses the model; used only when it changes something (default: on)")
-    group.add_argument("--save-sanitized", metavar="PATH",
-                       help="also write the folded model here (written only when folding changed something)")
-    group.add_argument("--no-check", dest="check", action="store_false",
-                       help="skip the pre-flight op check (it asks TensorRT's parser, in a child process, "
-                            "before the build)")
-
-
-def prepare_for_build(args, console):
-    """Fold constants and run the pre-flight check as ``args`` ask; returns ``(model, notes)``.
-
-    ``model`` is ``args.model`` or the folded ``onnx.ModelProto``; ``notes`` is a dict of lines for the build
-    summary (``{"constant folding": "..."}``).
-
-    Raises:
-        ModelError: the check found nodes TensorRT cannot import (the table has been printed to ``console``).
-    """
-    from trtkit.builder.opcheck import preflight, require_supported
-    from trtkit.builder.sanitize import fold_constants, save_model
-
-    model, notes = args.model, {}
-    if getattr(args, "fold_constants", False):
-        folded, fold_report = fold_constants(args.model)
-        notes["constant folding"] = fold_report.summary().removeprefix("constant folding: ")
-        if fold_report.changed:
-            model = folded
-            if getattr(args, "save_sanitized", None):
-                notes["sanitized model"] = str(save_model(folded, args.save_sanitized))
-    if getattr(args, "check", False):
-        report = preflight(model, fold_hint=not getattr(args, "fold_constants", False))
-        if not report.ok:
-            console.print(render_check(report))
-            require_supported(report)
-    return model, notes

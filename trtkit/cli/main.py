@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": "trtkit.cli.bench",
     "parity": "trtkit.cli.parity",
     "inspect": "trtkit.cli.inspect",
+    "sanitize": "trtkit.cli.sanitize",
     "doctor": "trtkit.cli.doctor",
     "demo": "trtkit.cli.demo",
     "eval": "trtkit.cli.eval",
@@ -32,6 +33,8 @@ SUMMARIES = {
     "bench": "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUDA graphs.",
     "parity": "Compare an engine's outputs against its ONNX model, with verdicts.",
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
+    "sanitize": "Apply trtkit's compatibility rewrites and constant folding to an ONNX model, list them and save "
+                "the result.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
     "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose).",

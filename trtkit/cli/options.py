@@ -125,7 +125,7 @@ def config_from_args(args) -> BuildConfig:
         strongly_typed=args.strongly_typed, require_precision=args.require_precision,
         precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx,
         qdq_keep_heads=args.qdq_keep_heads,
-        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()))
+        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()), **prepare_settings(args))
 
 
 def _preprocess(args) -> dict:
@@ -136,3 +136,26 @@ def _preprocess(args) -> dict:
 
 def add_json_option(parser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+
+
+def add_prepare_options(parser) -> None:
+    """``--sanitize/--no-sanitize``, ``--fold-constants/--no-fold-constants``, ``--save-sanitized``, ``--no-check``."""
+    group = parser.add_argument_group("before parsing (trtkit.prepare)")
+    group.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=True,
+                       help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
+                            "external data); each is named in the build summary and the manifest (default: on)")
+    group.add_argument("--fold-constants", action=argparse.BooleanOptionalAction, default=True,
+                       help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
+                            "before TensorRT parses the model; used only when it changes something (default: on)")
+    group.add_argument("--save-sanitized", metavar="PATH",
+                       help="also write the prepared model here (written only when preparing changed something)")
+    group.add_argument("--no-check", dest="check", action="store_false",
+                       help="skip the op check (the build asks TensorRT's parser which ops it supports, and shows "
+                            "the op table when parsing fails)")
+
+
+def prepare_settings(args) -> dict:
+    """The :class:`BuildConfig` fields the prepare options set."""
+    return {"sanitize": getattr(args, "sanitize", True), "fold_constants": getattr(args, "fold_constants", True),
+            "check": getattr(args, "check", True), "save_prepared": getattr(args, "save_sanitized", None)}
+

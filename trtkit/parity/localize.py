@@ -150,7 +150,7 @@ def config_from_manifest(manifest):
         kwargs["tactic_sources"] = tuple(kwargs["tactic_sources"])
     if kwargs.get("calibration"):
         kwargs["calibration"] = CalibrationSettings(**{**kwargs["calibration"], "force": True})
-    kwargs.update(require_precision=False, save_qdq_onnx=None)
+    kwargs.update(require_precision=False, save_qdq_onnx=None, save_prepared=None)
     return BuildConfig(**kwargs)
 
 

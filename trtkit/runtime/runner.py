@@ -44,6 +44,7 @@ from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import deserialize, io_specs, load_engine, read_engine_bytes
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import validate_feed
+from trtkit.runtime.io_dtypes import ModelDtypes
 
 logger = logging.getLogger("trtkit")
 
@@ -239,6 +240,7 @@ class TrtRunner:
         self.engine: Any = None
         self.stream: Any = None
         self._held = _Held()
+        self._model_dtypes: ModelDtypes | None = None  # the model's own I/O dtypes where the engine's differ
         self._io = _IoState()
         self._graphs = GraphCache()  # graphs, shortcuts, page-locked arrays and counters: made anew on activation
         self._pending: InferHandle | None = None
@@ -298,6 +300,7 @@ class TrtRunner:
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
         self.engine = self._load()
+        self._model_dtypes = ModelDtypes.from_engine_source(self._settings.source)
         specs = io_specs(self.engine, self._trt)
         self.input_specs = tuple(s for s in specs.values() if s.is_input)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
@@ -424,6 +427,8 @@ class TrtRunner:
                 self._require_active()
             if self._pending is not None:
                 self._complete(self._pending)
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
@@ -438,6 +443,8 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
+            if self._model_dtypes is not None:
+                feed = self._model_dtypes.to_engine(feed, self.input_specs)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._held.done_event, self.stream)
@@ -655,8 +662,10 @@ class TrtRunner:
                                                                      bucket.out_shapes)}
             return dict(bucket.device_views)
         if copy:
-            return {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
-        return {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+            outputs = {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
+        else:
+            outputs = {spec.name: view for spec, view in zip(self.output_specs, bucket.out_views)}
+        return outputs if self._model_dtypes is None else self._model_dtypes.to_model(outputs)
 
     def host_inputs(self, shapes: Mapping | None = None) -> dict:
         """Views of the runner's pinned input buffers, to fill in place and pass to :meth:`infer` (no host copy).

@@ -45,6 +45,8 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
     for name, enum_cls in _enums.common_enums(version).items():
         setattr(trt, name, enum_cls)
     trt.ILogger = _builder.ILogger
+    trt.Logger = _builder.Logger
+    trt.nptype = _runtime.nptype
     trt.ITimingCache = _builder.ITimingCache
     trt.IOptimizationProfile = _builder.IOptimizationProfile
     trt.INetworkDefinition = _builder.INetworkDefinition

@@ -33,6 +33,20 @@ class ILogger:
         pass
 
 
+class Logger(ILogger):
+    """``trt.Logger``: TensorRT's own logger (prints at ``min_severity`` and above)."""
+
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = (Severity.INTERNAL_ERROR, Severity.ERROR, Severity.WARNING,
+                                                     Severity.INFO, Severity.VERBOSE)
+
+    def __init__(self, min_severity=Severity.WARNING):
+        super().__init__()
+        self.min_severity = min_severity
+
+    def log(self, severity, msg):
+        pass
+
+
 class ParserError:
     def __init__(self, code, desc: str, node: int, node_name: str, node_op: str):
         self._code, self._desc, self._node, self._node_name, self._node_op = code, desc, node, node_name, node_op
@@ -90,9 +104,19 @@ class INetworkDefinition:
     def num_inputs(self):
         return len(_graph_inputs(self.model)) if self.model is not None else 0
 
+    def get_input(self, index: int):
+        value = _graph_inputs(self.model)[index]
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim)
+        return ITensor(value.name, dims)
+
     @property
     def num_layers(self):
         return len(self.model.graph.node) if self.model is not None else 0
+
+
+class ITensor:
+    def __init__(self, name: str, shape: tuple):
+        self.name, self.shape = name, shape
 
 
 class ITimingCache:
@@ -303,16 +327,50 @@ def _build(trt, logger, network, config):
         logger.log(Severity.ERROR, f"Network has dynamic or shape inputs, but no optimization profile has been "
                                    f"defined. (inputs {dynamic})")
         return None
-    io_specs = [_spec(v, "INPUT") for v in inputs] + [_spec(v, "OUTPUT") for v in model.graph.output]
+    inconsistent = _inconsistent_dim_names(inputs, config.profiles)
+    if inconsistent:
+        logger.log(Severity.ERROR, f"{inconsistent}: Input dimensions with this name are inconsistent")
+        return None
+    int64 = "INT64" in trt.DataType.__members__
+    _log_tactic_selection(logger, model)
+    io_specs = [_spec(v, "INPUT", int64) for v in inputs] + [_spec(v, "OUTPUT", int64) for v in model.graph.output]
     profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
     flags = sorted(f.name for f in config.flags)
     return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__,
                                  build_flags=flags)
 
 
-def _spec(value, mode: str) -> dict:
+def _log_tactic_selection(logger, model) -> None:
+    """The builder's VERBOSE lines that trtkit's progress counts, in TensorRT 8.6's wording."""
+    nodes = [n.name or f"node_of_{n.output[0]}" for n in model.graph.node]
+    logger.log(Severity.VERBOSE, f"After concat removal: {len(nodes)} layers")
+    for name in nodes:
+        logger.log(Severity.VERBOSE, f"=============== Computing costs for {name}")
+        logger.log(Severity.VERBOSE, f"--------------- Timing Runner: {name} (CaskConvolution)")
+        logger.log(Severity.VERBOSE, "Fastest Tactic: 0x0000000000000000 Time: 0.01")
+    logger.log(Severity.VERBOSE, "Formats and tactics selection completed in 0.01 seconds.")
+
+
+def _inconsistent_dim_names(inputs, profiles) -> str | None:
+    """TensorRT treats input dimensions sharing a symbolic name as equal: the first name a profile contradicts."""
+    for profile in profiles:
+        for which in range(3):  # min, opt, max
+            seen: dict = {}
+            for value in inputs:
+                shape = profile.shapes.get(value.name)
+                if shape is None:
+                    continue
+                for dim, size in zip(value.type.tensor_type.shape.dim, shape[which]):
+                    if dim.dim_param and seen.setdefault(dim.dim_param, size) != size:
+                        return dim.dim_param
+    return None
+
+
+def _spec(value, mode: str, int64_io: bool = True) -> dict:
     import onnx
 
     dims = [d.dim_value if d.dim_value else -1 for d in value.type.tensor_type.shape.dim]
     dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+    if dtype == "int64" and not int64_io:  # 8.6's parser casts INT64 graph inputs/outputs down to INT32
+        dtype = "int32"
     return {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}

@@ -199,9 +199,16 @@ class _EngineBase:
         from onnx.reference import ReferenceEvaluator
 
         if self._evaluator is None:
+            import onnx
+
             model = self._model()
             self._output_names = [o.name for o in model.graph.output]
-            self._evaluator = ReferenceEvaluator(model)
+            self._model_dtypes = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
+                                  for v in model.graph.input}
+            self._evaluator = ReferenceEvaluator(_evaluable(model))
+        # an engine whose I/O dtype differs from the model's (INT64 on 8.6) converts at its edge, as TensorRT does
+        feeds = {n: np.asarray(v).astype(self._model_dtypes.get(n, np.asarray(v).dtype), copy=False)
+                 for n, v in feeds.items()}
         results = self._evaluator.run(None, feeds)
         return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False)
                 for n, r in zip(self._output_names, results)}
@@ -384,3 +391,22 @@ class _FakeInspector:
         major = int(self.engine._trt.__version__.split(".")[0])
         io_key = {"I/O Tensors": [{"Name": n} for n in names]} if major >= 11 else {"Bindings": names}
         return json.dumps({"Layers": layers, **io_key})
+
+
+def nptype(data_type):
+    """``trt.nptype``: the numpy type of a ``DataType`` member."""
+    names = {v: k for k, v in _NP_TO_TRT.items()}
+    return np.dtype(names[data_type.name]).type
+
+
+def _evaluable(model):
+    """``model`` as onnx's reference evaluator can run it: it implements QuantizeLinear/DequantizeLinear only from
+    opset 19, while trtkit's rewrites take Q/DQ models down to the opset TensorRT 8.6's parser documents (17)."""
+    ops = {n.op_type for n in model.graph.node}
+    version = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if not ops & {"QuantizeLinear", "DequantizeLinear"} or version >= 19:
+        return model
+    from onnx import version_converter
+
+    return version_converter.convert_version(model, 19)
+

@@ -1,0 +1,40 @@
+"""`trtkit sanitize` (no TensorRT) and `trtkit build --no-sanitize`."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+from tests.rewrites.test_rewrites import placeholder_dims_model
+from trtkit.cli.main import main
+
+
+def test_sanitize_lists_every_rewrite_and_saves_the_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(placeholder_dims_model(), str(src))
+    assert main(["sanitize", str(src), "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    assert "symbolic-dims" in text and "input 'a' axis 1" in text and "3 rewrite(s) applied" in text
+    saved = onnx.load(str(out))
+    assert [d.dim_param for d in saved.graph.input[0].type.tensor_type.shape.dim] == ["a_dim0", "a_dim1"]
+    assert len(json.loads((tmp_path / "r.json").read_text())["rewrites"]) == 3
+
+
+def test_sanitize_refuses_to_overwrite_its_input(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(placeholder_dims_model(), str(src))
+    before = src.read_bytes()
+    assert main(["sanitize", str(src), "-o", str(src)]) == 1
+    assert "Refusing to overwrite the input model" in capsys.readouterr().err
+    assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize("flag, expected", [([], True), (["--no-sanitize"], False)])
+def test_build_takes_no_sanitize(flag, expected):
+    from trtkit.cli.main import make_parser
+
+    args = make_parser("build").parse_args(["build", "m.onnx", *flag])
+    assert args.sanitize is expected

@@ -1,0 +1,65 @@
+"""The compatibility rewrites on the real TensorRT (8.6 on the GPU host): the failures they prevent, for real.
+
+Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q tests/gpu/test_prepare_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from tests.conftest import GPU_TACTIC_SOURCES
+from tests.models import _model
+from tests.rewrites.test_rewrites import int64_model, placeholder_dims_model
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
+from trtkit.errors import TrtkitError
+from trtkit.runtime import TrtRunner
+
+pytestmark = pytest.mark.gpu
+
+
+def _config(shapes=None, **kwargs):
+    return BuildConfig(profiles=[parse_shapes(shapes)] if shapes else [], tactic_sources=GPU_TACTIC_SOURCES,
+                       tf32=False, profiling_verbosity="NONE", **kwargs)
+
+
+def test_placeholder_dimension_names_build_once_renamed(tmp_path):
+    shapes = "a:1x2,2x5,4x9 b:1x3,2x3,4x3"
+    with pytest.raises(TrtkitError):
+        build(placeholder_dims_model(), _config(shapes, sanitize=False))
+    engine = tmp_path / "dims.engine"
+    build(placeholder_dims_model(), _config(shapes), output=engine)
+    a = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    with TrtRunner(engine) as runner:
+        got = runner.infer({"a": a, "b": b})["y"]
+    np.testing.assert_allclose(got, a.sum() + b.sum(), rtol=1e-5)
+
+
+def test_int64_io_round_trips_through_an_int32_engine(tmp_path):
+    engine = tmp_path / "ids.engine"
+    result = build(int64_model(), _config(), output=engine)
+    assert result.manifest["prepare"]["original_dtypes"] == {"ids": "int64", "best": "int64"}
+    ids = np.array([[1, 5, 2], [7, 0, 3]], dtype=np.int64)
+    with TrtRunner(engine) as runner:
+        out = runner.infer({"ids": ids})["best"]
+    assert out.dtype == np.int64 and out.tolist() == [1, 0]
+
+
+def test_an_opset_18_function_op_builds_expanded():
+    scale = numpy_helper.from_array(np.ones(4, dtype=np.float32), "scale")
+    nodes = [helper.make_node("Mish", ["x"], ["m"], name="mish"),
+             helper.make_node("LayerNormalization", ["m", "scale"], ["y"], name="ln", axis=-1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [scale], opset=18)
+    result = build(model, _config())
+    done = {r["rewrite"] for r in result.manifest["prepare"]["rewrites"] if r["status"] == "applied"}
+    assert "opset" in done  # 8.6 documents opsets up to 17
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    with TrtRunner(result.engine) as runner:
+        got = runner.infer({"x": x})["y"]
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)

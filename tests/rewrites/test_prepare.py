@@ -1,0 +1,70 @@
+"""trtkit.prepare: load once, rewrites, folding; external-data models; the rewrite list."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.models import _model
+from tests.rewrites.test_rewrites import placeholder_dims_model
+from trtkit.builder.prepare import prepare
+from trtkit.errors import ModelError
+
+
+def external_data_model(tmp_path):
+    """y = x @ w with w in a separate data file, as exporters write models over 2 GB."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["?", 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["?", 3])], [w])
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(model, str(src / "big.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="big.onnx.data", size_threshold=0)
+    return src / "big.onnx"
+
+
+def test_prepare_is_cpu_only_and_names_every_rewrite():
+    prepared = prepare(placeholder_dims_model())
+    assert [r.rewrite for r in prepared.applied] == ["symbolic-dims"] * 3
+    assert prepared.source_sha256 != prepared.sha256
+    assert prepared.to_json()["rewrites"][0]["where"] == "input 'a' axis 0"
+    assert "symbolic-dims ×3" in prepared.summary()
+
+
+def test_no_sanitize_leaves_the_model_as_given():
+    prepared = prepare(placeholder_dims_model(), sanitize=False, fold_constants=False)
+    assert prepared.rewrites == [] and prepared.source_sha256 == prepared.sha256
+
+
+def test_external_data_models_keep_their_weights_outside_and_save_them_beside_a_copy(tmp_path):
+    path = external_data_model(tmp_path)
+    prepared = prepare(path)
+    kinds = [(r.rewrite, r.status) for r in prepared.rewrites]
+    assert ("symbolic-dims", "applied") in kinds and ("external-data", "applied") in kinds
+    assert ("fold-constants", "skipped") in kinds
+    assert prepared.loaded.path == path  # the parser finds the data files beside the original
+    assert prepared.proto.graph.initializer[0].data_location == TensorProto.EXTERNAL
+    out = tmp_path / "out" / "prepared.onnx"
+    out.parent.mkdir()
+    prepared.save(out)
+    assert (out.parent / "prepared.onnx.data").is_file()
+    again = onnx.load(str(out))
+    np.testing.assert_array_equal(numpy_helper.to_array(again.graph.initializer[0]).ravel(), np.arange(12))
+    assert again.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "x_dim0"
+
+
+def test_a_missing_external_data_file_is_named(tmp_path):
+    path = external_data_model(tmp_path)
+    (path.parent / "big.onnx.data").unlink()
+    with pytest.raises(ModelError, match=r"external data file\(s\) 'big.onnx.data' are missing"):
+        prepare(path)
+
+
+def test_saving_over_the_input_model_is_refused(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(placeholder_dims_model(), str(path))
+    with pytest.raises(ModelError, match="Refusing to overwrite the input model"):
+        prepare(path).save(path)

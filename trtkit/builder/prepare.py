@@ -1,0 +1,174 @@
+"""``trtkit.prepare``: the ONNX half of a build, on a CPU and without TensorRT.
+
+Load once -> compatibility rewrites (:mod:`trtkit.builder.rewrites`) -> constant folding
+(:mod:`trtkit.builder.sanitize`). Every entry point that builds (``trtkit.build``, ``trtkit build``, ``trtkit bench
+model.onnx``, ``trtkit parity --localize``, the demo) goes through it, so one ONNX model gives one engine whichever
+way it is built; ``trtkit sanitize`` shows and saves what it does.
+
+Models with external data (over 2 GB) are loaded without their weights: the rewrites touch only the graph, the
+prepared model keeps pointing at the original data files, and TensorRT's parser reads them beside the original
+model's path. :meth:`PreparedModel.save` writes the weights next to a copy saved elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, apply_rewrites
+from trtkit.errors import ModelError
+from trtkit.model import LoadedModel, external_data_files, has_external_data, load_model
+
+_FOLD_WHY = "TensorRT's parser wants weights and static shapes as initializers, not computed at run time"
+
+
+@dataclass
+class PreparedModel:
+    """An ONNX model ready for TensorRT's parser, and what was done to get there.
+
+    Attributes:
+        loaded: the prepared model (its ``path`` is the original's, where external data is found).
+        rewrites: every :class:`~trtkit.builder.rewrites.Rewrite` applied, skipped or failed, in order.
+        source_sha256: sha256 of the model as given.
+        original_dtypes: ``{tensor: dtype}`` for graph inputs/outputs whose engine dtype differs from the model's
+            (INT64 taken and returned as INT32); the runner converts back.
+        target: the :class:`~trtkit.builder.rewrites.ParserTarget` prepared for.
+        fold: the constant folding report, or ``None`` when folding was off or not possible.
+    """
+
+    loaded: LoadedModel
+    rewrites: list = field(default_factory=list)
+    source_sha256: str = ""
+    original_dtypes: dict = field(default_factory=dict)
+    target: ParserTarget | None = None
+    fold: object = None
+
+    @property
+    def proto(self):
+        return self.loaded.proto
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the prepared model's bytes (the engine cache key's model part)."""
+        return self.loaded.sha256
+
+    @property
+    def applied(self) -> list:
+        return [r for r in self.rewrites if r.status == APPLIED]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+    def summary(self) -> str:
+        """One line for a build summary: how many rewrites of which kind, and what did not apply."""
+        if not self.rewrites:
+            return "none needed"
+        counts: dict = {}
+        for r in self.applied:
+            counts[r.rewrite] = counts.get(r.rewrite, 0) + 1
+        parts = [f"{name} ×{n}" for name, n in counts.items()]
+        others = [r for r in self.rewrites if r.status != APPLIED]
+        if others:
+            parts.append(f"{len(others)} not applied ({', '.join(sorted({r.rewrite for r in others}))})")
+        return ", ".join(parts) or "none applied"
+
+    def to_json(self) -> dict:
+        """For the manifest: the rewrites, the model's own I/O dtypes, the two sha256s."""
+        return {"target": self.target.label if self.target else None, "source_sha256": self.source_sha256,
+                "prepared_sha256": self.sha256, "original_dtypes": dict(self.original_dtypes),
+                "rewrites": [r.to_json() for r in self.rewrites]}
+
+    def save(self, path) -> Path:
+        """Write the prepared model; external weights go to ``<name>.data`` beside it.
+
+        Raises:
+            ModelError: ``path`` is the model this was prepared from, or cannot be written.
+        """
+        from trtkit.builder.sanitize import save_model
+
+        path = Path(path)
+        source = self.loaded.path
+        if source is not None and path.resolve() == Path(source).resolve():
+            raise ModelError(f"Refusing to overwrite the input model '{source}'; give another output path")
+        proto = self.proto
+        if has_external_data(proto):
+            import onnx
+
+            proto = onnx.ModelProto()
+            proto.CopyFrom(self.proto)
+            onnx.load_external_data_for_model(proto, str(Path(source).parent if source is not None else Path(".")))
+            return save_model(proto, path, external=True)
+        return save_model(proto, path)
+
+
+def prepare(model, *, target: ParserTarget | None = None, sanitize: bool = True, fold_constants: bool = True,
+            trt=None, nms=None) -> PreparedModel:
+    """Prepare an ONNX model for TensorRT's parser: compatibility rewrites, then constant folding.
+
+    Args:
+        model: ONNX path, bytes, ``onnx.ModelProto``, :class:`~trtkit.model.LoadedModel` or an
+            already :class:`PreparedModel` (returned as is).
+        target: the parser to prepare for; default: the ``trt`` module given, else TensorRT 8.6's documented limits
+            (the oldest trtkit supports, so the result suits every version).
+        sanitize: run the compatibility rewrites (``--no-sanitize`` turns them off).
+        fold_constants: fold constant subgraphs into initializers.
+        trt: a ``tensorrt`` module (or the fake) to take the target from.
+        nms: :class:`trtkit.detection.NmsOptions` to append TensorRT's ``EfficientNMS_TRT`` plugin to a YOLOv8-style
+            head, last (after folding, which cannot evaluate a plugin op).
+
+    Returns:
+        A :class:`PreparedModel`; ``.rewrites`` names what was done, skipped and failed.
+
+    Raises:
+        ModelError: the model cannot be read (missing file, missing external data file, not ONNX), or ``nms`` was
+            asked for and its output is not a YOLOv8-style head.
+    """
+    if isinstance(model, PreparedModel):
+        return model
+    target = target or (ParserTarget.from_trt(trt) if trt is not None else ParserTarget.assumed())
+    source = load_model(model, check=False, external_data=False)
+    proto, rewrites = source.proto, []
+    if sanitize:
+        proto, rewrites = apply_rewrites(proto, target)
+    external = has_external_data(proto)
+    if external:
+        rewrites.append(Rewrite("external-data", "model", f"kept {len(external_data_files(proto))} external data "
+                                f"file(s) beside '{source.name}'; TensorRT's parser reads them from there",
+                                "a protobuf model cannot hold more than 2 GB"))
+    fold = None
+    if fold_constants and external:
+        rewrites.append(Rewrite("fold-constants", "model", "not folded: the weights stay in external data files",
+                                "folding would load every weight into memory", SKIPPED))
+    elif fold_constants:
+        proto, fold, rewrites = _fold(proto, rewrites)
+    if nms is not None:
+        proto, rewrites = _append_nms(proto, nms, rewrites)
+    from trtkit.builder.rewrites.int64_io import original_dtypes
+
+    loaded = source if proto is source.proto else LoadedModel(proto, proto.SerializeToString(), source.path)
+    return PreparedModel(loaded, rewrites, source.sha256, original_dtypes(rewrites), target, fold)
+
+
+def _append_nms(proto, options, rewrites: list):
+    from trtkit.detection.nms_plugin import OUTPUT_NAMES, add_nms
+
+    head = proto.graph.output[0].name if proto.graph.output else "output"
+    nmsed = add_nms(proto, options)
+    what = (f"EfficientNMS_TRT appended (score > {options.score_threshold}, IoU {options.iou_threshold}, "
+            f"{options.max_detections} per image); outputs {', '.join(OUTPUT_NAMES)}")
+    return nmsed, [*rewrites, Rewrite("add-nms", head, what, "asked for: the engine returns final detections")]
+
+
+def _fold(proto, rewrites: list):
+    from trtkit.builder.sanitize import fold_constants
+    from trtkit.errors import TrtkitError
+
+    try:
+        folded, fold = fold_constants(proto)
+    except TrtkitError as exc:  # a failed fold is named and the model kept as it was
+        return proto, None, [*rewrites, Rewrite("fold-constants", "model", "not folded", str(exc), "failed")]
+    if fold.changed:
+        rewrites = [*rewrites, Rewrite("fold-constants", "model", fold.summary().removeprefix("constant folding: "),
+                                       _FOLD_WHY)]
+    return folded, fold, rewrites

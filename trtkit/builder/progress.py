@@ -1,0 +1,130 @@
+"""Progress of a long build, counted from TensorRT's builder log (its own progress monitor reports little of it).
+
+At VERBOSE, TensorRT 8.6 logs the layer count once the graph is optimized (``After concat removal: N layers``),
+then, for each layer it chooses kernels for, ``=============== Computing costs for <layer>`` followed by one
+``--------------- Timing Runner: <layer> (<runner>)`` per implementation it times. A layer whose costs come without any
+timing runner was answered by the timing cache (or had one candidate): it costs no GPU time. :class:`BuildProgress`
+turns those lines into :class:`ProgressEvent` s with an ETA from the rate of layers so far; ``Formats and tactics
+selection completed`` ends the count.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+_TOTAL = re.compile(r"^After concat removal: (?P<n>\d+) layers")
+_COSTS = re.compile(r"^=+ Computing costs for (?P<layer>.+?)\s*$")
+_RUNNER = re.compile(r"^-+ Timing Runner: (?P<layer>.+) \((?P<runner>[^)]*)\)\s*$")
+_DONE = re.compile(r"^Formats and tactics selection completed in (?P<s>[\d.]+) seconds")
+
+
+@dataclass
+class ProgressEvent:
+    """Where a build is.
+
+    Attributes:
+        phase: the build phase (``prepare``, ``check``, ``parse``, ``configure``, ``build``, ``inspect``).
+        elapsed_s: seconds since the build started.
+        layers_done: layers whose kernels are chosen (``None`` before TensorRT's log says anything).
+        layers_total: layers to choose kernels for (``None`` until TensorRT has said).
+        timed: layers TensorRT timed on the GPU; ``cached``: layers answered without timing (timing cache hit).
+        eta_s: seconds left by the rate so far (``None`` until known).
+        layer: the layer being costed.
+    """
+
+    phase: str
+    elapsed_s: float
+    layers_done: int | None = None
+    layers_total: int | None = None
+    timed: int = 0
+    cached: int = 0
+    eta_s: float | None = None
+    layer: str | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.layers_total or self.layers_done is None:
+            return None
+        return min(1.0, self.layers_done / self.layers_total)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One plain line, e.g. ``build 12.0 s: 40/120 layers (35 timed, 5 cached), ETA 24 s``."""
+        text = f"{self.phase} {self.elapsed_s:.1f} s"
+        if self.layers_done is not None:
+            total = f"/{self.layers_total}" if self.layers_total else ""
+            text += f": {self.layers_done}{total} layers ({self.timed} timed, {self.cached} cached)"
+        if self.eta_s is not None:
+            text += f", ETA {self.eta_s:.0f} s"
+        return text
+
+
+class BuildProgress:
+    """Feeds on phases and TensorRT log lines; calls ``on_progress`` with a :class:`ProgressEvent` on each change.
+
+    Args:
+        on_progress: receives each event.
+        clock: seconds, monotonic (tests pass a fake).
+    """
+
+    def __init__(self, on_progress: Callable[[ProgressEvent], None], clock: Callable[[], float] = time.monotonic):
+        self._emit, self._clock = on_progress, clock
+        self._start = clock()
+        self._phase = "starting"
+        self._total: int | None = None
+        self._current: str | None = None
+        self._tactics_start: float | None = None
+        self._timed_layers: set = set()
+        self._done = self._cached = 0
+        self._finished = False
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._send()
+
+    def log(self, severity: str, message: str) -> None:
+        """One TensorRT log line (any severity; only the builder's VERBOSE lines count)."""
+        message = message.strip()
+        if self._finished:
+            return
+        if (found := _TOTAL.match(message)) is not None:
+            self._total = int(found.group("n"))
+            self._send()
+        elif (found := _COSTS.match(message)) is not None:
+            self._close_layer()
+            self._tactics_start = self._tactics_start if self._tactics_start is not None else self._clock()
+            self._current = found.group("layer")
+        elif (found := _RUNNER.match(message)) is not None and self._current is not None:
+            self._timed_layers.add(self._current)
+        elif _DONE.match(message):
+            self._close_layer()
+            self._finished = True
+            self._send()
+
+    def _close_layer(self) -> None:
+        if self._current is None:
+            return
+        self._done += 1
+        if self._current not in self._timed_layers:
+            self._cached += 1
+        self._current = None
+        self._send()
+
+    def _eta(self) -> float | None:
+        if self._finished:
+            return 0.0
+        if not self._total or not self._done or self._tactics_start is None:
+            return None
+        spent = self._clock() - self._tactics_start
+        return max(0.0, (self._total - self._done) * spent / self._done)
+
+    def _send(self) -> None:
+        started = self._tactics_start is not None or self._finished
+        self._emit(ProgressEvent(
+            self._phase, round(self._clock() - self._start, 3), self._done if started else None, self._total,
+            self._done - self._cached, self._cached, self._eta(), self._current))

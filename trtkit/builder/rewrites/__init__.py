@@ -1,0 +1,52 @@
+"""Compatibility rewrites: ONNX-level changes that let TensorRT's parser take models real exporters write.
+
+Each rewrite is a function ``(proto, target) -> list[Rewrite]`` that edits an ``onnx.ModelProto`` in place and names
+every change it made (what, where, why). They need onnx only, never TensorRT: :class:`ParserTarget` says what the
+parser can do, from the installed TensorRT (:func:`ParserTarget.from_trt`) or, without one, from what TensorRT 8.6's
+parser documents (:func:`ParserTarget.assumed`), the oldest trtkit supports, so the rewritten model suits every
+version.
+
+:func:`apply_rewrites` runs them in order on a copy per rewrite: a rewrite that raises is skipped (the model stays as
+it was before it) and named in the list with ``status="failed"``; it is never fatal by itself.
+"""
+
+from __future__ import annotations
+
+from trtkit.builder.rewrites import attributes, dims, functions, int64_io, opset
+from trtkit.builder.rewrites.base import APPLIED, FAILED, SKIPPED, ParserTarget, Rewrite, main_opset
+
+__all__ = ["APPLIED", "FAILED", "SKIPPED", "ParserTarget", "Rewrite", "apply_rewrites", "default_steps", "main_opset"]
+
+
+def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
+    """Run the compatibility rewrites on ``proto``; returns ``(proto, [Rewrite])``.
+
+    ``proto`` itself is never changed: each step works on a copy, kept only if the step succeeded.
+
+    Args:
+        proto: an ``onnx.ModelProto``.
+        target: the parser to prepare for.
+        steps: ``[(name, function)]`` to run instead of :data:`STEPS` (tests).
+    """
+    import onnx
+
+    report: list = []
+    for name, step in steps if steps is not None else default_steps():
+        work = onnx.ModelProto()
+        work.CopyFrom(proto)
+        try:
+            changes = step(work, target)
+        except Exception as exc:  # noqa: BLE001 - a failing rewrite is named and skipped, never fatal by itself
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            report.append(Rewrite(name, "model", "not applied: the rewrite raised", first[:300], FAILED))
+            continue
+        report += changes
+        if any(c.status == APPLIED for c in changes):
+            proto = work
+    return proto, report
+
+
+def default_steps() -> list:
+    """The rewrites in the order they run: names before shapes, functions before the opset changes."""
+    return [("symbolic-dims", dims.rewrite), ("expand-function", functions.rewrite), ("opset", opset.rewrite),
+            ("attribute-inputs", attributes.rewrite), ("int64-io", int64_io.rewrite)]

@@ -1,0 +1,70 @@
+"""The model's own dtypes at the runner's edge, where the engine's differ (INT64 I/O on TensorRT 8.6).
+
+When the build's INT64 rewrite (:mod:`trtkit.builder.rewrites.int64_io`) made an INT64 input or output INT32, the
+manifest records the original dtype (``prepare.original_dtypes``). :class:`ModelDtypes` lets
+:class:`~trtkit.runtime.runner.TrtRunner` take and return what the ONNX model takes and returns: INT64 inputs are
+converted to INT32 (refused, naming the tensor, when a value does not fit), INT32 outputs back to INT64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trtkit.errors import InputError
+from trtkit.manifest import read_manifest
+
+_INT32 = np.iinfo(np.int32)
+
+
+class ModelDtypes:
+    """Conversions between the model's dtypes (``{tensor: dtype name}``) and the engine's."""
+
+    def __init__(self, original: dict):
+        self.original = {name: np.dtype(dtype) for name, dtype in original.items()}
+
+    @classmethod
+    def from_engine_source(cls, source) -> ModelDtypes | None:
+        """From the manifest beside an engine file (``None``: not a file, no manifest, or nothing to convert)."""
+        import os
+
+        if not isinstance(source, (str, os.PathLike)):
+            return None
+        manifest = read_manifest(source)
+        original = ((manifest.prepare if manifest is not None else None) or {}).get("original_dtypes") or {}
+        return cls(original) if original else None
+
+    def to_engine(self, feed, input_specs) -> dict:
+        """``feed`` with each model-dtype array the engine takes in another dtype converted (others as given).
+
+        Raises:
+            InputError: a value of an INT64 input does not fit in the engine's INT32.
+        """
+        converted = None
+        for spec in input_specs:
+            wanted = self.original.get(spec.name)
+            value = feed.get(spec.name) if hasattr(feed, "get") else None
+            if wanted is None or not isinstance(value, np.ndarray) or value.dtype != wanted:
+                continue
+            if converted is None:
+                converted = dict(feed)
+            converted[spec.name] = _narrow(spec.name, value, np.dtype(spec.dtype))
+        return feed if converted is None else converted
+
+    def to_model(self, outputs: dict) -> dict:
+        """Host outputs back in the model's dtypes (device outputs are left in the engine's)."""
+        for name, wanted in self.original.items():
+            value = outputs.get(name)
+            if isinstance(value, np.ndarray) and value.dtype != wanted:
+                outputs[name] = value.astype(wanted)
+        return outputs
+
+
+def _narrow(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype == np.int32 and value.size:
+        low, high = int(value.min()), int(value.max())
+        if low < _INT32.min or high > _INT32.max:
+            bad = high if high > _INT32.max else low
+            raise InputError(f"Input '{name}': value {bad} does not fit in INT32, which this engine takes for the "
+                             f"model's INT64 (TensorRT without INT64 I/O); values must be in "
+                             f"[{_INT32.min}, {_INT32.max}]")
+    return np.ascontiguousarray(value, dtype=dtype)
