@@ -11,7 +11,8 @@ from trtkit.builder import isolate
 from trtkit.builder.builder import BuildResult, build_serialized
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.crash_report import model_crash_context
-from trtkit.log import logger as log
+from trtkit.builder.progress import BuildProgress
+from trtkit.log import logger
 from trtkit.manifest import write_manifest
 
 
@@ -63,8 +64,6 @@ _RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
 
 def _with_progress(on_progress, on_log, on_phase, log_severity: str):
     """Callbacks that feed a :class:`~trtkit.builder.progress.BuildProgress` and pass the rest on as asked."""
-    from trtkit.builder.progress import BuildProgress
-
     tracker = BuildProgress(on_progress)
     threshold = _RANK.get(log_severity, 1)
 
@@ -119,7 +118,7 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
     def on_event(event: dict) -> None:
         kind = event.get("kind")
         if kind == "output":  # what TensorRT or Python printed in the child: kept for debugging, not shown
-            log.debug("[build worker] %s", event.get("line", ""))
+            logger.debug("[build worker] %s", event.get("line", ""))
         elif kind == "log" and on_log is not None:
             on_log(event["severity"], event["message"])
         elif kind == "phase" and on_phase is not None:

@@ -21,6 +21,7 @@ from trtkit.builder.op_support import (
     _UNSUPPORTED_AS_OF_10_15,
     max_documented_opset,
 )
+from trtkit.builder.rewrites.dims import describe_ambiguity
 from trtkit.builder.sanitize import fold_constants
 from trtkit.errors import DependencyError, IsolationError, ModelError, TrtkitError
 from trtkit.log import make_trt_logger
@@ -213,8 +214,6 @@ def check_with_parser(loaded, trt, parser) -> CheckReport:
 
 
 def _ask(trt, parser, model_bytes: bytes, path, op_types) -> dict:
-    from trtkit import _version_compat as compat
-
     supported, subgraphs = compat.parser_supports_model(parser, model_bytes, path)
     return {
         "trt_version": compat.version_string(trt),
@@ -273,8 +272,6 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    from trtkit.builder.rewrites.dims import describe_ambiguity
-
     return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto))
 
 

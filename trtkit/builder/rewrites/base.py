@@ -7,6 +7,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from trtkit import _version_compat as compat
 from trtkit.builder.op_support import added_after_8, max_documented_opset, unsupported_as_of_10_15
 
 APPLIED, FAILED, SKIPPED = "applied", "failed", "skipped"
@@ -71,7 +72,6 @@ class ParserTarget:
     @classmethod
     def from_trt(cls, trt, parser=None) -> ParserTarget:
         """The target for a ``tensorrt`` module (the fake too); ``parser`` answers op support when given."""
-        from trtkit import _version_compat as compat
         version = compat.version(trt)
         ask = (lambda op: compat.parser_supports_operator(parser, op)) if parser is not None else None
         return cls(f"TensorRT {compat.version_string(trt)}", max_documented_opset(version), compat.has_int64_io(trt),
