@@ -141,15 +141,26 @@ def load_image(path, settings: Preprocess) -> np.ndarray:
     """
     from PIL import Image
 
-    if settings.size is None:
-        raise CalibrationError("Preprocess.size is not set; call with_model_size() with the model's input shape.")
+    _size_of(settings)
     try:
         with Image.open(path) as img:
-            img = img.convert("L" if settings.color == "GRAY" else "RGB")
-            pixels = _fit(img, settings.size, settings)
+            return preprocess_image(img, settings)
     except (OSError, ValueError) as exc:
         raise CalibrationError(f"Cannot read calibration image '{path}': {exc}") from exc
-    return normalize(pixels, settings)
+
+
+def preprocess_image(img, settings: Preprocess) -> np.ndarray:
+    """A pillow image → one sample (resized or letterboxed to ``settings.size``, normalized, in its layout)."""
+    mode = "L" if settings.color == "GRAY" else "RGB"
+    if img.mode != mode:  # converting an image already in its mode would only copy it
+        img = img.convert(mode)
+    return normalize(_fit(img, _size_of(settings), settings), settings)
+
+
+def _size_of(settings: Preprocess) -> tuple[int, int]:
+    if settings.size is None:
+        raise CalibrationError("Preprocess.size is not set; call with_model_size() with the model's input shape.")
+    return settings.size
 
 
 def _fit(img, size: tuple[int, int], settings: Preprocess) -> np.ndarray:
@@ -158,11 +169,18 @@ def _fit(img, size: tuple[int, int], settings: Preprocess) -> np.ndarray:
     height, width = size
     if settings.resize == "stretch":
         return np.asarray(img.resize((width, height), Image.Resampling.BILINEAR))
-    ratio = min(width / img.width, height / img.height)
-    new_w, new_h = max(1, round(img.width * ratio)), max(1, round(img.height * ratio))
+    _, new_w, new_h, left, top = letterbox_geometry(img.width, img.height, width, height)
     canvas = Image.new(img.mode, (width, height), color=_pad_color(img.mode, settings.pad_value))
-    canvas.paste(img.resize((new_w, new_h), Image.Resampling.BILINEAR), ((width - new_w) // 2, (height - new_h) // 2))
+    canvas.paste(img.resize((new_w, new_h), Image.Resampling.BILINEAR), (left, top))
     return np.asarray(canvas)
+
+
+def letterbox_geometry(src_w: int, src_h: int, dst_w: int, dst_h: int) -> tuple:
+    """Where a letterbox puts a ``src_w`` x ``src_h`` picture in ``dst_w`` x ``dst_h``:
+    ``(scale, new_w, new_h, left, top)`` (a model's coordinates map back as ``(x - left) / scale``)."""
+    ratio = min(dst_w / src_w, dst_h / src_h)
+    new_w, new_h = max(1, round(src_w * ratio)), max(1, round(src_h * ratio))
+    return ratio, new_w, new_h, (dst_w - new_w) // 2, (dst_h - new_h) // 2
 
 
 def _pad_color(mode: str, value: float):

@@ -30,14 +30,26 @@ _MAX_LISTED = 10
 
 
 def _list_files(folder: Path, extensions: tuple[str, ...], kind: str) -> list[Path]:
+    return list_files(folder, extensions, kind, error=CalibrationError, missing="Calibration data folder",
+                      empty="Calibration folder")
+
+
+def list_files(folder: Path, extensions: tuple[str, ...], kind: str, *, error: type = CalibrationError,
+               missing: str = "Folder", empty: str = "Folder") -> list[Path]:
+    """The files under ``folder`` (recursively, sorted) whose suffix is one of ``extensions``.
+
+    Raises:
+        error: the folder does not exist (``"<missing> '...' does not exist"``), or holds no such file (``"<empty>
+            '...' has no <kind> files"``, naming what it holds instead).
+    """
     if not folder.is_dir():
-        raise CalibrationError(f"Calibration data folder '{folder}' does not exist or is not a folder.")
+        raise error(f"{missing} '{folder}' does not exist or is not a folder.")
     everything = sorted(p for p in folder.rglob("*") if p.is_file())
     chosen = [p for p in everything if p.suffix.lower() in extensions]
     if not chosen:
         others = ", ".join(p.name for p in everything[:_MAX_LISTED]) or "nothing"
-        raise CalibrationError(
-            f"Calibration folder '{folder}' has no {kind} files ({', '.join(extensions)}); it holds {len(everything)} "
+        raise error(
+            f"{empty} '{folder}' has no {kind} files ({', '.join(extensions)}); it holds {len(everything)} "
             f"other file(s): {others}."
         )
     return chosen

@@ -15,6 +15,7 @@ Bugs in trtkit itself raise :class:`TrtkitInternalError` so they are never mista
     ├── CalibrationError       calibration data or cache is unusable
     ├── UnsupportedError       a feature is not available in the installed TensorRT version
     ├── IsolationError         a child process running a build died (signal, out of memory)
+    ├── PipelineError          a stage of a streaming pipeline failed (names the stage and the frame index)
     └── ServeError             a server cannot start or serve as asked (a port in use, no model could load)
     TrtkitInternalError        a bug in trtkit: please report it
 """
@@ -90,6 +91,20 @@ class IsolationError(TrtkitError):
     """
 
     crash: Any = None
+
+
+class PipelineError(TrtkitError):
+    """A stage of a :mod:`trtkit.pipeline` failed.
+
+    Attributes:
+        stage: the name of the stage that failed.
+        frame: the index of the frame it was working on (``None`` when it failed outside any frame).
+    """
+
+    def __init__(self, message: str, stage: str | None = None, frame: int | None = None):
+        super().__init__(message)
+        self.stage = stage
+        self.frame = frame
 
 
 class TrtkitInternalError(Exception):

@@ -29,7 +29,7 @@ COMMANDS = {
 # one-line help shown by `trtkit --help` without importing every subcommand module
 SUMMARIES = {
     "build": "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest).",
-    "run": "Run an engine on .npy/.npz or random inputs and show its outputs.",
+    "run": "Run an engine on .npy/.npz or random inputs, or stream a video or image folder through it.",
     "bench": "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUDA graphs.",
     "parity": "Compare an engine's outputs against its ONNX model, with verdicts.",
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",

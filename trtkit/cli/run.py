@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from trtkit.cli.options import add_json_option, add_shape_options
+from trtkit.cli.pipeline import add_pipeline_arguments, run_pipeline, wants_pipeline
 
-HELP = "Run an engine on .npy/.npz or random inputs and show its outputs."
+HELP = "Run an engine on .npy/.npz or random inputs, or stream a video or image folder through it."
 
 
 def add_arguments(parser) -> None:
@@ -27,9 +28,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ignore-manifest", action="store_true",
                         help="run an engine whose manifest names another TensorRT or GPU")
     add_json_option(parser)
+    add_pipeline_arguments(parser)
 
 
 def run(args, console) -> int:
+    if wants_pipeline(args):
+        return run_pipeline(args, console)
     from trtkit.bench.measure import make_feed
     from trtkit.cli.bench import bench_shapes
     from trtkit.runtime import TrtRunner

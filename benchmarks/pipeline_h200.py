@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Streaming pipelines on one GPU, in one call (issue 16): each stage alone, the whole pipeline, the image folder
+mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device memory over 10 000 frames.
+
+1. Engine: a small image CNN made here with onnx.helper (four strided 3x3 convolutions, global pooling, a linear
+   classifier; input ``images`` N x 3 x 224 x 224, N 1..32), built by trtkit in FP16 with TensorRT's own tactic
+   sources (the GPU bundle stubs cuBLAS/cuDNN).
+2. Test videos made with PyAV: 1080p H.264 (libx264) for the video pipeline and the decoders, and a 10 000-frame
+   320x240 MPEG-4 video for the memory run.
+3. Video: decode (PyAV), preprocess (letterbox to 224, the pipeline's threads), infer (pre-decoded samples through
+   the pipeline's batched stage) and encode (PyAV, H.264) each measured alone; then
+   ``decode → preprocess → infer → encode`` as one pipeline. Target: end-to-end FPS >= 0.9 x the slowest stage's.
+4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
+5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x.
+6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
+   NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
+   and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
+   idle time between batches (CUDA events around every batch).
+7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
+   before/after it. Target: 0 bytes of growth; frames in = frames out.
+8. If time is left: the detection sample's detector (FP16, 320x320) on the 1080p video with the detection
+   postprocessing and drawing (``detection``: its build time, end-to-end FPS, stages).
+
+Every part is guarded: a failure is recorded under ``errors`` and the rest goes on.
+
+    python3 benchmarks/pipeline_h200.py --out "$OUT"        # on the GPU host: bash .gpu/bin/gpu-run python3 ...
+    python3 benchmarks/pipeline_h200.py --fake --out /tmp/p # on a CPU: fake TensorRT/CUDA, tiny sizes (a dry run)
+
+Writes ``<out>/pipeline-h200.json`` and (not with ``--fake``) ``benchmarks/results/pipeline-h200.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+STARTED = time.perf_counter()
+
+
+class Sizes:
+    """What the run measures on; ``--fake`` shrinks everything (the fake engine evaluates ONNX on the CPU)."""
+
+    def __init__(self, fake: bool):
+        self.fake = fake
+        self.side = 32 if fake else 224
+        self.max_batch = 4 if fake else 32
+        self.video = (160, 96) if fake else (1920, 1080)
+        self.video_frames = 40 if fake else 600
+        self.alone_frames = 40 if fake else 300  # frames held in memory for the stage-alone runs
+        self.folder_images = 30 if fake else 1000
+        self.leak_frames = 300 if fake else 10_000
+        self.leak_video = (64, 48) if fake else (320, 240)
+        self.pre_workers = 2 if fake else 6
+        self.decode_workers = 2 if fake else 8
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - STARTED:6.1f}s] {msg}", flush=True)
+
+
+class Run:
+    def __init__(self):
+        self.result: dict = {"errors": {}, "notes": {}, "timings_s": {}}
+
+    def guard(self, key: str, fn):
+        t0 = time.perf_counter()
+        log(f"{key} ...")
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - record and go on with the other parts
+            self.result["errors"][key] = f"{type(exc).__name__}: {exc}"
+            log(f"{key} FAILED: {exc}\n{traceback.format_exc()}")
+            value = None
+        self.result["timings_s"][key] = round(time.perf_counter() - t0, 2)
+        return value
+
+
+# --- the engine and the media ----------------------------------------------------------------------------------------
+
+def make_model(side: int):
+    """Four strided 3x3 convolutions (3→16→32→64→128 channels) with ReLU, global average pooling, a 128→10 Gemm."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, prev, channels = [], [], "images", 3
+    for i, out in enumerate((16, 32, 64, 128)):
+        w = rng.standard_normal((out, channels, 3, 3)).astype(np.float32) * (2.0 / (9 * channels)) ** 0.5
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(out, np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev, channels = f"r{i}", out
+    inits += [numpy_helper.from_array(rng.standard_normal((128, 10)).astype(np.float32) * 0.1, "fc"),
+              numpy_helper.from_array(np.zeros(10, np.float32), "fcb")]
+    nodes += [helper.make_node("GlobalAveragePool", [prev], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"])]
+    graph = helper.make_graph(nodes, "pipeline_cnn",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, side, side])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def build_engine(sizes: Sizes, work: Path, trt) -> Path:
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
+
+    s, b = sizes.side, sizes.max_batch
+    model_path = work / "pipeline_cnn.onnx"
+    model_path.write_bytes(make_model(s).SerializeToString())
+    config = BuildConfig(precision="fp16", tactic_sources=TACTICS,
+                         profiles=[parse_shapes(f"images:1x3x{s}x{s},{b}x3x{s}x{s},{b}x3x{s}x{s}")])
+    engine = work / "pipeline_cnn.engine"
+    build(str(model_path), config, output=engine, isolate=False, trt=trt)
+    return engine
+
+
+def make_video(path: Path, frames: int, size: tuple, codec: str) -> Path:
+    from trtkit.pipeline.video import write_pattern_video
+
+    return write_pattern_video(path, frames, size, 30, codec)
+
+
+def make_folder(folder: Path, count: int, fake: bool) -> Path:
+    from PIL import Image
+
+    from trtkit.pipeline.video import pattern_frame
+
+    folder.mkdir(parents=True, exist_ok=True)
+    width, height = (80, 60) if fake else (640, 480)
+    for i in range(count):
+        Image.fromarray(pattern_frame(i, width, height)).save(folder / f"img_{i:05d}.jpg", quality=90)
+    return folder
+
+
+# --- stages alone ----------------------------------------------------------------------------------------------------
+
+def fps_of(frames: int, seconds: float) -> float:
+    return round(frames / seconds, 2) if seconds > 0 else 0.0
+
+
+def decode_alone(video: Path) -> tuple:
+    """PyAV decode of every frame (its own threads): fps, and the first frames kept for the other stages."""
+    from trtkit.pipeline.video import PyAVReader
+
+    reader, kept, count = PyAVReader(video), [], 0
+    t0 = time.perf_counter()
+    for image in reader:
+        count += 1
+        if len(kept) < ALONE_KEEP[0]:
+            kept.append(image)
+    seconds = time.perf_counter() - t0
+    reader.close()
+    return fps_of(count, seconds), kept
+
+
+ALONE_KEEP = [300]
+
+
+def cycled(items: list, count: int):
+    return itertools.islice(itertools.cycle(items), count)
+
+
+def preprocess_alone(engine_target, frames: list, count: int, workers: int) -> float:
+    """The pipeline's preprocess stage with its workers, fed from memory, into nothing."""
+    from trtkit.pipeline import ArraySource, Pipeline, Stage
+    from trtkit.pipeline.preprocess import ImagePreprocess
+
+    pre = ImagePreprocess(engine_target)
+
+    def fn(frame):
+        frame.sample, frame.meta = pre(frame.image)
+
+    report = Pipeline(ArraySource(cycled(frames, count)), [Stage("preprocess", fn, workers)]).run()
+    return fps_of(report.frames_out, report.elapsed_s)
+
+
+def infer_alone(engine: Path, samples: list, count: int, runner_args: dict) -> dict:
+    """Pre-made samples through the pipeline's batched inference stage (the preprocess stage passes them on)."""
+    from trtkit.pipeline import ArraySource, Processing, run_engine
+
+    processing = Processing(pre=lambda sample: (sample, None))
+    report = run_engine(engine, ArraySource(cycled(samples, count)), processing=processing, **runner_args)
+    return {"fps": fps_of(report.frames_out, report.elapsed_s), "frames": report.frames_out,
+            "stage": report.stages["infer"].to_json(), "batch": report.batch}
+
+
+def encode_alone(frames: list, count: int, work: Path, codec: str | None = None) -> float:
+    from trtkit.pipeline.video import VideoWriter
+
+    writer = VideoWriter(work / f"encode_alone_{codec or 'default'}.mp4", fps=30, codec=codec)
+    t0 = time.perf_counter()
+    try:
+        for image in cycled(frames, count):
+            writer.write(image)
+    except BaseException:
+        writer.discard()
+        raise
+    writer.close()
+    return fps_of(count, time.perf_counter() - t0)
+
+
+def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
+    from trtkit.bench.measure import BenchSettings, benchmark
+
+    b, s = sizes.max_batch, sizes.side
+    settings = BenchSettings(shapes={"images": (b, 3, s, s)}, streams=streams, cuda_graph=True,
+                             duration_s=0.5 if sizes.fake else 3.0, warmup_ms=50 if sizes.fake else 300,
+                             e2e=False)
+    result = benchmark(str(engine), settings, trt=trt, cuda=cuda)
+    return {"items_per_s": round(result.items_per_s, 2), "streams": streams, "batch": result.batch,
+            "data_transfers": True, "cuda_graph": True}
+
+
+# --- whole pipelines -------------------------------------------------------------------------------------------------
+
+def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
+                   decoder: str = "pyav") -> dict:
+    from trtkit.pipeline import VideoSink, VideoSource, run_engine
+
+    source = VideoSource(video, decoder=decoder)
+    out = work / f"video_out_{decoder}.mp4"
+    report = run_engine(engine, source, sinks=[VideoSink(out, fps=source.fps)], pre_workers=sizes.pre_workers,
+                        **runner_args)
+    return report.to_json()
+
+
+def folder_pipeline(engine: Path, folder: Path, runner_args: dict, sizes: Sizes) -> dict:
+    from trtkit.pipeline import ImageFolderSource, run_engine
+
+    report = run_engine(engine, ImageFolderSource(folder, workers=sizes.decode_workers),
+                        pre_workers=sizes.pre_workers, **runner_args)
+    data = report.to_json()
+    return {"images_per_s": round(report.fps, 2), "images": report.frames_out, "decode_workers": sizes.decode_workers,
+            "pre_workers": sizes.pre_workers, "stages": data["stages"], "queues": data["queues"],
+            "slowest_stage": data["slowest_stage"]}
+
+
+def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda) -> dict:
+    """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during, and after a pipeline run."""
+    from trtkit.pipeline import CallbackSink, VideoSource, run_engine
+
+    samples = []
+    start_at = min(1000, sizes.leak_frames // 10)
+
+    def monitor(report):
+        if report.frames_out >= start_at:
+            samples.append((report.frames_out, cuda.mem_get_info()[0]))
+
+    free_before = cuda.mem_get_info()[0]
+    report = run_engine(engine, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(lambda f: None)],
+                        monitor=monitor, pre_workers=sizes.pre_workers, **runner_args)
+    free_after = cuda.mem_get_info()[0]
+    during = samples[0][1] - samples[-1][1] if len(samples) >= 2 else None
+    return {"frames_in": report.frames_in, "frames_out": report.frames_out, "fps": round(report.fps, 2),
+            "samples": len(samples), "first_sample_frame": samples[0][0] if samples else None,
+            "last_sample_frame": samples[-1][0] if samples else None, "growth_during_run_bytes": during,
+            "growth_after_run_bytes": free_before - free_after}
+
+
+DETECTOR = ROOT / "samples" / "detection" / "model" / "detector.onnx"
+DETECTION_AFTER_S = 150  # start the detector's build only if the rest left time for it (the call fits ~4 min)
+
+
+def detection_pipeline(video: Path, work: Path, runner_args: dict, sizes: Sizes, trt=None) -> dict:
+    """The detection sample's detector (FP16, 320x320, batch 1..32) on the 1080p video with ``--post detection``
+    (letterbox, decode + NMS per frame, boxes drawn, H.264 out)."""
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
+    from trtkit.pipeline import VideoSink, VideoSource, run_engine
+    from trtkit.pipeline.detect import detection_processing
+
+    engine = work / "detector.engine"
+    t0 = time.perf_counter()
+    build(str(DETECTOR), BuildConfig(precision="fp16", tactic_sources=TACTICS, profiles=[parse_shapes(
+        "images:1x3x320x320,32x3x320x320,32x3x320x320")]), output=engine, isolate=False, trt=trt)
+    build_s = time.perf_counter() - t0
+    source = VideoSource(video, decoder="pyav")
+    report = run_engine(engine, source, sinks=[VideoSink(work / "detections.mp4", fps=source.fps)],
+                        processing=detection_processing(), pre_workers=sizes.pre_workers, post_workers=2,
+                        **runner_args)
+    data = report.to_json()
+    return {"build_s": round(build_s, 1), "e2e_fps": data["fps"], "frames_out": data["frames_out"],
+            "slowest_stage": data["slowest_stage"], "stages": data["stages"], "gpu": data["gpu"]}
+
+
+def nvenc_part(frames: list, count: int, work: Path, x264_fps) -> dict:
+    """PyAV's h264_nvenc encoder (NVENC) on the same frames, where the driver's encode library loads."""
+    try:
+        fps = encode_alone(frames, count, work, codec="h264_nvenc")
+    except Exception as exc:  # noqa: BLE001 - not available here: say why
+        return {"available": False, "reason": f"{type(exc).__name__}: {exc}", "encode_fps": None,
+                "libx264_encode_fps": x264_fps}
+    return {"available": True, "encode_fps": fps, "libx264_encode_fps": x264_fps,
+            "note": "the video pipeline above encodes with libx264; trtkit run --codec h264_nvenc uses NVENC"}
+
+
+def nvdec_part(video: Path, pyav_fps) -> dict:
+    from trtkit.errors import DependencyError
+    from trtkit.pipeline.video import NvdecReader
+
+    try:
+        reader = NvdecReader(video, device_memory=True)
+    except DependencyError as exc:
+        return {"available": False, "reason": str(exc), "decode_fps": None, "pyav_decode_fps": pyav_fps}
+    count = 0
+    t0 = time.perf_counter()
+    for _ in reader:
+        count += 1
+    seconds = time.perf_counter() - t0
+    reader.close()
+    fps = fps_of(count, seconds)
+    return {"available": True, "reason": "PyNvVideoCodec loaded and opened the file", "decode_fps": fps,
+            "frames": count, "pyav_decode_fps": pyav_fps,
+            "speedup": round(fps / pyav_fps, 3) if pyav_fps else None}
+
+
+# --- driver ----------------------------------------------------------------------------------------------------------
+
+def install_fakes():
+    import cuda.bindings
+
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    trt, rt = make_fake_trt("8.6.0"), FakeCudart()
+    sys.modules["tensorrt"] = trt
+    sys.modules["cuda.bindings.runtime"] = rt
+    cuda.bindings.runtime = rt
+    return trt, Cuda(rt)
+
+
+def environment() -> dict:
+    import av
+
+    info = {"python": sys.version.split()[0], "av": av.__version__, "cpus": os.cpu_count()}
+    try:
+        import tensorrt
+
+        info["tensorrt"] = tensorrt.__version__
+    except Exception as exc:  # noqa: BLE001
+        info["tensorrt"] = f"not importable: {exc}"
+    return info
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=".", help="folder for pipeline-h200.json (e.g. $OUT)")
+    parser.add_argument("--fake", action="store_true", help="fake TensorRT and CUDA, tiny sizes: a CPU dry run")
+    parser.add_argument("--runners", type=int, default=2, help="runners in the pool (batches in flight)")
+    args = parser.parse_args(argv)
+    sizes = Sizes(args.fake)
+    ALONE_KEEP[0] = sizes.alone_frames
+    trt = cuda = None
+    if args.fake:
+        trt, cuda = install_fakes()
+    else:
+        from trtkit.runtime.cuda import default_cuda
+
+        cuda = default_cuda()
+    run = Run()
+    result = run.result
+    result["environment"] = environment()
+    result["settings"] = {"fake": args.fake, "runners": args.runners, "max_batch": sizes.max_batch,
+                          "input": [3, sizes.side, sizes.side], "video": list(sizes.video),
+                          "video_frames": sizes.video_frames, "pre_workers": sizes.pre_workers,
+                          "decode_workers": sizes.decode_workers, "cuda_graph": True, "max_wait_ms": 5.0}
+    runner_args = {"runners": args.runners, "cuda_graph": True, **({"trt": trt, "cuda": cuda} if args.fake else {})}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="trtkit-pipeline-") as tmp:
+        work = Path(tmp)
+        engine = run.guard("build", lambda: build_engine(sizes, work, trt))
+        codec = "mpeg4" if args.fake else "libx264"
+        video = run.guard("make_video", lambda: make_video(work / "in.mp4", sizes.video_frames, sizes.video, codec))
+        if engine is None or video is None:
+            return finish(result, out, args.fake)
+        measure_all(run, sizes, engine, video, work, runner_args, trt, cuda, args)
+    return finish(result, out, args.fake)
+
+
+def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, runner_args: dict, trt, cuda,
+                args) -> None:
+    from trtkit.pipeline.preprocess import ImagePreprocess, image_input
+    from trtkit.runtime import TrtRunner
+
+    result = run.result
+    decoded = run.guard("decode_alone", lambda: decode_alone(video))
+    pyav_fps, frames = decoded if decoded else (None, [])
+    with TrtRunner(str(engine), **({"trt": trt, "cuda": cuda} if args.fake else {})) as runner:
+        target = image_input(runner.input_specs)
+    alone = {"decode": pyav_fps}
+    if frames:
+        count = sizes.video_frames
+        alone["preprocess"] = run.guard("preprocess_alone",
+                                        lambda: preprocess_alone(target, frames, count, sizes.pre_workers))
+        pre = ImagePreprocess(target)
+        samples = [pre(f)[0] for f in frames[:64]]
+        infer = run.guard("infer_alone", lambda: infer_alone(engine, samples, max(count, 20 * sizes.max_batch),
+                                                               runner_args))
+        alone["infer"] = infer["fps"] if infer else None
+        alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work))
+        result["nvenc"] = nvenc_part(frames, count, work, alone["encode"])
+        bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
+        result["infer_stage"] = {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
+                                 "ratio": _ratio(alone["infer"], bench["items_per_s"] if bench else None),
+                                 "pipeline_stage": infer, "bench": bench}
+    e2e = run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args, sizes))
+    result["stages_alone_fps"] = alone
+    result["video"] = video_result(e2e, alone)
+    folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
+    if folder:
+        result["folder"] = run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes))
+    nvdec = result["nvdec"] = run.guard("nvdec", lambda: nvdec_part(video, pyav_fps))
+    if nvdec and nvdec["available"]:
+        with_nvdec = run.guard("video_pipeline_nvdec",
+                               lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
+        if with_nvdec:
+            nvdec["pipeline"] = {"e2e_fps": with_nvdec["fps"], "frames_out": with_nvdec["frames_out"],
+                                 "gpu": with_nvdec["gpu"], "stages": with_nvdec["stages"],
+                                 "note": "NVDEC frames copied to host memory for the CPU preprocessing"}
+            nvdec["gpu_idle_between_batches_pct"] = (with_nvdec["gpu"] or {}).get("idle_between_batches_pct")
+    leak_video = run.guard("make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames,
+                                                                 sizes.leak_video, "mpeg4"))
+    if leak_video:
+        memory = run.guard("memory_run", lambda: memory_run(engine, leak_video, runner_args, sizes, cuda))
+        result["memory_run"] = memory
+        result["leak_bytes_device"] = memory["growth_during_run_bytes"] if memory else None
+    if sizes.fake:
+        result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
+    elif time.perf_counter() - STARTED > DETECTION_AFTER_S:
+        result["notes"]["detection"] = f"skipped: more than {DETECTION_AFTER_S} s had passed"
+    else:
+        result["detection"] = run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes))
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def video_result(e2e: dict | None, alone: dict) -> dict | None:
+    if e2e is None:
+        return None
+    timed = {k: v for k, v in alone.items() if v}
+    slowest = min(timed, key=timed.get) if timed else None
+    stages = {name: {k: s[k] for k in ("avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct", "fps_alone")}
+              for name, s in e2e["stages"].items()}
+    return {"e2e_fps": e2e["fps"], "slowest_stage": slowest, "slowest_stage_fps": timed.get(slowest),
+            "ratio_to_slowest": _ratio(e2e["fps"], timed.get(slowest)), "frames_in": e2e["frames_in"],
+            "frames_out": e2e["frames_out"], "stages": stages, "queues": e2e["queues"],
+            "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"], "gpu": e2e["gpu"]}
+
+
+def targets(result: dict) -> dict:
+    video, infer, nvdec = result.get("video") or {}, result.get("infer_stage") or {}, result.get("nvdec") or {}
+    memory = result.get("memory_run") or {}
+    return {
+        "e2e_fps_ge_0.9x_slowest_stage": _met(video.get("ratio_to_slowest"), lambda r: r >= 0.9),
+        "infer_stage_ge_0.9x_bench": _met(infer.get("ratio"), lambda r: r >= 0.9),
+        "nvdec_decode_ge_3x_pyav": _met(nvdec.get("speedup"), lambda r: r >= 3.0) if nvdec.get("available")
+        else "not available",
+        "nvdec_gpu_idle_between_batches_lt_10pct": _met(nvdec.get("gpu_idle_between_batches_pct"),
+                                                        lambda p: p < 10.0) if nvdec.get("available")
+        else "not available",
+        "zero_device_growth_10k_frames": _met(result.get("leak_bytes_device"), lambda b: b <= 0),
+        "frames_in_eq_out": all(d.get("frames_in") == d.get("frames_out") for d in (video, memory) if d),
+    }
+
+
+def _met(value, test):
+    return None if value is None else bool(test(value))
+
+
+def finish(result: dict, out: Path, fake: bool) -> int:
+    result["targets"] = targets(result)
+    result["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
+    text = json.dumps(result, indent=2, sort_keys=True, default=str) + "\n"
+    (out / "pipeline-h200.json").write_text(text)
+    if not fake:
+        (ROOT / "benchmarks" / "results" / "pipeline-h200.json").write_text(text)
+    log(f"wrote {out / 'pipeline-h200.json'}; targets: {json.dumps(result['targets'])}")
+    return 0 if not result["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The streaming pipeline on a real GPU: a generated video through a tiny conv engine on two runners with CUDA
+graphs; every frame's outputs equal a plain runner's, frames in = frames out, the output video decodes, the GPU
+timeline covers every batch, and device memory is back where it was after a warm-up run. No timing assertions.
+
+Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q tests/gpu/test_pipeline_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.gpu.test_runtime_gpu import engine_bytes  # noqa: F401 - the session's tiny conv engine (a fixture)
+
+pytestmark = pytest.mark.gpu
+av = pytest.importorskip("av")
+
+
+@pytest.fixture(scope="module")
+def engine_path(engine_bytes, tmp_path_factory):  # noqa: F811
+    path = tmp_path_factory.mktemp("pipeline") / "tiny.engine"
+    path.write_bytes(engine_bytes)
+    return path
+
+
+def test_video_through_the_gpu_pipeline_matches_a_plain_runner(engine_path, tmp_path):
+    from trtkit.pipeline import CallbackSink, VideoSink, VideoSource, run_engine
+    from trtkit.pipeline.preprocess import ImagePreprocess, image_input
+    from trtkit.pipeline.video import write_pattern_video
+    from trtkit.runtime import TrtRunner
+    from trtkit.runtime.cuda import default_cuda
+
+    video = write_pattern_video(tmp_path / "in.mp4", frames=61, size=(96, 64))
+    seen = []
+    run_engine(engine_path, VideoSource(video, decoder="pyav"), cuda_graph=True)  # TensorRT's first-load memory
+    free_before = default_cuda().mem_get_info()[0]
+    source = VideoSource(video, decoder="pyav")
+    report = run_engine(engine_path, source, sinks=[CallbackSink(seen.append), VideoSink(tmp_path / "out.mp4")],
+                        cuda_graph=True, runners=2)
+    free_after = default_cuda().mem_get_info()[0]
+    assert report.frames_in == report.frames_out == len(seen) == 61
+    assert [f.index for f in seen] == list(range(61))
+    with TrtRunner(engine_path) as runner:
+        pre = ImagePreprocess(image_input(runner.input_specs))
+        for frame in seen[::7]:
+            want = runner.infer({"x": pre(frame.image)[0][None]})["y"][0]
+            np.testing.assert_allclose(frame.outputs["y"], want, rtol=1e-4, atol=1e-5)
+    with av.open(str(tmp_path / "out.mp4")) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 61
+    assert report.gpu["batches"] >= 61 // 4 and 0 < report.gpu["busy_pct"] <= 100
+    assert free_after >= free_before

@@ -1,0 +1,51 @@
+"""Run the ``trtkit`` command with the fake TensorRT and fake CUDA installed (for tests that need a real process,
+e.g. to send it SIGINT): ``python cli_with_fakes.py run ENGINE --video ...``.
+
+``TRTKIT_TEST_PRE_DELAY_S``: sleep this long in every preprocessing call, so a run lasts long enough to interrupt;
+``TRTKIT_TEST_STARTED``: a file created when the first frame is preprocessed (the pipeline is running).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def install_fakes() -> None:
+    import cuda.bindings
+
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    rt = FakeCudart()
+    sys.modules["tensorrt"] = make_fake_trt("8.6.0")
+    sys.modules["cuda.bindings.runtime"] = rt
+    cuda.bindings.runtime = rt
+
+
+def slow_down_preprocessing(seconds: float, started: str | None) -> None:
+    from trtkit.pipeline.preprocess import ImagePreprocess
+
+    call = ImagePreprocess.__call__
+
+    def slow(self, image):
+        if started and not os.path.exists(started):
+            Path(started).touch()
+        time.sleep(seconds)
+        return call(self, image)
+
+    ImagePreprocess.__call__ = slow
+
+
+if __name__ == "__main__":
+    install_fakes()
+    delay = float(os.environ.get("TRTKIT_TEST_PRE_DELAY_S", "0"))
+    if delay:
+        slow_down_preprocessing(delay, os.environ.get("TRTKIT_TEST_STARTED"))
+    from trtkit.cli.main import main
+
+    sys.exit(main(sys.argv[1:]))

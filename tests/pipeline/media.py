@@ -1,0 +1,72 @@
+"""Test media made on the spot with PyAV and pillow: short videos (optionally with a corrupt packet), audio-only
+files, image folders. Nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def frame_picture(i: int, width: int = 64, height: int = 48) -> np.ndarray:
+    """Frame ``i`` of the test videos (see :func:`trtkit.pipeline.video.pattern_frame`)."""
+    from trtkit.pipeline.video import pattern_frame
+
+    return pattern_frame(i, width, height)
+
+
+def make_video(path, frames: int = 30, width: int = 64, height: int = 48, codec: str = "mpeg4",
+               fps: int = 25) -> Path:
+    from trtkit.pipeline.video import write_pattern_video
+
+    return write_pattern_video(path, frames, (width, height), fps, codec)
+
+
+def corrupt_packet(path, packet_index: int) -> None:
+    """Scramble the payload of one video packet in place (its header bytes kept), so that packet fails to decode."""
+    import av
+
+    with av.open(str(path)) as container:
+        packets = [(p.pos, p.size) for p in container.demux(container.streams.video[0]) if p.size]
+    pos, size = packets[packet_index]
+    data = bytearray(Path(path).read_bytes())
+    for k in range(pos + 2, pos + size):
+        data[k] = (data[k] * 7 + 13) % 256
+    Path(path).write_bytes(bytes(data))
+
+
+def make_audio_only(path, seconds: float = 0.2) -> Path:
+    import av
+
+    path = Path(path)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("pcm_s16le", rate=8000)
+        samples = int(8000 * seconds)
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, samples), np.int16), format="s16", layout="mono")
+        frame.rate = 8000
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return path
+
+
+def decode_all(path) -> list:
+    import av
+
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+
+def make_image_folder(folder, count: int = 10, sizes=((40, 30), (64, 48))) -> list:
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(count):
+        width, height = sizes[i % len(sizes)]
+        name = f"img_{i:03d}.png"
+        Image.fromarray(frame_picture(i, width, height)).save(folder / name)
+        names.append(name)
+    return names

@@ -1,0 +1,156 @@
+"""Videos made by the tests with PyAV: decode, encode, corrupt frames, files that are not videos, decoder choice,
+and the output written atomically."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from tests.pipeline.media import corrupt_packet, decode_all, frame_picture, make_audio_only, make_video
+from trtkit.errors import DependencyError, InputError, TrtkitError
+from trtkit.pipeline import VideoSink, VideoSource, run_engine
+from trtkit.pipeline.video import PyAVReader, VideoWriter, open_video
+
+av = pytest.importorskip("av")
+
+
+def test_every_frame_goes_through_and_the_output_video_plays(engine_file, backends, tmp_path):
+    source = VideoSource(make_video(tmp_path / "in.mp4", frames=30), decoder="pyav")
+    out = tmp_path / "out.mp4"
+    report = run_engine(engine_file, source, sinks=[VideoSink(out, fps=source.fps)], **backends)
+    assert report.frames_in == report.frames_out == 30 and not report.skipped
+    frames = decode_all(out)
+    assert len(frames) == 30 and frames[0].shape == (48, 64, 3)
+    # the bar of frame i is 2*i pixels wide: order survives decode -> pipeline -> encode -> decode
+    widths = [int((f[:, :, 0].mean(axis=0) > 230).sum()) for f in frames]
+    assert widths == sorted(widths) and abs(widths[20] - 40) <= 2
+    assert report.source["decoder"] == "pyav" and report.source["frames"] == 30
+    assert list(tmp_path.glob(".*partial*")) == []
+
+
+def test_a_corrupt_frame_mid_file_is_skipped_counted_and_named(engine_file, backends, tmp_path):
+    path = make_video(tmp_path / "in.avi", frames=20, codec="mjpeg")
+    corrupt_packet(path, 10)
+    source = VideoSource(path, decoder="pyav")
+    out = tmp_path / "out.mp4"
+    report = run_engine(engine_file, source, sinks=[VideoSink(out, fps=source.fps)], **backends)
+    assert len(report.skipped) == 1 and report.skipped[0].position.startswith("frame 10 ")
+    assert "Invalid data" in report.skipped[0].reason
+    assert report.frames_in == report.frames_out == 19 == len(decode_all(out))
+    assert report.to_json()["skipped"][0]["position"].startswith("frame 10")
+
+
+def test_a_file_that_is_not_a_video_is_one_clear_error(tmp_path):
+    text = tmp_path / "notes.mp4"
+    text.write_text("this is not a video")
+    with pytest.raises(InputError, match=r"Cannot open video '.*notes.mp4'"):
+        VideoSource(text)
+    with pytest.raises(InputError, match=r"Video '.*missing.mp4' does not exist"):
+        VideoSource(tmp_path / "missing.mp4")
+
+
+def test_a_file_without_a_video_stream_says_so(tmp_path):
+    path = make_audio_only(tmp_path / "sound.wav")
+    with pytest.raises(InputError, match=r"has no video stream \(its streams: audio\)"):
+        PyAVReader(path)
+
+
+def test_nvdec_asked_for_where_it_does_not_load_is_an_error_and_auto_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", None)  # import fails as if not installed
+    path = make_video(tmp_path / "in.mp4", frames=3)
+    with pytest.raises(DependencyError, match="PyNvVideoCodec is not installed"):
+        open_video(path, "nvdec")
+    reader, choice = open_video(path, "auto")
+    assert choice.name == "pyav" and choice.reason.startswith("NVDEC not used: PyNvVideoCodec is not installed")
+    assert len(list(reader)) == 3
+    reader.close()
+    with pytest.raises(InputError, match="Decoder 'gpu' is not known; use one of: auto, pyav, nvdec"):
+        open_video(path, "gpu")
+
+
+class _FakeNvc:
+    """What trtkit uses of PyNvVideoCodec: SimpleDecoder(...).get_stream_metadata() / get_batch_frames(n)."""
+
+    class OutputColorType:
+        RGB = "RGB"
+
+    def __init__(self, frames, fail=None):
+        self._frames, self._fail = frames, fail
+
+    def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
+        if self._fail:
+            raise RuntimeError(self._fail)
+        nvc = self
+
+        class Decoder:
+            def __init__(self):
+                self.left = list(nvc._frames)
+                self.kwargs = kwargs
+
+            def get_stream_metadata(self):
+                return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
+
+            def get_batch_frames(self, n):
+                batch, self.left = self.left[:n], self.left[n:]
+                return batch
+
+        return Decoder()
+
+
+def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch):
+    frames = [frame_picture(i) for i in range(20)]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames))
+    reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=3), "auto")
+    assert choice.name == "nvdec" and reader.fps == 25
+    got = list(reader)
+    assert len(got) == 20 and all(np.array_equal(a, b) for a, b in zip(got, frames))
+
+
+def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc([], fail="cuvidCreateDecoder failed"))
+    reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=2), "auto")
+    assert choice.name == "pyav" and "cuvidCreateDecoder failed" in choice.reason
+    reader.close()
+
+
+def test_the_output_appears_only_when_closed_and_discard_leaves_nothing(tmp_path):
+    out = tmp_path / "out.mp4"
+    writer = VideoWriter(out, fps=25)
+    for i in range(5):
+        writer.write(frame_picture(i))
+    assert not out.exists() and len(list(tmp_path.glob(".out.partial-*.mp4"))) == 1
+    writer.close()
+    assert len(decode_all(out)) == 5 and list(tmp_path.iterdir()) == [out]
+    other = VideoWriter(tmp_path / "other.mp4")
+    other.write(frame_picture(0))
+    other.discard()
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_odd_sizes_are_padded_and_a_size_change_is_refused(tmp_path):
+    writer = VideoWriter(tmp_path / "odd.mp4")
+    writer.write(np.zeros((31, 45, 3), np.uint8))
+    with pytest.raises(InputError, match=r"Frame 1 is 64x48; the video .* is 46x32"):
+        writer.write(frame_picture(1))
+    writer.close()
+    assert decode_all(tmp_path / "odd.mp4")[0].shape == (32, 46, 3)
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_frame(tmp_path):
+    with pytest.raises(TrtkitError, match=r"folder '.*no_such_dir' does not exist"):
+        VideoSink(tmp_path / "no_such_dir" / "out.mp4")
+    with pytest.raises(TrtkitError, match="it is a folder"):
+        VideoSink(tmp_path)
+
+
+def test_an_encoder_that_ffmpeg_does_not_have_is_refused_before_any_frame(tmp_path):
+    with pytest.raises(InputError, match="This FFmpeg has no encoder 'nope264'"):
+        VideoWriter(tmp_path / "out.mp4", codec="nope264")
+    assert list(tmp_path.iterdir()) == []
+    writer = VideoWriter(tmp_path / "out.mkv", codec="mpeg4")
+    writer.write(frame_picture(0))
+    writer.close()
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        assert container.streams.video[0].codec_context.name == "mpeg4"

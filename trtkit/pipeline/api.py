@@ -1,0 +1,141 @@
+"""One call from an engine and a source to a finished run: what ``trtkit run ENGINE --video/--images`` does.
+
+    from trtkit.pipeline import ImageFolderSource, VideoSink, VideoSource, run_engine
+
+    source = VideoSource("in.mp4")
+    report = run_engine("model.engine", source, sinks=[VideoSink("out.mp4", fps=source.fps)])
+    print(report.fps, report.slowest_stage().name)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trtkit.pipeline.batching import BatchPlan
+from trtkit.pipeline.pipeline import InferStep, Pipeline
+from trtkit.pipeline.preprocess import ImagePreprocess, image_input
+from trtkit.pipeline.stages import Stage
+
+
+@dataclass(frozen=True)
+class Processing:
+    """The pluggable steps around inference (see :mod:`trtkit.pipeline.preprocess` for their signatures).
+
+    Attributes:
+        pre: ``image -> (sample, meta)``; ``None``: :class:`ImagePreprocess` for the engine's input.
+        post: ``(outputs, meta, image) -> result``; ``None``: no postprocessing stage (sinks get raw outputs).
+        draw: ``(image, result) -> image``; ``None``: no annotate stage.
+        pre_for: ``ImageInput -> pre``, for a ``pre`` that depends on the engine's input size (used when ``pre``
+            is ``None``).
+    """
+
+    pre: Callable | None = None
+    post: Callable | None = None
+    draw: Callable | None = None
+    pre_for: Callable | None = None
+
+    def preprocess_for(self, target, resize: str = "letterbox"):
+        """The ``pre`` callable for the engine input ``target``."""
+        if self.pre is not None:
+            return self.pre
+        if self.pre_for is not None:
+            return self.pre_for(target)
+        return ImagePreprocess(target, resize=resize)
+
+
+def stage_functions(processing: Processing, pre) -> dict:
+    """The stage callables (``frame -> None``) for ``pre``, ``processing.post`` and ``processing.draw``."""
+
+    def preprocess(frame):
+        frame.sample, frame.meta = pre(frame.image)
+
+    def postprocess(frame):
+        frame.result = processing.post(frame.outputs, frame.meta, frame.image)
+
+    def annotate(frame):
+        frame.image = processing.draw(frame.image, frame.result)
+
+    return {"preprocess": preprocess, "postprocess": postprocess if processing.post else None,
+            "annotate": annotate if processing.draw else None}
+
+
+def run_engine(engine, source, *, sinks=(), processing: Processing | None = None, batch: int | None = None,
+               max_wait_ms: float = 5.0, runners: int = 2, queue_size: int = 8, pre_workers: int = 2,
+               post_workers: int = 1, resize: str = "letterbox", monitor=None, **runner_args):
+    """Run ``engine`` over every frame of ``source`` into ``sinks``.
+
+    Args:
+        engine: an engine path or bytes.
+        source: see :mod:`trtkit.pipeline.sources`.
+        sinks: see :mod:`trtkit.pipeline.sinks`.
+        processing: pre/post/draw callables (default: the engine's image preprocessing, raw outputs).
+        batch: most frames per engine call (default and upper bound: the profile's max batch).
+        max_wait_ms: how long a started batch waits for more frames.
+        runners: runners in the :class:`~trtkit.runtime.pool.RunnerPool` (batches in flight).
+        queue_size: capacity of each queue between stages, in frames.
+        pre_workers, post_workers: threads of the preprocess and postprocess stages.
+        resize: ``letterbox`` or ``stretch`` for the default preprocessing.
+        monitor: called with a report snapshot while running.
+        **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
+
+    Returns:
+        The :class:`~trtkit.pipeline.stats.PipelineReport`.
+
+    Raises:
+        InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile.
+        PipelineError: a stage failed (names it and the frame index).
+    """
+    from trtkit.runtime.pool import RunnerPool
+
+    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize)
+    try:
+        return _run(RunnerPool(engine, size=settings.runners, **runner_args), source, list(sinks),
+                    processing or Processing(), settings, monitor, runner_args.get("profile", 0))
+    except BaseException:
+        for sink in sinks:  # an error before the first frame: leave no partial file
+            sink.discard()
+        raise
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of :func:`run_engine` (see its arguments)."""
+
+    batch: int | None
+    max_wait_ms: float
+    runners: int
+    queue_size: int
+    pre_workers: int
+    post_workers: int
+    resize: str
+
+
+def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
+    with pool:
+        target = image_input(pool.runners[0].input_specs, profile)
+        plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
+        fns = stage_functions(processing, processing.preprocess_for(target, settings.resize))
+        stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan)]
+        for name in ("postprocess", "annotate"):
+            if fns[name]:
+                stages.append(Stage(name, fns[name], settings.post_workers))
+        report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
+    report.source = {**report.source, "engine_input": target.name,
+                     "input_shape": [target.channels, target.height, target.width]}
+    return report
+
+
+def batch_plan(target, batch: int | None, max_wait_ms: float, in_flight: int) -> BatchPlan:
+    """The batching of frames for ``target`` (an :class:`ImageInput`).
+
+    Raises:
+        InputError: ``batch`` is outside the engine's batch range.
+    """
+    from trtkit.errors import InputError
+
+    if batch is not None and not target.min_batch <= batch <= target.max_batch:
+        raise InputError(f"batch={batch} is outside the engine's batch range {target.min_batch}..{target.max_batch}"
+                         f" (input '{target.name}')")
+    return BatchPlan(target.name, batch or target.max_batch, target.min_batch, max_wait_s=max_wait_ms / 1e3,
+                     in_flight=in_flight)

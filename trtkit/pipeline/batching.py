@@ -1,0 +1,302 @@
+"""The inference stage: frames gathered into batches (up to the engine's batch, waiting at most ``max_wait_s`` for
+a batch to fill), each batch started with ``infer_async`` and collected once later batches are under way.
+
+With a :class:`~trtkit.runtime.pool.RunnerPool` of ``n`` runners, up to ``n`` batches are in flight: the copies and
+compute of one overlap the gathering of the next and, through the queues, every CPU stage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from trtkit.errors import InputError
+from trtkit.pipeline.stages import END, Aborted, Channel
+from trtkit.pipeline.stats import GpuTimeline, StageTimer
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How frames become engine calls.
+
+    Attributes:
+        input_name: the engine input the samples go to.
+        max_batch: most frames per call (the profile's max batch).
+        min_batch: fewest frames per call the engine takes; a smaller last batch is padded with zeros up to it
+            (the padding's outputs are dropped).
+        max_wait_s: how long a started batch waits for more frames before it is sent as it is.
+        in_flight: batches started before the oldest is collected (the number of runners in the pool).
+        fill_threads: threads copying the samples into a batch (numpy copies outside the GIL, so a large batch
+            fills in a fraction of the time one thread takes); 1: the inference thread alone.
+    """
+
+    input_name: str
+    max_batch: int
+    min_batch: int = 1
+    max_wait_s: float = 0.005
+    in_flight: int = 2
+    fill_threads: int = 4
+
+    def __post_init__(self):
+        if not 1 <= self.min_batch <= self.max_batch:
+            raise InputError(f"Batch sizes must satisfy 1 <= min_batch <= max_batch; got min {self.min_batch}, "
+                             f"max {self.max_batch}")
+        if self.fill_threads < 1:
+            raise InputError(f"fill_threads must be at least 1, not {self.fill_threads}")
+        if self.max_wait_s < 0:
+            raise InputError(f"max_wait_s must be >= 0 seconds, not {self.max_wait_s}")
+
+
+def batch_shape(frames: list, plan: BatchPlan) -> tuple:
+    """The shape of the batch of ``frames``: their sample shape, at least ``plan.min_batch`` of them."""
+    return (max(len(frames), plan.min_batch), *np.shape(frames[0].sample))
+
+
+def fill_batch(batch: np.ndarray, frames: list, pool=None, threads: int = 1) -> np.ndarray:
+    """Put the samples of ``frames`` in ``batch`` (zeros in the rows beyond them), in ``threads`` contiguous runs
+    of rows on ``pool`` (a thread pool) when there are at least two rows per thread; returns ``batch``."""
+
+    def rows(start: int, stop: int) -> None:
+        for i in range(start, stop):
+            batch[i] = frames[i].sample
+
+    n = len(frames)
+    if pool is None or threads < 2 or n < 2 * threads:
+        rows(0, n)
+    else:
+        bounds = [n * k // threads for k in range(threads + 1)]
+        for future in [pool.submit(rows, a, b) for a, b in zip(bounds, bounds[1:])]:
+            future.result()
+    batch[n:] = 0
+    return batch
+
+
+def stack_samples(frames: list, plan: BatchPlan) -> np.ndarray:
+    """The samples of ``frames`` as one new batch array, padded with zeros up to ``plan.min_batch``."""
+    return fill_batch(np.empty(batch_shape(frames, plan), dtype=np.asarray(frames[0].sample).dtype), frames)
+
+
+class DeviceBatches:
+    """Batches of device-resident samples (anything with ``__cuda_array_interface__``: NVDEC frames preprocessed
+    on the GPU, CuPy arrays, torch CUDA tensors) assembled on the GPU: one buffer per runner, each sample copied
+    device to device into its row on the runner's stream, after the stream that produced it. No host round trip.
+    """
+
+    def __init__(self, plan: BatchPlan):
+        self.plan = plan
+        self._buffers: dict = {}  # id(runner) -> (cuda, ptr, nbytes)
+        self._events: dict = {}  # id(runner) -> event ordering its stream after a producer's
+
+    def batch(self, runner, frames: list):
+        """A :class:`~trtkit.runtime.buffers.DeviceArray` holding the samples of ``frames`` (zeros beyond them).
+
+        Raises:
+            InputError: a sample's shape or dtype differs from the first one's, or it is not C-contiguous.
+        """
+        from trtkit.runtime.buffers import DeviceArray
+
+        name, cuda = self.plan.input_name, runner.cuda
+        first = _on_device(name, frames[0])
+        row = int(np.prod(first.shape, dtype=np.int64)) * first.dtype.itemsize
+        shape = (max(len(frames), self.plan.min_batch), *first.shape)
+        ptr = self._buffer(runner, row * max(self.plan.max_batch, self.plan.min_batch))
+        for i, frame in enumerate(frames):
+            dev = _on_device(name, frame)
+            if (dev.shape, dev.dtype) != (first.shape, first.dtype):
+                raise InputError(f"Frame {frame.index}: its sample is {dev.shape} {dev.dtype}, the batch's first "
+                                 f"frame's {first.shape} {first.dtype}: every sample must match")
+            if dev.stream is not None:
+                self._wait_for(runner, int(dev.stream))
+            cuda.memcpy_dtod_async(ptr + i * row, dev.ptr, row, runner.stream)
+        if shape[0] > len(frames):
+            cuda.memset_async(ptr + len(frames) * row, 0, (shape[0] - len(frames)) * row, runner.stream)
+        return DeviceArray(ptr, shape, first.dtype, owner=self, cuda=cuda)
+
+    def _buffer(self, runner, nbytes: int) -> int:
+        entry = self._buffers.get(id(runner))
+        if entry is None or entry[2] < nbytes:
+            if entry is not None:
+                entry[0].free(entry[1])
+            entry = self._buffers[id(runner)] = (runner.cuda, runner.cuda.malloc(nbytes), nbytes)
+        return entry[1]
+
+    def _wait_for(self, runner, stream: int) -> None:
+        event = self._events.get(id(runner))
+        if event is None:
+            event = self._events[id(runner)] = (runner.cuda, runner.cuda.event_create(timing=False))
+        runner.cuda.event_record(event[1], stream)
+        runner.cuda.stream_wait_event(runner.stream, event[1])
+
+    def close(self) -> None:
+        """Free the buffers (after the calls that read them have completed)."""
+        for cuda, ptr, _ in self._buffers.values():
+            cuda.free(ptr)
+        for cuda, event in self._events.values():
+            cuda.event_destroy(event)
+        self._buffers, self._events = {}, {}
+
+
+def split_outputs(outputs: dict, frames: list) -> None:
+    """Give each frame its row of every output (padding rows are dropped)."""
+    for i, frame in enumerate(frames):
+        frame.outputs = {name: value[i] for name, value in outputs.items()}
+
+
+class InferStage:
+    """Batches frames from ``inp``, runs them through ``infer`` (anything with ``infer_async(feed)``: a
+    :class:`~trtkit.runtime.runner.TrtRunner` or a :class:`~trtkit.runtime.pool.RunnerPool`), puts them in ``out``.
+
+    With runners (a pool's ``runners``, or one runner), each batch is assembled straight in the pinned input buffer
+    of the runner that runs it (``host_inputs``): no host copy between the frames and the transfer. The runners
+    take turns, and a runner's buffer is refilled only after its previous call was collected (at most one batch in
+    flight per runner).
+
+    The timer records, per batch, the time this thread spends in the call (filling the batch, starting it, then
+    waiting for its outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets
+    the pace, the waits add up to the time the engine needed, so ``fps_alone`` is what it sustains in the pipeline.
+    """
+
+    name = "infer"
+
+    def __init__(self, infer, plan: BatchPlan, inp: Channel, out: Channel, fail):
+        self.infer = infer
+        self.plan = plan
+        self.inp, self.out = inp, out
+        self.timer = StageTimer(self.name)
+        self._fail = fail
+        self._pending: deque = deque()
+        self._working: list = []  # the frames of the batch being started or collected (named in errors)
+        self.batches = 0
+        self._runners = _runners_of(infer)
+        self._fill_pool: ThreadPoolExecutor | None = None
+        self._device = DeviceBatches(plan)
+        cuda = getattr(self._runners[0], "cuda", None) if self._runners else None
+        self.gpu = GpuTimeline(cuda) if cuda is not None else None
+        self._turn = 0
+        self._in_flight = min(plan.in_flight, len(self._runners)) if self._runners else plan.in_flight
+
+    def threads(self) -> list:
+        import threading
+
+        return [threading.Thread(target=self._work, name="trtkit-infer", daemon=True)]
+
+    def _work(self) -> None:
+        threads = self.plan.fill_threads
+        self._fill_pool = ThreadPoolExecutor(threads, "trtkit-fill") if threads > 1 else None
+        try:
+            ended = False
+            while not ended:
+                frames, ended = self._gather()
+                if frames:
+                    self._start(frames)
+                while self._pending and (ended or len(self._pending) >= self._in_flight):
+                    self._finish()
+            self.out.put(END)
+        except Aborted:
+            return
+        except BaseException as exc:  # noqa: BLE001 - reported by the pipeline, naming the stage and frame
+            self._fail(self.name, self._working[0].index if self._working else None, exc)
+        finally:
+            if self._fill_pool is not None:
+                self._fill_pool.shutdown()
+            self._release()
+
+    def _release(self) -> None:
+        while self._pending:  # an aborted run: let the GPU finish what reads our buffers before freeing them
+            handle = self._pending.popleft()[0]
+            try:
+                handle.wait()
+            except Exception:  # noqa: BLE001 - the run's first error is the one reported
+                pass
+        self._device.close()
+        if self.gpu is not None:
+            self.gpu.close()
+
+    def _gather(self) -> tuple:
+        """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
+        comes within ``max_wait_s``, the oldest batch is collected first (its frames go on instead of waiting)."""
+        first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        while first is None:
+            self._finish()
+            first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        if first is END:
+            return [], True
+        frames = [first]
+        deadline = time.perf_counter() + self.plan.max_wait_s
+        while len(frames) < self.plan.max_batch:
+            item = self.inp.get(timeout=max(0.0, deadline - time.perf_counter()))
+            if item is None:
+                break
+            if item is END:
+                return frames, True
+            frames.append(item)
+        return frames, False
+
+    def _start(self, frames: list) -> None:
+        self._working = frames
+        t0 = time.perf_counter()
+        name = self.plan.input_name
+        on_device = hasattr(frames[0].sample, "__cuda_array_interface__")
+        if self._runners:
+            runner = self._runners[self._turn]
+            self._turn = (self._turn + 1) % len(self._runners)
+            handle, events = self._start_on(runner, frames, on_device)
+        elif on_device:
+            raise InputError("Device-resident samples are batched on the GPU by runners: give the inference stage "
+                             "a TrtRunner or RunnerPool")
+        else:
+            handle, events = self.infer.infer_async({name: stack_samples(frames, self.plan)}), None
+        self._pending.append((handle, frames, time.perf_counter() - t0, events))
+        self.batches += 1
+
+    def _start_on(self, runner, frames: list, on_device: bool) -> tuple:
+        """Start ``frames`` on ``runner``; returns its handle and GPU timeline events (or None)."""
+        name, gpu = self.plan.input_name, self.gpu
+        start = gpu.begin(runner.stream) if gpu and on_device else None  # copies into the batch are GPU work
+        if on_device:
+            feed = {name: self._device.batch(runner, frames)}
+        else:
+            buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
+            feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
+            start = gpu.begin(runner.stream) if gpu else None
+        handle = runner.infer_async(feed)
+        return handle, (gpu.end(runner.stream, start) if gpu and start is not None else None)
+
+    def _finish(self) -> None:
+        handle, frames, start_s, events = self._pending.popleft()
+        self._working = frames
+        t0 = time.perf_counter()
+        outputs = handle.wait()
+        self.timer.add(start_s + time.perf_counter() - t0, len(frames))
+        if events is not None and self.gpu is not None:
+            self.gpu.collect(events)
+        split_outputs(outputs, frames)
+        for frame in frames:
+            self.out.put(frame)
+
+
+def _on_device(name: str, frame):
+    """What the CUDA array interface of ``frame.sample`` says (a ``DeviceInput``).
+
+    Raises:
+        InputError: the sample is not a device array, or not C-contiguous.
+    """
+    from trtkit.runtime.buffers import device_input
+
+    dev = device_input(name, frame.sample)
+    if dev is None:
+        raise InputError(f"Frame {frame.index}: its sample is a {type(frame.sample).__name__}, the batch's first "
+                         f"frame's a device array: every sample must be on the device, or none")
+    return dev
+
+
+def _runners_of(infer) -> list:
+    """The runners behind ``infer`` whose pinned input buffers a batch can be assembled in (empty: none)."""
+    runners = getattr(infer, "runners", None)
+    if runners is None:
+        runners = [infer] if hasattr(infer, "host_inputs") else []
+    return [r for r in runners if hasattr(r, "host_inputs")]

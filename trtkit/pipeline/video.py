@@ -1,0 +1,338 @@
+"""Video backends: PyAV (FFmpeg wheels, works everywhere) and PyNvVideoCodec (NVDEC), both imported on first use.
+
+    reader, choice = open_video("in.mp4", decoder="auto")   # choice.name: "nvdec" or "pyav", choice.reason: why
+    for image in reader: ...                               # HxWx3 uint8 RGB; undecodable frames land in reader.skipped
+    writer = VideoWriter("out.mp4", fps=reader.fps)        # checks the folder now; writes a hidden partial file
+    writer.write(image); writer.close()                    # flushes the encoder, then renames: a playable file
+
+``decoder="auto"`` takes NVDEC where PyNvVideoCodec imports and opens the file (its libraries and the driver's
+``libnvcuvid`` load), else PyAV, and says why in ``choice.reason``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtkit.errors import DependencyError, InputError, TrtkitError
+from trtkit.pipeline.stats import SkippedFrame
+
+logger = logging.getLogger("trtkit")
+
+DECODERS = ("auto", "pyav", "nvdec")
+_PYAV_HINT = "PyAV is not installed; run `pip install 'trtkit[video]'` (or `pip install av`)"
+_NVDEC_HINT = "PyNvVideoCodec is not installed (`pip install PyNvVideoCodec`)"
+NVDEC_BATCH = 16  # frames asked from the NVDEC decoder at a time
+
+
+@dataclass(frozen=True)
+class DecoderChoice:
+    """Which decoder reads a video, and why that one."""
+
+    name: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "reason": self.reason}
+
+
+def pyav():
+    """The ``av`` module (PyAV).
+
+    Raises:
+        DependencyError: PyAV is not installed.
+    """
+    try:
+        import av
+    except ImportError as exc:
+        raise DependencyError(f"{_PYAV_HINT} (import failed: {exc})") from exc
+    return av
+
+
+def open_video(path, decoder: str = "auto", device_memory: bool = False):
+    """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
+
+    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``), for a preprocessing that runs
+    there; it needs ``decoder="nvdec"``.
+
+    Returns:
+        ``(reader, DecoderChoice)``.
+
+    Raises:
+        InputError: the file is missing, cannot be opened as a video, or has no video stream; ``decoder`` unknown.
+        DependencyError: the asked decoder's package or libraries do not load.
+    """
+    if decoder not in DECODERS:
+        raise InputError(f"Decoder '{decoder}' is not known; use one of: {', '.join(DECODERS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"Video '{path}' does not exist or is not a file")
+    if device_memory and decoder != "nvdec":
+        raise InputError(f"Frames in device memory need decoder='nvdec', not '{decoder}'")
+    if decoder == "pyav":
+        return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
+    try:
+        reader = NvdecReader(path, device_memory=device_memory)
+    except DependencyError as exc:
+        if decoder == "nvdec":
+            raise
+        return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
+    return reader, DecoderChoice("nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec"
+                                 else "PyNvVideoCodec loaded and opened the file")
+
+
+class PyAVReader:
+    """Frames of a video file decoded by PyAV on the CPU (FFmpeg's own threads), as HxWx3 uint8 RGB arrays.
+
+    A packet that does not decode is skipped and recorded in :attr:`skipped`; decoding goes on with the next one.
+    """
+
+    name = "pyav"
+
+    def __init__(self, path):
+        av = pyav()
+        self.path = Path(path)
+        try:
+            self._container = av.open(str(path))
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise InputError(f"Cannot open video '{path}': {exc}") from exc
+        streams = self._container.streams
+        if not streams.video:
+            kinds = sorted({s.type for s in streams}) or ["none"]
+            self._container.close()
+            raise InputError(f"'{path}' has no video stream (its streams: {', '.join(kinds)}); give a video file")
+        self._stream = streams.video[0]
+        self._stream.thread_type = "AUTO"
+        self.skipped: list = []
+        self.fps = self._stream.average_rate or self._stream.guessed_rate or Fraction(30)
+        self.width, self.height = self._stream.codec_context.width, self._stream.codec_context.height
+        self.frames = int(self._stream.frames or 0)
+
+    def info(self) -> dict:
+        return {"path": str(self.path), "decoder": self.name, "codec": self._stream.codec_context.name,
+                "width": self.width, "height": self.height, "fps": float(self.fps), "frames": self.frames}
+
+    def __iter__(self):
+        av = pyav()
+        decoded = 0
+        for packet in self._container.demux(self._stream):
+            try:
+                frames = packet.decode()
+            except av.error.FFmpegError as exc:
+                position = f"frame {decoded + len(self.skipped)} (pts {packet.pts})"
+                self.skipped.append(SkippedFrame(position, str(exc)))
+                logger.warning("%s: skipped undecodable %s: %s", self.path, position, exc)
+                continue
+            for frame in frames:
+                decoded += 1
+                yield frame.to_ndarray(format="rgb24")
+
+    def close(self) -> None:
+        self._container.close()
+
+
+def nvdec_module():
+    """PyNvVideoCodec, imported on first use.
+
+    Raises:
+        DependencyError: it is not installed or its libraries do not load.
+    """
+    try:
+        import PyNvVideoCodec
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from a library that does not load
+        raise DependencyError(f"{_NVDEC_HINT}; import failed: {exc}") from exc
+    return PyNvVideoCodec
+
+
+class NvdecReader:
+    """Frames decoded on the GPU by NVDEC (PyNvVideoCodec's ``SimpleDecoder``), converted to interleaved RGB.
+
+    Args:
+        path: the video file (a seekable container: MP4, MKV, AVI, MOV).
+        device_memory: keep frames on the GPU (objects with ``__cuda_array_interface__``) instead of numpy arrays.
+        gpu_id: the GPU that decodes.
+    """
+
+    name = "nvdec"
+
+    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0):
+        nvc = nvdec_module()
+        self.path = Path(path)
+        self.device_memory = device_memory
+        try:
+            self._decoder = nvc.SimpleDecoder(str(path), gpu_id=gpu_id, use_device_memory=device_memory,
+                                              output_color_type=nvc.OutputColorType.RGB)
+            meta = self._decoder.get_stream_metadata()
+        except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
+            raise DependencyError(f"NVDEC could not open '{path}': {exc}") from exc
+        self.skipped: list = []
+        self.width, self.height = int(getattr(meta, "width", 0)), int(getattr(meta, "height", 0))
+        self.fps = Fraction(float(getattr(meta, "average_fps", 0) or 30)).limit_denominator(1001)
+        self.frames = int(getattr(meta, "num_frames", 0) or 0)
+
+    def info(self) -> dict:
+        return {"path": str(self.path), "decoder": self.name, "width": self.width, "height": self.height,
+                "fps": float(self.fps), "frames": self.frames, "device_memory": self.device_memory}
+
+    def __iter__(self):
+        while True:
+            batch = self._decoder.get_batch_frames(NVDEC_BATCH)
+            if not batch:
+                return
+            for frame in batch:
+                yield frame if self.device_memory else host_array(frame)
+
+    def close(self) -> None:
+        stop = getattr(self._decoder, "stop", None)
+        if stop is not None:
+            stop()
+
+
+def host_array(frame) -> np.ndarray:
+    """A decoded NVDEC frame in host memory as a numpy array (through DLPack, else the buffer protocol).
+
+    Raises:
+        TrtkitError: the frame offers neither.
+    """
+    try:
+        return np.from_dlpack(frame)
+    except (TypeError, AttributeError, BufferError, RuntimeError):
+        pass
+    try:
+        return np.asarray(frame)
+    except Exception as exc:  # noqa: BLE001
+        raise TrtkitError(f"A frame from PyNvVideoCodec ({type(frame).__name__}) offers neither DLPack nor the buffer "
+                          f"protocol; decode with decoder='pyav'") from exc
+
+
+def _even(image: np.ndarray) -> np.ndarray:
+    """Pad an odd height or width by repeating the last row/column (4:2:0 encoders need even sizes)."""
+    pad_h, pad_w = image.shape[0] % 2, image.shape[1] % 2
+    if not (pad_h or pad_w):
+        return image
+    return np.pad(image, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+
+
+def default_codec(path) -> str:
+    """H.264 (libx264) for MP4/MOV/MKV where FFmpeg has it, MPEG-4 part 2 otherwise."""
+    av = pyav()
+    if Path(path).suffix.lower() in (".mp4", ".mov", ".mkv", ".m4v"):
+        try:
+            av.codec.Codec("libx264", "w")
+            return "libx264"
+        except Exception:  # noqa: BLE001 - FFmpeg built without x264
+            logger.debug("libx264 is not in this FFmpeg; encoding MPEG-4 part 2", exc_info=True)
+    return "mpeg4"
+
+
+class VideoWriter:
+    """A video file written frame by frame with PyAV, atomically: frames go to a hidden partial file in the target
+    folder, which :meth:`close` flushes, finalizes and renames; :meth:`discard` removes it.
+
+    Raises (on creation, before any frame):
+        TrtkitError: the folder does not exist or is not writable, or the path is a folder.
+    """
+
+    def __init__(self, path, fps=30, codec: str | None = None):
+        from trtkit._atomic import check_writable
+
+        av = pyav()
+        self.path = Path(path)
+        check_writable(self.path)
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.partial-", suffix=self.path.suffix, dir=folder)
+        except OSError as exc:
+            raise TrtkitError(f"Cannot write '{self.path}': {exc.strerror or exc}") from exc
+        os.close(fd)
+        self._tmp = Path(tmp)
+        self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
+        self.codec = codec or default_codec(self.path)
+        try:
+            av.codec.Codec(self.codec, "w")
+        except Exception as exc:  # noqa: BLE001 - PyAV raises UnknownCodecError (a ValueError) or FFmpeg errors
+            self._tmp.unlink(missing_ok=True)
+            raise InputError(f"This FFmpeg has no encoder '{self.codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
+        try:
+            self._container = av.open(str(self._tmp), "w")
+        except (av.error.FFmpegError, ValueError) as exc:
+            self._tmp.unlink(missing_ok=True)
+            raise TrtkitError(f"Cannot write video '{self.path}': {exc} (use .mp4, .mkv, .mov or .avi)") from exc
+        self._stream: Any = None  # added with the first frame, whose size it takes
+        self.frames = 0
+
+    def write(self, image: np.ndarray) -> None:
+        av = pyav()
+        image = _even(np.ascontiguousarray(image, dtype=np.uint8))
+        if self._stream is None:
+            self._stream = self._container.add_stream(self.codec, rate=self.fps)
+            self._stream.height, self._stream.width = image.shape[:2]
+            self._stream.pix_fmt = "yuv420p"
+        elif (image.shape[0], image.shape[1]) != (self._stream.height, self._stream.width):
+            raise InputError(f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
+                             f"is {self._stream.width}x{self._stream.height}: every frame must have the same size")
+        for packet in self._stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+            self._container.mux(packet)
+        self.frames += 1
+
+    def close(self) -> Path:
+        """Flush the encoder, close the file and move it to its name (a file with no frame is not kept)."""
+        if self._container is None:
+            return self.path
+        try:
+            if self._stream is not None:
+                for packet in self._stream.encode(None):
+                    self._container.mux(packet)
+            self._container.close()
+        except BaseException:
+            self.discard()
+            raise
+        self._container = None
+        if not self.frames:
+            self._tmp.unlink(missing_ok=True)
+            return self.path
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        """Close without keeping anything."""
+        if self._container is not None:
+            try:
+                self._container.close()
+            except Exception:  # noqa: BLE001 - the file is removed anyway
+                logger.debug("closing a discarded video failed", exc_info=True)
+            self._container = None
+        self._tmp.unlink(missing_ok=True)
+
+
+def pattern_frame(index: int, width: int = 64, height: int = 48) -> np.ndarray:
+    """Frame ``index`` of :func:`write_pattern_video`: a gray level that changes with the index, and a white bar down
+    the left side ``2 * index`` pixels wide (modulo the width), so order and count can be read back from pixels."""
+    image = np.full((height, width, 3), (index * 8) % 200, np.uint8)
+    image[:, : (index * 2) % width] = 255
+    return image
+
+
+def write_pattern_video(path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4") -> Path:
+    """A short video of :func:`pattern_frame` frames made with PyAV (for tests, samples and benchmarks: nothing to
+    download). ``size`` is ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``."""
+    av = pyav()
+    path = Path(path)
+    width, height = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        for i in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return path
