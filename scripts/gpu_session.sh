@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests demo crasher runner precision (default: env tests demo).
+# Steps: env tests demo crasher runner precision detection pipeline backend overhead (default: env tests demo).
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
 # models, to carry back in gpu-cache/ so a later call skips slow first builds).
 set -u
@@ -29,7 +29,19 @@ for step in ${*:-env tests demo}; do
     crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
              echo "crasher rc=$?"; cp /tmp/crasher/*.json "$W"/ 2>/dev/null; tail -15 "$W/crasher.log" ;;
     runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${RUNNER_ARGS:-} \
-              > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log" ;;
+              > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log"
+            python3 scripts/compare_results.py benchmarks/results/runner-h200.json "$W/runner-h200.json" > "$W/runner-compare.txt" 2>&1;
+            echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
+    detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
+                 --budget ${DETECTION_BUDGET:-420} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
+    pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" > "$W/pipeline.log" 2>&1;
+              echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
+    backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
+               --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
+               --doc "$W/onnx-support.md" > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
+    overhead) timeout ${OVERHEAD_TIMEOUT:-300} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
+                --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
+              tail -15 "$W/overhead.log" ;;
     precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
                  --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \
                  > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
