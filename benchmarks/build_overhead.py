@@ -58,7 +58,7 @@ open(output, "wb").write(engine)
 
 def shapes_arg(model: Path, batch: tuple) -> str:
     """``--shapes`` for trtkit: each input with its dynamic batch at min/opt/max, like the raw script's profile."""
-    from trtkit.builder.onnx_model import load_model, model_inputs
+    from trtkit.model import load_model, model_inputs
 
     parts = []
     for name, dims in model_inputs(load_model(model, check=False).proto).items():

@@ -151,9 +151,9 @@ def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, mo
     row = run.result["rows"].setdefault(key, {})
     row["build_s"] = round(time.perf_counter() - t0, 2)
     row["engine_mb"] = round(len(result.engine) / 1e6, 3)
-    report = result.manifest.get("precision_report") or {}
+    report = result.manifest.precision_report or {}
     row["layers_by_precision"] = report.get("layers_by_precision")
-    row["precision_notes"] = result.manifest["build"]["precision_plan"]["notes"]
+    row["precision_notes"] = result.manifest.build.precision_plan.notes
     row["precision_constraints"] = config.precision_constraints
     log(f"built {key}: {row['engine_mb']} MB in {row['build_s']} s; layers {row['layers_by_precision']}")
     return out
@@ -284,10 +284,12 @@ def write(result: dict, folders) -> None:
 
 
 def environment() -> dict:
-    from trtkit._lazy import tensorrt
-    from trtkit.builder.manifest import environment as env
+    from dataclasses import asdict
 
-    return env(tensorrt())
+    from trtkit._lazy import tensorrt
+    from trtkit.manifest import environment as env
+
+    return asdict(env(tensorrt()))
 
 
 def main(argv=None) -> int:

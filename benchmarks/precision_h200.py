@@ -138,8 +138,8 @@ def save_inspector(engine: bytes, path: Path) -> None:
     """The engine inspector's JSON with and without an execution context at the opt shapes (TensorRT 8.6 reports
     formats only with one), kept so a precision report can be recomputed from what TensorRT said."""
     from trtkit._lazy import tensorrt
-    from trtkit.inspection import engine_information
     from trtkit.log import make_trt_logger
+    from trtkit.runtime.engine import engine_information
 
     trt = tensorrt()
     deserialized = trt.Runtime(make_trt_logger(trt)).deserialize_cuda_engine(engine)
@@ -150,7 +150,7 @@ def save_inspector(engine: bytes, path: Path) -> None:
 
 
 def notes_of(result) -> list:
-    return result.manifest["build"]["precision_plan"]["notes"]
+    return result.manifest.build.precision_plan.notes
 
 
 def top1(engine: bytes, x, y) -> float:

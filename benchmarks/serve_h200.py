@@ -195,7 +195,7 @@ def gpu_count() -> int:
 
 def served_as(engine: Path, workdir: Path, name: str = "resnet50") -> Path:
     """The engine (and its manifest) linked as ``<name>.engine``: Triton names the model after the file's stem."""
-    from trtkit.builder.manifest import manifest_path
+    from trtkit.manifest import manifest_path
 
     link = workdir / f"{name}.engine"
     for src, dst in ((engine, link), (manifest_path(engine), manifest_path(link))):

@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from calibrators.histogram import Histogram
+from calibrators.settings import CALIB_ALGORITHMS
 from trtkit.errors import CalibrationError
 
-ALGORITHMS = ("entropy", "minmax", "percentile")
+ALGORITHMS = CALIB_ALGORITHMS  # named once, in calibrators.settings
 QUANT_LEVELS = 128  # |x| is quantized to 128 levels: INT8 is symmetric in [-127, 127]
 _TINY_AMAX = 1e-8  # a tensor of zeros still needs a positive scale
 EPSILON = 1e-4  # probability given to an empty bin of Q where P is not empty
@@ -141,7 +142,3 @@ def compute_amaxes(histograms, algorithm: str, percentile: float = 99.99) -> dic
 def amax_to_scale(amax: float) -> float:
     """INT8 scale of a symmetric range: ``amax / 127``."""
     return float(amax) / 127.0
-
-
-def scale_to_amax(scale: float) -> float:
-    return float(scale) * 127.0

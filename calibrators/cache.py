@@ -16,13 +16,13 @@ message listing each difference, unless forced; a matching one is reused and cal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtkit._atomic import write_bytes_atomic
 from trtkit.errors import CalibrationError
 
 logger = logging.getLogger("trtkit")
@@ -121,10 +121,6 @@ def table_from_amaxes(amaxes: dict[str, float], version: tuple[int, ...], algori
 # --- provenance ----------------------------------------------------------------------------------------------------
 
 
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 @dataclass
 class Provenance:
     """Where a calibration cache came from; compared field by field before a cache is reused."""
@@ -187,29 +183,8 @@ def sidecar_path(cache_path) -> Path:
 def write_cache(cache_path, table_or_bytes, provenance: Provenance) -> None:
     """Write a cache (a :class:`CalibrationTable`, or TensorRT's own bytes) and its provenance sidecar atomically."""
     data = table_or_bytes.to_text().encode() if isinstance(table_or_bytes, CalibrationTable) else bytes(table_or_bytes)
-    _write_atomic(Path(cache_path), data)
-    _write_atomic(sidecar_path(cache_path), provenance.to_json().encode())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    try:
-        from trtkit._atomic import write_bytes_atomic
-    except ImportError:  # the shared helper is optional for this module
-        pass
-    else:
-        write_bytes_atomic(path, data)
-        return
-    import os
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise CalibrationError(f"Cannot write calibration cache '{path}': {exc}") from exc
+    write_bytes_atomic(Path(cache_path), data)
+    write_bytes_atomic(sidecar_path(cache_path), provenance.to_json().encode())
 
 
 def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = False,

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from calibrators.histogram import HistogramSet
+from trtkit._lazy import cuda_driver
 from trtkit.errors import CudaError
+from trtkit.runtime.buffers import DeviceArray, DeviceBuffer
+from trtkit.runtime.cuda import check
 
 logger = logging.getLogger("trtkit")
 
@@ -39,11 +42,7 @@ class PtxKernels:
     """
 
     def __init__(self, cuda, driver=None):
-        from trtkit.runtime.cuda import check
-
         if driver is None:
-            from trtkit._lazy import cuda_driver
-
             driver = cuda_driver()
         self._driver, self._check = driver, check
         check(cuda.rt.cudaFree(0), "cudaFree(0)")  # makes the runtime's primary context current on this thread
@@ -114,15 +113,11 @@ class DeviceHistograms:
 
     def _fetch(self, buf, dtype, count: int, stream: int) -> np.ndarray:
         """The first ``count`` values of ``buf``, copied to the host once ``stream`` reaches this point."""
-        from trtkit.runtime.buffers import DeviceArray
-
         return DeviceArray(buf.ptr, (count,), dtype, cuda=self.cuda).to_host(stream)
 
     def _reserve(self, tensors: int) -> None:
         if tensors <= self._capacity:
             return
-        from trtkit.runtime.buffers import DeviceBuffer
-
         self.close()
         self._amax = DeviceBuffer(self.cuda, 4 * tensors)
         self._counts = DeviceBuffer(self.cuda, 8 * self.bins * tensors)

@@ -26,7 +26,7 @@ class CalibrationSession:
     """Resolved calibration settings.
 
     Attributes:
-        settings: the :class:`~trtkit.builder.config.CalibrationSettings` given.
+        settings: the :class:`~calibrators.settings.CalibrationSettings` given.
         source: the opened data source, or ``None`` when only a cache was given.
         batch_size: samples per calibration batch.
         provenance: what a cache written by this run records (and what a reused cache must match).
@@ -71,8 +71,8 @@ def prepare(settings, loaded_model, trt_version: str, batch_size: int,
     """Resolve calibration settings for a model.
 
     Args:
-        settings: :class:`~trtkit.builder.config.CalibrationSettings` (``None`` is refused with what to give).
-        loaded_model: the :class:`~trtkit.builder.onnx_model.LoadedModel` being built (its sha256 and inputs).
+        settings: :class:`~calibrators.settings.CalibrationSettings` (``None`` is refused with what to give).
+        loaded_model: the :class:`~trtkit.model.LoadedModel` being built (its sha256 and inputs).
         trt_version: TensorRT's version string (recorded in provenance).
         batch_size: the calibration batch size.
         spec: what every sample must look like (the model's inputs, dtypes and profile); a folder's files are all

@@ -21,24 +21,13 @@ import numpy as np
 
 from calibrators.preprocess import Preprocess, load_image, with_model_size
 from trtkit.errors import CalibrationError
+from trtkit.images import IMAGE_EXTENSIONS
+from trtkit.model import model_inputs
 
 logger = logging.getLogger("trtkit")
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 ARRAY_EXTENSIONS = (".npy", ".npz")
 _MAX_LISTED = 10
-
-
-def model_inputs(model) -> dict[str, tuple]:
-    """Graph inputs of an ONNX model (initializers excluded) → shape with ``-1`` for dynamic dimensions."""
-    initializers = {init.name for init in model.graph.initializer}
-    shapes = {}
-    for inp in model.graph.input:
-        if inp.name in initializers:
-            continue
-        dims = inp.type.tensor_type.shape.dim
-        shapes[inp.name] = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims)
-    return shapes
 
 
 def _list_files(folder: Path, extensions: tuple[str, ...], kind: str) -> list[Path]:
@@ -135,7 +124,7 @@ class ArrayFolderSource:
 
     Args:
         folder: the folder.
-        inputs: the model inputs, ``{name: shape}`` (see :func:`model_inputs`).
+        inputs: the model inputs, ``{name: shape}`` (see :func:`trtkit.model.model_inputs`).
     """
 
     def __init__(self, folder, inputs: dict[str, tuple]):

@@ -14,6 +14,7 @@ import numpy as np
 
 from trtkit import _version_compat as compat
 from trtkit.errors import CalibrationError, UnsupportedError
+from trtkit.runtime.cuda import Cuda
 
 logger = logging.getLogger("trtkit")
 
@@ -108,8 +109,6 @@ class _FeedState:
     @property
     def cuda(self):
         if self._cuda is None:
-            from trtkit.runtime.cuda import Cuda
-
             self._cuda = Cuda()
         return self._cuda
 

@@ -258,8 +258,8 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda) -> dict:
     """``trtkit.build`` (in this worker: the pool is the isolation) then ``TrtRunner.infer``."""
     import trtkit
     from trtkit.builder import BuildConfig
-    from trtkit.builder.onnx_model import load_model, model_inputs
     from trtkit.builder.profiles import Profile
+    from trtkit.model import load_model, model_inputs
 
     declared = model_inputs(load_model(model_path, check=False).proto)
     dynamic = {n: list(v.shape) for n, v in inputs.items() if any(not isinstance(d, int) for d in declared.get(n, []))}

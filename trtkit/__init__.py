@@ -5,11 +5,10 @@ Importing trtkit imports neither TensorRT nor cuda-python: public names load the
 
 from __future__ import annotations
 
-import importlib
-
 __version__ = "0.1.0"
 
-from trtkit.errors import TrtkitError  # noqa: E402  (light: no heavy imports)
+from trtkit._lazy import lazy_exports  # noqa: E402  (light: no heavy imports)
+from trtkit.errors import TrtkitError  # noqa: E402
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -26,11 +25,5 @@ _EXPORTS = {
 __all__ = ["TrtkitError", "__version__", *_EXPORTS]
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trtkit' has no attribute '{name}'")
-    # ``build_engine`` is the older name of ``trtkit.build``; both stay public.
-    value = getattr(importlib.import_module(module), "build" if name == "build_engine" else name)
-    globals()[name] = value
-    return value
+# ``build_engine`` is the older name of ``trtkit.build``; both stay public.
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals(), aliases={"build_engine": "build"})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trtkit._lazy import cudart
+
 
 @lru_cache(maxsize=None)
 def device_info(device: int = 0) -> dict:
@@ -13,8 +15,6 @@ def device_info(device: int = 0) -> dict:
     """
     info: dict = {"device": device}
     try:
-        from trtkit._lazy import cudart
-
         rt = cudart()
     except Exception as exc:  # DependencyError and anything cuda-python raises on import
         info["error"] = str(exc)

@@ -1,4 +1,5 @@
-"""Lazy imports of heavy, optional dependencies with errors that say how to install them."""
+"""Lazy imports: heavy, optional dependencies with errors that say how to install them, and packages whose public
+names load their module on first access (:func:`lazy_exports`)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,25 @@ def cudart():
 def cuda_driver():
     """cuda-python's driver bindings, ``cuda.bindings.driver`` (falls back to ``cuda.cuda`` on cuda-python < 12.6)."""
     return _cuda_python("cuda.bindings.driver", "cuda.cuda")
+
+
+def lazy_exports(package: str, exports: dict, namespace: dict, aliases: dict | None = None):
+    """A package's module ``__getattr__`` that imports a public name's module on first access and keeps the value.
+
+    Args:
+        package: the package's name (for the ``AttributeError`` of an unknown name).
+        exports: public name -> module that defines it.
+        namespace: the package's ``globals()``, where a loaded value is kept.
+        aliases: public name -> the name it has in its module, where the two differ.
+    """
+    aliases = aliases or {}
+
+    def __getattr__(name: str):
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module '{package}' has no attribute '{name}'")
+        value = getattr(importlib.import_module(module), aliases.get(name, name))
+        namespace[name] = value
+        return value
+
+    return __getattr__

@@ -7,6 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from trtkit._device import device_info
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig
+from trtkit.builder.profiles import parse_shapes
+from trtkit.parity.api import compare_engine_to_onnx
+from trtkit.quant.fp16 import convert_to_fp16
+from trtkit.quant.qdq import plan_qdq
+from trtkit.runtime.runner import TrtRunner
+from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE, make_sample_cnn
+
 MAX_BATCH = 32  # the sample engines' profile is 1..32
 
 
@@ -24,8 +34,6 @@ def missing_prerequisite() -> str | None:
         import tensorrt  # noqa: F401
     except ImportError:
         return "TensorRT, which is not installed (`pip install tensorrt`; `trtkit doctor` checks the setup)"
-    from trtkit._device import device_info
-
     info = device_info()
     if "error" in info:
         return f"an NVIDIA GPU, and none is usable here: {info['error']} (`trtkit doctor` says more)"
@@ -37,8 +45,6 @@ def run_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str], Non
     import numpy as np
     import onnx
 
-    from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE, make_sample_cnn
-
     model_path = workdir / "sample_cnn.onnx"
     onnx.save(make_sample_cnn(), str(model_path))
     rng = np.random.default_rng(0)
@@ -47,12 +53,6 @@ def run_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str], Non
 
 
 def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> dict:
-    from trtkit.builder.api import build
-    from trtkit.builder.config import BuildConfig
-    from trtkit.builder.profiles import parse_shapes
-    from trtkit.parity.api import compare_engine_to_onnx
-    from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE
-
     dims = "x".join(map(str, SAMPLE_SHAPE))
     # the FP32 row is true FP32 (TF32 off), so it is judged against FP32's tolerance
     config = BuildConfig(precision=precision, tactic_sources=settings.tactic_sources, tf32=False,
@@ -67,7 +67,7 @@ def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> d
     worst = report.worst()
     return {
         "precision": precision,
-        "build_s": round(result.manifest["build_seconds"], 2),
+        "build_s": round(result.manifest.build_seconds or 0.0, 2),
         "engine_size": len(result.engine),
         "median_ms": round(_percentile(times, 50), 4),
         "p99_ms": round(_percentile(times, 99), 4),
@@ -82,8 +82,6 @@ def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> d
 
 def _time_engine(engine_path: Path, feed: dict, iterations: int) -> list:
     """End-to-end latency (ms) of ``TrtRunner.infer`` with CUDA graphs, numpy in → numpy out."""
-    from trtkit.runtime.runner import TrtRunner
-
     times = []
     with TrtRunner(engine_path, cuda_graph=True) as runner:
         runner.infer(feed)
@@ -107,10 +105,6 @@ def run_cpu_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str],
     import numpy as np
     import onnx
     from onnx.reference import ReferenceEvaluator
-
-    from trtkit.quant.fp16 import convert_to_fp16
-    from trtkit.quant.qdq import plan_qdq
-    from trtkit.sample_model import SAMPLE_INPUT, SAMPLE_SHAPE, make_sample_cnn
 
     model = make_sample_cnn()
     onnx.save(model, str(workdir / "sample_cnn.onnx"))

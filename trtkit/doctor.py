@@ -5,6 +5,10 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
+from trtkit._device import device_info, package_version
+from trtkit._lazy import cudart
+from trtkit.log import make_trt_logger
+
 
 @dataclass
 class Check:
@@ -41,12 +45,8 @@ def _check_tensorrt():
 
 
 def _check_cuda_python():
-    from trtkit._device import package_version
-
     version = package_version("cuda-python") or package_version("cuda-bindings") or "?"
     try:
-        from trtkit._lazy import cudart
-
         rt = cudart()
     except Exception as exc:  # noqa: BLE001 - report any import failure
         return None, Check("cuda-python", False, f"not importable: {exc}",
@@ -56,8 +56,6 @@ def _check_cuda_python():
 
 
 def _check_driver_and_gpu(rt) -> list:
-    from trtkit._device import package_version
-
     err, driver = rt.cudaDriverGetVersion()
     if int(err) != 0 or driver == 0:
         return [Check("CUDA driver", False, "no NVIDIA driver found",
@@ -75,8 +73,6 @@ def _check_driver_and_gpu(rt) -> list:
         checks.append(Check("GPU", False, f"no CUDA device ({name})",
                             "check `nvidia-smi`, CUDA_VISIBLE_DEVICES and that the driver matches the kernel"))
         return checks
-    from trtkit._device import device_info
-
     info = device_info()
     checks.append(Check("GPU", True, f"{count} device(s); 0: {info.get('name')} (compute capability "
                                      f"{info.get('compute_capability')})"))
@@ -84,8 +80,6 @@ def _check_driver_and_gpu(rt) -> list:
 
 
 def _check_builder(trt) -> Check:
-    from trtkit.log import make_trt_logger
-
     try:
         builder = trt.Builder(make_trt_logger(trt))
     except Exception as exc:  # noqa: BLE001

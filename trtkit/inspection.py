@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 from trtkit import _version_compat as compat
+from trtkit.model import model_inputs, value_dims
+from trtkit.runtime.engine import engine_information
 
 
 def describe_onnx(loaded) -> dict:
-    """I/O, opset and op counts of a :class:`~trtkit.builder.onnx_model.LoadedModel`."""
+    """I/O, opset and op counts of a :class:`~trtkit.model.LoadedModel`."""
     import onnx
-
-    from trtkit.builder.onnx_model import model_inputs
 
     graph = loaded.proto.graph
     inputs = model_inputs(loaded.proto)
@@ -26,8 +26,7 @@ def describe_onnx(loaded) -> dict:
         "inputs": [{"name": n, "dtype": _onnx_dtype(onnx, in_types.get(n)), "shape": _dims(d)}
                    for n, d in inputs.items()],
         "outputs": [{"name": v.name, "dtype": _onnx_dtype(onnx, v.type.tensor_type.elem_type),
-                     "shape": _dims([d.dim_value if d.dim_value else (d.dim_param or None)
-                                     for d in v.type.tensor_type.shape.dim])} for v in graph.output],
+                     "shape": _dims(value_dims(v))} for v in graph.output],
         "nodes": len(graph.node),
         "initializers": len(graph.initializer),
         "ops": dict(Counter(n.op_type for n in graph.node).most_common()),
@@ -42,39 +41,6 @@ def _onnx_dtype(onnx, elem_type) -> str:
 
 def _dims(dims) -> list:
     return [d if isinstance(d, int) and d > 0 else (d or "?") for d in dims]
-
-
-def engine_information(trt, engine, *, profile: int = 0) -> str:
-    """The engine inspector's JSON.
-
-    For an engine with dynamic shapes TensorRT reports tensor formats (hence layer precisions) only when the inspector
-    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes.
-    """
-    inspector = engine.create_engine_inspector()
-    context = _context_at_opt_shapes(trt, engine, profile)
-    if context is not None:
-        inspector.execution_context = context
-    info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-    del context  # only after the information is read
-    return info
-
-
-def _context_at_opt_shapes(trt, engine, profile: int):
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-    inputs = [n for n in names if compat.enum_name(engine.get_tensor_mode(n)) == "INPUT"]
-    dynamic = [n for n in inputs if -1 in tuple(engine.get_tensor_shape(n))]
-    if not dynamic:
-        return None
-    context = compat.create_execution_context(trt, engine)
-    if context is None:
-        return None
-    if profile and not context.set_optimization_profile_async(profile, 0):
-        return None
-    for name in dynamic:
-        _, opt, _ = engine.get_tensor_profile_shape(name, profile)
-        if not context.set_input_shape(name, tuple(opt)):
-            return None
-    return context
 
 
 def describe_engine(engine, trt) -> dict:

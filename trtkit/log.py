@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from trtkit._version_compat import enum_name
+
 logger = logging.getLogger("trtkit")
 
 # TensorRT severities by name, mapped to logging levels (names are stable across 8.6 / 10 / 11; values are not).
@@ -34,8 +36,6 @@ def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, 
         An ``ILogger`` instance. Its ``log`` never raises: an exception inside a logging callback would unwind
         through TensorRT's C++ code.
     """
-    from trtkit._version_compat import enum_name
-
     threshold = _SEVERITY_LEVELS[min_severity]
 
     class _TrtkitLogger(trt.ILogger):

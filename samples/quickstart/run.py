@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     )
     try:
         result = build_engine(model_path, config, output=work / "model.engine")
-        print(f"built {work / 'model.engine'} ({len(result.engine)} bytes) in {result.manifest['build_seconds']} s")
+        print(f"built {work / 'model.engine'} ({len(result.engine)} bytes) in {result.manifest.build_seconds} s")
         x = np.random.default_rng(0).standard_normal((8, 3, args.size, args.size)).astype(np.float32)
         with TrtRunner(work / "model.engine", cuda_graph=True) as runner:
             outputs = runner.infer({args.input_name: x})

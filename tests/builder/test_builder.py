@@ -7,7 +7,6 @@ from tests import models
 from trtkit.builder.api import build
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.manifest import check_manifest, manifest_path, read_manifest
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import (
     BuildError,
@@ -19,6 +18,7 @@ from trtkit.errors import (
     TrtkitError,
     UnsupportedError,
 )
+from trtkit.manifest import check_manifest, manifest_path, read_manifest
 from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = [parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")]

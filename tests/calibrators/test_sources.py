@@ -11,10 +11,10 @@ from calibrators.sources import (
     ImageFolderSource,
     IterableSource,
     batches,
-    model_inputs,
     open_source,
 )
 from trtkit.errors import CalibrationError
+from trtkit.model import model_inputs
 
 
 def _model(shape=("N", 3, 8, 8), inputs=("images",)):
@@ -34,7 +34,8 @@ def _images(folder, count=3, size=(10, 6)):
 
 
 def test_model_inputs_marks_dynamic_dims():
-    assert model_inputs(_model()) == {"images": (-1, 3, 8, 8)}
+    assert model_inputs(_model()) == {"images": ["N", 3, 8, 8]}
+    assert model_inputs(_model(shape=(None, 3, 8, 8))) == {"images": [None, 3, 8, 8]}
 
 
 def test_image_folder_takes_size_from_model_and_preprocesses(tmp_path):

@@ -18,9 +18,9 @@ from tests import models
 from tests.conftest import GPU_TACTIC_SOURCES
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.manifest import manifest_path
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import EngineError, InputError
+from trtkit.manifest import manifest_path
 
 pytestmark = pytest.mark.gpu
 

@@ -109,7 +109,7 @@ def test_sample_cnn_fp16_in_its_second_profile(tmp_path, cache_dir):
 
 
 def test_localize_builds_a_debug_engine_with_every_tensor_marked(engines):
-    from trtkit.builder.manifest import read_manifest
+    from trtkit.manifest import read_manifest
     from trtkit.parity.localize import config_from_manifest, engine_builder, localize_divergence
 
     config = config_from_manifest(read_manifest(engines["fp16"]))

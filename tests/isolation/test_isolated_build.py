@@ -10,8 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import trtkit.builder.isolate as isolate
-from trtkit.builder.api import build
-from trtkit.builder.isolate import build_isolated
+from trtkit.builder.api import build, build_isolated
 from trtkit.errors import IsolationError, ParseError
 
 

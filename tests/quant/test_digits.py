@@ -10,7 +10,7 @@ from onnx.reference import ReferenceEvaluator
 
 from calibrators.algorithms import compute_amaxes
 from calibrators.histogram import HistogramSet
-from trtkit.quant.explicit import with_outputs
+from trtkit.model import with_outputs
 from trtkit.quant.fp16 import convert_to_fp16
 from trtkit.quant.qdq import insert_qdq, plan_qdq
 

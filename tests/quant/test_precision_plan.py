@@ -10,11 +10,12 @@ from calibrators.sources import IterableSource
 from tests.quant.qmodels import residual_cnn
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit._version_compat import capabilities
+from trtkit.builder.builder import statistics_engine_builder
 from trtkit.builder.config import BuildConfig, CalibrationSettings
-from trtkit.builder.onnx_model import load_model
 from trtkit.builder.precision import plan_precision, resolve_half_mode, resolve_int8_mode
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import CalibrationError, UnsupportedError
+from trtkit.model import load_model
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 
@@ -36,7 +37,8 @@ def with_calibrators(trt):
 
 def _plan(trt, precision, **options):
     config = BuildConfig(precision=precision, profiles=[parse_shapes(PROFILE)], **options)
-    return plan_precision(trt, load_model(residual_cnn()), config, capabilities(trt))
+    return plan_precision(trt, load_model(residual_cnn()), config, capabilities(trt),
+                          build_statistics_engine=statistics_engine_builder(config, trt))
 
 
 def _data(n=16, seed=0):

@@ -9,8 +9,8 @@ import pytest
 
 from tests import models
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
-from trtkit.builder.manifest import manifest_path
 from trtkit.errors import EngineError, TrtkitError, UnsupportedError
+from trtkit.manifest import manifest_path
 from trtkit.runtime.engine import io_specs, load_engine, numpy_dtype
 
 

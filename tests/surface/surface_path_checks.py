@@ -264,12 +264,14 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
     """Explicit Q/DQ calibrates by running the model in TensorRT: do that on the fake (same version string), so
     the real module's plan reuses the cache (its provenance matches) instead of needing a GPU."""
     from trtkit import _version_compat as compat
-    from trtkit.builder.onnx_model import load_model
+    from trtkit.builder.builder import statistics_engine_builder
     from trtkit.builder.precision import plan_precision
+    from trtkit.model import load_model
 
     fake, _ = ctx.fake_surface()
     try:
-        plan_precision(fake, load_model(tiny_conv_model()), config, compat.capabilities(fake))
+        plan_precision(fake, load_model(tiny_conv_model()), config, compat.capabilities(fake),
+                       build_statistics_engine=statistics_engine_builder(config, fake))
     except Exception:  # noqa: BLE001 - the real module's run reports what matters
         pass
     ctx.logs.pop()  # the fake's log is not this check's evidence
@@ -277,8 +279,8 @@ def _calibrate_on_fake(ctx: Context, config) -> None:
 
 def _plan_on_real(ctx: Context, path: str, config, trt, log, allowed, major: int) -> dict:
     from trtkit import _version_compat as compat
-    from trtkit.builder.onnx_model import load_model
     from trtkit.builder.precision import plan_precision
+    from trtkit.model import load_model
 
     try:
         plan = plan_precision(trt, load_model(tiny_conv_model()), config, compat.capabilities(trt))

@@ -16,6 +16,8 @@ import numpy as np
 from trtkit.bench.stats import Summary, summarize, throughput, warnings_for
 from trtkit.bench.timers import EventSlot
 from trtkit.errors import InputError
+from trtkit.runtime.engine import check_engine_manifest, read_engine_bytes
+from trtkit.runtime.runner import TrtRunner
 
 # queries in flight per stream: the host enqueues the next while the GPU runs the current one
 _DEPTH = 2
@@ -81,8 +83,6 @@ def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=N
         InputError: ``shapes`` names unknown inputs or shapes outside the profile.
         EngineError / CudaError: the engine cannot be loaded or run.
     """
-    from trtkit.runtime.runner import TrtRunner
-
     settings = settings or BenchSettings()
     check_settings(settings)
     source = _engine_source(engine)
@@ -116,8 +116,6 @@ def check_settings(settings: BenchSettings) -> None:
 
 def _engine_source(engine):
     if isinstance(engine, (str, os.PathLike)):
-        from trtkit.runtime.engine import check_engine_manifest, read_engine_bytes
-
         check_engine_manifest(engine)
         return read_engine_bytes(engine)
     return engine

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import importlib
+from trtkit._lazy import lazy_exports
 
 _EXPORTS = {
     "build": "trtkit.builder.api",
@@ -17,8 +17,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trtkit.builder' has no attribute '{name}'")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from trtkit._atomic import check_outputs, write_files_atomic
+from trtkit.builder import isolate
 from trtkit.builder.builder import BuildResult, build_serialized
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.manifest import manifest_path
+from trtkit.builder.crash_report import model_crash_context
+from trtkit.builder.progress import BuildProgress
 from trtkit.errors import UsageError
+from trtkit.log import logger
+from trtkit.manifest import manifest_path
 
 
 def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
@@ -50,8 +55,6 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
     if on_progress is not None:
         on_log, on_phase, log_severity = _with_progress(on_progress, on_log, on_phase, log_severity)
     if isolate and trt is None:
-        from trtkit.builder.isolate import build_isolated
-
         # callbacks stay in this process; the child streams log lines and phases back to them
         result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     else:
@@ -70,8 +73,8 @@ def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on
         UsageError: an argument of the wrong type or value (``field`` names it).
     """
     from trtkit import _check
-    from trtkit.builder.onnx_model import LoadedModel
     from trtkit.log import SEVERITIES
+    from trtkit.model import LoadedModel
 
     if not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel)) and \
             type(model).__name__ != "ModelProto":
@@ -99,9 +102,9 @@ def check_inputs(model, config: BuildConfig):
     Raises:
         ModelError, ProfileError, CalibrationError, UsageError: what is wrong, named.
     """
-    from trtkit.builder.onnx_model import load_model, model_inputs
     from trtkit.builder.profiles import resolve_profiles
     from trtkit.errors import CalibrationError
+    from trtkit.model import load_model, model_inputs
 
     loaded = load_model(model, check=False)
     if config.add_nms is None:  # with NMS, the prepare step's check of the head's layout speaks first
@@ -138,8 +141,6 @@ _RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
 
 def _with_progress(on_progress, on_log, on_phase, log_severity: str):
     """Callbacks that feed a :class:`~trtkit.builder.progress.BuildProgress` and pass the rest on as asked."""
-    from trtkit.builder.progress import BuildProgress
-
     tracker = BuildProgress(on_progress)
     threshold = _RANK.get(log_severity, 1)
 
@@ -159,10 +160,56 @@ def _with_progress(on_progress, on_log, on_phase, log_severity: str):
 def save(result: BuildResult, output, config: BuildConfig) -> Path:
     """Write the engine, its manifest and the timing cache (when configured): all or nothing, each atomically."""
     output = Path(output)
-    manifest = dict(result.manifest, engine_file=output.name)
+    manifest = replace(result.manifest, engine_file=output.name)
     files = {output: result.engine,
-             manifest_path(output): (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()}
+             manifest_path(output): (json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n").encode()}
     if config.timing_cache and result.timing_cache:
         files[Path(config.timing_cache)] = result.timing_cache
     write_files_atomic(files)
     return output
+
+
+def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | None = None,
+                   on_phase: Callable[[str], None] | None = None, log_severity: str = "INFO",
+                   timeout: float | None = None, trt_factory: Callable[[], object] | None = None):
+    """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
+
+    The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
+    if it crashes; ``on_log`` still receives only lines at ``log_severity`` and above.
+
+    Args:
+        model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).
+        config: a :class:`~trtkit.builder.config.BuildConfig`.
+        on_log: called here with ``(severity, message)`` as TensorRT logs in the child.
+        on_phase: called here with each phase name as the child starts it.
+        log_severity: lowest severity passed to ``on_log``.
+        timeout: seconds before the build is stopped (``None``: no limit).
+        trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
+
+    Returns:
+        The :class:`~trtkit.builder.builder.BuildResult`.
+
+    Raises:
+        IsolationError: the child crashed (signal named, with the ONNX node being parsed), ran out of memory or
+            timed out.
+        TrtkitError: whatever the build raised in the child (same class and message).
+    """
+    def on_event(event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "output":  # what TensorRT or Python printed in the child: kept for debugging, not shown
+            logger.debug("[build worker] %s", event.get("line", ""))
+        elif kind == "log" and on_log is not None:
+            on_log(event["severity"], event["message"])
+        elif kind == "phase" and on_phase is not None:
+            on_phase(*event.get("args", [event.get("name")]))
+
+    factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time (CPU tests set it)
+    return isolate.run_isolated(_build_in_child, model, config, factory, log_severity, on_event=on_event,
+                                timeout=timeout, crash_context=lambda: model_crash_context(model, "the build"))
+
+
+def _build_in_child(model, config, trt_factory, log_severity):
+    trt = trt_factory() if trt_factory is not None else None
+    return build_serialized(model, config, trt=trt, on_log=isolate._ChildLog(log_severity),
+                            on_phase=isolate.phase_sink,
+                            log_severity="VERBOSE")

@@ -6,6 +6,8 @@ in-process core it runs.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -13,10 +15,18 @@ from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
+from trtkit.builder import constraints, precision, precision_report
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.onnx_model import load_model, model_inputs
+from trtkit.builder.opcheck import check_with_parser
+from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import resolve_profiles
+from trtkit.builder.rewrites import ParserTarget
 from trtkit.errors import BuildError, DependencyError, ParseError, UsageError
+from trtkit.log import make_trt_logger
+from trtkit.manifest import BuildInfo, Manifest, ModelInfo, PrecisionPlanInfo, environment
+from trtkit.model import load_model, model_inputs
+from trtkit.runtime.engine import engine_information
 
 # the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
 _KEPT_SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO")
@@ -28,14 +38,14 @@ class BuildResult:
 
     Attributes:
         engine: the serialized engine.
-        manifest: how it was built (see :mod:`trtkit.builder.manifest`).
+        manifest: how it was built (a :class:`trtkit.manifest.Manifest`).
         timing_cache: the serialized timing cache after the build, or ``None``.
         log: TensorRT's log lines ``(severity, message)`` at INFO and above.
         precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
     """
 
     engine: bytes
-    manifest: dict
+    manifest: Manifest
     timing_cache: bytes | None = None
     log: list = field(default_factory=list)
     precision_report: dict | None = None
@@ -48,7 +58,7 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     """Parse an ONNX model and build a serialized TensorRT engine.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         config: build settings (defaults: FP32, TensorRT's defaults).
         trt: the ``tensorrt`` module to use (default: the installed one; tests pass a fake).
         on_log: called with ``(severity, message)`` for each TensorRT log line at ``log_severity`` and above.
@@ -64,14 +74,6 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
         UnsupportedError: an option does not exist in the installed TensorRT.
         BuildError: TensorRT could not build the engine.
     """
-    from trtkit._lazy import tensorrt
-    from trtkit.builder import constraints, precision, precision_report
-    from trtkit.builder.manifest import environment
-    from trtkit.builder.opcheck import check_with_parser
-    from trtkit.builder.prepare import prepare
-    from trtkit.builder.rewrites import ParserTarget
-    from trtkit.log import make_trt_logger
-
     model = load_model(model, external_data=False)  # a bad model is named before TensorRT is needed
     trt = trt or tensorrt()
     config = config or BuildConfig()
@@ -106,7 +108,8 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     # what the settings say already (before calibration data is read), then again once the plan has chosen modes
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
                                  explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
-    plan = precision.plan_precision(trt, loaded, config, caps)
+    plan = precision.plan_precision(trt, loaded, config, caps,
+                                    build_statistics_engine=statistics_engine_builder(config, trt))
     phase("parse")
     strongly_typed = plan.strongly_typed or config.strongly_typed
     constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
@@ -133,23 +136,39 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     build_seconds = time.perf_counter() - started
     phase("inspect")
     report = _precision_report(trt, logger, engine, config, precision_report)
-    manifest = {
-        "format": 1,
-        "environment": environment(trt),
-        "model": {"name": loaded.name, "sha256": prepared.source_sha256, "opset": loaded.opset,
-                  "inputs": {n: [d if isinstance(d, int) else str(d) for d in dims]
-                             for n, dims in inputs.items()}},
-        "build": {**config.to_json(), "profiles": [p.to_json() for p in profiles],
-                  "precision_plan": {"strongly_typed": strongly_typed, "flags": list(plan.flags),
-                                     "notes": list(plan.notes), "calibration": dict(plan.calibration)},
-                  "num_profiles": len(trt_profiles)},
-        "build_seconds": round(build_seconds, 3),
-        "engine_bytes": len(engine),
-        "precision_report": report,
-        "prepare": prepared.to_json(),
-    }
+    settings = {k: v for k, v in config.to_json().items() if k != "profiles"}
+    manifest = Manifest(
+        environment=environment(trt),
+        model=ModelInfo(loaded.name, prepared.source_sha256, loaded.opset,
+                        {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()}),
+        build=BuildInfo(settings, [p.to_json() for p in profiles],
+                        PrecisionPlanInfo(strongly_typed, list(plan.flags), list(plan.notes), dict(plan.calibration)),
+                        len(trt_profiles)),
+        build_seconds=round(build_seconds, 3),
+        engine_bytes=len(engine),
+        precision_report=report,
+        prepare=prepared.to_json(),
+    )
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
+
+
+def statistics_engine_builder(config: BuildConfig, trt=None) -> Callable[[object], bytes]:
+    """The function calibration calls to build its FP32 statistics engine (``onnx.ModelProto -> engine bytes``).
+
+    It builds in this process with the user's profiles, tactic sources, timing cache and workspace, in FP32, without
+    calibration, precision checks or layer detail; the statistics engine only runs the calibration data once, so at
+    optimization level 1 (or the user's, when lower).
+    """
+    level = 1 if config.optimization_level is None else min(int(config.optimization_level), 1)
+    fp32 = dataclasses.replace(config, precision="fp32", calibration=None, require_precision=False,
+                               profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None,
+                               optimization_level=level)
+
+    def build_statistics_engine(model) -> bytes:
+        return build_serialized(model, fp32, trt=trt).engine
+
+    return build_statistics_engine
 
 
 def custom_ops(proto) -> list[str]:
@@ -215,8 +234,6 @@ def _parse(parser, loaded, prepared=None, check=None) -> None:
 
 def _with_node(issue, proto):
     """Fill in the node's name and op type from the model where the parser gives only its index (TensorRT 8.6)."""
-    import dataclasses
-
     nodes = proto.graph.node
     if issue.node_name or not 0 <= issue.node_index < len(nodes):
         return issue
@@ -261,8 +278,6 @@ def _load_timing_cache(bconfig, path, reset: bool = False):
     A file that does not load is an error: overwriting it would lose what it holds. With ``reset`` it is replaced by
     a new cache instead, with a warning.
     """
-    import logging
-
     data = _read_timing_cache(path)
     cache = _create_timing_cache(bconfig, data)
     if cache is None and data:
@@ -320,8 +335,6 @@ def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision
     deserialized = runtime.deserialize_cuda_engine(engine)
     if deserialized is None:
         raise BuildError("TensorRT built an engine it cannot load back; its log says why: pass on_log=print")
-    from trtkit.inspection import engine_information
-
     report = precision_report.analyze(engine_information(trt, deserialized), config.precision)
     report.check(require=config.require_precision)
     return report.to_json()

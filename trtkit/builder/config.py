@@ -1,66 +1,27 @@
-"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.builder.builder`."""
+"""Build settings as plain dataclasses; turned into TensorRT objects only in :mod:`trtkit.builder.builder`.
+
+:class:`CalibrationSettings` lives with the rest of calibration (:mod:`calibrators.settings`) and is importable from
+here as well.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from calibrators.settings import CALIB_ALGORITHMS, HISTOGRAM_DEVICES, CalibrationSettings
 from trtkit import _check
 from trtkit.builder.profiles import Profile
 from trtkit.errors import UsageError
+
+__all__ = ["BuildConfig", "CalibrationSettings", "PRECISIONS", "FP16_MODES", "INT8_MODES", "CONSTRAINT_MODES",
+           "CALIB_ALGORITHMS", "HISTOGRAM_DEVICES", "VERBOSITIES"]
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
 INT8_MODES = ("auto", "calibrator", "qdq")
 CONSTRAINT_MODES = ("none", "prefer", "obey")  # see trtkit.builder.constraints
-CALIB_ALGORITHMS = ("entropy", "minmax", "percentile")
-HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 VERBOSITIES = ("LAYER_NAMES_ONLY", "DETAILED", "NONE")
-
-
-@dataclass
-class CalibrationSettings:
-    """Where INT8 calibration data comes from and how it is turned into scales.
-
-    Attributes:
-        source: an image folder, a folder of .npy/.npz files, or an iterable of feed dicts.
-        cache_path: calibration cache file (TensorRT text format) to reuse or write.
-        algorithm: ``entropy``, ``minmax`` or ``percentile``.
-        percentile: the percentile for ``percentile`` (e.g. 99.99).
-        max_samples: cap on the number of samples used.
-        batch_size: calibration batch size (default: the profile's opt batch).
-        force: reuse a cache even when its provenance does not match.
-        preprocess: image preprocessing settings (resize mode, channel order, scale, mean, std, layout).
-        histograms: where trtkit's own calibration (Q/DQ path) bins activations: ``gpu`` (CUDA kernels next to the
-            engine's outputs), ``cpu`` (numpy, after copying them to the host) or ``auto`` (GPU, else CPU). Both give
-            the same histograms.
-    """
-
-    source: object = None
-    cache_path: str | None = None
-    algorithm: str = "entropy"
-    percentile: float = 99.99
-    max_samples: int | None = None
-    batch_size: int | None = None
-    force: bool = False
-    preprocess: dict = field(default_factory=dict)
-    histograms: str = "auto"
-
-    def __post_init__(self):
-        if isinstance(self.source, (bytes, bytearray, dict)) or not (
-                self.source is None or isinstance(self.source, (str, Path)) or hasattr(self.source, "__iter__")):
-            _check.fail("calibration.source", self.source, "a folder path, a calibration source or an iterable of "
-                                                            "feed dicts")
-        if isinstance(self.source, str) and not self.source:
-            _check.fail("calibration.source", self.source, "a folder path")
-        _check.path("calibration.cache_path", self.cache_path, optional=True)
-        _check.choice("calibration.algorithm", self.algorithm, CALIB_ALGORITHMS)
-        self.percentile = _check.number("calibration.percentile", self.percentile, high=100, above=0)
-        _check.integer("calibration.max_samples", self.max_samples, low=1, optional=True)
-        _check.integer("calibration.batch_size", self.batch_size, low=1, optional=True)
-        _check.boolean("calibration.force", self.force)
-        _check.instance("calibration.preprocess", self.preprocess, dict, "a dict of preprocessing settings")
-        _check.choice("calibration.histograms", self.histograms, HISTOGRAM_DEVICES)
 
 
 @dataclass
@@ -132,6 +93,8 @@ class BuildConfig:
         _check.choice("fp16_mode", self.fp16_mode, FP16_MODES)
         _check.choice("int8_mode", self.int8_mode, INT8_MODES)
         _check.instance("calibration", self.calibration, CalibrationSettings, "a CalibrationSettings", optional=True)
+        if self.calibration is not None:
+            _check_calibration(self.calibration)
         self.profiles = _profiles(self.profiles)
         _check.integer("workspace_bytes", self.workspace_bytes, low=1, optional=True)
         _check.integer("optimization_level", self.optimization_level, low=0, high=5, optional=True)
@@ -167,6 +130,24 @@ class BuildConfig:
         if self.calibration is not None:
             data["calibration"]["source"] = _describe_source(self.calibration.source)
         return data
+
+
+def _check_calibration(self: CalibrationSettings) -> None:
+    """Types and ranges of calibration settings (made part of a BuildConfig)."""
+    if isinstance(self.source, (bytes, bytearray, dict)) or not (
+            self.source is None or isinstance(self.source, (str, Path)) or hasattr(self.source, "__iter__")):
+        _check.fail("calibration.source", self.source, "a folder path, a calibration source or an iterable of "
+                                                        "feed dicts")
+    if isinstance(self.source, str) and not self.source:
+        _check.fail("calibration.source", self.source, "a folder path")
+    _check.path("calibration.cache_path", self.cache_path, optional=True)
+    _check.choice("calibration.algorithm", self.algorithm, CALIB_ALGORITHMS)
+    self.percentile = _check.number("calibration.percentile", self.percentile, high=100, above=0)
+    _check.integer("calibration.max_samples", self.max_samples, low=1, optional=True)
+    _check.integer("calibration.batch_size", self.batch_size, low=1, optional=True)
+    _check.boolean("calibration.force", self.force)
+    _check.instance("calibration.preprocess", self.preprocess, dict, "a dict of preprocessing settings")
+    _check.choice("calibration.histograms", self.histograms, HISTOGRAM_DEVICES)
 
 
 def _profiles(value) -> list:

@@ -15,6 +15,7 @@ import signal
 from dataclasses import dataclass, field
 
 from trtkit.errors import IsolationError
+from trtkit.model import LoadedModel
 
 # onnx-tensorrt (ModelImporter.cpp, 8.x to 11.x): LOG_VERBOSE("Parsing node: " << nodeName << " [" << op << "]");
 # some versions prefix "<file>:<line>: ", so search rather than match.
@@ -190,8 +191,6 @@ def model_crash_context(model, what: str | None = None) -> dict:
 
 def _model_label_and_opset(model):
     import onnx
-
-    from trtkit.builder.onnx_model import LoadedModel
 
     if isinstance(model, LoadedModel):
         return (str(model.path) if model.path else model.name), model.opset

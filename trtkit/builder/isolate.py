@@ -30,16 +30,15 @@ import threading
 import time
 from typing import IO, Callable, cast
 
+import trtkit
 from trtkit.builder.crash_report import (
     PARSING_NODE,
     Tracker,
     crash_error,
     memory_message,
-    model_crash_context,
     timeout_error,
 )
 from trtkit.errors import IsolationError, TrtkitError
-from trtkit.log import logger
 
 _HEADER = struct.Struct("!Q")
 _TERMINATE_GRACE_S = 5.0
@@ -258,8 +257,6 @@ def _payload(func, args, kwargs, options) -> bytes:
 
 
 def _start_child(write_fd: int) -> subprocess.Popen:
-    import trtkit
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
     # SIGINT ignored first of all: a Ctrl-C reaching the child while it starts must not kill it half-way (the parent
     # gets the same Ctrl-C and stops it)
@@ -442,53 +439,6 @@ def _from_name(qualified: str, message: str) -> BaseException:
 DEFAULT_TRT_FACTORY: Callable[[], object] | None = None
 
 _SEVERITY_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
-
-
-def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | None = None,
-                   on_phase: Callable[[str], None] | None = None, log_severity: str = "INFO",
-                   timeout: float | None = None, trt_factory: Callable[[], object] | None = None):
-    """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
-
-    The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
-    if it crashes; ``on_log`` still receives only lines at ``log_severity`` and above.
-
-    Args:
-        model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).
-        config: a :class:`~trtkit.builder.config.BuildConfig`.
-        on_log: called here with ``(severity, message)`` as TensorRT logs in the child.
-        on_phase: called here with each phase name as the child starts it.
-        log_severity: lowest severity passed to ``on_log``.
-        timeout: seconds before the build is stopped (``None``: no limit).
-        trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
-
-    Returns:
-        The :class:`~trtkit.builder.builder.BuildResult`.
-
-    Raises:
-        IsolationError: the child crashed (signal named, with the ONNX node being parsed), ran out of memory or
-            timed out.
-        TrtkitError: whatever the build raised in the child (same class and message).
-    """
-    def on_event(event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "output":  # what TensorRT or Python printed in the child: kept for debugging, not shown
-            logger.debug("[build worker] %s", event.get("line", ""))
-        elif kind == "log" and on_log is not None:
-            on_log(event["severity"], event["message"])
-        elif kind == "phase" and on_phase is not None:
-            on_phase(*event.get("args", [event.get("name")]))
-
-    factory = trt_factory or DEFAULT_TRT_FACTORY
-    return run_isolated(_build_in_child, model, config, factory, log_severity, on_event=on_event, timeout=timeout,
-                        crash_context=lambda: model_crash_context(model, "the build"))
-
-
-def _build_in_child(model, config, trt_factory, log_severity):
-    from trtkit.builder.builder import build_serialized
-
-    trt = trt_factory() if trt_factory is not None else None
-    return build_serialized(model, config, trt=trt, on_log=_ChildLog(log_severity), on_phase=phase_sink,
-                            log_severity="VERBOSE")
 
 
 class _ChildLog:

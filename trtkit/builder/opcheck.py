@@ -7,46 +7,21 @@ it cannot import, and adds what is known about later TensorRT versions from a sm
 
 from __future__ import annotations
 
-import functools
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from trtkit.errors import DependencyError, IsolationError
-
-# Static knowledge: the ops each TensorRT release's parser lists in onnx-tensorrt's docs/operators.md, as data
-# (data/onnx_ops.json, made by scripts/onnx_op_table.py). The installed parser's own answer always decides; the table
-# says what is known without TensorRT, and where support exists in other versions.
-_OP_TABLE = Path(__file__).resolve().parent / "data" / "onnx_ops.json"
-
-
-@functools.lru_cache(maxsize=1)
-def op_table() -> dict:
-    """``{version label: {"supported": set, "unsupported": set, "max_opset": int, ...}}``, oldest first."""
-    versions = json.loads(_OP_TABLE.read_text())["versions"]
-    ordered = sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
-    return {v: {**versions[v], "supported": frozenset(versions[v]["supported"]),
-                "unsupported": frozenset(versions[v]["unsupported"])} for v in ordered}
-
-
-# highest ai.onnx opset each parser documents (onnx-tensorrt docs/operators.md)
-_MAX_DOCUMENTED_OPSET = ((8,), 17), ((10, 0), 20), ((10, 15), 24)
-
-
-
-def added_after_8() -> frozenset:
-    """Ops TensorRT's parser gained after 8.x: in the newest list of the op table, not in 8.6's."""
-    table = op_table()
-    return frozenset(table[list(table)[-1]]["supported"] - table["8.6"]["supported"])
-
-
-def unsupported_as_of_10_15() -> frozenset:
-    """Ops with no native TensorRT support: marked N in the newest list of the op table (its name is older than
-    the table, which is made from onnx-tensorrt's lists: see scripts/onnx_op_table.py)."""
-    table = op_table()
-    return frozenset(table[list(table)[-1]]["unsupported"])
-
+from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
+from trtkit._version_compat import ParserIssue
+from trtkit.builder import isolate
+from trtkit.builder.crash_report import model_crash_context
+from trtkit.builder.isolate import _ChildLog, phase_sink, run_isolated
+from trtkit.builder.op_support import max_documented_opset, op_table, table_status
+from trtkit.builder.rewrites.dims import describe_ambiguity
+from trtkit.builder.sanitize import fold_constants
+from trtkit.errors import DependencyError, IsolationError, ModelError, TrtkitError
+from trtkit.log import make_trt_logger
+from trtkit.model import load_model
 
 SUPPORTED, UNSUPPORTED, FAILED, CRASHED, UNKNOWN = "supported", "unsupported", "failed", "crashed", "unknown"
 
@@ -144,8 +119,6 @@ def require_supported(report: CheckReport) -> CheckReport:
         ModelError: the parser cannot import some nodes (or crashed); the message names them, the report is
             attached as ``.report``.
     """
-    from trtkit.errors import ModelError
-
     if report.ok:
         return report
     error = ModelError(report.failure_message())
@@ -158,7 +131,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         trt: a ``tensorrt`` module to ask in this process (tests pass a fake). When ``None``, the installed TensorRT
             is asked in a child process (``isolate=True``), so a parser crash becomes part of the report.
         isolate: ask in a child process (default); ``False`` asks in this process.
@@ -172,8 +145,6 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     Raises:
         ModelError: the model cannot be read.
     """
-    from trtkit.builder.onnx_model import load_model
-
     loaded = load_model(model, check=False)
     report = _static_report(loaded)
     if fold_hint:
@@ -198,9 +169,6 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
 
 
 def _fold_note(report: CheckReport, loaded) -> None:
-    from trtkit.builder.sanitize import fold_constants
-    from trtkit.errors import TrtkitError
-
     try:
         _, fold = fold_constants(loaded)
     except TrtkitError:
@@ -211,17 +179,12 @@ def _fold_note(report: CheckReport, loaded) -> None:
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):
-    from trtkit.builder.crash_report import model_crash_context
-    from trtkit.builder.isolate import DEFAULT_TRT_FACTORY, run_isolated
-
-    factory = trt_factory or DEFAULT_TRT_FACTORY
+    factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time: tests replace it
     return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
                         crash_context=lambda: model_crash_context(loaded, "the op support check"))
 
 
 def _query_in_child(trt_factory, model_bytes, path, op_types):
-    from trtkit.builder.isolate import phase_sink
-
     phase_sink("check")
     trt = trt_factory() if trt_factory is not None else None
     return query_parser(trt, model_bytes, path, op_types)
@@ -237,11 +200,6 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     Raises:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
-    from trtkit import _version_compat as compat
-    from trtkit._lazy import tensorrt
-    from trtkit.builder.isolate import _ChildLog
-    from trtkit.log import make_trt_logger
-
     trt = trt or tensorrt()
     # VERBOSE so that, in a child, the node being imported reaches the parent before any crash
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
@@ -259,8 +217,6 @@ def check_with_parser(loaded, trt, parser) -> CheckReport:
 
 
 def _ask(trt, parser, model_bytes: bytes, path, op_types) -> dict:
-    from trtkit import _version_compat as compat
-
     supported, subgraphs = compat.parser_supports_model(parser, model_bytes, path)
     return {
         "trt_version": compat.version_string(trt),
@@ -280,11 +236,6 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
     Raises:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
-    from trtkit import _version_compat as compat
-    from trtkit._lazy import tensorrt
-    from trtkit.builder.isolate import _ChildLog
-    from trtkit.log import make_trt_logger
-
     trt = trt or tensorrt()
     logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
     network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
@@ -324,8 +275,6 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    from trtkit.builder.rewrites.dims import describe_ambiguity
-
     listed = {row.op_type: {v: table_status(row.op_type, v) for v in op_table()}
               for row in rows if row.domain == "ai.onnx"}
     return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto),
@@ -347,26 +296,7 @@ def static_note(op_type: str, domain: str = "") -> str:
     return f"supported in TensorRT {', '.join(has)} (onnx-tensorrt's operator lists for {listed})"
 
 
-def table_status(op_type: str, version: str) -> bool | None:
-    """Whether onnx-tensorrt's list for ``version`` marks ``op_type`` supported (``None``: not listed)."""
-    entry = op_table().get(version)
-    if entry is None:
-        return None
-    return True if op_type in entry["supported"] else False if op_type in entry["unsupported"] else None
-
-
-def max_documented_opset(version: tuple) -> int | None:
-    """Highest ai.onnx opset the given TensorRT's parser documents, or ``None`` if unknown."""
-    best = None
-    for since, opset in _MAX_DOCUMENTED_OPSET:
-        if tuple(version[: len(since)]) >= since:
-            best = opset
-    return best
-
-
 def _apply_answer(report: CheckReport, proto, answer: dict) -> None:
-    from trtkit._version_compat import ParserIssue
-
     report.queried, report.trt_version = True, answer["trt_version"]
     nodes = list(proto.graph.node)
     issues = [_named_issue(ParserIssue(**e), nodes) for e in answer["errors"]]

@@ -1,6 +1,8 @@
 """Choosing how a requested precision is reached on the installed TensorRT.
 
-Called by :func:`trtkit.builder.builder.build_serialized` as ``plan_precision(trt, model, config, caps)``.
+Called by :func:`trtkit.builder.builder.build_serialized` as ``plan_precision(trt, model, config, caps,
+build_statistics_engine=...)``: the Q/DQ path's calibration (:mod:`calibrators.explicit`) builds its FP32 statistics
+engine with the function the builder passes down.
 
 | precision | mode | 8.6 | 10.x | 11.x |
 |---|---|---|---|---|
@@ -19,9 +21,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
+from calibrators.explicit import make_qdq_model
+from calibrators.session import prepare
+from calibrators.trt_calibrator import make_calibrator
 from trtkit import _version_compat as compat
-from trtkit.errors import CalibrationError, UnsupportedError
+from trtkit._atomic import write_bytes_atomic
+from trtkit.builder.profiles import resolve_profiles
+from trtkit.errors import CalibrationError, ModelError, TrtkitInternalError, UnsupportedError
+from trtkit.model import load_model, model_inputs
+from trtkit.quant.fp16 import convert_float
+from trtkit.quant.qdq import QdqOptions, to_fp16_rest
 
 logger = logging.getLogger("trtkit")
 
@@ -31,7 +43,7 @@ class PrecisionPlan:
     """What the builder must do for the asked precision.
 
     Attributes:
-        model: the (possibly transformed) :class:`trtkit.builder.onnx_model.LoadedModel` to parse.
+        model: the (possibly transformed) :class:`trtkit.model.LoadedModel` to parse.
         strongly_typed: create the network strongly typed.
         flags: builder flag names to set (e.g. ``("FP16",)``).
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
@@ -53,14 +65,17 @@ class PrecisionPlan:
             self.calibration["samples"] = getattr(self.calibrator, "samples", None)
 
 
-def plan_precision(trt, model, config, caps) -> PrecisionPlan:
+def plan_precision(trt, model, config, caps,
+                   build_statistics_engine: Callable[[object], bytes] | None = None) -> PrecisionPlan:
     """Decide flags, network typing and model transforms for ``config.precision`` on this TensorRT.
 
     Args:
         trt: the ``tensorrt`` module.
-        model: the :class:`~trtkit.builder.onnx_model.LoadedModel` to build.
+        model: the :class:`~trtkit.model.LoadedModel` to build.
         config: the :class:`~trtkit.builder.config.BuildConfig`.
         caps: :func:`trtkit._version_compat.capabilities` of ``trt``.
+        build_statistics_engine: ``onnx.ModelProto -> serialized engine`` for the Q/DQ path's calibration (see
+            :func:`trtkit.builder.builder.statistics_engine_builder`); needed only when that path calibrates.
 
     Raises:
         UnsupportedError: the asked precision or mode does not exist in this TensorRT (names where it exists).
@@ -71,7 +86,7 @@ def plan_precision(trt, model, config, caps) -> PrecisionPlan:
     if config.precision in ("fp16", "bf16"):
         return _plan_half(trt, model, config, caps, config.precision)
     if config.precision == "int8":
-        return _plan_int8(trt, model, config, caps)
+        return _plan_int8(trt, model, config, caps, build_statistics_engine)
     raise UnsupportedError(f"Precision '{config.precision}' is not known; use fp32, fp16, bf16 or int8.")
 
 
@@ -144,14 +159,10 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
 
 
 def _cast_model(proto, precision: str):
-    from trtkit.quant.fp16 import convert_float
-
     return convert_float(proto, dtype=precision, keep_io_types=True)
 
 
 def _loaded(proto):
-    from trtkit.builder.onnx_model import load_model
-
     return load_model(proto, check=False)
 
 
@@ -192,7 +203,7 @@ def has_qdq(proto) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
 
 
-def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
+def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPlan:
     if has_qdq(model.proto):
         return _qdq_plan(model, caps, ["the model already holds Q/DQ nodes: no calibration"], config.strongly_typed)
     algorithm = config.calibration.algorithm if config.calibration else "entropy"
@@ -210,12 +221,10 @@ def _plan_int8(trt, model, config, caps) -> PrecisionPlan:
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
         return _calibrator_plan(trt, model, caps, session)
-    return _explicit_plan(trt, model, config, caps, session)
+    return _explicit_plan(trt, model, config, caps, session, build_statistics_engine)
 
 
 def _calibrator_plan(trt, model, caps, session) -> PrecisionPlan:
-    from calibrators.trt_calibrator import make_calibrator
-
     calibrator = make_calibrator(trt, session)
     reused = session.cached is not None
     notes = [f"INT8 with TensorRT's {session.algorithm} calibrator, batch {session.batch_size}"
@@ -224,12 +233,12 @@ def _calibrator_plan(trt, model, caps, session) -> PrecisionPlan:
                          calibration=_calibration_facts(session, reused, "calibrator"))
 
 
-def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
-    from trtkit.quant.explicit import make_qdq_model
-    from trtkit.quant.qdq import QdqOptions
-
+def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -> PrecisionPlan:
+    if build_statistics_engine is None and session.cached is None:
+        raise TrtkitInternalError("INT8 Q/DQ calibration builds an FP32 statistics engine: plan_precision needs "
+                                  "build_statistics_engine (trtkit.builder.builder.statistics_engine_builder)")
     options = QdqOptions(keep_output_layers=config.qdq_keep_heads, exclude_nodes=frozenset(config.qdq_exclude))
-    result = make_qdq_model(trt, model.proto, session, config, options)
+    result = make_qdq_model(trt, model.proto, session, build_statistics_engine, options)
     source = ("calibration cache" if result.from_cache
               else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT: "
                    f"{result.describe_timings()})")
@@ -247,9 +256,6 @@ def _explicit_plan(trt, model, config, caps, session) -> PrecisionPlan:
 
 def _fp16_rest(qdq):
     """Strongly typed INT8 with FP16 around it (as the INT8+FP16 flags give on 8.6/10); FP32 if that cannot be done."""
-    from trtkit.errors import ModelError
-    from trtkit.quant.qdq import to_fp16_rest
-
     try:
         mixed, conversion = to_fp16_rest(qdq)
     except ModelError as exc:
@@ -281,17 +287,11 @@ def _calibration_facts(session, reused: bool, path: str, samples=None, seconds=N
 
 
 def _save_model(proto, path) -> None:
-    from pathlib import Path
-
-    from trtkit._atomic import write_bytes_atomic
-
     write_bytes_atomic(Path(path), proto.SerializeToString())
     logger.info("Saved the Q/DQ model to '%s'.", path)
 
 
 def _session(trt, model, config, *, native: bool):
-    from calibrators.session import prepare
-
     batch = calibration_batch_size(model.proto, config, native=native)
     return prepare(config.calibration, model, compat.version_string(trt), batch, sample_spec(model.proto, config))
 
@@ -299,8 +299,8 @@ def _session(trt, model, config, *, native: bool):
 def sample_spec(proto, config):
     """What calibration samples must look like: the model's inputs and dtypes, bounded by profile 0."""
     from calibrators.sources import SampleSpec, onnx_input_dtypes
-    from trtkit.builder.onnx_model import model_inputs
     from trtkit.builder.profiles import resolve_profiles
+    from trtkit.model import model_inputs
 
     inputs = model_inputs(proto)
     profiles = resolve_profiles(inputs, config.profiles)
@@ -317,9 +317,6 @@ def calibration_batch_size(proto, config, *, native: bool) -> int:
     Raises:
         CalibrationError: ``--calib-batch`` does not fit the profile or the model's fixed batch.
     """
-    from trtkit.builder.onnx_model import model_inputs
-    from trtkit.builder.profiles import resolve_profiles
-
     inputs = model_inputs(proto)
     profiles = resolve_profiles(inputs, config.profiles)
     asked = config.calibration.batch_size if config.calibration else None

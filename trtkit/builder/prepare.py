@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit.builder.onnx_model import LoadedModel, external_data_files, has_external_data, load_model
 from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, apply_rewrites
 from trtkit.errors import ModelError
+from trtkit.model import LoadedModel, external_data_files, has_external_data, load_model
 
 _FOLD_WHY = "TensorRT's parser wants weights and static shapes as initializers, not computed at run time"
 
@@ -108,7 +108,7 @@ def prepare(model, *, target: ParserTarget | None = None, sanitize: bool = True,
     """Prepare an ONNX model for TensorRT's parser: compatibility rewrites, then constant folding.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto``, :class:`~trtkit.builder.onnx_model.LoadedModel` or an
+        model: ONNX path, bytes, ``onnx.ModelProto``, :class:`~trtkit.model.LoadedModel` or an
             already :class:`PreparedModel` (returned as is).
         target: the parser to prepare for; default: the ``trt`` module given, else TensorRT 8.6's documented limits
             (the oldest trtkit supports, so the result suits every version).

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from trtkit import _check
 from trtkit.errors import ProfileError, ShapeSpecError
+from trtkit.model import is_fixed
 
 Shape = tuple[int, ...]
 
@@ -164,11 +165,11 @@ def resolve_profiles(model_inputs: dict, profiles: list) -> list:
         ProfileError: a profile names an unknown input, changes a fixed dimension, has the wrong rank, or the model
             has dynamic dimensions and no profile covers them (the message names the dims and shows an example flag).
     """
-    dynamic = {n: d for n, d in model_inputs.items() if any(not _is_fixed(x) for x in d)}
+    dynamic = {n: d for n, d in model_inputs.items() if any(not is_fixed(x) for x in d)}
     if not profiles:
         if dynamic:
             dims = "; ".join(
-                f"'{n}' dims {[x if _is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items()
+                f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items()
             )
             raise ProfileError(
                 f"The model has dynamic dimensions ({dims}) and no optimization profile was given. "
@@ -176,10 +177,6 @@ def resolve_profiles(model_inputs: dict, profiles: list) -> list:
             )
         return []
     return [_complete_profile(i, p, model_inputs, dynamic) for i, p in enumerate(profiles)]
-
-
-def _is_fixed(d) -> bool:
-    return isinstance(d, int) and d > 0
 
 
 def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic: dict) -> Profile:
@@ -213,7 +210,7 @@ def _check_against_model(index: int, name: str, shape: InputShape, dims) -> None
             f"{len(dims)} (dims {list(dims)})"
         )
     for i, d in enumerate(dims):
-        if _is_fixed(d) and not (shape.min[i] == shape.opt[i] == shape.max[i] == d):
+        if is_fixed(d) and not (shape.min[i] == shape.opt[i] == shape.max[i] == d):
             raise ProfileError(
                 f"Profile {index}, input '{name}': dimension {i} is fixed to {d} in the model, but the profile "
                 f"gives min {shape.min[i]}, opt {shape.opt[i]}, max {shape.max[i]}"

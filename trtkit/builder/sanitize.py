@@ -21,6 +21,7 @@ from pathlib import Path
 
 from trtkit._atomic import write_bytes_atomic
 from trtkit.errors import ModelError, TrtkitError
+from trtkit.model import load_model
 
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
@@ -86,7 +87,7 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
     """Fold constant subgraphs of an ONNX model into initializers and remove dead nodes.
 
     Args:
-        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.builder.onnx_model.LoadedModel`.
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         size_threshold: largest value (bytes) turned into an initializer; larger ones stay computed
             (``None``: no limit).
 
@@ -98,8 +99,6 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
         ModelError: the model cannot be read, or the folded model fails ONNX's checker (a trtkit bug worth
             reporting; build without --fold-constants meanwhile).
     """
-    from trtkit.builder.onnx_model import load_model
-
     original = load_model(model, check=False).proto
     report = FoldReport(nodes_before=len(original.graph.node), nodes_after=len(original.graph.node))
     current = original

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trtkit.cli import check_render, options, render
+from trtkit.manifest import BuildInfo, Manifest
 
 HELP = "Build a TensorRT engine from an ONNX model (profiles, precision, timing cache, manifest)."
 
@@ -48,7 +49,7 @@ def run(args, console) -> int:
             raise
     console.print(summary_table(result.manifest, output, prepare_notes(result.manifest, config)))
     if args.json:
-        render.write_json(args.json, dict(result.manifest, engine_file=str(output)))
+        render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output)))
     return 0
 
 
@@ -62,9 +63,9 @@ def add_nms_options(parser) -> None:
     g.add_argument("--nms-max-det", type=int, default=100, metavar="N", help="--add-nms detections per image (100)")
 
 
-def prepare_notes(manifest: dict, config) -> dict:
+def prepare_notes(manifest: Manifest, config) -> dict:
     """Build summary lines for what ``prepare`` did: folding, the other rewrites, the saved model."""
-    rewrites = (manifest.get("prepare") or {}).get("rewrites", [])
+    rewrites = (manifest.prepare or {}).get("rewrites", [])
     fold = [r for r in rewrites if r["rewrite"] == "fold-constants"]
     notes = {}
     if config.fold_constants:
@@ -127,17 +128,17 @@ class BuildProgress:
         self._console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
 
 
-def summary_table(manifest: dict, output: Path, notes: dict | None = None):
-    b = manifest.get("build", {})
+def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
+    build = manifest.build or BuildInfo()
     rows = [
         ("engine", str(output)),
-        ("size", render.fmt_bytes(manifest.get("engine_bytes"))),
-        ("build time", f"{manifest.get('build_seconds', 0):.1f} s"),
-        ("precision", _precision_line(b, manifest.get("precision_report"))),
-        ("profiles", _profiles_line(b.get("profiles", []))),
-        ("tactic sources", ", ".join(b.get("tactic_sources") or ["TensorRT default"])),
-        ("TensorRT", manifest.get("environment", {}).get("tensorrt")),
-        ("GPU", manifest.get("environment", {}).get("gpu")),
+        ("size", render.fmt_bytes(manifest.engine_bytes)),
+        ("build time", f"{manifest.build_seconds or 0:.1f} s"),
+        ("precision", _precision_line(build, manifest.precision_report)),
+        ("profiles", _profiles_line(build.profiles)),
+        ("tactic sources", ", ".join(build.settings.get("tactic_sources") or ["TensorRT default"])),
+        ("TensorRT", manifest.environment.tensorrt),
+        ("GPU", manifest.environment.gpu),
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
@@ -150,11 +151,11 @@ def _rewrites_line(rewrites: list) -> str:
         or "none needed"
 
 
-def _precision_line(build: dict, report: dict | None) -> str:
-    plan = build.get("precision_plan", {})
-    text = build.get("precision", "fp32")
-    if plan.get("notes"):
-        text += f" ({options.cli_words('; '.join(plan['notes']))})"
+def _precision_line(build: BuildInfo, report: dict | None) -> str:
+    notes = build.precision_plan.notes
+    text = build.precision or "fp32"
+    if notes:
+        text += f" ({options.cli_words('; '.join(notes))})"
     if report and report.get("layers_by_precision"):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["layers_by_precision"].items()))
         text += f"; layers: {counts}"

@@ -38,8 +38,8 @@ def _is_onnx(path: Path) -> bool:
 
 
 def _inspect_onnx(args, console, path: Path) -> int:
-    from trtkit.builder.onnx_model import load_model
     from trtkit.inspection import describe_onnx
+    from trtkit.model import load_model
 
     loaded = load_model(path)
     info = describe_onnx(loaded)
@@ -74,13 +74,14 @@ def _io_rows(info: dict) -> list:
 
 def _inspect_engine(args, console, path: Path) -> int:
     from trtkit._lazy import tensorrt
-    from trtkit.builder.manifest import read_manifest
     from trtkit.inspection import describe_engine
+    from trtkit.manifest import read_manifest
     from trtkit.runtime.engine import load_engine
 
     engine = load_engine(path, allow_mismatch=args.ignore_manifest)
     info = describe_engine(engine, tensorrt())
-    info["manifest"] = read_manifest(path)
+    manifest = read_manifest(path)
+    info["manifest"] = manifest.to_json() if manifest is not None else None
     rows = [(t["name"], t["mode"].lower(), t["dtype"], render.shape_str(t["shape"])) for t in info["io"]]
     console.print(render.table(f"{path.name}  ({info['num_layers']} layers, device memory "
                                f"{render.fmt_bytes(info['device_memory_bytes'])})",

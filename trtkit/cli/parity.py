@@ -162,8 +162,8 @@ def _compare_options(args, runner_options: dict | None) -> dict:
 
 def _localize(args, console, precision: str, options: dict, build_options: dict):
     """Rebuild the engine with every intermediate tensor marked as an output, with the engine's own settings."""
-    from trtkit.builder.manifest import manifest_path, read_manifest
     from trtkit.errors import EngineError
+    from trtkit.manifest import manifest_path, read_manifest
     from trtkit.parity.localize import config_from_manifest, engine_builder, localize_divergence
 
     manifest = read_manifest(args.engine)

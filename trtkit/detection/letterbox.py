@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrators.sources import IMAGE_EXTENSIONS
 from trtkit.errors import InputError
+from trtkit.images import IMAGE_EXTENSIONS
 
 
 class ImageReadError(InputError):

@@ -20,6 +20,7 @@ import numpy as np
 
 from trtkit.detection.postprocess import MAX_CLASSES, looks_transposed
 from trtkit.errors import ModelError
+from trtkit.model import load_model
 
 PLUGIN_OP = "EfficientNMS_TRT"
 # A domain of its own keeps ONNX's checker from looking the op up in the standard opset; TensorRT's parser finds
@@ -104,10 +105,8 @@ def add_nms(model, options: NmsOptions | None = None):
     import onnx
     import onnx_graphsurgeon as gs
 
-    from trtkit.parity.reference import load_model
-
     options = options or NmsOptions()
-    proto = load_model(model)
+    proto = load_model(model, check=False).proto
     graph = gs.import_onnx(proto)
     if len(graph.outputs) == 1:
         graph.outputs[0].shape = inferred_output_shape(proto, graph.outputs[0].shape)

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from calibrators.preprocess import Preprocess, load_image, with_model_size
-from calibrators.sources import IMAGE_EXTENSIONS
 from trtkit.errors import CalibrationError, InputError
 from trtkit.eval.models import open_model
+from trtkit.images import IMAGE_EXTENSIONS
 
 
 @dataclass

@@ -115,7 +115,7 @@ def triton_model(engine, *, name: str | None = None, profile: int = 0, trt=None)
         ProfileError: the profile's smallest batch is above 1 (Triton may send a batch of 1), or the inputs'
             batch ranges differ.
     """
-    from trtkit.builder.manifest import read_manifest
+    from trtkit.manifest import read_manifest
     from trtkit.runtime.engine import io_specs, load_engine
 
     path = Path(engine)
@@ -124,8 +124,8 @@ def triton_model(engine, *, name: str | None = None, profile: int = 0, trt=None)
     if profile >= max(1, loaded.num_optimization_profiles):
         raise ProfileError(f"Engine '{path}' has {loaded.num_optimization_profiles} optimization profile(s); "
                            f"profile {profile} does not exist")
-    manifest = read_manifest(path) or {}
-    version = manifest.get("environment", {}).get("tensorrt")
+    manifest = read_manifest(path)
+    version = manifest.environment.tensorrt if manifest is not None else None
     return _describe(name or model_name_of(path), list(specs.values()), profile, version, str(path))
 
 

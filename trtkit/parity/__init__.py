@@ -12,7 +12,7 @@ comparator as a cross-check, and a runner wrapper), ``api`` (``compare_engine_to
 
 from __future__ import annotations
 
-import importlib
+from trtkit._lazy import lazy_exports
 
 _EXPORTS = {
     "compare_engine_to_onnx": "trtkit.parity.api",
@@ -27,10 +27,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trtkit.parity' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,7 +1,7 @@
 """The engine side of a parity run: a callable ``feed -> outputs``, its profile shapes and its precision.
 
-An engine path or bytes is opened with :class:`trtkit.runtime.runner.TrtRunner` (imported only then, so CPU code
-paths never touch TensorRT); anything callable is used as it is.
+An engine path or bytes is opened with :class:`trtkit.runtime.runner.TrtRunner` (TensorRT itself is imported only
+once an engine is opened); anything callable is used as it is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Callable
 import numpy as np
 
 from trtkit.errors import EngineError
+from trtkit.manifest import Manifest, read_manifest
 from trtkit.parity.tolerance import precision_from_manifest
+from trtkit.runtime.runner import TrtRunner
 
 
 @dataclass
@@ -73,15 +75,11 @@ def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None =
 
 @contextlib.contextmanager
 def _open_runner(engine, profile_index: int, runner_options: dict):
-    from trtkit.runtime.runner import TrtRunner
-
     manifest = None
     if not isinstance(engine, (bytes, bytearray, memoryview)):
         path = Path(os.fspath(engine))
         if not path.is_file():
             raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build MODEL.onnx`.")
-        from trtkit.builder.manifest import read_manifest
-
         manifest = read_manifest(path)
         engine = str(path)
     with TrtRunner(engine, profile=profile_index, **runner_options) as runner:
@@ -104,8 +102,8 @@ def runner_profile(runner, index: int) -> dict | None:
     return profile or None
 
 
-def _manifest_profile(manifest: dict | None, index: int) -> dict | None:
-    profiles = ((manifest or {}).get("build") or {}).get("profiles") or []
+def _manifest_profile(manifest: Manifest | None, index: int) -> dict | None:
+    profiles = manifest.build.profiles if manifest is not None and manifest.build is not None else []
     if not 0 <= index < len(profiles):
         return None
     return {n: (tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in profiles[index].items()}

@@ -8,7 +8,9 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from trtkit.errors import InputError, ProfileError
+from calibrators.sources import ImageFolderSource
+from trtkit.errors import CalibrationError, InputError, ProfileError
+from trtkit.model import value_dims
 
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
 # Integer inputs are often indices or token ids: small non-negative values keep the ONNX model in range.
@@ -54,17 +56,9 @@ def input_specs(model) -> list[InputSpec]:
     for value in model.graph.input:
         if value.name in initializers:
             continue
-        tensor = value.type.tensor_type
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-        dims = tuple(_dim(d) for d in tensor.shape.dim)
-        specs.append(InputSpec(value.name, dtype, dims))
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+        specs.append(InputSpec(value.name, dtype, tuple(value_dims(value))))
     return specs
-
-
-def _dim(d):
-    if d.HasField("dim_value") and d.dim_value > 0:
-        return int(d.dim_value)
-    return d.dim_param or None
 
 
 def profile_bounds(profile) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
@@ -252,9 +246,6 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
             images (each named).
     """
     from itertools import islice
-
-    from calibrators.sources import ImageFolderSource
-    from trtkit.errors import CalibrationError
 
     specs = list(specs)
     if len(specs) != 1:

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
+from trtkit.builder.api import build
+from trtkit.builder.config import BuildConfig, CalibrationSettings
+from trtkit.builder.profiles import Profile
 from trtkit.errors import ModelError
+from trtkit.manifest import as_manifest
+from trtkit.model import with_outputs as mark_outputs  # one implementation, shared with calibration
+from trtkit.parity.api import compare_engine_to_onnx
 from trtkit.parity.compare import OutputResult
 from trtkit.parity.metrics import _jsonable
 from trtkit.parity.reference import load_model
@@ -93,21 +99,6 @@ def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
     return found
 
 
-def mark_outputs(model, tensors):
-    """A copy of ``model`` whose graph outputs also include ``tensors`` (types and shapes from shape inference)."""
-    import onnx
-
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    inferred = onnx.shape_inference.infer_shapes(model)
-    infos = {v.name: v for v in inferred.graph.value_info}
-    existing = {o.name for o in marked.graph.output}
-    for name in tensors:
-        if name not in existing:
-            marked.graph.output.append(infos[name])
-    return marked
-
-
 def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **compare_options) -> LocalizeReport:
     """Build a debug engine with every intermediate float tensor as an output and judge each tensor.
 
@@ -126,8 +117,6 @@ def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **c
     Raises:
         ModelError, BuildError, ...: the model cannot be marked or the debug engine cannot be built or run.
     """
-    from trtkit.parity.api import compare_engine_to_onnx
-
     model = load_model(onnx_model)
     found = markable_tensors(model, tensors)
     marked = mark_outputs(model, [t for t, _, _ in found])
@@ -139,24 +128,24 @@ def localize_divergence(onnx_model, build_engine: Callable, *, tensors=None, **c
     return LocalizeReport(tensors=checks, report=report)
 
 
-def config_from_manifest(manifest: dict):
+def config_from_manifest(manifest):
     """The :class:`~trtkit.builder.config.BuildConfig` an engine was built with, from its manifest.
 
     A calibration cache is reused with ``force=True``: the debug model holds the same tensors under the same names,
     but its sha256 differs, which the cache's provenance check would otherwise refuse.
 
+    Args:
+        manifest: a :class:`trtkit.manifest.Manifest` or its JSON dict.
+
     Raises:
         ModelError: the manifest has no build section.
     """
-    from trtkit.builder.config import BuildConfig, CalibrationSettings
-    from trtkit.builder.profiles import Profile
-
-    build = (manifest or {}).get("build")
-    if not build:
+    manifest = as_manifest(manifest)
+    if manifest is None or manifest.build is None:
         raise ModelError("The engine's manifest has no 'build' section: rebuild it with trtkit, or pass a builder.")
     names = {f.name for f in fields(BuildConfig)}
-    kwargs = {k: v for k, v in build.items() if k in names}
-    kwargs["profiles"] = [Profile.from_json(p) for p in build.get("profiles") or []]
+    kwargs = {k: v for k, v in manifest.build.settings.items() if k in names}
+    kwargs["profiles"] = [Profile.from_json(p) for p in manifest.build.profiles]
     if kwargs.get("tactic_sources") is not None:
         kwargs["tactic_sources"] = tuple(kwargs["tactic_sources"])
     if kwargs.get("calibration"):
@@ -172,8 +161,6 @@ def engine_builder(config, **build_options) -> Callable:
         config: a ``BuildConfig`` (e.g. :func:`config_from_manifest`).
         **build_options: passed to :func:`trtkit.builder.api.build` (``isolate``, ``trt`` for tests, ...).
     """
-    from trtkit.builder.api import build
-
     def build_engine(model):
         return build(model, config, **build_options).engine
 

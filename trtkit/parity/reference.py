@@ -27,7 +27,7 @@ def load_model(model):
 
     if isinstance(model, onnx.ModelProto):
         return model
-    from trtkit.builder.onnx_model import load_model as load_checked
+    from trtkit.model import load_model as load_checked
 
     # the builder's loader: empty files, empty graphs and non-ONNX files are named as such
     return load_checked(model if not isinstance(model, os.PathLike) else Path(os.fspath(model)), check=False).proto

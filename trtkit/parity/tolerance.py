@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
 from trtkit.errors import TrtkitError
+from trtkit.manifest import as_manifest
 
 # Allowed max |out - ref| / max |ref| per precision. fp32 (TF32 off) and tf32 are issue 2's targets (1e-4, 2e-3);
 # fp16 has a 10-bit mantissa (eps 9.8e-4) and errors accumulate over layers; bf16 has 7 bits (eps 7.8e-3); int8
@@ -129,18 +130,20 @@ def _validate(tol: Tolerance) -> None:
             raise TrtkitError(f"Tolerance {name} must be between -1 and 1 (cosine) or 0 and 1 (top-1), got {value}.")
 
 
-def precision_from_manifest(manifest: dict | None) -> str | None:
+def precision_from_manifest(manifest) -> str | None:
     """The parity precision an engine was built for, from its trtkit manifest; None when it does not say.
+
+    Args:
+        manifest: a :class:`trtkit.manifest.Manifest`, its JSON dict, or None.
 
     An fp32 build with TF32 on (TensorRT's default) is judged as "tf32": its convolutions and matrix products
     round inputs to a 10-bit mantissa.
     """
-    if not manifest:
+    manifest = as_manifest(manifest)
+    if manifest is None or manifest.build is None:
         return None
-    build = manifest.get("build") or manifest.get("config") or {}
-    precision = manifest.get("precision") or build.get("precision")
+    precision = manifest.build.precision
     if not isinstance(precision, str) or precision.lower() not in DEFAULT_ERROR_RATIO:
         return None
     precision = precision.lower()
-    tf32 = manifest.get("tf32", build.get("tf32", True))
-    return "tf32" if precision == "fp32" and tf32 else precision
+    return "tf32" if precision == "fp32" and manifest.build.tf32 else precision

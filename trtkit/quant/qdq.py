@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from trtkit.errors import CalibrationError, ModelError
+from trtkit.quant.fp16 import convert_to_fp16
+from trtkit.quant.opset import upgrade_opset
 
 logger = logging.getLogger("trtkit")
 
@@ -376,9 +378,6 @@ def to_fp16_rest(model):
         ModelError: the opset cannot be raised (below 13, or subgraphs).
     """
     from onnx import numpy_helper
-
-    from trtkit.quant.fp16 import convert_to_fp16
-    from trtkit.quant.opset import upgrade_opset
 
     upgraded = upgrade_opset(model)
     scale_names = {n.input[1] for n in upgraded.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}

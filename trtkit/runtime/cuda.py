@@ -10,6 +10,7 @@ Pointers and stream/event handles are passed around as plain ``int`` (TensorRT w
 
 from __future__ import annotations
 
+from trtkit._lazy import cudart
 from trtkit.errors import CudaError
 
 # What a user can do about the errors seen most often, by CUDA error name.
@@ -63,8 +64,6 @@ class Cuda:
 
     def __init__(self, rt=None):
         if rt is None:
-            from trtkit._lazy import cudart
-
             rt = cudart()
         self.rt = rt
         self.H2D = rt.cudaMemcpyKind.cudaMemcpyHostToDevice

@@ -15,8 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from trtkit import _version_compat as compat
+from trtkit import manifest as mf
+from trtkit._lazy import tensorrt
 from trtkit._version_compat import enum_name
 from trtkit.errors import EngineError, UnsupportedError
+from trtkit.log import make_trt_logger
 
 logger = logging.getLogger("trtkit")
 
@@ -92,8 +95,6 @@ def _profile_range(engine, name: str, shape: tuple, profile: int) -> tuple:
 
 
 def _trt():
-    from trtkit._lazy import tensorrt
-
     return tensorrt()
 
 
@@ -102,8 +103,6 @@ def shared_runtime(trt):
     with _RUNTIME_LOCK:
         entry = _RUNTIMES.get(id(trt))
         if entry is None or entry[0] is not trt:
-            from trtkit.log import make_trt_logger
-
             trt_logger = make_trt_logger(trt)
             try:
                 runtime = trt.Runtime(trt_logger)
@@ -160,7 +159,7 @@ def check_engine_file(path) -> None:
 
 
 def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> list:
-    """Compare the manifest beside ``path`` with this machine (see :mod:`trtkit.builder.manifest`).
+    """Compare the manifest beside ``path`` with this machine (see :mod:`trtkit.manifest`).
 
     Returns:
         The mismatches found (only when ``allow_mismatch``; each is also logged as a warning).
@@ -168,8 +167,6 @@ def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> li
     Raises:
         EngineError: the engine was built for another TensorRT version or GPU, and ``allow_mismatch`` is false.
     """
-    from trtkit.builder import manifest as mf
-
     manifest = mf.read_manifest(path)
     if not manifest:
         return []
@@ -232,3 +229,36 @@ def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: b
     if check_manifest:
         check_engine_manifest(path_or_bytes, allow_mismatch=allow_mismatch, trt=trt)
     return deserialize(data, trt=trt, where=f"Engine '{path_or_bytes}'")
+
+
+def engine_information(trt, engine, *, profile: int = 0) -> str:
+    """The engine inspector's JSON.
+
+    For an engine with dynamic shapes TensorRT reports tensor formats (hence layer precisions) only when the inspector
+    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes.
+    """
+    inspector = engine.create_engine_inspector()
+    context = _context_at_opt_shapes(trt, engine, profile)
+    if context is not None:
+        inspector.execution_context = context
+    info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    del context  # only after the information is read
+    return info
+
+
+def _context_at_opt_shapes(trt, engine, profile: int):
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if compat.enum_name(engine.get_tensor_mode(n)) == "INPUT"]
+    dynamic = [n for n in inputs if -1 in tuple(engine.get_tensor_shape(n))]
+    if not dynamic:
+        return None
+    context = compat.create_execution_context(trt, engine)
+    if context is None:
+        return None
+    if profile and not context.set_optimization_profile_async(profile, 0):
+        return None
+    for name in dynamic:
+        _, opt, _ = engine.get_tensor_profile_shape(name, profile)
+        if not context.set_input_shape(name, tuple(opt)):
+            return None
+    return context

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from trtkit.errors import InputError
+from trtkit.manifest import read_manifest
 
 _INT32 = np.iinfo(np.int32)
 
@@ -28,10 +29,8 @@ class ModelDtypes:
 
         if not isinstance(source, (str, os.PathLike)):
             return None
-        from trtkit.builder.manifest import read_manifest
-
-        manifest = read_manifest(source) or {}
-        original = (manifest.get("prepare") or {}).get("original_dtypes") or {}
+        manifest = read_manifest(source)
+        original = ((manifest.prepare if manifest is not None else None) or {}).get("original_dtypes") or {}
         return cls(original) if original else None
 
     def to_engine(self, feed, input_specs) -> dict:

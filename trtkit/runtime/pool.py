@@ -12,7 +12,9 @@ from collections import deque
 from collections.abc import Iterator
 
 from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
 from trtkit.errors import EngineError
+from trtkit.runtime.engine import check_engine_manifest, read_engine_bytes
 from trtkit.runtime.runner import InferHandle, TrtRunner
 
 
@@ -54,16 +56,12 @@ class RunnerPool:
     def _source(self):
         if isinstance(self._engine, (str, os.PathLike, bytes, bytearray, memoryview)):
             if isinstance(self._engine, (str, os.PathLike)):
-                from trtkit.runtime.engine import check_engine_manifest, read_engine_bytes
-
                 check_engine_manifest(self._engine, allow_mismatch=self._args.get("allow_mismatch", False),
                                       trt=self._args.get("trt"))
                 return read_engine_bytes(self._engine)  # each runner deserializes its own engine
             return bytes(self._engine)
         trt = self._args.get("trt")
         if trt is None:
-            from trtkit._lazy import tensorrt
-
             trt = tensorrt()
         if compat.contexts_share_profiles(trt) or self.size == 1:
             return self._engine

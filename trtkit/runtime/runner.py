@@ -36,8 +36,10 @@ from typing import Any
 import numpy as np
 
 from trtkit import _version_compat as compat
+from trtkit._lazy import tensorrt
 from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
+from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import validate_feed
@@ -291,14 +293,10 @@ class TrtRunner:
                           "use `with TrtRunner(...) as runner:` or call close()", ResourceWarning, stacklevel=2)
 
     def _allocate(self) -> None:
-        from trtkit.runtime.cuda import default_cuda
-
         source = self._settings.source
         if isinstance(source, (str, os.PathLike)):
             check_engine_file(source)  # names a missing, empty or wrong file before TensorRT is even needed
         if self._trt is None:
-            from trtkit._lazy import tensorrt
-
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
         self.engine = self._load()

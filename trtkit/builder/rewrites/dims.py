@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from trtkit.builder.rewrites import Rewrite
+from trtkit.builder.rewrites.base import Rewrite
 
 _PLACEHOLDER = re.compile(r"^(\?|-1|None|none|null|unk__\d+|)$")
 _WHY = "TensorRT treats input dimensions that share a name as equal"

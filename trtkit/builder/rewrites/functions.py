@@ -8,7 +8,7 @@ inliner then expands in place, so the result is what ONNX itself says the op mea
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites import Rewrite, main_opset
+from trtkit.builder.rewrites.base import Rewrite, main_opset
 
 _DOMAIN = "trtkit.expand"
 

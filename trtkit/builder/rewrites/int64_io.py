@@ -9,7 +9,7 @@ model's own dtypes.
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites import Rewrite
+from trtkit.builder.rewrites.base import Rewrite
 
 _WHY = "this TensorRT has no INT64 engine inputs/outputs"
 SUFFIX = "__trtkit_int64"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites import FAILED, Rewrite, main_opset
+from trtkit.builder.rewrites.base import FAILED, Rewrite, main_opset
 
 
 def rewrite(proto, target) -> list:

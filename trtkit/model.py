@@ -1,4 +1,9 @@
-"""Reading ONNX models from a path, bytes or ``onnx.ModelProto``, with errors that say what is wrong."""
+"""Reading ONNX models from a path, bytes or ``onnx.ModelProto``, with errors that say what is wrong.
+
+Also the one reading of an ONNX value's dimensions (:func:`value_dims`, :func:`model_inputs`): an ``int`` for a fixed
+dimension, the ``dim_param`` name (a ``str``) or ``None`` for a dynamic one. Everything in trtkit and calibrators that
+needs a model's input shapes reads them here.
+"""
 
 from __future__ import annotations
 
@@ -134,18 +139,48 @@ def _check_structure(proto, where: str, check: bool) -> None:
             raise ModelError(f"{where} fails ONNX's checker: {first}") from exc
 
 
+def value_dims(value) -> list:
+    """The dimensions of an ONNX ``ValueInfoProto``: int for fixed, the ``dim_param`` str or None for dynamic."""
+    dims: list[int | str | None] = []
+    for d in value.type.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return dims
+
+
+def is_fixed(dim) -> bool:
+    """Whether a dimension from :func:`value_dims` (or a profile's ``-1``) is a fixed size."""
+    return isinstance(dim, int) and dim > 0
+
+
 def model_inputs(proto) -> dict:
     """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic)."""
     initializers = {t.name for t in proto.graph.initializer}
-    inputs = {}
-    for value in proto.graph.input:
-        if value.name in initializers:
+    return {value.name: value_dims(value) for value in proto.graph.input if value.name not in initializers}
+
+
+def with_outputs(model, names: list):
+    """A copy of ``model`` whose graph also outputs the tensors ``names``, typed and shaped by ONNX shape inference
+    (a tensor inference cannot type is declared FLOAT without a shape; TensorRT infers it anyway). ``model`` is left
+    as it was. Used by calibration's statistics engine and by parity's divergence localization."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    try:
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # shapes are a courtesy: TensorRT infers them anyway
+        inferred = {}
+    existing = {o.name for o in out.graph.output}
+    for name in names:
+        if name in existing:
             continue
-        dims: list[int | str | None] = []
-        for d in value.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value > 0:
-                dims.append(int(d.dim_value))
-            else:
-                dims.append(d.dim_param or None)
-        inputs[value.name] = dims
-    return inputs
+        value = out.graph.output.add()
+        if name in inferred:
+            value.CopyFrom(inferred[name])
+        else:
+            value.CopyFrom(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return out

@@ -1,0 +1,114 @@
+"""The pieces every compatibility rewrite shares: the :class:`Rewrite` record, its statuses, the
+:class:`ParserTarget` it rewrites for, and the model's main opset (see :mod:`trtkit.builder.rewrites`)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from trtkit import _version_compat as compat
+from trtkit.builder.op_support import added_after_8, max_documented_opset, unsupported_as_of_10_15
+
+APPLIED, FAILED, SKIPPED = "applied", "failed", "skipped"
+_ASSUMED_VERSION = (8, 6)
+
+
+@dataclass
+class Rewrite:
+    """One change made to the model (or one that was tried and skipped).
+
+    Attributes:
+        rewrite: which rewrite (``symbolic-dims``, ``int64-io``, ``expand-function``, ``opset``,
+            ``attribute-inputs``, ``external-data``, ``fold-constants``).
+        where: the node or tensor changed.
+        what: what was done.
+        why: which parser limit it works around.
+        status: ``applied``, ``failed`` (it raised; the model is as before it) or ``skipped`` (not possible here).
+    """
+
+    rewrite: str
+    where: str
+    what: str
+    why: str
+    status: str = APPLIED
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Rewrite:
+        return cls(**{k: data[k] for k in ("rewrite", "where", "what", "why", "status") if k in data})
+
+    def __str__(self) -> str:
+        mark = "" if self.status == APPLIED else f" [{self.status}]"
+        return f"{self.rewrite}{mark} at {self.where}: {self.what} ({self.why})"
+
+
+@dataclass(frozen=True)
+class ParserTarget:
+    """What the ONNX parser the model is prepared for can take.
+
+    Attributes:
+        label: ``TensorRT 8.6.0`` or ``TensorRT 8.6 (assumed: TensorRT not installed)``.
+        max_opset: highest ai.onnx opset the parser documents (``None``: unknown, no conversion).
+        int64_io: engines can take and return INT64 tensors.
+        supports_op: ``op_type -> bool | None`` (``None``: unknown); the installed parser's answer where there is
+            one, else the static support tables.
+    """
+
+    label: str
+    max_opset: int | None
+    int64_io: bool
+    supports_op: Callable | None = field(compare=False, repr=False, default=None)
+
+    def supported(self, op_type: str, opset: int) -> bool:
+        """Whether the parser is known to import ``op_type`` (unknown counts as supported: never rewrite blindly)."""
+        answer = self.supports_op(op_type) if self.supports_op is not None else None
+        if answer is None:
+            answer = _statically_supported(op_type, self.max_opset or opset)
+        return answer is not False
+
+    @classmethod
+    def from_trt(cls, trt, parser=None) -> ParserTarget:
+        """The target for a ``tensorrt`` module (the fake too); ``parser`` answers op support when given."""
+        version = compat.version(trt)
+        ask = (lambda op: compat.parser_supports_operator(parser, op)) if parser is not None else None
+        return cls(f"TensorRT {compat.version_string(trt)}", max_documented_opset(version), compat.has_int64_io(trt),
+                   ask if ask is not None else (lambda op: _statically_supported_for(op, version)))
+
+    @classmethod
+    def assumed(cls) -> ParserTarget:
+        """TensorRT 8.6's parser as its support table documents it (used when TensorRT is not installed)."""
+        return cls("TensorRT 8.6 (assumed: TensorRT is not installed)", max_documented_opset(_ASSUMED_VERSION),
+                   False, lambda op: _statically_supported_for(op, _ASSUMED_VERSION))
+
+
+def _statically_supported_for(op_type: str, version: tuple):
+    if op_type in unsupported_as_of_10_15():
+        return False
+    if tuple(version[:1]) < (10,) and op_type in added_after_8():
+        return False
+    return None
+
+
+def _statically_supported(op_type: str, max_opset: int) -> bool | None:
+    """An op first defined in an opset above the parser's range is one the parser cannot know."""
+    first = _first_opsets().get(op_type)
+    return None if first is None else first <= max_opset
+
+
+@functools.lru_cache(maxsize=1)
+def _first_opsets() -> dict:
+    """ai.onnx op type -> the opset that first defined it."""
+    import onnx
+
+    first: dict = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain in ("", "ai.onnx"):
+            first[schema.name] = min(first.get(schema.name, schema.since_version), schema.since_version)
+    return first
+
+
+def main_opset(proto) -> int:
+    return max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
