@@ -315,7 +315,8 @@ def main(argv=None) -> int:
     for folder in (args.cache, data, engines):
         folder.mkdir(parents=True, exist_ok=True)
     run.result.update(model=str(args.model), profile=profile(), tactic_sources=list(TACTICS),
-                      calib_images=args.calib, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                      calib_images=args.calib, optimization_level=args.opt_level,
+                      started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     run.guard("environment", lambda: run.result.update(environment=environment()))
     run.guard("data", lambda: ensure_data(data, args.val_images, args.calib, os.cpu_count() or 1))
     val = run.guard("val_letterbox", lambda: ValSet(data))

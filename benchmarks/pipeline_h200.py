@@ -72,8 +72,16 @@ def log(msg: str) -> None:
 
 
 class Run:
-    def __init__(self):
+    def __init__(self, out: Path | None = None):
         self.result: dict = {"errors": {}, "notes": {}, "timings_s": {}}
+        self.out = out
+
+    def checkpoint(self) -> None:
+        """Write what is measured so far, so a call cut short by its time limit still brings figures back."""
+        if self.out is not None:
+            partial = dict(self.result, complete=False)
+            text = json.dumps(partial, indent=2, sort_keys=True, default=str) + "\n"
+            (self.out / "pipeline-h200.json").write_text(text)
 
     def guard(self, key: str, fn):
         t0 = time.perf_counter()
@@ -85,6 +93,7 @@ class Run:
             log(f"{key} FAILED: {exc}\n{traceback.format_exc()}")
             value = None
         self.result["timings_s"][key] = round(time.perf_counter() - t0, 2)
+        self.checkpoint()
         return value
 
 
@@ -377,7 +386,9 @@ def main(argv=None) -> int:
         from trtkit.runtime.cuda import default_cuda
 
         cuda = default_cuda()
-    run = Run()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(out)
     result = run.result
     result["environment"] = environment()
     result["settings"] = {"fake": args.fake, "runners": args.runners, "max_batch": sizes.max_batch,
@@ -385,8 +396,6 @@ def main(argv=None) -> int:
                           "video_frames": sizes.video_frames, "pre_workers": sizes.pre_workers,
                           "decode_workers": sizes.decode_workers, "cuda_graph": True, "max_wait_ms": 5.0}
     runner_args = {"runners": args.runners, "cuda_graph": True, **({"trt": trt, "cuda": cuda} if args.fake else {})}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="trtkit-pipeline-") as tmp:
         work = Path(tmp)
         engine = run.guard("build", lambda: build_engine(sizes, work, trt))
@@ -492,6 +501,7 @@ def _met(value, test):
 
 def finish(result: dict, out: Path, fake: bool) -> int:
     result["targets"] = targets(result)
+    result["complete"] = True
     result["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
     text = json.dumps(result, indent=2, sort_keys=True, default=str) + "\n"
     (out / "pipeline-h200.json").write_text(text)

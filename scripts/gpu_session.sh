@@ -33,7 +33,7 @@ for step in ${*:-env tests demo}; do
             python3 scripts/compare_results.py benchmarks/results/runner-h200.json "$W/runner-h200.json" > "$W/runner-compare.txt" 2>&1;
             echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
     detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
-                 --budget ${DETECTION_BUDGET:-420} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
+                 --budget ${DETECTION_BUDGET:-420} ${DETECTION_ARGS:-} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
     pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" > "$W/pipeline.log" 2>&1;
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
