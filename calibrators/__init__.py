@@ -20,13 +20,23 @@ from trtkit._lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
-    "ALGORITHMS": "calibrators.algorithms", "compute_amax": "calibrators.algorithms",
-    "compute_amaxes": "calibrators.algorithms", "CalibrationTable": "calibrators.cache",
-    "Provenance": "calibrators.cache", "load_cache": "calibrators.cache", "parse_cache": "calibrators.cache",
-    "write_cache": "calibrators.cache", "Histogram": "calibrators.histogram", "HistogramSet": "calibrators.histogram",
-    "Preprocess": "calibrators.preprocess", "parse_preprocess": "calibrators.preprocess",
-    "ArrayFolderSource": "calibrators.sources", "ImageFolderSource": "calibrators.sources",
-    "IterableSource": "calibrators.sources", "batches": "calibrators.sources", "open_source": "calibrators.sources",
+    "ALGORITHMS": "calibrators.algorithms",
+    "compute_amax": "calibrators.algorithms",
+    "compute_amaxes": "calibrators.algorithms",
+    "CalibrationTable": "calibrators.cache",
+    "Provenance": "calibrators.cache",
+    "load_cache": "calibrators.cache",
+    "parse_cache": "calibrators.cache",
+    "write_cache": "calibrators.cache",
+    "Histogram": "calibrators.histogram",
+    "HistogramSet": "calibrators.histogram",
+    "Preprocess": "calibrators.preprocess",
+    "parse_preprocess": "calibrators.preprocess",
+    "ArrayFolderSource": "calibrators.sources",
+    "ImageFolderSource": "calibrators.sources",
+    "IterableSource": "calibrators.sources",
+    "batches": "calibrators.sources",
+    "open_source": "calibrators.sources",
     "CalibrationSettings": "calibrators.settings",
 }
 

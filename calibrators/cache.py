@@ -96,15 +96,17 @@ def parse_cache(data: bytes | str, source: str = "calibration cache") -> Calibra
     if not lines:
         raise CalibrationError(f"{source} is empty: it is not a TensorRT calibration cache.")
     if not lines[0].startswith("TRT-"):
-        raise CalibrationError(f"{source} is not a TensorRT calibration cache: it starts with {_shown(lines[0])}, "
-                               "not 'TRT-'.")
+        raise CalibrationError(
+            f"{source} is not a TensorRT calibration cache: it starts with {_shown(lines[0])}, not 'TRT-'."
+        )
     table = CalibrationTable(header=lines[0])
     for number, line in enumerate(lines[1:], start=2):
         name, sep, value = line.rpartition(":")
         value = value.strip()
         if not sep or not 1 <= len(value) <= 8 or not _is_hex(value):
-            raise CalibrationError(f"{source}, line {number}: {_shown(line)} is not '<tensor name>: <scale as up to 8 "
-                                   f"hex digits>'.")
+            raise CalibrationError(
+                f"{source}, line {number}: {_shown(line)} is not '<tensor name>: <scale as up to 8 hex digits>'."
+            )
         table.scales[name.strip()] = hex_to_scale(value)
     return table
 
@@ -187,8 +189,9 @@ def write_cache(cache_path, table_or_bytes, provenance: Provenance) -> None:
     write_bytes_atomic(sidecar_path(cache_path), provenance.to_json().encode())
 
 
-def load_cache(cache_path, expected: Provenance | None = None, *, force: bool = False,
-               fields=None) -> CalibrationTable | None:
+def load_cache(
+    cache_path, expected: Provenance | None = None, *, force: bool = False, fields=None
+) -> CalibrationTable | None:
     """Load a cache if it exists and matches ``expected``.
 
     Args:
@@ -229,6 +232,7 @@ def _provenance_problems(cache_path: Path, expected: Provenance, fields) -> list
         return [f"it has no provenance file '{side.name}' (it was not written by trtkit, so its origin is unknown)"]
     stored = Provenance.from_json(side.read_text(), f"'{side}'")
     if expected.data_digest is None:
-        logger.warning("Calibration data has no identity; the cache '%s' is matched without checking the data.",
-                       cache_path)
+        logger.warning(
+            "Calibration data has no identity; the cache '%s' is matched without checking the data.", cache_path
+        )
     return stored.differences(expected, fields)

@@ -57,16 +57,24 @@ class PtxKernels:
 
     def histogram(self, ptr: int, n: int, scale: np.float32, counts: int, bins: int, stream: int) -> None:
         """``counts[b] += #{x : min(int(|x| * scale), bins - 1) == b}`` over finite ``x`` (``counts``: uint64)."""
-        self._launch(self._histogram, n, 4 * bins, stream,
-                     [(ptr, np.uint64), (n, np.uint64), (scale, np.float32), (counts, np.uint64), (bins, np.int32)])
+        self._launch(
+            self._histogram,
+            n,
+            4 * bins,
+            stream,
+            [(ptr, np.uint64), (n, np.uint64), (scale, np.float32), (counts, np.uint64), (bins, np.int32)],
+        )
 
     def _launch(self, function, n: int, shared: int, stream: int, args: list) -> None:
         values = [np.array([value], dtype=dtype) for value, dtype in args]
         params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
         grid = max(1, min(MAX_BLOCKS, -(-n // BLOCK)))
-        self._check(self._driver.cuLaunchKernel(function, grid, 1, 1, BLOCK, 1, 1, shared,
-                                                self._driver.CUstream(int(stream)), params.ctypes.data, 0),
-                    "cuLaunchKernel")
+        self._check(
+            self._driver.cuLaunchKernel(
+                function, grid, 1, 1, BLOCK, 1, 1, shared, self._driver.CUstream(int(stream)), params.ctypes.data, 0
+            ),
+            "cuLaunchKernel",
+        )
 
     def close(self) -> None:
         if self._module is not None:

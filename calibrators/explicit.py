@@ -55,8 +55,9 @@ class ExplicitResult:
         return f"{text} ({where.upper()})" if text and where else text
 
 
-def make_qdq_model(trt, model, session, build_engine: Callable[[object], bytes],
-                   options: QdqOptions | None = None) -> ExplicitResult:
+def make_qdq_model(
+    trt, model, session, build_engine: Callable[[object], bytes], options: QdqOptions | None = None
+) -> ExplicitResult:
     """The Q/DQ model for ``model``: amax from a matching cache, or from calibration in TensorRT.
 
     Args:
@@ -81,13 +82,15 @@ def make_qdq_model(trt, model, session, build_engine: Callable[[object], bytes],
         qdq, plan = insert_qdq(work, amax, plan)
         return ExplicitResult(qdq, plan, amax, from_cache=True)
     started = time.perf_counter()
-    hists, samples, timings = collect_histograms(trt, work, plan.activations, session, build_engine,
-                                                 where=session.settings.histograms)
+    hists, samples, timings = collect_histograms(
+        trt, work, plan.activations, session, build_engine, where=session.settings.histograms
+    )
     seconds = time.perf_counter() - started
     amax = compute_amaxes(hists, session.algorithm, session.settings.percentile)
     session.save(table_from_amaxes(amax, compat.version(trt), session.algorithm), samples=samples)
-    logger.info("Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples,
-                seconds)
+    logger.info(
+        "Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples, seconds
+    )
     qdq, plan = insert_qdq(work, amax, plan, strict=True)
     return ExplicitResult(qdq, plan, amax, samples=samples, seconds=seconds, timings=timings)
 

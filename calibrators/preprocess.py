@@ -62,8 +62,16 @@ class Preprocess:
         return data
 
 
-_FIELDS = {"size": "HxW", "resize": "stretch|letterbox", "color": "RGB|BGR|GRAY", "scale": "float",
-           "mean": "a/b/c", "std": "a/b/c", "layout": "NCHW|NHWC", "pad": "0-255"}
+_FIELDS = {
+    "size": "HxW",
+    "resize": "stretch|letterbox",
+    "color": "RGB|BGR|GRAY",
+    "scale": "float",
+    "mean": "a/b/c",
+    "std": "a/b/c",
+    "layout": "NCHW|NHWC",
+    "pad": "0-255",
+}
 
 
 def parse_preprocess(text: str | None) -> dict:
@@ -90,7 +98,8 @@ def parse_preprocess(text: str | None) -> dict:
             out.update(_parse_field(key, value))
         except ValueError:
             raise CalibrationError(
-                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.") from None
+                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}."
+            ) from None
     Preprocess(**out)  # validate the choices now, with Preprocess's messages
     return out
 

@@ -66,8 +66,9 @@ class CalibrationSession:
         logger.info("Wrote calibration cache '%s'.", self.settings.cache_path)
 
 
-def prepare(settings, loaded_model, trt_version: str, batch_size: int,
-            spec: SampleSpec | None = None) -> CalibrationSession:
+def prepare(
+    settings, loaded_model, trt_version: str, batch_size: int, spec: SampleSpec | None = None
+) -> CalibrationSession:
     """Resolve calibration settings for a model.
 
     Args:

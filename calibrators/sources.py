@@ -31,12 +31,20 @@ _MAX_LISTED = 10
 
 
 def _list_files(folder: Path, extensions: tuple[str, ...], kind: str) -> list[Path]:
-    return list_files(folder, extensions, kind, error=CalibrationError, missing="Calibration data folder",
-                      empty="Calibration folder")
+    return list_files(
+        folder, extensions, kind, error=CalibrationError, missing="Calibration data folder", empty="Calibration folder"
+    )
 
 
-def list_files(folder: Path, extensions: tuple[str, ...], kind: str, *, error: type = CalibrationError,
-               missing: str = "Folder", empty: str = "Folder") -> list[Path]:
+def list_files(
+    folder: Path,
+    extensions: tuple[str, ...],
+    kind: str,
+    *,
+    error: type = CalibrationError,
+    missing: str = "Folder",
+    empty: str = "Folder",
+) -> list[Path]:
     """The files under ``folder`` (recursively, sorted) whose suffix is one of ``extensions``.
 
     Raises:
@@ -68,8 +76,7 @@ def _raise_unreadable(folder: Path, failures: list[tuple[Path, str]]) -> None:
     listed = "; ".join(f"{p.relative_to(folder)}: {why}" for p, why in failures[:_MAX_LISTED])
     more = f" (and {len(failures) - _MAX_LISTED} more)" if len(failures) > _MAX_LISTED else ""
     raise CalibrationError(
-        f"{len(failures)} calibration file(s) in '{folder}' cannot be read: {listed}{more}. "
-        f"Remove or replace them."
+        f"{len(failures)} calibration file(s) in '{folder}' cannot be read: {listed}{more}. Remove or replace them."
     )
 
 
@@ -339,15 +346,19 @@ class SampleSpec:
         arr = _as_array(where, name, arr)
         dims = self.inputs.get(name)
         if dims is None:
-            raise CalibrationError(f"Calibration {where} has an array '{name}' that is not a model input; the inputs "
-                                   f"are {sorted(self.inputs)}.")
+            raise CalibrationError(
+                f"Calibration {where} has an array '{name}' that is not a model input; the inputs "
+                f"are {sorted(self.inputs)}."
+            )
         _check_dtype(where, name, arr, self.dtypes.get(name))
         if arr.ndim == len(dims) - 1:
             arr = arr[None]
         if arr.ndim != len(dims):
-            raise CalibrationError(f"Calibration {where}: array '{name}' has shape {arr.shape}; input '{name}' has "
-                                   f"{len(dims)} dims ({_dims_text(dims)}), so give arrays of that rank (or one less "
-                                   f"for a single sample).")
+            raise CalibrationError(
+                f"Calibration {where}: array '{name}' has shape {arr.shape}; input '{name}' has "
+                f"{len(dims)} dims ({_dims_text(dims)}), so give arrays of that rank (or one less "
+                f"for a single sample)."
+            )
         if arr.shape[0] == 0:
             raise CalibrationError(f"Calibration {where}: array '{name}' holds no samples (shape {arr.shape}).")
         self._check_sample_shape(where, name, arr.shape, dims)
@@ -358,17 +369,22 @@ class SampleSpec:
         for axis in range(1, len(dims)):
             size, want = shape[axis], dims[axis]
             bad = (want != -1 and size != want) or (
-                want == -1 and low is not None and not low[axis] <= size <= high[axis])
+                want == -1 and low is not None and not low[axis] <= size <= high[axis]
+            )
             if bad:
                 accepted = _dims_text(dims) if low is None else f"{_dims_text(low)} .. {_dims_text(high)}"
-                raise CalibrationError(f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}; input "
-                                       f"'{name}' takes {accepted} (batch axis first), so axis {axis} must be "
-                                       f"{want if want != -1 else f'{low[axis]}..{high[axis]}'}.")
+                raise CalibrationError(
+                    f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}; input "
+                    f"'{name}' takes {accepted} (batch axis first), so axis {axis} must be "
+                    f"{want if want != -1 else f'{low[axis]}..{high[axis]}'}."
+                )
         first = self._seen.setdefault(name, (where, shape[1:]))
         if first[1] != shape[1:]:
-            raise CalibrationError(f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}, but "
-                                   f"{first[0]} has {first[1]}; a calibration batch has one shape, so give every "
-                                   f"sample the same shape.")
+            raise CalibrationError(
+                f"Calibration {where}: array '{name}' has samples of shape {shape[1:]}, but "
+                f"{first[0]} has {first[1]}; a calibration batch has one shape, so give every "
+                f"sample the same shape."
+            )
 
 
 def _as_array(where: str, name: str, arr) -> np.ndarray:
@@ -377,8 +393,10 @@ def _as_array(where: str, name: str, arr) -> np.ndarray:
     except (ValueError, TypeError) as exc:  # ragged nested lists
         raise CalibrationError(f"Calibration {where}: '{name}' is not a rectangular array ({exc}).") from exc
     if arr.dtype == object or arr.dtype.kind not in "biuf":
-        raise CalibrationError(f"Calibration {where}: array '{name}' holds {arr.dtype} values (mixed or non-numeric "
-                               f"data); give numeric arrays.")
+        raise CalibrationError(
+            f"Calibration {where}: array '{name}' holds {arr.dtype} values (mixed or non-numeric "
+            f"data); give numeric arrays."
+        )
     return arr
 
 
@@ -387,8 +405,10 @@ def _check_dtype(where: str, name: str, arr: np.ndarray, want) -> None:
         return
     groups = {"f": "floating point", "i": "integer", "u": "integer", "b": "boolean"}
     if groups.get(arr.dtype.kind) != groups.get(want.kind):
-        raise CalibrationError(f"Calibration {where}: array '{name}' is {arr.dtype}; input '{name}' takes {want}, so "
-                               f"give {groups.get(want.kind, str(want))} arrays (e.g. {want}).")
+        raise CalibrationError(
+            f"Calibration {where}: array '{name}' is {arr.dtype}; input '{name}' takes {want}, so "
+            f"give {groups.get(want.kind, str(want))} arrays (e.g. {want})."
+        )
 
 
 def _dims_text(dims) -> str:

@@ -28,8 +28,16 @@ from trtkit.runtime.runner import TrtRunner
 logger = logging.getLogger("trtkit")
 
 
-def collect_histograms(trt, model, tensors: list, session, build_engine: Callable[[object], bytes], *,
-                       threads: int | None = None, where: str = "auto"):
+def collect_histograms(
+    trt,
+    model,
+    tensors: list,
+    session,
+    build_engine: Callable[[object], bytes],
+    *,
+    threads: int | None = None,
+    where: str = "auto",
+):
     """Histograms of ``tensors`` over the calibration data, computed by running the FP32 model in TensorRT.
 
     Args:
@@ -56,8 +64,11 @@ def collect_histograms(trt, model, tensors: list, session, build_engine: Callabl
     started = time.perf_counter()
     engine = build_engine(with_outputs(model, marked))
     timings: dict[str, Any] = {"engine_build": time.perf_counter() - started, "forward": 0.0, "histograms": 0.0}
-    logger.info("Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.", len(marked),
-                timings["engine_build"])
+    logger.info(
+        "Calibration: FP32 statistics engine with %d extra outputs built in %.1f s.",
+        len(marked),
+        timings["engine_build"],
+    )
     cuda = default_cuda()
     kernels = _histogram_kernels(cuda, where) if marked else None
     timings["histograms_on"] = "gpu" if kernels is not None else "cpu"
@@ -65,8 +76,10 @@ def collect_histograms(trt, model, tensors: list, session, build_engine: Callabl
     for name in tensors:  # in plan order (the cache's), and before worker threads add to them
         hists.histogram(name)
     workers = threads or min(8, os.cpu_count() or 1)
-    with (TrtRunner(engine, trt=trt, cuda=cuda, check_manifest=False, device_outputs=kernels is not None)
-          as runner, ThreadPoolExecutor(workers) as pool):
+    with (
+        TrtRunner(engine, trt=trt, cuda=cuda, check_manifest=False, device_outputs=kernels is not None) as runner,
+        ThreadPoolExecutor(workers) as pool,
+    ):
         device = DeviceHistograms(cuda, kernels, hists.bins) if kernels is not None else None
         try:
             for feed in session.batches():
@@ -117,8 +130,11 @@ def _histogram_kernels(cuda, where: str):
     kernels, reason = load_kernels(cuda)
     if kernels is None:
         if where == "gpu":
-            raise CalibrationError(f"The GPU calibration histograms are not available ({reason}); use "
-                                   "calibration.histograms='cpu' (or 'auto')", field="calibration.histograms")
+            raise CalibrationError(
+                f"The GPU calibration histograms are not available ({reason}); use "
+                "calibration.histograms='cpu' (or 'auto')",
+                field="calibration.histograms",
+            )
         logger.info("Calibration histograms are computed on the CPU: the GPU kernels did not load (%s).", reason)
     return kernels
 

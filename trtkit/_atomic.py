@@ -128,12 +128,19 @@ def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
         check_writable(path, field=field)
         for other, src in ins:
             if same_file(path, src):
-                raise UsageError(f"{field} '{path}' is the same file as {other} '{src}'; writing it would destroy "
-                                 f"the {other}: give another path", field=field, accepted=f"a path other than {other}")
+                raise UsageError(
+                    f"{field} '{path}' is the same file as {other} '{src}'; writing it would destroy "
+                    f"the {other}: give another path",
+                    field=field,
+                    accepted=f"a path other than {other}",
+                )
         for other, dst in outs[:i]:
             if same_file(path, dst):
-                raise UsageError(f"{field} '{path}' is the same file as {other} '{dst}'; give each its own path",
-                                 field=field, accepted=f"a path other than {other}")
+                raise UsageError(
+                    f"{field} '{path}' is the same file as {other} '{dst}'; give each its own path",
+                    field=field,
+                    accepted=f"a path other than {other}",
+                )
 
 
 def same_file(a, b) -> bool:
@@ -152,8 +159,9 @@ def _folder(path: Path) -> Path:
 
 def _check_target(path: Path, folder: Path, *, field: str | None = None) -> None:
     if path.is_dir():
-        raise UsageError(f"Cannot write '{path}': it is a folder; give a file name inside it", field=field,
-                         accepted="a file path")
+        raise UsageError(
+            f"Cannot write '{path}': it is a folder; give a file name inside it", field=field, accepted="a file path"
+        )
     if not folder.is_dir():
         raise WriteError(f"Cannot write '{path}': folder '{folder}' does not exist", field=field)
 

@@ -32,18 +32,33 @@ def integer(field: str, value, *, low: int | None = None, high: int | None = Non
     return value
 
 
-def number(field: str, value, *, low: float | None = None, high: float | None = None, optional: bool = False,
-           above: float | None = None):
+def number(
+    field: str,
+    value,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    optional: bool = False,
+    above: float | None = None,
+):
     """An int or float within ``low..high`` (and strictly above ``above``); ``None`` passes when ``optional``."""
     if value is None and optional:
         return None
-    accepted = _range_text(f"a number above {above}" if above is not None else "a number", low, high,
-                           joint=" and" if above is not None else "") + (" or None" if optional else "")
+    accepted = _range_text(
+        f"a number above {above}" if above is not None else "a number",
+        low,
+        high,
+        joint=" and" if above is not None else "",
+    ) + (" or None" if optional else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_numpy_number(value):
         fail(field, value, accepted)
     value = float(value)
-    if value != value or (low is not None and value < low) or (high is not None and value > high) or (
-            above is not None and value <= above):
+    if (
+        value != value
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+        or (above is not None and value <= above)
+    ):
         fail(field, value, accepted)
     return value
 

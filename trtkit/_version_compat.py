@@ -273,8 +273,10 @@ def parser_supports_model(parser, model_bytes: bytes, path: str | None = None) -
     args = (model_bytes, path) if path else (model_bytes,)
     if hasattr(parser, "supports_model_v2"):
         ok = bool(parser.supports_model_v2(*args))
-        subgraphs = [([int(i) for i in parser.get_subgraph_nodes(k)], bool(parser.is_subgraph_supported(k)))
-                     for k in range(int(parser.num_subgraphs))]
+        subgraphs = [
+            ([int(i) for i in parser.get_subgraph_nodes(k)], bool(parser.is_subgraph_supported(k)))
+            for k in range(int(parser.num_subgraphs))
+        ]
         return ok, subgraphs
     ok, subgraphs = parser.supports_model(*args)
     return bool(ok), [([int(i) for i in nodes], bool(supported)) for nodes, supported in subgraphs]

@@ -55,9 +55,13 @@ def run_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str], Non
 def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> dict:
     dims = "x".join(map(str, SAMPLE_SHAPE))
     # the FP32 row is true FP32 (TF32 off), so it is judged against FP32's tolerance
-    config = BuildConfig(precision=precision, tactic_sources=settings.tactic_sources, tf32=False,
-                         profiles=[parse_shapes(f"{SAMPLE_INPUT}:1x{dims},{settings.batch}x{dims},{MAX_BATCH}x{dims}")],
-                         timing_cache=str(workdir / "timing.cache"))
+    config = BuildConfig(
+        precision=precision,
+        tactic_sources=settings.tactic_sources,
+        tf32=False,
+        profiles=[parse_shapes(f"{SAMPLE_INPUT}:1x{dims},{settings.batch}x{dims},{MAX_BATCH}x{dims}")],
+        timing_cache=str(workdir / "timing.cache"),
+    )
     on_step(f"building the {precision.upper()} engine")
     engine_path = workdir / f"sample_cnn.{precision}.engine"
     result = build(model_path, config, output=engine_path)
@@ -71,8 +75,10 @@ def _one_precision(precision, model_path, workdir, feed, settings, on_step) -> d
         "engine_size": len(result.engine),
         "median_ms": round(_percentile(times, 50), 4),
         "p99_ms": round(_percentile(times, 99), 4),
-        "max_abs_err": max((r.metrics.max_abs_error for r in worst
-                            if r.metrics is not None and r.metrics.max_abs_error is not None), default=None),
+        "max_abs_err": max(
+            (r.metrics.max_abs_error for r in worst if r.metrics is not None and r.metrics.max_abs_error is not None),
+            default=None,
+        ),
         "rel_err": report.max_error_ratio,
         "verdict": "PASS" if report.passed else "FAIL",
         "detail": report.verdict(),
@@ -112,19 +118,26 @@ def run_cpu_demo(workdir: Path, settings: DemoSettings, on_step: Callable[[str],
     feed = {SAMPLE_INPUT: rng.standard_normal((settings.batch, *SAMPLE_SHAPE)).astype(np.float32)}
     on_step("running the FP32 model on the CPU (onnx's reference evaluator)")
     reference = _first_output(ReferenceEvaluator(model), feed)
-    rows: list[dict[str, Any]] = [{"step": "fp32 model", "what": f"output {tuple(reference.shape)}", "rel_err": None,
-                                   "verdict": "reference"}]
+    rows: list[dict[str, Any]] = [
+        {"step": "fp32 model", "what": f"output {tuple(reference.shape)}", "rel_err": None, "verdict": "reference"}
+    ]
     on_step("casting the model to FP16 and running it on the CPU")
     conversion = convert_to_fp16(model)
     onnx.save(conversion.model, str(workdir / "sample_cnn.fp16.onnx"))
     half = _first_output(ReferenceEvaluator(conversion.model), feed).astype(np.float32)
     rel = float(np.abs(half - reference).max() / max(float(np.abs(reference).max()), 1e-12))
-    rows.append({"step": "fp16 model (cast by trtkit)",
-                 "what": f"{conversion.casts} Cast(s), {len(conversion.kept_fp32)} node(s) kept FP32",
-                 "rel_err": round(rel, 6), "verdict": "PASS" if rel <= FP16_CPU_TOLERANCE else "FAIL"})
+    rows.append(
+        {
+            "step": "fp16 model (cast by trtkit)",
+            "what": f"{conversion.casts} Cast(s), {len(conversion.kept_fp32)} node(s) kept FP32",
+            "rel_err": round(rel, 6),
+            "verdict": "PASS" if rel <= FP16_CPU_TOLERANCE else "FAIL",
+        }
+    )
     on_step("planning INT8 Q/DQ placement")
-    rows.append({"step": "int8 Q/DQ placement", "what": plan_qdq(model).summary(), "rel_err": None,
-                 "verdict": "planned"})
+    rows.append(
+        {"step": "int8 Q/DQ placement", "what": plan_qdq(model).summary(), "rel_err": None, "verdict": "planned"}
+    )
     return rows
 
 

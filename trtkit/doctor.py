@@ -37,9 +37,12 @@ def _check_tensorrt():
         import tensorrt as trt
     except ImportError as exc:
         missing_lib = "libnvinfer" in str(exc)
-        fix = ("TensorRT's libraries are not found: install the full wheel (`pip install tensorrt`) or add its lib "
-               "folder to LD_LIBRARY_PATH" if missing_lib else
-               "`pip install tensorrt` (the build matching your CUDA major: tensorrt-cu12 / tensorrt-cu13)")
+        fix = (
+            "TensorRT's libraries are not found: install the full wheel (`pip install tensorrt`) or add its lib "
+            "folder to LD_LIBRARY_PATH"
+            if missing_lib
+            else "`pip install tensorrt` (the build matching your CUDA major: tensorrt-cu12 / tensorrt-cu13)"
+        )
         return None, Check("tensorrt", False, f"not importable: {exc}", fix)
     return trt, Check("tensorrt", True, str(getattr(trt, "__version__", "?")))
 
@@ -49,33 +52,59 @@ def _check_cuda_python():
     try:
         rt = cudart()
     except Exception as exc:  # noqa: BLE001 - report any import failure
-        return None, Check("cuda-python", False, f"not importable: {exc}",
-                           f"{cuda_python_command(12)} for a CUDA 12 driver, {cuda_python_command(13)} for a CUDA 13 "
-                           "driver (`nvidia-smi` shows which: 'CUDA Version' in its header)")
+        return None, Check(
+            "cuda-python",
+            False,
+            f"not importable: {exc}",
+            f"{cuda_python_command(12)} for a CUDA 12 driver, {cuda_python_command(13)} for a CUDA 13 "
+            "driver (`nvidia-smi` shows which: 'CUDA Version' in its header)",
+        )
     return rt, Check("cuda-python", True, version)
 
 
 def _check_driver_and_gpu(rt) -> list:
     err, driver = rt.cudaDriverGetVersion()
     if int(err) != 0 or driver == 0:
-        return [Check("CUDA driver", False, "no NVIDIA driver found",
-                      "install the NVIDIA driver, or run on a machine with an NVIDIA GPU")]
+        return [
+            Check(
+                "CUDA driver",
+                False,
+                "no NVIDIA driver found",
+                "install the NVIDIA driver, or run on a machine with an NVIDIA GPU",
+            )
+        ]
     driver_major = driver // 1000
     checks = [Check("CUDA driver", True, f"supports CUDA {driver // 1000}.{(driver % 1000) // 10}")]
     cp_major = _major(package_version("cuda-python") or package_version("cuda-bindings"))
     if cp_major and cp_major > driver_major:
-        checks.append(Check("cuda-python vs driver", False,
-                            f"cuda-python {cp_major}.x needs a CUDA {cp_major} driver; this driver supports CUDA "
-                            f"{driver_major}", cuda_python_command(driver_major)))
+        checks.append(
+            Check(
+                "cuda-python vs driver",
+                False,
+                f"cuda-python {cp_major}.x needs a CUDA {cp_major} driver; this driver supports CUDA {driver_major}",
+                cuda_python_command(driver_major),
+            )
+        )
     err, count = rt.cudaGetDeviceCount()
     if int(err) != 0 or count == 0:
         name = getattr(err, "name", str(err))
-        checks.append(Check("GPU", False, f"no CUDA device ({name})",
-                            "check `nvidia-smi`, CUDA_VISIBLE_DEVICES and that the driver matches the kernel"))
+        checks.append(
+            Check(
+                "GPU",
+                False,
+                f"no CUDA device ({name})",
+                "check `nvidia-smi`, CUDA_VISIBLE_DEVICES and that the driver matches the kernel",
+            )
+        )
         return checks
     info = device_info()
-    checks.append(Check("GPU", True, f"{count} device(s); 0: {info.get('name')} (compute capability "
-                                     f"{info.get('compute_capability')})"))
+    checks.append(
+        Check(
+            "GPU",
+            True,
+            f"{count} device(s); 0: {info.get('name')} (compute capability {info.get('compute_capability')})",
+        )
+    )
     return checks
 
 
@@ -83,8 +112,12 @@ def _check_builder(trt) -> Check:
     try:
         builder = trt.Builder(make_trt_logger(trt))
     except Exception as exc:  # noqa: BLE001
-        return Check("TensorRT builder", False, f"cannot be created: {exc}",
-                     "TensorRT and the driver disagree: install a TensorRT built for this driver's CUDA major")
+        return Check(
+            "TensorRT builder",
+            False,
+            f"cannot be created: {exc}",
+            "TensorRT and the driver disagree: install a TensorRT built for this driver's CUDA major",
+        )
     fast = getattr(builder, "platform_has_fast_fp16", None)
     return Check("TensorRT builder", True, "created" + ("" if fast is None else f"; fast FP16: {bool(fast)}"))
 

@@ -88,8 +88,13 @@ class ProfileError(TrtkitError):
 class ShapeSpecError(ProfileError, UsageError):
     """Shape or profile text is malformed, or its min/opt/max do not hold together (``field`` is ``shapes``)."""
 
-    def __init__(self, message: str = "", *, field: str | None = "shapes",
-                 accepted: str | None = "NAME:MIN,OPT,MAX per input, e.g. images:1x3x224x224,8x3x224x224,32x3x224x224"):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        field: str | None = "shapes",
+        accepted: str | None = "NAME:MIN,OPT,MAX per input, e.g. images:1x3x224x224,8x3x224x224,32x3x224x224",
+    ):
         super().__init__(message, field=field, accepted=accepted)
 
 

@@ -23,10 +23,13 @@ def describe_onnx(loaded) -> dict:
         "opset": loaded.opset,
         "ir_version": loaded.proto.ir_version,
         "producer": f"{loaded.proto.producer_name} {loaded.proto.producer_version}".strip(),
-        "inputs": [{"name": n, "dtype": _onnx_dtype(onnx, in_types.get(n)), "shape": _dims(d)}
-                   for n, d in inputs.items()],
-        "outputs": [{"name": v.name, "dtype": _onnx_dtype(onnx, v.type.tensor_type.elem_type),
-                     "shape": _dims(value_dims(v))} for v in graph.output],
+        "inputs": [
+            {"name": n, "dtype": _onnx_dtype(onnx, in_types.get(n)), "shape": _dims(d)} for n, d in inputs.items()
+        ],
+        "outputs": [
+            {"name": v.name, "dtype": _onnx_dtype(onnx, v.type.tensor_type.elem_type), "shape": _dims(value_dims(v))}
+            for v in graph.output
+        ],
         "nodes": len(graph.node),
         "initializers": len(graph.initializer),
         "ops": dict(Counter(n.op_type for n in graph.node).most_common()),
@@ -49,12 +52,14 @@ def describe_engine(engine, trt) -> dict:
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         mode = engine.get_tensor_mode(name)
-        tensors.append({
-            "name": name,
-            "mode": compat.enum_name(mode),
-            "dtype": compat.enum_name(engine.get_tensor_dtype(name)),
-            "shape": list(engine.get_tensor_shape(name)),
-        })
+        tensors.append(
+            {
+                "name": name,
+                "mode": compat.enum_name(mode),
+                "dtype": compat.enum_name(engine.get_tensor_dtype(name)),
+                "shape": list(engine.get_tensor_shape(name)),
+            }
+        )
     profiles = []
     for p in range(engine.num_optimization_profiles):
         shapes = {}
@@ -72,7 +77,9 @@ def describe_engine(engine, trt) -> dict:
         "profiles": profiles,
         "device_memory_bytes": compat.device_memory_size(engine),
         "num_layers": engine.num_layers if hasattr(engine, "num_layers") else len(layers),
-        "layers": [{"name": layer.name, "type": layer.layer_type, "precision": layer.precision, "tactic": layer.tactic}
-                   for layer in layers],
+        "layers": [
+            {"name": layer.name, "type": layer.layer_type, "precision": layer.precision, "tactic": layer.tactic}
+            for layer in layers
+        ],
         "layers_by_precision": dict(Counter(layer.precision or "unknown" for layer in layers)) if layers else {},
     }

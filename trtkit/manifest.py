@@ -109,8 +109,12 @@ class BuildInfo:
     @classmethod
     def from_json(cls, data: dict) -> BuildInfo:
         rest = {k: v for k, v in data.items() if k not in ("profiles", "precision_plan", "num_profiles")}
-        return cls(rest, list(data.get("profiles") or []), PrecisionPlanInfo.from_json(data.get("precision_plan")),
-                   data.get("num_profiles"))
+        return cls(
+            rest,
+            list(data.get("profiles") or []),
+            PrecisionPlanInfo.from_json(data.get("precision_plan")),
+            data.get("num_profiles"),
+        )
 
 
 @dataclass
@@ -144,8 +148,12 @@ class Manifest:
 
     def to_json(self) -> dict:
         """The JSON-ready dict written to ``<engine>.manifest.json`` (keys of the format written since format 1)."""
-        data = {**self.extra, "format": self.format, "environment": asdict(self.environment),
-                "model": asdict(self.model)}
+        data = {
+            **self.extra,
+            "format": self.format,
+            "environment": asdict(self.environment),
+            "model": asdict(self.model),
+        }
         if self.build is not None:
             data["build"] = self.build.to_json()
         for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare"):
@@ -167,10 +175,21 @@ class Manifest:
             raise EngineError(f"A manifest must be a JSON object; got {type(data).__name__}")
         version = data.get("format", 1)
         if not isinstance(version, int) or version > FORMAT:
-            raise EngineError(f"The manifest has format {version!r}; this trtkit reads formats 1 to {FORMAT}. "
-                              f"Upgrade trtkit or rebuild the engine.")
-        known = {"format", "environment", "model", "build", "build_seconds", "engine_bytes", "precision_report",
-                 "engine_file", "prepare"}
+            raise EngineError(
+                f"The manifest has format {version!r}; this trtkit reads formats 1 to {FORMAT}. "
+                f"Upgrade trtkit or rebuild the engine."
+            )
+        known = {
+            "format",
+            "environment",
+            "model",
+            "build",
+            "build_seconds",
+            "engine_bytes",
+            "precision_report",
+            "engine_file",
+            "prepare",
+        }
         build = data.get("build")
         return cls(
             environment=Environment.from_json(data.get("environment")),
@@ -293,4 +312,3 @@ def check_manifest(manifest, *, engine_path=None, current=None, allow_mismatch: 
             f"or set allow_mismatch=True to try loading it anyway."
         )
     return found
-

@@ -96,8 +96,10 @@ def _load_path(path: Path, external_data: bool = True):
     proto = _decode(path.read_bytes(), f"'{path}'")
     missing = [name for name in external_data_files(proto) if not (path.parent / name).is_file()]
     if missing:
-        raise ModelError(f"'{path}': its external data file(s) {', '.join(repr(m) for m in missing)} are missing; "
-                         f"keep them in '{path.parent}' beside the model")
+        raise ModelError(
+            f"'{path}': its external data file(s) {', '.join(repr(m) for m in missing)} are missing; "
+            f"keep them in '{path.parent}' beside the model"
+        )
     if not external_data:
         return proto
     import onnx

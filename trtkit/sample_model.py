@@ -29,14 +29,23 @@ def make_sample_cnn(*, seed: int = 0, num_classes: int = 10, opset: int = 17):
     def conv_bn_relu(x, name, cin, cout, stride=1, relu=True):
         w = weight(f"{name}.w", (cout, cin, 3, 3), cin * 9)
         b = weight(f"{name}.b", (cout,), 1.0e4)
-        nodes.append(helper.make_node("Conv", [x, w, b], [f"{name}.conv"], name=f"{name}/Conv", pads=[1, 1, 1, 1],
-                                      strides=[stride, stride]))
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, w, b], [f"{name}.conv"], name=f"{name}/Conv", pads=[1, 1, 1, 1], strides=[stride, stride]
+            )
+        )
         scale = const(f"{name}.gamma", 1 + 0.1 * rng.standard_normal(cout))
         bias = const(f"{name}.beta", 0.1 * rng.standard_normal(cout))
         mean = const(f"{name}.mean", 0.1 * rng.standard_normal(cout))
         var = const(f"{name}.var", 1 + 0.1 * rng.random(cout))
-        nodes.append(helper.make_node("BatchNormalization", [f"{name}.conv", scale, bias, mean, var], [f"{name}.bn"],
-                                      name=f"{name}/BatchNormalization"))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [f"{name}.conv", scale, bias, mean, var],
+                [f"{name}.bn"],
+                name=f"{name}/BatchNormalization",
+            )
+        )
         if not relu:
             return f"{name}.bn"
         nodes.append(helper.make_node("Relu", [f"{name}.bn"], [f"{name}.out"], name=f"{name}/Relu"))
@@ -55,10 +64,12 @@ def make_sample_cnn(*, seed: int = 0, num_classes: int = 10, opset: int = 17):
     b = weight("fc.b", (num_classes,), 1.0e4)
     nodes.append(helper.make_node("Gemm", ["flat", w, b], [SAMPLE_OUTPUT], name="head/Gemm", transB=1))
     graph = helper.make_graph(
-        nodes, "trtkit_sample_cnn",
+        nodes,
+        "trtkit_sample_cnn",
         [helper.make_tensor_value_info(SAMPLE_INPUT, TensorProto.FLOAT, ["batch", *SAMPLE_SHAPE])],
         [helper.make_tensor_value_info(SAMPLE_OUTPUT, TensorProto.FLOAT, ["batch", num_classes])],
-        inits)
+        inits,
+    )
     model = helper.make_model(graph, producer_name="trtkit", opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8  # readable by the ONNX parsers of TensorRT 8.6 and later
     return model

@@ -1,7 +1,7 @@
 """Measurement: timers, statistics, reports.
 
-    from trtkit.bench import BenchSettings, benchmark
-    result = benchmark("model.engine", BenchSettings(cuda_graph=True))
+from trtkit.bench import BenchSettings, benchmark
+result = benchmark("model.engine", BenchSettings(cuda_graph=True))
 """
 
 from trtkit.bench.measure import BenchResult, BenchSettings, benchmark

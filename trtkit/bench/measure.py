@@ -89,8 +89,11 @@ def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=N
     runners = []
     try:
         for _ in range(settings.streams):
-            runners.append(TrtRunner(source, profile=settings.profile, cuda_graph=settings.cuda_graph,
-                                     trt=trt, cuda=cuda).activate())
+            runners.append(
+                TrtRunner(
+                    source, profile=settings.profile, cuda_graph=settings.cuda_graph, trt=trt, cuda=cuda
+                ).activate()
+            )
         feed = make_feed(runners[0], settings.shapes)
         return _run(runners, feed, settings)
     finally:
@@ -131,8 +134,10 @@ def make_feed(runner, shapes: dict | None, seed: int = 0) -> dict:
     names = {s.name for s in runner.input_specs}
     unknown = sorted(set(shapes) - names)
     if unknown:
-        raise InputError(f"shapes names input(s) {unknown} that the engine does not have; its inputs are "
-                         f"{sorted(names)}", field="shapes")
+        raise InputError(
+            f"shapes names input(s) {unknown} that the engine does not have; its inputs are {sorted(names)}",
+            field="shapes",
+        )
     rng = np.random.default_rng(seed)
     feed = {}
     for spec in runner.input_specs:
@@ -244,5 +249,6 @@ def _result(settings, feed, samples, queries, wall_s, e2e) -> BenchResult:
     d2h = summarize(samples["d2h"]) if settings.data_transfers else None
     warns = warnings_for(latency, enqueue, compute, cuda_graph=settings.cuda_graph)
     shapes = {name: list(array.shape) for name, array in feed.items()}
-    return BenchResult(settings, shapes, batch, queries, wall_s, qps, items, latency, enqueue, compute, h2d, d2h,
-                       e2e, warns)
+    return BenchResult(
+        settings, shapes, batch, queries, wall_s, qps, items, latency, enqueue, compute, h2d, d2h, e2e, warns
+    )

@@ -5,10 +5,24 @@ from __future__ import annotations
 from dataclasses import asdict
 
 SCHEMA_VERSION = 1
-_ROWS = (("latency", "latency (GPU)"), ("compute", "GPU compute"), ("h2d", "H2D copy"), ("d2h", "D2H copy"),
-         ("enqueue", "enqueue (host)"), ("e2e", "infer() call"), ("e2e_copied", "infer(), input copied"))
-_JSON_KEYS = {"latency": "latency_ms", "compute": "gpu_compute_ms", "h2d": "h2d_ms", "d2h": "d2h_ms",
-              "enqueue": "enqueue_ms", "e2e": "e2e_ms", "e2e_copied": "e2e_copied_ms"}
+_ROWS = (
+    ("latency", "latency (GPU)"),
+    ("compute", "GPU compute"),
+    ("h2d", "H2D copy"),
+    ("d2h", "D2H copy"),
+    ("enqueue", "enqueue (host)"),
+    ("e2e", "infer() call"),
+    ("e2e_copied", "infer(), input copied"),
+)
+_JSON_KEYS = {
+    "latency": "latency_ms",
+    "compute": "gpu_compute_ms",
+    "h2d": "h2d_ms",
+    "d2h": "d2h_ms",
+    "enqueue": "enqueue_ms",
+    "e2e": "e2e_ms",
+    "e2e_copied": "e2e_copied_ms",
+}
 _COLUMNS = ("min", "mean", "median", "p90", "p95", "p99", "max")
 
 
@@ -46,14 +60,20 @@ def render(result, console, *, title: str = "trtkit bench") -> None:
             table.add_row(label, *(_ms(getattr(summary, c)) for c in _COLUMNS))
     console.print(table)
     shapes = ", ".join(f"{n} {tuple(s)}" for n, s in result.shapes.items())
-    console.print(f"throughput: {result.qps:,.1f} qps, {result.items_per_s:,.1f} items/s "
-                  f"(batch {result.batch}, {result.queries} queries in {result.wall_s:.2f} s, "
-                  f"{result.settings.streams} stream(s), CUDA graph {'on' if result.settings.cuda_graph else 'off'})")
-    console.print(f"shapes: {shapes}; coefficient of variation: GPU compute {result.compute.cov:.2%}, "
-                  f"latency {result.latency.cov:.2%}")
-    console.print("latency: H2D + compute + D2H of one query on the GPU (CUDA events); infer() call: a whole "
-                  "TrtRunner.infer from Python, numpy in and out, the same arrays every call (page-locked in place); "
-                  "input copied: the same with pin_reused_inputs=False, as for arrays not passed again")
+    console.print(
+        f"throughput: {result.qps:,.1f} qps, {result.items_per_s:,.1f} items/s "
+        f"(batch {result.batch}, {result.queries} queries in {result.wall_s:.2f} s, "
+        f"{result.settings.streams} stream(s), CUDA graph {'on' if result.settings.cuda_graph else 'off'})"
+    )
+    console.print(
+        f"shapes: {shapes}; coefficient of variation: GPU compute {result.compute.cov:.2%}, "
+        f"latency {result.latency.cov:.2%}"
+    )
+    console.print(
+        "latency: H2D + compute + D2H of one query on the GPU (CUDA events); infer() call: a whole "
+        "TrtRunner.infer from Python, numpy in and out, the same arrays every call (page-locked in place); "
+        "input copied: the same with pin_reused_inputs=False, as for arrays not passed again"
+    )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 

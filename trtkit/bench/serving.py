@@ -18,8 +18,15 @@ from trtkit.bench.stats import percentile
 from trtkit.errors import DependencyError, ServeError, UsageError
 
 # Triton data type -> numpy dtype, for the random inputs
-_DTYPES = {"FP32": np.float32, "FP16": np.float16, "INT32": np.int32, "INT64": np.int64, "INT8": np.int8,
-           "UINT8": np.uint8, "BOOL": np.bool_}
+_DTYPES = {
+    "FP32": np.float32,
+    "FP16": np.float16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "INT8": np.int8,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
+}
 
 
 @dataclass(frozen=True)
@@ -37,15 +44,19 @@ class LoadSettings:
 
     def check(self) -> None:
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
-            raise UsageError(f"concurrency={','.join(map(str, self.concurrency))}: give levels of 1 or more, "
-                             f"e.g. (1, 8, 64)", field="concurrency", accepted="levels of 1 or more")
-        for name, ok, accepted in (("duration_s", self.duration_s > 0, "above 0"),
-                                   ("max_requests", self.max_requests >= 1, "1 or more"),
-                                   ("batch", self.batch >= 1, "1 or more"),
-                                   ("warmup_s", self.warmup_s >= 0, "0 or more")):
+            raise UsageError(
+                f"concurrency={','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. (1, 8, 64)",
+                field="concurrency",
+                accepted="levels of 1 or more",
+            )
+        for name, ok, accepted in (
+            ("duration_s", self.duration_s > 0, "above 0"),
+            ("max_requests", self.max_requests >= 1, "1 or more"),
+            ("batch", self.batch >= 1, "1 or more"),
+            ("warmup_s", self.warmup_s >= 0, "0 or more"),
+        ):
             if not ok:
-                raise UsageError(f"{name} must be {accepted}, not {getattr(self, name)}", field=name,
-                                 accepted=accepted)
+                raise UsageError(f"{name} must be {accepted}, not {getattr(self, name)}", field=name, accepted=accepted)
 
 
 @dataclass
@@ -90,8 +101,9 @@ def _client(url: str, grpc: bool):
         else:
             from tritonclient.http import aio as module
     except ImportError as exc:
-        raise DependencyError(f"Load against a server needs tritonclient ({exc}); install it with "
-                              f'pip install "trtkit[serve]"') from exc
+        raise DependencyError(
+            f'Load against a server needs tritonclient ({exc}); install it with pip install "trtkit[serve]"'
+        ) from exc
     return module, module.InferenceServerClient(url)
 
 
@@ -113,7 +125,7 @@ async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
 def _strip_scheme(url: str) -> str:
     for scheme in ("http://", "https://", "grpc://"):
         if url.startswith(scheme):
-            return url[len(scheme):]
+            return url[len(scheme) :]
     return url
 
 
@@ -135,12 +147,14 @@ async def _inputs(client, module, model: str, settings: LoadSettings, url: str) 
         if batched:
             shape = [settings.batch, *shape[1:]]
         if any(d < 0 for d in shape):
-            raise ServeError(f"Input '{spec['name']}' of model '{model}' has a dynamic dimension {spec['shape']}; "
-                             "inputs are made for a server only at fixed shapes")
+            raise ServeError(
+                f"Input '{spec['name']}' of model '{model}' has a dynamic dimension {spec['shape']}; "
+                "inputs are made for a server only at fixed shapes"
+            )
         dtype = _DTYPES.get(spec["datatype"])
         if dtype is None:
             raise ServeError(f"Input '{spec['name']}': data type {spec['datatype']} is not one trtkit can make up")
-        data = (rng.standard_normal(shape) if dtype in (np.float32, np.float16) else rng.integers(0, 2, shape))
+        data = rng.standard_normal(shape) if dtype in (np.float32, np.float16) else rng.integers(0, 2, shape)
         item = module.InferInput(spec["name"], shape, spec["datatype"])
         item.set_data_from_numpy(np.ascontiguousarray(data.astype(dtype)))
         inputs.append(item)
@@ -172,9 +186,19 @@ async def _level(client, model: str, inputs: list, concurrency: int, settings: L
     def pct(q):
         return round(percentile(done, q), 4) if done else None
 
-    return LoadResult(concurrency, len(done), len(errors), round(wall, 4), round(len(done) * settings.batch / wall, 2),
-                      round(len(done) / wall, 2), pct(50), pct(90), pct(99), sorted(set(errors))[:5],
-                      latencies if settings.keep_latencies else [])
+    return LoadResult(
+        concurrency,
+        len(done),
+        len(errors),
+        round(wall, 4),
+        round(len(done) * settings.batch / wall, 2),
+        round(len(done) / wall, 2),
+        pct(50),
+        pct(90),
+        pct(99),
+        sorted(set(errors))[:5],
+        latencies if settings.keep_latencies else [],
+    )
 
 
 def render(results: list, console, *, title: str) -> None:
@@ -186,8 +210,12 @@ def render(results: list, console, *, title: str) -> None:
     for col in ("concurrency", "requests", "failed", "inferences/s", "p50 ms", "p90 ms", "p99 ms"):
         t.add_column(col, justify="right")
     for r in results:
-        t.add_row(*(("-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for v in
-                    (r.concurrency, r.requests, r.failed, r.ips, r.p50_ms, r.p90_ms, r.p99_ms)))
+        t.add_row(
+            *(
+                ("-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.3f}")
+                for v in (r.concurrency, r.requests, r.failed, r.ips, r.p50_ms, r.p90_ms, r.p99_ms)
+            )
+        )
     console.print(t)
     for r in results:
         for text in r.errors:

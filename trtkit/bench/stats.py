@@ -61,8 +61,18 @@ def summarize(values_ms) -> Summary:
     n = len(values)
     mean = sum(values) / n
     stdev = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
-    return Summary(n, values[0], mean, percentile(values, 50), percentile(values, 90), percentile(values, 95),
-                   percentile(values, 99), values[-1], stdev, stdev / mean if mean > 0 else 0.0)
+    return Summary(
+        n,
+        values[0],
+        mean,
+        percentile(values, 50),
+        percentile(values, 90),
+        percentile(values, 95),
+        percentile(values, 99),
+        values[-1],
+        stdev,
+        stdev / mean if mean > 0 else 0.0,
+    )
 
 
 def throughput(count: int, wall_s: float, batch: int) -> tuple[float, float]:
@@ -73,8 +83,7 @@ def throughput(count: int, wall_s: float, batch: int) -> tuple[float, float]:
     return qps, qps * batch
 
 
-def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | None, *,
-                 cuda_graph: bool) -> list[str]:
+def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | None, *, cuda_graph: bool) -> list[str]:
     """Warnings about how trustworthy and how well used the measurement is.
 
     Returns:
@@ -85,11 +94,18 @@ def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | N
     out = []
     what, noisy = ("GPU compute time", compute) if compute is not None else ("Latency", latency)
     if noisy.cov > COV_LIMIT:
-        out.append(f"{what} is unstable (coefficient of variation {noisy.cov:.1%} > {COV_LIMIT:.1%}): the "
-                   f"machine is noisy (other processes, clocks, thermals); the numbers may not be repeatable")
+        out.append(
+            f"{what} is unstable (coefficient of variation {noisy.cov:.1%} > {COV_LIMIT:.1%}): the "
+            f"machine is noisy (other processes, clocks, thermals); the numbers may not be repeatable"
+        )
     if enqueue is not None and compute is not None and enqueue.median > LAUNCH_BOUND_RATIO * compute.median:
-        fix = ("enable CUDA graphs (cuda_graph=True)" if not cuda_graph
-               else "use larger batches or several streams (streams=4)")
-        out.append(f"Launch-bound: enqueue takes {enqueue.median:.3f} ms on the host, more than "
-                   f"{LAUNCH_BOUND_RATIO}x the GPU compute time ({compute.median:.3f} ms); {fix}")
+        fix = (
+            "enable CUDA graphs (cuda_graph=True)"
+            if not cuda_graph
+            else "use larger batches or several streams (streams=4)"
+        )
+        out.append(
+            f"Launch-bound: enqueue takes {enqueue.median:.3f} ms on the host, more than "
+            f"{LAUNCH_BOUND_RATIO}x the GPU compute time ({compute.median:.3f} ms); {fix}"
+        )
     return out

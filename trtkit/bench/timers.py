@@ -24,9 +24,13 @@ class EventSlot:
     def timings(self) -> dict:
         """GPU times (ms) of the finished query: ``latency``, ``h2d``, ``compute``, ``d2h``; and ``enqueue``."""
         elapsed = self.cuda.event_elapsed_ms
-        return {"latency": elapsed(self.start, self.end), "h2d": elapsed(self.start, self.h2d),
-                "compute": elapsed(self.h2d, self.compute), "d2h": elapsed(self.compute, self.end),
-                "enqueue": self.enqueue_ms}
+        return {
+            "latency": elapsed(self.start, self.end),
+            "h2d": elapsed(self.start, self.h2d),
+            "compute": elapsed(self.h2d, self.compute),
+            "d2h": elapsed(self.compute, self.end),
+            "enqueue": self.enqueue_ms,
+        }
 
     def destroy(self) -> None:
         for event in (self.start, self.h2d, self.compute, self.end):

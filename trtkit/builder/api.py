@@ -19,9 +19,18 @@ from trtkit.log import logger
 from trtkit.manifest import manifest_path
 
 
-def build(model, config: BuildConfig | None = None, *, output=None, isolate: bool = True, trt=None,
-          on_log: Callable[[str, str], None] | None = None, on_phase: Callable[[str], None] | None = None,
-          log_severity: str = "INFO", on_progress: Callable | None = None) -> BuildResult:
+def build(
+    model,
+    config: BuildConfig | None = None,
+    *,
+    output=None,
+    isolate: bool = True,
+    trt=None,
+    on_log: Callable[[str, str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    log_severity: str = "INFO",
+    on_progress: Callable | None = None,
+) -> BuildResult:
     """Build a TensorRT engine from an ONNX model.
 
     Args:
@@ -47,8 +56,16 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
             output (engine, manifest, timing cache, calibration cache, Q/DQ model) is a folder or the same file as
             the model, the calibration data or another output; WriteError when its folder is missing or read-only.
     """
-    check_arguments(model, config, output=output, isolate=isolate, on_log=on_log, on_phase=on_phase,
-                    log_severity=log_severity, on_progress=on_progress)
+    check_arguments(
+        model,
+        config,
+        output=output,
+        isolate=isolate,
+        on_log=on_log,
+        on_phase=on_phase,
+        log_severity=log_severity,
+        on_progress=on_progress,
+    )
     config = config or BuildConfig()
     check_outputs(output_files(config, output), input_files(model, config))
     check_inputs(model, config)
@@ -58,15 +75,15 @@ def build(model, config: BuildConfig | None = None, *, output=None, isolate: boo
         # callbacks stay in this process; the child streams log lines and phases back to them
         result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     else:
-        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase,
-                                  log_severity=log_severity)
+        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     if output is not None:
         save(result, output, config)
     return result
 
 
-def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on_phase=None,
-                    log_severity="INFO", on_progress=None) -> None:
+def check_arguments(
+    model, config, *, output=None, isolate=True, on_log=None, on_phase=None, log_severity="INFO", on_progress=None
+) -> None:
     """Type checks of :func:`build`'s arguments, before anything is read or run.
 
     Raises:
@@ -76,8 +93,10 @@ def check_arguments(model, config, *, output=None, isolate=True, on_log=None, on
     from trtkit.log import SEVERITIES
     from trtkit.model import LoadedModel
 
-    if not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel)) and \
-            type(model).__name__ != "ModelProto":
+    if (
+        not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel))
+        and type(model).__name__ != "ModelProto"
+    ):
         _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
     if isinstance(model, str) and not model:
         _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
@@ -112,28 +131,39 @@ def check_inputs(model, config: BuildConfig):
     calibration = config.calibration
     if calibration is not None and isinstance(calibration.source, (str, Path)):
         if not Path(calibration.source).is_dir():
-            raise CalibrationError(f"calibration.source '{calibration.source}' is not a folder; give a folder of "
-                                   "images or .npy/.npz files", field="calibration.source")
+            raise CalibrationError(
+                f"calibration.source '{calibration.source}' is not a folder; give a folder of "
+                "images or .npy/.npz files",
+                field="calibration.source",
+            )
     if calibration is not None and calibration.cache_path and Path(calibration.cache_path).is_dir():
-        raise UsageError(f"calibration.cache_path '{calibration.cache_path}' is a folder; give a file path",
-                         field="calibration.cache_path")
+        raise UsageError(
+            f"calibration.cache_path '{calibration.cache_path}' is a folder; give a file path",
+            field="calibration.cache_path",
+        )
     return loaded
 
 
 def output_files(config: BuildConfig, output=None) -> dict:
     """``{field: path}`` of every file a build with ``config`` writes (``None`` where it writes none)."""
     calibration = config.calibration
-    return {"output": output, "manifest": manifest_path(output) if output not in (None, "") else None,
-            "timing_cache": config.timing_cache, "save_qdq_onnx": config.save_qdq_onnx,
-            "save_prepared": config.save_prepared,
-            "calibration.cache_path": calibration.cache_path if calibration else None}
+    return {
+        "output": output,
+        "manifest": manifest_path(output) if output not in (None, "") else None,
+        "timing_cache": config.timing_cache,
+        "save_qdq_onnx": config.save_qdq_onnx,
+        "save_prepared": config.save_prepared,
+        "calibration.cache_path": calibration.cache_path if calibration else None,
+    }
 
 
 def input_files(model, config: BuildConfig) -> dict:
     """``{field: path}`` of the files a build reads (the model when given as a path, the calibration data)."""
     calibration = config.calibration
-    return {"model": model if isinstance(model, (str, Path)) else None,
-            "calibration.source": calibration.source if calibration else None}
+    return {
+        "model": model if isinstance(model, (str, Path)) else None,
+        "calibration.source": calibration.source if calibration else None,
+    }
 
 
 _RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
@@ -161,17 +191,26 @@ def save(result: BuildResult, output, config: BuildConfig) -> Path:
     """Write the engine, its manifest and the timing cache (when configured): all or nothing, each atomically."""
     output = Path(output)
     manifest = replace(result.manifest, engine_file=output.name)
-    files = {output: result.engine,
-             manifest_path(output): (json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n").encode()}
+    files = {
+        output: result.engine,
+        manifest_path(output): (json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n").encode(),
+    }
     if config.timing_cache and result.timing_cache:
         files[Path(config.timing_cache)] = result.timing_cache
     write_files_atomic(files)
     return output
 
 
-def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | None = None,
-                   on_phase: Callable[[str], None] | None = None, log_severity: str = "INFO",
-                   timeout: float | None = None, trt_factory: Callable[[], object] | None = None):
+def build_isolated(
+    model,
+    config=None,
+    *,
+    on_log: Callable[[str, str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    log_severity: str = "INFO",
+    timeout: float | None = None,
+    trt_factory: Callable[[], object] | None = None,
+):
     """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
 
     The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
@@ -194,6 +233,7 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
             timed out.
         TrtkitError: whatever the build raised in the child (same class and message).
     """
+
     def on_event(event: dict) -> None:
         kind = event.get("kind")
         if kind == "output":  # what TensorRT or Python printed in the child: kept for debugging, not shown
@@ -204,12 +244,25 @@ def build_isolated(model, config=None, *, on_log: Callable[[str, str], None] | N
             on_phase(*event.get("args", [event.get("name")]))
 
     factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time (CPU tests set it)
-    return isolate.run_isolated(_build_in_child, model, config, factory, log_severity, on_event=on_event,
-                                timeout=timeout, crash_context=lambda: model_crash_context(model, "the build"))
+    return isolate.run_isolated(
+        _build_in_child,
+        model,
+        config,
+        factory,
+        log_severity,
+        on_event=on_event,
+        timeout=timeout,
+        crash_context=lambda: model_crash_context(model, "the build"),
+    )
 
 
 def _build_in_child(model, config, trt_factory, log_severity):
     trt = trt_factory() if trt_factory is not None else None
-    return build_serialized(model, config, trt=trt, on_log=isolate._ChildLog(log_severity),
-                            on_phase=isolate.phase_sink,
-                            log_severity="VERBOSE")
+    return build_serialized(
+        model,
+        config,
+        trt=trt,
+        on_log=isolate._ChildLog(log_severity),
+        on_phase=isolate.phase_sink,
+        log_severity="VERBOSE",
+    )

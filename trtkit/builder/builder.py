@@ -51,10 +51,15 @@ class BuildResult:
     precision_report: dict | None = None
 
 
-def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
-                     on_log: Callable[[str, str], None] | None = None,
-                     on_phase: Callable[[str], None] | None = None,
-                     log_severity: str = "INFO") -> BuildResult:
+def build_serialized(
+    model,
+    config: BuildConfig | None = None,
+    *,
+    trt=None,
+    on_log: Callable[[str, str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    log_severity: str = "INFO",
+) -> BuildResult:
     """Parse an ONNX model and build a serialized TensorRT engine.
 
     Args:
@@ -91,8 +96,13 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     builder = _create_builder(trt, logger)
     phase("prepare")
     query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)
-    prepared = prepare(model, target=ParserTarget.from_trt(trt, query), sanitize=config.sanitize,
-                       fold_constants=config.fold_constants, nms=config.add_nms)
+    prepared = prepare(
+        model,
+        target=ParserTarget.from_trt(trt, query),
+        sanitize=config.sanitize,
+        fold_constants=config.fold_constants,
+        nms=config.add_nms,
+    )
     loaded = prepared.loaded
     if custom_ops(loaded.proto):  # plugin ops (EfficientNMS_TRT from add_nms) come from the registry: load it first
         compat.load_plugins(trt, logger)
@@ -106,14 +116,23 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     profiles = resolve_profiles(inputs, config.profiles)
     caps = compat.capabilities(trt)
     # what the settings say already (before calibration data is read), then again once the plan has chosen modes
-    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=config.strongly_typed,
-                                 explicit_int8=config.precision == "int8" and config.int8_mode == "qdq")
-    plan = precision.plan_precision(trt, loaded, config, caps,
-                                    build_statistics_engine=statistics_engine_builder(config, trt))
+    constraints.check_applicable(
+        config.precision_constraints,
+        config.precision,
+        strongly_typed=config.strongly_typed,
+        explicit_int8=config.precision == "int8" and config.int8_mode == "qdq",
+    )
+    plan = precision.plan_precision(
+        trt, loaded, config, caps, build_statistics_engine=statistics_engine_builder(config, trt)
+    )
     phase("parse")
     strongly_typed = plan.strongly_typed or config.strongly_typed
-    constraints.check_applicable(config.precision_constraints, config.precision, strongly_typed=strongly_typed,
-                                 explicit_int8=config.precision == "int8" and plan.calibrator is None)
+    constraints.check_applicable(
+        config.precision_constraints,
+        config.precision,
+        strongly_typed=strongly_typed,
+        explicit_int8=config.precision == "int8" and plan.calibrator is None,
+    )
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
     parser = trt.OnnxParser(network, logger)
     _parse(parser, plan.model, prepared, check)
@@ -122,8 +141,10 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
     constrained = constraints.apply(trt, network, bconfig, config.precision, config.precision_constraints)
     if constrained:
-        plan.notes.append(f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
-                          f"matrix multiply layer(s) set to {config.precision.upper()}")
+        plan.notes.append(
+            f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
+            f"matrix multiply layer(s) set to {config.precision.upper()}"
+        )
     cache = _load_timing_cache(bconfig, config.timing_cache, config.timing_cache_reset)
     phase("build")
     try:
@@ -139,11 +160,18 @@ def build_serialized(model, config: BuildConfig | None = None, *, trt=None,
     settings = {k: v for k, v in config.to_json().items() if k != "profiles"}
     manifest = Manifest(
         environment=environment(trt),
-        model=ModelInfo(loaded.name, prepared.source_sha256, loaded.opset,
-                        {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()}),
-        build=BuildInfo(settings, [p.to_json() for p in profiles],
-                        PrecisionPlanInfo(strongly_typed, list(plan.flags), list(plan.notes), dict(plan.calibration)),
-                        len(trt_profiles)),
+        model=ModelInfo(
+            loaded.name,
+            prepared.source_sha256,
+            loaded.opset,
+            {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()},
+        ),
+        build=BuildInfo(
+            settings,
+            [p.to_json() for p in profiles],
+            PrecisionPlanInfo(strongly_typed, list(plan.flags), list(plan.notes), dict(plan.calibration)),
+            len(trt_profiles),
+        ),
         build_seconds=round(build_seconds, 3),
         engine_bytes=len(engine),
         precision_report=report,
@@ -161,9 +189,16 @@ def statistics_engine_builder(config: BuildConfig, trt=None) -> Callable[[object
     optimization level 1 (or the user's, when lower).
     """
     level = 1 if config.optimization_level is None else min(int(config.optimization_level), 1)
-    fp32 = dataclasses.replace(config, precision="fp32", calibration=None, require_precision=False,
-                               profiling_verbosity="NONE", strongly_typed=False, save_qdq_onnx=None,
-                               optimization_level=level)
+    fp32 = dataclasses.replace(
+        config,
+        precision="fp32",
+        calibration=None,
+        require_precision=False,
+        profiling_verbosity="NONE",
+        strongly_typed=False,
+        save_qdq_onnx=None,
+        optimization_level=level,
+    )
 
     def build_statistics_engine(model) -> bytes:
         return build_serialized(model, fp32, trt=trt).engine
@@ -188,15 +223,18 @@ def failure_message(name: str, log: list, workspace_bytes: int | None) -> str:
     find any implementation for node", which reads like an unsupported op)."""
     errors = [m for s, m in log if s in ("ERROR", "INTERNAL_ERROR")]
     detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (its log says more: pass on_log=print)"
-    requested = sorted({int(found.group("n") or found.group("m")) for _, m in log if (found := _OOM.search(m))},
-                       reverse=True)
+    requested = sorted(
+        {int(found.group("n") or found.group("m")) for _, m in log if (found := _OOM.search(m))}, reverse=True
+    )
     if not requested:
         return f"TensorRT could not build an engine for '{name}': {detail}"
     limit = f"{workspace_bytes / 2**20:.0f} MiB" if workspace_bytes else "TensorRT's default (the GPU's memory)"
     sizes = ", ".join(f"{n / 2**20:.0f} MiB" for n in requested[:5])
-    return (f"TensorRT ran out of GPU memory building '{name}': it could not allocate {sizes} (workspace limit "
-            f"{limit}). Free GPU memory, lower the profile's max shapes, or set workspace_bytes lower so that "
-            f"tactics needing more are skipped. TensorRT said: {detail}")
+    return (
+        f"TensorRT ran out of GPU memory building '{name}': it could not allocate {sizes} (workspace limit "
+        f"{limit}). Free GPU memory, lower the profile's max shapes, or set workspace_bytes lower so that "
+        f"tactics needing more are skipped. TensorRT said: {detail}"
+    )
 
 
 def _create_builder(trt, logger):
@@ -282,14 +320,19 @@ def _load_timing_cache(bconfig, path, reset: bool = False):
     cache = _create_timing_cache(bconfig, data)
     if cache is None and data:
         if not reset:
-            raise BuildError(f"Timing cache '{path}' does not load (not a TensorRT timing cache, or one TensorRT "
-                             "cannot read); delete it, give another path, or set timing_cache_reset=True to replace "
-                             "it with a new cache", field="timing_cache", accepted="a timing cache file, or a new path")
+            raise BuildError(
+                f"Timing cache '{path}' does not load (not a TensorRT timing cache, or one TensorRT "
+                "cannot read); delete it, give another path, or set timing_cache_reset=True to replace "
+                "it with a new cache",
+                field="timing_cache",
+                accepted="a timing cache file, or a new path",
+            )
         logging.getLogger("trtkit").warning("Timing cache '%s' does not load; replacing it with a new one", path)
         cache = bconfig.create_timing_cache(b"")
     if cache is not None and bconfig.set_timing_cache(cache, True) is False:
-        raise BuildError(f"TensorRT refused the timing cache '{path}'; delete it to start a new one",
-                         field="timing_cache")
+        raise BuildError(
+            f"TensorRT refused the timing cache '{path}'; delete it to start a new one", field="timing_cache"
+        )
     return cache
 
 
@@ -297,8 +340,9 @@ def _read_timing_cache(path) -> bytes:
     if not path or not Path(path).exists():
         return b""
     if Path(path).is_dir():
-        raise UsageError(f"timing_cache '{path}' is a folder; give a file path", field="timing_cache",
-                         accepted="a file path")
+        raise UsageError(
+            f"timing_cache '{path}' is a folder; give a file path", field="timing_cache", accepted="a file path"
+        )
     try:
         return Path(path).read_bytes()
     except OSError as exc:

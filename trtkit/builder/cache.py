@@ -47,8 +47,9 @@ def cached_build(model, config, *, folder=None, trt=None, isolate: bool = True, 
     from trtkit.builder.prepare import prepare
 
     module = trt or tensorrt()
-    prepared = prepare(model, trt=module, sanitize=config.sanitize, nms=config.add_nms,
-                       fold_constants=config.fold_constants)
+    prepared = prepare(
+        model, trt=module, sanitize=config.sanitize, nms=config.add_nms, fold_constants=config.fold_constants
+    )
     stem = prepared.loaded.path.stem if prepared.loaded.path else prepared.loaded.name
     path = cache_dir(folder) / f"{stem}-{cache_key(prepared, config, compat.version_string(module))}.engine"
     if path.exists():

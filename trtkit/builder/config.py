@@ -14,8 +14,17 @@ from trtkit import _check
 from trtkit.builder.profiles import Profile
 from trtkit.errors import UsageError
 
-__all__ = ["BuildConfig", "CalibrationSettings", "PRECISIONS", "FP16_MODES", "INT8_MODES", "CONSTRAINT_MODES",
-           "CALIB_ALGORITHMS", "HISTOGRAM_DEVICES", "VERBOSITIES"]
+__all__ = [
+    "BuildConfig",
+    "CalibrationSettings",
+    "PRECISIONS",
+    "FP16_MODES",
+    "INT8_MODES",
+    "CONSTRAINT_MODES",
+    "CALIB_ALGORITHMS",
+    "HISTOGRAM_DEVICES",
+    "VERBOSITIES",
+]
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FP16_MODES = ("auto", "flag", "cast")
@@ -103,8 +112,13 @@ class BuildConfig:
         _check.choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
         _check.path("timing_cache", self.timing_cache, optional=True)
         _check.boolean("timing_cache_reset", self.timing_cache_reset)
-        _check.instance("hardware_compatibility", self.hardware_compatibility, str, "a level name such as "
-                        "'AMPERE_PLUS'", optional=True)
+        _check.instance(
+            "hardware_compatibility",
+            self.hardware_compatibility,
+            str,
+            "a level name such as 'AMPERE_PLUS'",
+            optional=True,
+        )
         for name in ("version_compatible", "strongly_typed", "require_precision", "qdq_keep_heads"):
             _check.boolean(name, getattr(self, name))
         _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
@@ -118,8 +132,11 @@ class BuildConfig:
             _check.fail("add_nms", self.add_nms, "a trtkit.detection.NmsOptions or None")
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":
-                raise UsageError(f"{name} is used only with precision 'int8', and precision is '{self.precision}'",
-                                 field=name, accepted="None unless precision is 'int8'")
+                raise UsageError(
+                    f"{name} is used only with precision 'int8', and precision is '{self.precision}'",
+                    field=name,
+                    accepted="None unless precision is 'int8'",
+                )
         if self.timing_cache is not None:
             self.timing_cache = str(Path(self.timing_cache))
 
@@ -135,9 +152,11 @@ class BuildConfig:
 def _check_calibration(self: CalibrationSettings) -> None:
     """Types and ranges of calibration settings (made part of a BuildConfig)."""
     if isinstance(self.source, (bytes, bytearray, dict)) or not (
-            self.source is None or isinstance(self.source, (str, Path)) or hasattr(self.source, "__iter__")):
-        _check.fail("calibration.source", self.source, "a folder path, a calibration source or an iterable of "
-                                                        "feed dicts")
+        self.source is None or isinstance(self.source, (str, Path)) or hasattr(self.source, "__iter__")
+    ):
+        _check.fail(
+            "calibration.source", self.source, "a folder path, a calibration source or an iterable of feed dicts"
+        )
     if isinstance(self.source, str) and not self.source:
         _check.fail("calibration.source", self.source, "a folder path")
     _check.path("calibration.cache_path", self.cache_path, optional=True)

@@ -78,7 +78,6 @@ class Tracker:
         )
 
 
-
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -99,14 +98,18 @@ _SIGNAL_MEANING = {
 
 def crash_error(info: CrashInfo) -> IsolationError:
     if info.signal is None:
-        text = (f"The worker process {_what(info)} exited with status {info.exit_code} without answering. "
-                f"{_tail_hint(info)}")
+        text = (
+            f"The worker process {_what(info)} exited with status {info.exit_code} without answering. "
+            f"{_tail_hint(info)}"
+        )
     elif info.signal == "SIGKILL":
         text = memory_message(info)
     else:
         meaning = _SIGNAL_MEANING.get(info.signal, "killed by a signal")
-        text = (f"The worker process {_what(info)} died from {info.signal} ({meaning}){_where(info)}. "
-                f"This process is unharmed and no files were written. {_next_steps(info)}")
+        text = (
+            f"The worker process {_what(info)} died from {info.signal} ({meaning}){_where(info)}. "
+            f"This process is unharmed and no files were written. {_next_steps(info)}"
+        )
     error = IsolationError(text.strip())
     error.crash = info
     return error
@@ -136,20 +139,25 @@ def _where(info: CrashInfo) -> str:
 def _next_steps(info: CrashInfo) -> str:
     trt_version = info.context.get("trt_version")
     newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
-    steps = ["preflight(model) shows which ops this TensorRT supports",
-             "build with fold_constants=True to fold constant subgraphs before parsing",
-             f"try {newer}"]
+    steps = [
+        "preflight(model) shows which ops this TensorRT supports",
+        "build with fold_constants=True to fold constant subgraphs before parsing",
+        f"try {newer}",
+    ]
     if info.node is not None and info.op_type:
         steps.insert(1, f"rewrite or replace the {info.op_type} node '{info.node}'")
     return "Next: " + "; ".join(steps) + "."
 
 
 def memory_message(info: CrashInfo) -> str:
-    cause = ("killed by SIGKILL, most often the kernel's out-of-memory killer" if info.signal == "SIGKILL"
-             else "MemoryError")
-    return (f"The worker process {_what(info)} ran out of memory{_where(info)} ({cause}). This process is unharmed "
-            "and no files were written. Free memory, lower workspace_bytes, or build with smaller "
-            "optimization profiles.")
+    cause = (
+        "killed by SIGKILL, most often the kernel's out-of-memory killer" if info.signal == "SIGKILL" else "MemoryError"
+    )
+    return (
+        f"The worker process {_what(info)} ran out of memory{_where(info)} ({cause}). This process is unharmed "
+        "and no files were written. Free memory, lower workspace_bytes, or build with smaller "
+        "optimization profiles."
+    )
 
 
 def _tail_hint(info: CrashInfo) -> str:

@@ -140,10 +140,10 @@ def _child_main(channel_fd: int) -> None:
 def _unpickle_payload(data: bytes):
     # sys.path first: the callable's module may live in a folder only the parent had on its path (tests, scripts)
     (size,) = _HEADER.unpack_from(data, 0)
-    for entry in reversed(pickle.loads(data[_HEADER.size: _HEADER.size + size])):
+    for entry in reversed(pickle.loads(data[_HEADER.size : _HEADER.size + size])):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    return pickle.loads(data[_HEADER.size + size:])
+    return pickle.loads(data[_HEADER.size + size :])
 
 
 def _exit_when_parent_goes(stdin) -> None:
@@ -189,8 +189,15 @@ def _finish(channel_fd: int, message) -> None:
 # --- parent side -----------------------------------------------------------------------------------------------------
 
 
-def run_isolated(func, *args, on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
-                 memory_limit: int | None = None, crash_context=None, **kwargs):
+def run_isolated(
+    func,
+    *args,
+    on_event: Callable[[dict], None] | None = None,
+    timeout: float | None = None,
+    memory_limit: int | None = None,
+    crash_context=None,
+    **kwargs,
+):
     """Call ``func(*args, **kwargs)`` in a child Python process and return its result.
 
     Args:
@@ -260,12 +267,18 @@ def _start_child(write_fd: int) -> subprocess.Popen:
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
     # SIGINT ignored first of all: a Ctrl-C reaching the child while it starts must not kill it half-way (the parent
     # gets the same Ctrl-C and stops it)
-    code = (f"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, {root!r}); "
-            f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})")
+    code = (
+        f"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, {root!r}); "
+        f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})"
+    )
     try:
         return subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,), close_fds=True,
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            close_fds=True,
         )
     except OSError as exc:
         raise IsolationError(f"Could not start a child Python process ({sys.executable}): {exc}") from exc
@@ -320,13 +333,20 @@ class _FrameReader:
             (size,) = _HEADER.unpack(self.buffer[: _HEADER.size])
             if len(self.buffer) < _HEADER.size + size:
                 break
-            frame = bytes(self.buffer[_HEADER.size: _HEADER.size + size])
+            frame = bytes(self.buffer[_HEADER.size : _HEADER.size + size])
             del self.buffer[: _HEADER.size + size]
             try:
                 items.append(pickle.loads(frame))
             except Exception as exc:  # e.g. the answer's class cannot be imported here
-                items.append(("error", None, "", "trtkit.errors.IsolationError",
-                              f"The worker process answered, but its answer cannot be read here: {exc}"))
+                items.append(
+                    (
+                        "error",
+                        None,
+                        "",
+                        "trtkit.errors.IsolationError",
+                        f"The worker process answered, but its answer cannot be read here: {exc}",
+                    )
+                )
         return items
 
 
@@ -429,7 +449,6 @@ def _from_name(qualified: str, message: str) -> BaseException:
     except Exception:
         pass
     return TrtkitError(f"{qualified}: {message}")
-
 
 
 # --- the isolated build ----------------------------------------------------------------------------------------------

@@ -24,8 +24,14 @@ def op_table() -> dict:
     """``{version label: {"supported": set, "unsupported": set, "max_opset": int, ...}}``, oldest first."""
     versions = json.loads(_OP_TABLE.read_text())["versions"]
     ordered = sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
-    return {v: {**versions[v], "supported": frozenset(versions[v]["supported"]),
-                "unsupported": frozenset(versions[v]["unsupported"])} for v in ordered}
+    return {
+        v: {
+            **versions[v],
+            "supported": frozenset(versions[v]["supported"]),
+            "unsupported": frozenset(versions[v]["unsupported"]),
+        }
+        for v in ordered
+    }
 
 
 def table_status(op_type: str, version: str) -> bool | None:

@@ -104,9 +104,11 @@ class CheckReport:
         listed = "; ".join(f"'{n.name}' ({n.op_type}): {n.reason}" for n in nodes[:5])
         more = f"; and {len(nodes) - 5} more" if len(nodes) > 5 else ""
         what = f"{len(nodes)} node(s)" if nodes else "some ops"
-        return (f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed or self._bad_ops()}{more}. "
-                "preflight(model) gives the full table; try fold_constants=True, a lower "
-                "opset, or a newer TensorRT.")
+        return (
+            f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed or self._bad_ops()}{more}. "
+            "preflight(model) gives the full table; try fold_constants=True, a lower "
+            "opset, or a newer TensorRT."
+        )
 
     def _bad_ops(self) -> str:
         return ", ".join(r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED))
@@ -126,8 +128,9 @@ def require_supported(report: CheckReport) -> CheckReport:
     raise error
 
 
-def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600,
-              fold_hint: bool = True) -> CheckReport:
+def preflight(
+    model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600, fold_hint: bool = True
+) -> CheckReport:
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
@@ -161,8 +164,7 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     except Exception as exc:  # noqa: BLE001 - the check advises; it must not block a build by failing itself
         kind = "" if isinstance(exc, DependencyError) else f"{type(exc).__name__}: "
         report.not_asked = f"{kind}{exc}"
-        report.notes.append(f"TensorRT could not be asked ({kind}{exc}); only onnx-tensorrt's operator lists are "
-                            "shown")
+        report.notes.append(f"TensorRT could not be asked ({kind}{exc}); only onnx-tensorrt's operator lists are shown")
         return report
     _apply_answer(report, loaded.proto, answer)
     return report
@@ -180,8 +182,15 @@ def _fold_note(report: CheckReport, loaded) -> None:
 
 def _query_isolated(loaded, path, trt_factory, timeout):
     factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time: tests replace it
-    return run_isolated(_query_in_child, factory, loaded.data, path, _op_types(loaded.proto), timeout=timeout,
-                        crash_context=lambda: model_crash_context(loaded, "the op support check"))
+    return run_isolated(
+        _query_in_child,
+        factory,
+        loaded.data,
+        path,
+        _op_types(loaded.proto),
+        timeout=timeout,
+        crash_context=lambda: model_crash_context(loaded, "the op support check"),
+    )
 
 
 def _query_in_child(trt_factory, model_bytes, path, op_types):
@@ -241,8 +250,12 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
     network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     parsed = bool(parser.parse(model_bytes, path) if path else parser.parse(model_bytes))
-    return {"parsed": parsed, "errors": [str(e) for e in compat.parser_errors(parser)],
-            "trt": compat.version_string(trt), "layers": int(network.num_layers)}
+    return {
+        "parsed": parsed,
+        "errors": [str(e) for e in compat.parser_errors(parser)],
+        "trt": compat.version_string(trt),
+        "layers": int(network.num_layers),
+    }
 
 
 def _create_builder(trt, logger):
@@ -254,8 +267,9 @@ def _create_builder(trt, logger):
     else:
         reason = "the builder is None"
     if builder is None:
-        raise DependencyError(f"TensorRT could not create a builder (CUDA failed to initialize: {reason}); "
-                              "run `trtkit doctor`")
+        raise DependencyError(
+            f"TensorRT could not create a builder (CUDA failed to initialize: {reason}); run `trtkit doctor`"
+        )
     return builder
 
 
@@ -275,10 +289,12 @@ def _static_report(loaded) -> CheckReport:
         version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         rows.append(OpRow(op, domain or "ai.onnx", version, counts[(domain, op)], note=static_note(op, domain)))
     label = str(loaded.path) if loaded.path else loaded.name
-    listed = {row.op_type: {v: table_status(row.op_type, v) for v in op_table()}
-              for row in rows if row.domain == "ai.onnx"}
-    return CheckReport(model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto),
-                       listed=listed)
+    listed = {
+        row.op_type: {v: table_status(row.op_type, v) for v in op_table()} for row in rows if row.domain == "ai.onnx"
+    }
+    return CheckReport(
+        model=label, opsets=opsets, trt_version=None, rows=rows, notes=describe_ambiguity(proto), listed=listed
+    )
 
 
 def static_note(op_type: str, domain: str = "") -> str:
@@ -361,7 +377,8 @@ def _opset_note(report: CheckReport) -> None:
     if opset and documented and opset > documented:
         report.notes.append(
             f"the model uses opset {opset}; TensorRT {report.trt_version}'s parser documents opsets up to "
-            f"{documented}: re-export at opset {documented} or use a newer TensorRT")
+            f"{documented}: re-export at opset {documented} or use a newer TensorRT"
+        )
 
 
 def _version_tuple(text) -> tuple:
@@ -383,7 +400,8 @@ def _apply_crash(report: CheckReport, proto, error: IsolationError) -> None:
     for index, node in enumerate(proto.graph.node):
         if _name(node, index) == node_name or node.name == node_name:
             report.unsupported_nodes.append(
-                UnsupportedNode(index, node_name, node.op_type, f"crashed TensorRT's parser ({crash.signal})"))
+                UnsupportedNode(index, node_name, node.op_type, f"crashed TensorRT's parser ({crash.signal})")
+            )
             break
     for row in report.rows:
         if row.op_type == crash.op_type:

@@ -65,8 +65,9 @@ class PrecisionPlan:
             self.calibration["samples"] = getattr(self.calibrator, "samples", None)
 
 
-def plan_precision(trt, model, config, caps,
-                   build_statistics_engine: Callable[[object], bytes] | None = None) -> PrecisionPlan:
+def plan_precision(
+    trt, model, config, caps, build_statistics_engine: Callable[[object], bytes] | None = None
+) -> PrecisionPlan:
     """Decide flags, network typing and model transforms for ``config.precision`` on this TensorRT.
 
     Args:
@@ -117,11 +118,15 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
         mode = "flag" if has_flag else "cast"
     if mode == "flag" and not has_flag:
         where = "TensorRT 8.6 to 10.x" if flag == "FP16" else "TensorRT 9.0 to 10.x"
-        instead = (f"Use fp16_mode='cast' (a strongly typed {flag} model)" if caps.strongly_typed
-                   else "Use TensorRT 10 or later")
+        instead = (
+            f"Use fp16_mode='cast' (a strongly typed {flag} model)"
+            if caps.strongly_typed
+            else "Use TensorRT 10 or later"
+        )
         raise UnsupportedError(
             f"precision='{precision}' with fp16_mode='flag' needs BuilderFlag.{flag}, which TensorRT "
-            f"{_version(caps)} does not have; it exists in {where}. {instead}.", field="fp16_mode"
+            f"{_version(caps)} does not have; it exists in {where}. {instead}.",
+            field="fp16_mode",
         )
     if mode == "cast" and not caps.strongly_typed:
         if has_flag:
@@ -141,17 +146,23 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
         if config.fp16_mode == "flag" or not caps.strongly_typed:
             raise UnsupportedError(
                 f"strongly_typed=True networks take their types from the model and refuse BuilderFlag.{flag}; use "
-                f"fp16_mode='cast' (TensorRT 9.1 and later), or strongly_typed=False.", field="strongly_typed"
+                f"fp16_mode='cast' (TensorRT 9.1 and later), or strongly_typed=False.",
+                field="strongly_typed",
             )
         mode = "cast"
     if mode == "flag":
         return PrecisionPlan(model, flags=(flag,), notes=[f"{flag} builder flag"])
     conversion = _cast_model(model.proto, precision)
     strongly_typed = mode == "cast"
-    how = "strongly typed network" if strongly_typed else (
-        f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)")
-    notes = [f"{flag} model (cast by trtkit), {how}",
-             f"{len(conversion.kept_fp32)} node(s) kept in FP32, {conversion.casts} Cast(s) inserted"]
+    how = (
+        "strongly typed network"
+        if strongly_typed
+        else (f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)")
+    )
+    notes = [
+        f"{flag} model (cast by trtkit), {how}",
+        f"{len(conversion.kept_fp32)} node(s) kept in FP32, {conversion.casts} Cast(s) inserted",
+    ]
     if conversion.clipped:
         notes.append(f"clipped to the FP16 range: {', '.join(conversion.clipped)}")
     flags = () if strongly_typed else (flag,)
@@ -184,12 +195,13 @@ def resolve_int8_mode(caps, mode: str, algorithm: str = "entropy") -> str:
         raise UnsupportedError(
             f"int8_mode='calibrator' needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
             f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode='qdq'.",
-            field="int8_mode"
+            field="int8_mode",
         )
     if mode == "calibrator" and algorithm == "percentile":
         raise UnsupportedError(
             "TensorRT has no percentile calibrator; use int8_mode='qdq' with calibration.algorithm='percentile', "
-            "or calibration.algorithm='entropy' or 'minmax'.", field="int8_mode"
+            "or calibration.algorithm='entropy' or 'minmax'.",
+            field="int8_mode",
         )
     return mode
 
@@ -210,14 +222,18 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
     mode = resolve_int8_mode(caps, config.int8_mode, algorithm)
     if config.strongly_typed and mode == "calibrator":
         if config.int8_mode == "calibrator":
-            raise UnsupportedError("TensorRT's calibrators need BuilderFlag.INT8, which strongly_typed=True "
-                                   "networks refuse; use int8_mode='qdq' or strongly_typed=False.",
-                                   field="int8_mode")
+            raise UnsupportedError(
+                "TensorRT's calibrators need BuilderFlag.INT8, which strongly_typed=True "
+                "networks refuse; use int8_mode='qdq' or strongly_typed=False.",
+                field="int8_mode",
+            )
         mode = "qdq"
     if mode == "calibrator" and (config.qdq_exclude or not config.qdq_keep_heads):
-        raise UnsupportedError("qdq_exclude and qdq_keep_heads=False place Q/DQ nodes, which this build does not "
-                               "make (INT8 through TensorRT's calibrator); add int8_mode='qdq', or drop them",
-                               field="qdq_exclude")
+        raise UnsupportedError(
+            "qdq_exclude and qdq_keep_heads=False place Q/DQ nodes, which this build does not "
+            "make (INT8 through TensorRT's calibrator); add int8_mode='qdq', or drop them",
+            field="qdq_exclude",
+        )
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
         return _calibrator_plan(trt, model, caps, session)
@@ -227,21 +243,33 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
 def _calibrator_plan(trt, model, caps, session) -> PrecisionPlan:
     calibrator = make_calibrator(trt, session)
     reused = session.cached is not None
-    notes = [f"INT8 with TensorRT's {session.algorithm} calibrator, batch {session.batch_size}"
-             + (" (calibration cache reused)" if reused else "")]
-    return PrecisionPlan(model, flags=_int8_flags(caps), calibrator=calibrator, notes=notes,
-                         calibration=_calibration_facts(session, reused, "calibrator"))
+    notes = [
+        f"INT8 with TensorRT's {session.algorithm} calibrator, batch {session.batch_size}"
+        + (" (calibration cache reused)" if reused else "")
+    ]
+    return PrecisionPlan(
+        model,
+        flags=_int8_flags(caps),
+        calibrator=calibrator,
+        notes=notes,
+        calibration=_calibration_facts(session, reused, "calibrator"),
+    )
 
 
 def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -> PrecisionPlan:
     if build_statistics_engine is None and session.cached is None:
-        raise TrtkitInternalError("INT8 Q/DQ calibration builds an FP32 statistics engine: plan_precision needs "
-                                  "build_statistics_engine (trtkit.builder.builder.statistics_engine_builder)")
+        raise TrtkitInternalError(
+            "INT8 Q/DQ calibration builds an FP32 statistics engine: plan_precision needs "
+            "build_statistics_engine (trtkit.builder.builder.statistics_engine_builder)"
+        )
     options = QdqOptions(keep_output_layers=config.qdq_keep_heads, exclude_nodes=frozenset(config.qdq_exclude))
     result = make_qdq_model(trt, model.proto, session, build_statistics_engine, options)
-    source = ("calibration cache" if result.from_cache
-              else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT: "
-                   f"{result.describe_timings()})")
+    source = (
+        "calibration cache"
+        if result.from_cache
+        else f"{result.samples} samples ({session.algorithm}, {result.seconds:.1f} s in TensorRT: "
+        f"{result.describe_timings()})"
+    )
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
     qdq = result.model
     if config.strongly_typed or not caps.int8_flag:
@@ -261,14 +289,18 @@ def _fp16_rest(qdq):
     except ModelError as exc:
         logger.warning("Unquantized layers stay FP32: %s", exc)
         return qdq, [f"unquantized layers in FP32 ({exc})"]
-    return mixed, [f"unquantized layers in FP16 (opset 19, FP16 scales; {len(conversion.kept_fp32)} node(s) kept "
-                   f"in FP32)"]
+    return mixed, [
+        f"unquantized layers in FP16 (opset 19, FP16 scales; {len(conversion.kept_fp32)} node(s) kept in FP32)"
+    ]
 
 
 def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> PrecisionPlan:
     if strongly_typed and not caps.strongly_typed:
-        raise UnsupportedError(f"Strongly typed networks do not exist in TensorRT {_version(caps)}; they exist in "
-                               f"TensorRT 9.1 and later. Set strongly_typed=False.", field="strongly_typed")
+        raise UnsupportedError(
+            f"Strongly typed networks do not exist in TensorRT {_version(caps)}; they exist in "
+            f"TensorRT 9.1 and later. Set strongly_typed=False.",
+            field="strongly_typed",
+        )
     if caps.int8_flag and not strongly_typed:
         return PrecisionPlan(model, flags=_int8_flags(caps), notes=notes + ["INT8 builder flag for the Q/DQ model"])
     if not caps.strongly_typed:  # pragma: no cover - every TensorRT trtkit supports has one or the other
@@ -277,8 +309,13 @@ def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> Precisi
 
 
 def _calibration_facts(session, reused: bool, path: str, samples=None, seconds=None) -> dict:
-    facts = {"path": path, "algorithm": session.algorithm, "batch_size": session.batch_size,
-             "cache": session.settings.cache_path, "cache_reused": reused}
+    facts = {
+        "path": path,
+        "algorithm": session.algorithm,
+        "batch_size": session.batch_size,
+        "cache": session.settings.cache_path,
+        "cache_reused": reused,
+    }
     if samples is not None:
         facts["samples"] = samples
     if seconds is not None:
@@ -332,11 +369,12 @@ def calibration_batch_size(proto, config, *, native: bool) -> int:
         raise CalibrationError(
             f"calibration.batch_size={asked} differs from the opt batch {opt} of input '{name}' in profile 0; "
             f"TensorRT's calibrator runs at the opt shape. Leave calibration.batch_size unset (it then is {opt}), "
-            f"or give profile 0 an opt batch of {asked}.", field="calibration.batch_size"
+            f"or give profile 0 an opt batch of {asked}.",
+            field="calibration.batch_size",
         )
     if not low <= asked <= high:
         raise CalibrationError(
-            f"calibration.batch_size={asked} is outside the batch range {low}..{high} of input '{name}' in "
-            "profile 0.", field="calibration.batch_size"
+            f"calibration.batch_size={asked} is outside the batch range {low}..{high} of input '{name}' in profile 0.",
+            field="calibration.batch_size",
         )
     return int(asked)

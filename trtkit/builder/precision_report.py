@@ -31,15 +31,38 @@ PRECISIONS = ("INT8", "FP8", "FP16", "BF16", "TF32", "FP32", "INT32", "BOOL", "u
 _NO_MATH = frozenset({"constant", "reformat", "myelinreformat", "noop"})
 _FULL = ("FP32", "TF32")
 # Substrings of "Format/Datatype" (full "Row major linear FP16 format" or short "Half") → precision, checked in order.
-_DATATYPES = (("int8", "INT8"), ("fp8", "FP8"), ("bf16", "BF16"), ("bfloat", "BF16"), ("fp16", "FP16"),
-              ("half", "FP16"), ("fp32", "FP32"), ("float", "FP32"), ("int32", "INT32"), ("int64", "INT32"),
-              ("bool", "BOOL"))
+_DATATYPES = (
+    ("int8", "INT8"),
+    ("fp8", "FP8"),
+    ("bf16", "BF16"),
+    ("bfloat", "BF16"),
+    ("fp16", "FP16"),
+    ("half", "FP16"),
+    ("fp32", "FP32"),
+    ("float", "FP32"),
+    ("int32", "INT32"),
+    ("int64", "INT32"),
+    ("bool", "BOOL"),
+)
 # Kernel-name fragments → precision, for layers whose formats the inspector does not give ("N/A due to dynamic
 # shapes" when no context with concrete shapes was available). Checked in order; only the math-carrying layers
 # (convolutions, matrix multiplies) have such tactic names.
-_TACTIC_WORDS = (("i8i8", "INT8"), ("imma", "INT8"), ("int8", "INT8"), ("bf16", "BF16"), ("f16f16", "FP16"),
-                 ("fp16", "FP16"), ("h884", "FP16"), ("h1688", "FP16"), ("hmma", "FP16"), ("tf32", "TF32"),
-                 ("f32f32", "FP32"), ("fp32", "FP32"), ("sgemm", "FP32"), ("scudnn", "FP32"))
+_TACTIC_WORDS = (
+    ("i8i8", "INT8"),
+    ("imma", "INT8"),
+    ("int8", "INT8"),
+    ("bf16", "BF16"),
+    ("f16f16", "FP16"),
+    ("fp16", "FP16"),
+    ("h884", "FP16"),
+    ("h1688", "FP16"),
+    ("hmma", "FP16"),
+    ("tf32", "TF32"),
+    ("f32f32", "FP32"),
+    ("fp32", "FP32"),
+    ("sgemm", "FP32"),
+    ("scudnn", "FP32"),
+)
 _CONV_WORDS = ("convolution", "deconvolution")
 _MATMUL_WORDS = ("matrixmultiply", "fullyconnected", "gemm")
 
@@ -97,8 +120,11 @@ class PrecisionReport:
 
     def summary(self) -> str:
         """One line, e.g. ``INT8 81.2% (53 layers), FP16 18.1% (12), FP32 0.7% (9) of 4.1 GFLOPs``."""
-        parts = [f"{p} {self.share(p) * 100:.1f}% ({self.layers_by_precision[p]})" for p in PRECISIONS
-                 if self.layers_by_precision.get(p)]
+        parts = [
+            f"{p} {self.share(p) * 100:.1f}% ({self.layers_by_precision[p]})"
+            for p in PRECISIONS
+            if self.layers_by_precision.get(p)
+        ]
         return ", ".join(parts) + f" of {_human_flops(self.total_flops)} in {self.total_layers} layers"
 
     def check(self, require: bool = False) -> list:
@@ -124,9 +150,11 @@ class PrecisionReport:
             return None
         full = sum(self.share(p) for p in _FULL)
         if full > 0.5:
-            return (f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in "
-                    f"FP32/TF32 ({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the "
-                    "model forces FP32 (check the layer report with `trtkit inspect`)")
+            return (
+                f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in "
+                f"FP32/TF32 ({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the "
+                "model forces FP32 (check the layer report with `trtkit inspect`)"
+            )
         if self.requested == "int8" and not self.layers_by_precision.get("INT8"):
             return f"precision='int8' was asked but no layer runs in INT8 ({self.summary()})"
         return None

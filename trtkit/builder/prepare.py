@@ -76,9 +76,13 @@ class PreparedModel:
 
     def to_json(self) -> dict:
         """For the manifest: the rewrites, the model's own I/O dtypes, the two sha256s."""
-        return {"target": self.target.label if self.target else None, "source_sha256": self.source_sha256,
-                "prepared_sha256": self.sha256, "original_dtypes": dict(self.original_dtypes),
-                "rewrites": [r.to_json() for r in self.rewrites]}
+        return {
+            "target": self.target.label if self.target else None,
+            "source_sha256": self.source_sha256,
+            "prepared_sha256": self.sha256,
+            "original_dtypes": dict(self.original_dtypes),
+            "rewrites": [r.to_json() for r in self.rewrites],
+        }
 
     def save(self, path) -> Path:
         """Write the prepared model; external weights go to ``<name>.data`` beside it.
@@ -103,8 +107,9 @@ class PreparedModel:
         return save_model(proto, path)
 
 
-def prepare(model, *, target: ParserTarget | None = None, sanitize: bool = True, fold_constants: bool = True,
-            trt=None, nms=None) -> PreparedModel:
+def prepare(
+    model, *, target: ParserTarget | None = None, sanitize: bool = True, fold_constants: bool = True, trt=None, nms=None
+) -> PreparedModel:
     """Prepare an ONNX model for TensorRT's parser: compatibility rewrites, then constant folding.
 
     Args:
@@ -129,8 +134,10 @@ def prepare(model, *, target: ParserTarget | None = None, sanitize: bool = True,
         return model
     from trtkit import _check
 
-    if not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel)) and \
-            type(model).__name__ != "ModelProto":
+    if (
+        not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel))
+        and type(model).__name__ != "ModelProto"
+    ):
         _check.fail("model", model, "an ONNX path, the model's bytes, an onnx.ModelProto or a PreparedModel")
     _check.instance("target", target, ParserTarget, "a ParserTarget", optional=True)
     _check.boolean("sanitize", sanitize)
@@ -144,13 +151,26 @@ def prepare(model, *, target: ParserTarget | None = None, sanitize: bool = True,
         proto, rewrites = apply_rewrites(proto, target)
     external = has_external_data(proto)
     if external:
-        rewrites.append(Rewrite("external-data", "model", f"kept {len(external_data_files(proto))} external data "
-                                f"file(s) beside '{source.name}'; TensorRT's parser reads them from there",
-                                "a protobuf model cannot hold more than 2 GB"))
+        rewrites.append(
+            Rewrite(
+                "external-data",
+                "model",
+                f"kept {len(external_data_files(proto))} external data "
+                f"file(s) beside '{source.name}'; TensorRT's parser reads them from there",
+                "a protobuf model cannot hold more than 2 GB",
+            )
+        )
     fold = None
     if fold_constants and external:
-        rewrites.append(Rewrite("fold-constants", "model", "not folded: the weights stay in external data files",
-                                "folding would load every weight into memory", SKIPPED))
+        rewrites.append(
+            Rewrite(
+                "fold-constants",
+                "model",
+                "not folded: the weights stay in external data files",
+                "folding would load every weight into memory",
+                SKIPPED,
+            )
+        )
     elif fold_constants:
         proto, fold, rewrites = _fold(proto, rewrites)
     if nms is not None:
@@ -166,8 +186,10 @@ def _append_nms(proto, options, rewrites: list):
 
     head = proto.graph.output[0].name if proto.graph.output else "output"
     nmsed = add_nms(proto, options)
-    what = (f"EfficientNMS_TRT appended (score > {options.score_threshold}, IoU {options.iou_threshold}, "
-            f"{options.max_detections} per image); outputs {', '.join(OUTPUT_NAMES)}")
+    what = (
+        f"EfficientNMS_TRT appended (score > {options.score_threshold}, IoU {options.iou_threshold}, "
+        f"{options.max_detections} per image); outputs {', '.join(OUTPUT_NAMES)}"
+    )
     return nmsed, [*rewrites, Rewrite("add-nms", head, what, "asked for: the engine returns final detections")]
 
 
@@ -180,6 +202,8 @@ def _fold(proto, rewrites: list):
     except TrtkitError as exc:  # a failed fold is named and the model kept as it was
         return proto, None, [*rewrites, Rewrite("fold-constants", "model", "not folded", str(exc), "failed")]
     if fold.changed:
-        rewrites = [*rewrites, Rewrite("fold-constants", "model", fold.summary().removeprefix("constant folding: "),
-                                       _FOLD_WHY)]
+        rewrites = [
+            *rewrites,
+            Rewrite("fold-constants", "model", fold.summary().removeprefix("constant folding: "), _FOLD_WHY),
+        ]
     return folded, fold, rewrites

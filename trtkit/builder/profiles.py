@@ -34,8 +34,9 @@ class InputShape:
     def __post_init__(self):
         for name in ("min", "opt", "max"):
             value = getattr(self, name)
-            if not isinstance(value, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool)
-                                                               for d in value):
+            if not isinstance(value, (tuple, list)) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in value
+            ):
                 _check.fail(name, value, "a shape: a tuple of ints, e.g. (1, 3, 224, 224)")
             object.__setattr__(self, name, tuple(value))
 
@@ -78,9 +79,7 @@ class Profile:
 def _parse_dims(text: str, where: str) -> Shape:
     text = text.strip().lower()
     if not _DIM_RE.match(text):
-        raise ShapeSpecError(
-            f"{where}: '{text}' is not a shape; write dimensions joined by 'x', e.g. 1x3x224x224"
-        )
+        raise ShapeSpecError(f"{where}: '{text}' is not a shape; write dimensions joined by 'x', e.g. 1x3x224x224")
     return tuple(int(d) for d in text.split("x"))
 
 
@@ -168,9 +167,7 @@ def resolve_profiles(model_inputs: dict, profiles: list) -> list:
     dynamic = {n: d for n, d in model_inputs.items() if any(not is_fixed(x) for x in d)}
     if not profiles:
         if dynamic:
-            dims = "; ".join(
-                f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items()
-            )
+            dims = "; ".join(f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items())
             raise ProfileError(
                 f"The model has dynamic dimensions ({dims}) and no optimization profile was given. "
                 f"Add for example {_example_profile(dynamic)}"

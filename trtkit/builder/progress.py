@@ -125,6 +125,15 @@ class BuildProgress:
 
     def _send(self) -> None:
         started = self._tactics_start is not None or self._finished
-        self._emit(ProgressEvent(
-            self._phase, round(self._clock() - self._start, 3), self._done if started else None, self._total,
-            self._done - self._cached, self._cached, self._eta(), self._current))
+        self._emit(
+            ProgressEvent(
+                self._phase,
+                round(self._clock() - self._start, 3),
+                self._done if started else None,
+                self._total,
+                self._done - self._cached,
+                self._cached,
+                self._eta(),
+                self._current,
+            )
+        )

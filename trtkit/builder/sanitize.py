@@ -23,11 +23,23 @@ from trtkit._atomic import write_bytes_atomic
 from trtkit.errors import ModelError, TrtkitError
 from trtkit.model import load_model
 
-NEVER_FOLD = frozenset({
-    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-    "If", "Loop", "Scan", "SequenceMap",
-})
+NEVER_FOLD = frozenset(
+    {
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "If",
+        "Loop",
+        "Scan",
+        "SequenceMap",
+    }
+)
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 DEFAULT_SIZE_THRESHOLD = 256 << 20
 _MAX_ROUNDS = 8
@@ -129,8 +141,14 @@ def save_model(model, path, *, external: bool = False) -> Path:
     large = external or (model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True)
     try:
         if large:
-            onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                      location=path.name + ".data", size_threshold=0 if external else 1024)
+            onnx.save(
+                model,
+                str(path),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=path.name + ".data",
+                size_threshold=0 if external else 1024,
+            )
         else:  # whole or not at all, with the umask's mode (trtkit/_atomic.py)
             write_bytes_atomic(path, model.SerializeToString())
     except (OSError, ValueError, TrtkitError) as exc:
@@ -243,8 +261,9 @@ def _static_shape_value(node):
         return None
     rank = len(shape)
     if node.op == "Shape":
-        shape = list(shape)[_clamp_axis(node.attrs.get("start", 0), rank):
-                            _clamp_axis(node.attrs.get("end", rank), rank)]
+        shape = list(shape)[
+            _clamp_axis(node.attrs.get("start", 0), rank) : _clamp_axis(node.attrs.get("end", rank), rank)
+        ]
     if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
         return None
     if node.op == "Size":
@@ -266,8 +285,9 @@ def _shape_gather_value(node, values: dict):
     if shape is None:
         return None
     rank = len(shape)
-    dims = list(shape)[_clamp_axis(producers[0].attrs.get("start", 0), rank):
-                       _clamp_axis(producers[0].attrs.get("end", rank), rank)]
+    dims = list(shape)[
+        _clamp_axis(producers[0].attrs.get("start", 0), rank) : _clamp_axis(producers[0].attrs.get("end", rank), rank)
+    ]
     index = np.asarray(_array(values[indices.name])).astype(np.int64)
     picked = [dims[int(i) + (len(dims) if i < 0 else 0)] for i in index.reshape(-1) if -len(dims) <= i < len(dims)]
     if len(picked) != index.size or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in picked):
@@ -290,8 +310,10 @@ def _evaluate(node, values: dict, opsets: dict) -> dict:
     from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
     feeds = {t.name: _array(values[t.name]) for t in node.inputs if t.name}
-    inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for name, v in feeds.items()]
+    inputs = [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for name, v in feeds.items()
+    ]
     outputs = [helper.make_empty_tensor_value_info(t.name) for t in node.outputs if t.name]
     graph = helper.make_graph([OnnxExporter.export_node(node)], "fold", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])

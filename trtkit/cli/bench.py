@@ -12,29 +12,55 @@ HELP = "Measure an engine: latency percentiles, throughput, H2D/compute/D2H, CUD
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", nargs="?", help="engine file, or an ONNX model (.onnx: built first with the build "
-                                                 "options, and cached by ONNX sha256 + build settings)")
-    add_build_options(parser, shapes_help="for an ONNX model, the profile to build (NAME:MIN,OPT,MAX per input); "
-                                          "the shape benchmarked is each input's OPT (NAME:SHAPE for one shape)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="engine file, or an ONNX model (.onnx: built first with the build "
+        "options, and cached by ONNX sha256 + build settings)",
+    )
+    add_build_options(
+        parser,
+        shapes_help="for an ONNX model, the profile to build (NAME:MIN,OPT,MAX per input); "
+        "the shape benchmarked is each input's OPT (NAME:SHAPE for one shape)",
+    )
     g = parser.add_argument_group("benchmark")
-    g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
-                   help="replay the engine from a CUDA graph (default: on)")
-    g.add_argument("--no-data-transfers", dest="data_transfers", action="store_false",
-                   help="leave out the H2D and D2H copies")
-    g.add_argument("--streams", type=int, default=1, metavar="N",
-                   help="run N execution contexts, each on its own stream (throughput)")
+    g.add_argument(
+        "--cuda-graph",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="replay the engine from a CUDA graph (default: on)",
+    )
+    g.add_argument(
+        "--no-data-transfers", dest="data_transfers", action="store_false", help="leave out the H2D and D2H copies"
+    )
+    g.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N execution contexts, each on its own stream (throughput)",
+    )
     g.add_argument("--warmup-ms", type=float, default=200.0, metavar="MS", help="warm-up time (default 200)")
     g.add_argument("--duration-s", type=float, default=3.0, metavar="S", help="measuring time (default 3)")
     g.add_argument("--iterations", type=int, metavar="N", help="measure exactly N queries instead")
-    g.add_argument("--profile-index", "--use-profile", dest="use_profile", type=int, default=0, metavar="K",
-                   help="optimization profile to run (default 0; --use-profile is its older name)")
-    g.add_argument("--no-e2e", dest="e2e", action="store_false",
-                   help="skip the end-to-end TrtRunner.infer latency")
-    g.add_argument("--cache-dir", metavar="DIR",
-                   help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or "
-                        "~/.cache/trtkit/engines)")
-    g.add_argument("--ignore-manifest", action="store_true",
-                   help="run an engine whose manifest names another TensorRT or GPU")
+    g.add_argument(
+        "--profile-index",
+        "--use-profile",
+        dest="use_profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="optimization profile to run (default 0; --use-profile is its older name)",
+    )
+    g.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end TrtRunner.infer latency")
+    g.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or ~/.cache/trtkit/engines)",
+    )
+    g.add_argument(
+        "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
+    )
     from trtkit.cli.bench_server import add_server_options
 
     add_server_options(parser)
@@ -51,15 +77,25 @@ def run(args, console) -> int:
     from trtkit.bench.report import render, to_json
     from trtkit.cli.render import write_json
 
-    settings = BenchSettings(shapes=bench_shapes(args.shapes), profile=args.use_profile, cuda_graph=args.cuda_graph,
-                             data_transfers=args.data_transfers, streams=args.streams, warmup_ms=args.warmup_ms,
-                             duration_s=args.duration_s, iterations=args.iterations, e2e=args.e2e)
+    settings = BenchSettings(
+        shapes=bench_shapes(args.shapes),
+        profile=args.use_profile,
+        cuda_graph=args.cuda_graph,
+        data_transfers=args.data_transfers,
+        streams=args.streams,
+        warmup_ms=args.warmup_ms,
+        duration_s=args.duration_s,
+        iterations=args.iterations,
+        e2e=args.e2e,
+    )
     check_settings(settings)  # before a possibly long build
     if Path(args.model).suffix.lower() != ".onnx" and options.changed_build_options(args):
         from trtkit.errors import UsageError
 
-        raise UsageError(f"{', '.join(options.changed_build_options(args))}: build options apply when bench is "
-                         "given an ONNX model; this is an engine, already built")
+        raise UsageError(
+            f"{', '.join(options.changed_build_options(args))}: build options apply when bench is "
+            "given an ONNX model; this is an engine, already built"
+        )
     from trtkit.cli.options import check_files
 
     check_files(args, {}, {"model": args.model})
@@ -77,8 +113,11 @@ def _environment() -> dict:
     from trtkit._lazy import tensorrt
 
     info = device_info()
-    return {"tensorrt": getattr(tensorrt(), "__version__", None), "gpu": info.get("name"),
-            "compute_capability": info.get("compute_capability")}
+    return {
+        "tensorrt": getattr(tensorrt(), "__version__", None),
+        "gpu": info.get("name"),
+        "compute_capability": info.get("compute_capability"),
+    }
 
 
 def _engine_arg(engine: Path, args):

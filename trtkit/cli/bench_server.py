@@ -5,14 +5,24 @@ from __future__ import annotations
 
 def add_server_options(parser) -> None:
     g = parser.add_argument_group("load on a Triton server (instead of an engine)")
-    g.add_argument("--server", metavar="URL", help="a Triton server, e.g. localhost:8000 (HTTP) or localhost:8001 "
-                                                   "with --grpc")
+    g.add_argument(
+        "--server", metavar="URL", help="a Triton server, e.g. localhost:8000 (HTTP) or localhost:8001 with --grpc"
+    )
     g.add_argument("--model", dest="server_model", metavar="NAME", help="the model to load it with")
-    g.add_argument("--concurrency", default="1,8,64", metavar="LIST",
-                   help="requests in flight, one level after another (default 1,8,64)")
+    g.add_argument(
+        "--concurrency",
+        default="1,8,64",
+        metavar="LIST",
+        help="requests in flight, one level after another (default 1,8,64)",
+    )
     g.add_argument("--grpc", action="store_true", help="use gRPC (default HTTP)")
-    g.add_argument("--requests", type=int, default=100_000, metavar="N",
-                   help="at most N requests per level (with --duration-s, whichever comes first; default 100000)")
+    g.add_argument(
+        "--requests",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="at most N requests per level (with --duration-s, whichever comes first; default 100000)",
+    )
     g.add_argument("--batch", type=int, default=1, metavar="B", help="rows per request (default 1)")
 
 
@@ -22,20 +32,33 @@ def run_server_load(args, console) -> int:
     from trtkit.errors import UsageError
 
     if not args.server or not args.server_model:
-        raise UsageError("give an engine or ONNX model to benchmark, or --server URL --model NAME for a Triton "
-                          "server")
+        raise UsageError("give an engine or ONNX model to benchmark, or --server URL --model NAME for a Triton server")
     try:
         levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
     except ValueError:
-        raise UsageError(f"--concurrency {args.concurrency!r}: give numbers separated by commas, "
-                          f"e.g. 1,8,64") from None
-    settings = LoadSettings(concurrency=levels, duration_s=args.duration_s, max_requests=args.requests,
-                            warmup_s=args.warmup_ms / 1000, batch=args.batch, grpc=args.grpc)
+        raise UsageError(f"--concurrency {args.concurrency!r}: give numbers separated by commas, e.g. 1,8,64") from None
+    settings = LoadSettings(
+        concurrency=levels,
+        duration_s=args.duration_s,
+        max_requests=args.requests,
+        warmup_s=args.warmup_ms / 1000,
+        batch=args.batch,
+        grpc=args.grpc,
+    )
     results = load_test(args.server, args.server_model, settings)
     protocol = "gRPC" if args.grpc else "HTTP"
-    render(results, console, title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch "
-                                   f"{args.batch})")
+    render(
+        results, console, title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch})"
+    )
     if args.json:
-        write_json(args.json, {"server": args.server, "model": args.server_model, "protocol": protocol,
-                               "batch": args.batch, "concurrency": {str(r.concurrency): r.to_json() for r in results}})
+        write_json(
+            args.json,
+            {
+                "server": args.server,
+                "model": args.server_model,
+                "protocol": protocol,
+                "batch": args.batch,
+                "concurrency": {str(r.concurrency): r.to_json() for r in results},
+            },
+        )
     return 1 if any(r.failed for r in results) else 0

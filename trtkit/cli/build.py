@@ -35,13 +35,20 @@ def run(args, console) -> int:
 
         config = dataclasses.replace(config, add_nms=NmsOptions(args.nms_score, args.nms_iou, args.nms_max_det))
     output = Path(args.output) if args.output else default_output(args.model)
-    options.check_files(args, output_files(config, args.output if args.output is not None else output),
-                        input_files(args.model, config))
+    options.check_files(
+        args, output_files(config, args.output if args.output is not None else output), input_files(args.model, config)
+    )
     with BuildProgress(console, Path(args.model).name) as progress:
         try:
-            result = build(args.model, config, output=output, isolate=args.isolate, on_progress=progress.update,
-                           on_log=progress.log if args.verbose else None,
-                           log_severity="INFO" if args.verbose else "WARNING")
+            result = build(
+                args.model,
+                config,
+                output=output,
+                isolate=args.isolate,
+                on_progress=progress.update,
+                on_log=progress.log if args.verbose else None,
+                log_severity="INFO" if args.verbose else "WARNING",
+            )
         except ModelError as exc:
             if getattr(exc, "report", None) is not None and not exc.report.ok:
                 progress.stop()
@@ -55,9 +62,12 @@ def run(args, console) -> int:
 
 def add_nms_options(parser) -> None:
     g = parser.add_argument_group("detection post-processing")
-    g.add_argument("--add-nms", action="store_true",
-                   help="append TensorRT's EfficientNMS_TRT plugin to a YOLOv8-style head (N, 4 + classes, anchors): "
-                        "the engine returns num_dets, boxes, scores, classes")
+    g.add_argument(
+        "--add-nms",
+        action="store_true",
+        help="append TensorRT's EfficientNMS_TRT plugin to a YOLOv8-style head (N, 4 + classes, anchors): "
+        "the engine returns num_dets, boxes, scores, classes",
+    )
     g.add_argument("--nms-score", type=float, default=0.25, metavar="X", help="--add-nms score threshold (0.25)")
     g.add_argument("--nms-iou", type=float, default=0.45, metavar="X", help="--add-nms IoU threshold (0.45)")
     g.add_argument("--nms-max-det", type=int, default=100, metavar="N", help="--add-nms detections per image (100)")
@@ -95,9 +105,15 @@ class BuildProgress:
         if self._live:
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                                      console=self._console, transient=True)
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                console=self._console,
+                transient=True,
+            )
             self._progress.__enter__()
             self._task = self._progress.add_task(f"{self._name}: starting", total=None, detail="")
         return self
@@ -121,8 +137,13 @@ class BuildProgress:
             detail = f"{event.layers_done}/{event.layers_total or '?'} layers, {event.cached} cached"
             if event.eta_s is not None:
                 detail += f", ETA {event.eta_s:.0f} s"
-        self._progress.update(self._task, description=f"{self._name}: {event.phase}", detail=detail,
-                              total=event.layers_total, completed=event.layers_done or 0)
+        self._progress.update(
+            self._task,
+            description=f"{self._name}: {event.phase}",
+            detail=detail,
+            total=event.layers_total,
+            completed=event.layers_done or 0,
+        )
 
     def log(self, severity: str, message: str) -> None:
         self._console.print(f"[dim][TRT {severity}] {message}[/dim]", markup=True, highlight=False)
@@ -145,10 +166,14 @@ def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
 
 
 def _rewrites_line(rewrites: list) -> str:
-    shown = [f"{r['rewrite']} at {r['where']}: {r['what']}" + ("" if r["status"] == "applied" else f" [{r['status']}]")
-             for r in rewrites]
-    return "; ".join(shown[:8]) + (f"; and {len(shown) - 8} more (see the manifest)" if len(shown) > 8 else "") \
+    shown = [
+        f"{r['rewrite']} at {r['where']}: {r['what']}" + ("" if r["status"] == "applied" else f" [{r['status']}]")
+        for r in rewrites
+    ]
+    return (
+        "; ".join(shown[:8]) + (f"; and {len(shown) - 8} more (see the manifest)" if len(shown) > 8 else "")
         or "none needed"
+    )
 
 
 def _precision_line(build: BuildInfo, report: dict | None) -> str:
@@ -167,7 +192,9 @@ def _profiles_line(profiles: list) -> str:
         return "static shapes"
     parts = []
     for i, p in enumerate(profiles):
-        dims = "; ".join(f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} "
-                         f"(opt {render.shape_str(s['opt'])})" for n, s in p.items())
+        dims = "; ".join(
+            f"{n} {render.shape_str(s['min'])}..{render.shape_str(s['max'])} (opt {render.shape_str(s['opt'])})"
+            for n, s in p.items()
+        )
         parts.append(f"#{i}: {dims}")
     return " | ".join(parts)

@@ -38,8 +38,16 @@ def _op_table(report):
         table.add_column(name, justify=justify, overflow="fold")
     for row in report.rows:
         listed = [_LISTED[report.listed.get(row.op_type, {}).get(v)] for v in versions] if not report.queried else []
-        table.add_row(row.op_type, row.domain, str(row.opset) if row.opset is not None else "-", str(row.count),
-                      _STATUS_STYLE.get(row.status, row.status), *listed, _names(row.nodes), row.note)
+        table.add_row(
+            row.op_type,
+            row.domain,
+            str(row.opset) if row.opset is not None else "-",
+            str(row.count),
+            _STATUS_STYLE.get(row.status, row.status),
+            *listed,
+            _names(row.nodes),
+            row.note,
+        )
     return table
 
 
@@ -74,10 +82,14 @@ def _verdict(report) -> str:
     if report.ok and report.queried:
         return "[green]every op is supported by this TensorRT's parser[/green]"
     if report.ok:
-        return ("[yellow]the check did not happen: TensorRT could not be asked; the 'listed' columns are "
-                "onnx-tensorrt's published operator lists, not this machine's parser[/yellow]")
-    return ("[red]this TensorRT cannot parse the model as is[/red]: try --fold-constants, re-exporting at a lower "
-            "opset, or a newer TensorRT")
+        return (
+            "[yellow]the check did not happen: TensorRT could not be asked; the 'listed' columns are "
+            "onnx-tensorrt's published operator lists, not this machine's parser[/yellow]"
+        )
+    return (
+        "[red]this TensorRT cannot parse the model as is[/red]: try --fold-constants, re-exporting at a lower "
+        "opset, or a newer TensorRT"
+    )
 
 
 def _names(names) -> str:

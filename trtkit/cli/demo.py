@@ -13,11 +13,17 @@ HELP = "Build a built-in sample CNN in FP32 and FP16, run it and compare with th
 def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, default=8, help="batch size to run (profile 1..32; default 8)")
     parser.add_argument("--iterations", type=int, default=200, help="timed runs per engine (default 200)")
-    parser.add_argument("--tactic-sources", metavar="NAMES",
-                        help="tactic sources to enable, e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS")
+    parser.add_argument(
+        "--tactic-sources",
+        metavar="NAMES",
+        help="tactic sources to enable, e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS",
+    )
     parser.add_argument("--output-dir", metavar="DIR", help="keep the model and engines here (default: a temp dir)")
-    parser.add_argument("--require-gpu", action="store_true",
-                        help="fail (exit 1) where TensorRT or a GPU is missing, instead of running the CPU part only")
+    parser.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="fail (exit 1) where TensorRT or a GPU is missing, instead of running the CPU part only",
+    )
     options.add_json_option(parser)
 
 
@@ -40,12 +46,29 @@ def run(args, console) -> int:
         with console.status("building and running the sample CNN ...") as status:
             rows = run_demo(workdir, settings, on_step=lambda text: status.update(text))
     columns = ["precision", "build s", "engine", "median ms", "p99 ms", "err / max|ref|", "layers", "verdict"]
-    console.print(render.table(f"trtkit demo: sample CNN, batch {settings.batch}", columns,
-                               [[r["precision"], r["build_s"], render.fmt_bytes(r["engine_size"]), r["median_ms"],
-                                 r["p99_ms"], r["rel_err"], _layers(r["layers_by_precision"]), r["verdict"]]
-                                for r in rows]))
-    console.print("median/p99: end-to-end TrtRunner.infer with CUDA graphs, numpy in and out; layers: what the "
-                  "engine inspector reports each layer runs in (TensorRT keeps FP32 where it is as fast)")
+    console.print(
+        render.table(
+            f"trtkit demo: sample CNN, batch {settings.batch}",
+            columns,
+            [
+                [
+                    r["precision"],
+                    r["build_s"],
+                    render.fmt_bytes(r["engine_size"]),
+                    r["median_ms"],
+                    r["p99_ms"],
+                    r["rel_err"],
+                    _layers(r["layers_by_precision"]),
+                    r["verdict"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    console.print(
+        "median/p99: end-to-end TrtRunner.infer with CUDA graphs, numpy in and out; layers: what the "
+        "engine inspector reports each layer runs in (TensorRT keeps FP32 where it is as fast)"
+    )
     if args.json:
         render.write_json(args.json, rows)
     return 0 if all(r["verdict"] == "PASS" for r in rows) else 1
@@ -81,13 +104,18 @@ def _cpu_only(args, console, missing: str) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         with console.status("running the sample CNN on the CPU ...") as status:
             rows = run_cpu_demo(workdir, settings, on_step=lambda text: status.update(text))
-    console.print(render.table(f"trtkit demo (CPU only): sample CNN, batch {settings.batch}",
-                               ["step", "what", "err / max|ref|", "verdict"],
-                               [[r["step"], r["what"], "-" if r["rel_err"] is None else r["rel_err"], r["verdict"]]
-                                for r in rows]))
-    console.print(f"Skipped: building and running TensorRT engines — this machine lacks {missing}. On a machine "
-                  "with an NVIDIA GPU and TensorRT, `trtkit demo` builds FP32 and FP16 engines, runs them and "
-                  "compares them with the ONNX model (`--require-gpu` makes a missing GPU an error).")
+    console.print(
+        render.table(
+            f"trtkit demo (CPU only): sample CNN, batch {settings.batch}",
+            ["step", "what", "err / max|ref|", "verdict"],
+            [[r["step"], r["what"], "-" if r["rel_err"] is None else r["rel_err"], r["verdict"]] for r in rows],
+        )
+    )
+    console.print(
+        f"Skipped: building and running TensorRT engines — this machine lacks {missing}. On a machine "
+        "with an NVIDIA GPU and TensorRT, `trtkit demo` builds FP32 and FP16 engines, runs them and "
+        "compares them with the ONNX model (`--require-gpu` makes a missing GPU an error)."
+    )
     if args.json:
         render.write_json(args.json, {"cpu_only": True, "skipped": missing, "rows": rows})
     return 0 if all(r["verdict"] != "FAIL" for r in rows) else 1

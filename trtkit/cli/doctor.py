@@ -24,7 +24,9 @@ def run(args, console) -> int:
         render.write_json(args.json, [c.__dict__ for c in checks])
     failed = [c.name for c in checks if not c.ok]
     if failed:  # a verdict, like parity's FAIL: the report is written, the exit code says it
-        sys.stderr.write(f"doctor: {len(failed)} of {len(checks)} checks failed ({', '.join(failed)}); the "
-                         "table's 'fix' column says what to run for each\n")
+        sys.stderr.write(
+            f"doctor: {len(failed)} of {len(checks)} checks failed ({', '.join(failed)}); the "
+            "table's 'fix' column says what to run for each\n"
+        )
         return 1
     return 0

@@ -11,11 +11,17 @@ HELP = "Show an ONNX model's or engine's inputs, outputs, profiles, layers and p
 
 def add_arguments(parser) -> None:
     parser.add_argument("path", help="an ONNX model (.onnx) or an engine file")
-    parser.add_argument("--check", action="store_true",
-                        help="ONNX only: list every op with its support by the installed TensorRT's parser")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="ONNX only: list every op with its support by the installed TensorRT's parser",
+    )
     parser.add_argument("--layers", action="store_true", help="engine only: list every layer with its precision")
-    parser.add_argument("--ignore-manifest", action="store_true",
-                        help="load an engine even if its manifest names another TensorRT or GPU")
+    parser.add_argument(
+        "--ignore-manifest",
+        action="store_true",
+        help="load an engine even if its manifest names another TensorRT or GPU",
+    )
     options.add_json_option(parser)
 
 
@@ -43,8 +49,13 @@ def _inspect_onnx(args, console, path: Path) -> int:
 
     loaded = load_model(path)
     info = describe_onnx(loaded)
-    console.print(render.table(f"{info['name']}  (opset {info['opset']}, {info['nodes']} nodes)",
-                               ["tensor", "kind", "dtype", "shape"], _io_rows(info)))
+    console.print(
+        render.table(
+            f"{info['name']}  (opset {info['opset']}, {info['nodes']} nodes)",
+            ["tensor", "kind", "dtype", "shape"],
+            _io_rows(info),
+        )
+    )
     ops = ", ".join(f"{op} x{n}" for op, n in info["ops"].items())
     console.print(f"ops: {ops}")
     code = 0
@@ -59,8 +70,10 @@ def _inspect_onnx(args, console, path: Path) -> int:
     if args.check and not report.queried and report.crash is None:  # an error: nothing is written
         from trtkit.errors import DependencyError
 
-        raise DependencyError(f"the op check did not happen: TensorRT could not be asked ({report.not_asked}); the "
-                              "table shows onnx-tensorrt's published operator lists instead")
+        raise DependencyError(
+            f"the op check did not happen: TensorRT could not be asked ({report.not_asked}); the "
+            "table shows onnx-tensorrt's published operator lists instead"
+        )
     if args.json:
         render.write_json(args.json, info)
     return code
@@ -83,19 +96,30 @@ def _inspect_engine(args, console, path: Path) -> int:
     manifest = read_manifest(path)
     info["manifest"] = manifest.to_json() if manifest is not None else None
     rows = [(t["name"], t["mode"].lower(), t["dtype"], render.shape_str(t["shape"])) for t in info["io"]]
-    console.print(render.table(f"{path.name}  ({info['num_layers']} layers, device memory "
-                               f"{render.fmt_bytes(info['device_memory_bytes'])})",
-                               ["tensor", "kind", "dtype", "shape"], rows))
+    console.print(
+        render.table(
+            f"{path.name}  ({info['num_layers']} layers, device memory "
+            f"{render.fmt_bytes(info['device_memory_bytes'])})",
+            ["tensor", "kind", "dtype", "shape"],
+            rows,
+        )
+    )
     for i, prof in enumerate(info["profiles"]):
         for name, s in prof.items():
-            console.print(f"profile {i}: {name} min {render.shape_str(s['min'])} opt {render.shape_str(s['opt'])} "
-                          f"max {render.shape_str(s['max'])}")
+            console.print(
+                f"profile {i}: {name} min {render.shape_str(s['min'])} opt {render.shape_str(s['opt'])} "
+                f"max {render.shape_str(s['max'])}"
+            )
     if info["layers_by_precision"]:
         console.print("layers by precision: " + ", ".join(f"{k} {v}" for k, v in info["layers_by_precision"].items()))
     if args.layers and info["layers"]:
-        console.print(render.table("layers", ["layer", "type", "precision", "tactic"],
-                                   [(row["name"], row["type"], row["precision"], row["tactic"])
-                                    for row in info["layers"]]))
+        console.print(
+            render.table(
+                "layers",
+                ["layer", "type", "precision", "tactic"],
+                [(row["name"], row["type"], row["precision"], row["tactic"]) for row in info["layers"]],
+            )
+        )
     if info["manifest"] is None:
         console.print("no manifest beside this engine (built outside trtkit?)")
     if args.json:

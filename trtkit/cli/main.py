@@ -37,7 +37,7 @@ SUMMARIES = {
     "parity": "Compare an engine's outputs against its ONNX model, with verdicts.",
     "inspect": "Show an ONNX model's or engine's inputs, outputs, profiles, layers and precisions.",
     "sanitize": "Apply trtkit's compatibility rewrites and constant folding to an ONNX model, list them and save "
-                "the result.",
+    "the result.",
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
     "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose).",

@@ -31,10 +31,14 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
-_PROFILE_HELP = ("one optimization profile: NAME:MIN,OPT,MAX per input, e.g. "
-                 "images:1x3x640x640,8x3x640x640,32x3x640x640 (repeat for several profiles)")
-RUN_SHAPES_HELP = ("the input shapes to run: NAME:SHAPE per input, e.g. images:8x3x640x640 (a NAME:MIN,OPT,MAX spec "
-                   "runs OPT); default: each input's opt shape in the profile")
+_PROFILE_HELP = (
+    "one optimization profile: NAME:MIN,OPT,MAX per input, e.g. "
+    "images:1x3x640x640,8x3x640x640,32x3x640x640 (repeat for several profiles)"
+)
+RUN_SHAPES_HELP = (
+    "the input shapes to run: NAME:SHAPE per input, e.g. images:8x3x640x640 (a NAME:MIN,OPT,MAX spec "
+    "runs OPT); default: each input's opt shape in the profile"
+)
 
 
 def add_shape_options(parser, help: str = _PROFILE_HELP) -> None:
@@ -47,25 +51,53 @@ def add_precision_options(parser) -> None:
     p = g.add_mutually_exclusive_group()
     p.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="FP16 where faster")
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="BF16 where faster")
-    p.add_argument("--int8", dest="precision", action="store_const", const="int8",
-                   help="INT8 (needs --calib or --calib-cache, or a Q/DQ model)")
-    g.add_argument("--fp16-mode", choices=FP16_MODES, default="auto",
-                   help="flag: builder flag (TensorRT < 11); cast: FP16 model, strongly typed; auto (default)")
-    g.add_argument("--int8-mode", choices=INT8_MODES, default="auto",
-                   help="calibrator (TensorRT < 11), qdq (explicit Q/DQ made by trtkit), auto (default)")
+    p.add_argument(
+        "--int8",
+        dest="precision",
+        action="store_const",
+        const="int8",
+        help="INT8 (needs --calib or --calib-cache, or a Q/DQ model)",
+    )
+    g.add_argument(
+        "--fp16-mode",
+        choices=FP16_MODES,
+        default="auto",
+        help="flag: builder flag (TensorRT < 11); cast: FP16 model, strongly typed; auto (default)",
+    )
+    g.add_argument(
+        "--int8-mode",
+        choices=INT8_MODES,
+        default="auto",
+        help="calibrator (TensorRT < 11), qdq (explicit Q/DQ made by trtkit), auto (default)",
+    )
     g.add_argument("--no-tf32", dest="tf32", action="store_false", help="disallow TF32 for FP32 layers")
     g.add_argument("--strongly-typed", action="store_true", help="build a strongly typed network")
-    g.add_argument("--require-precision", action="store_true",
-                   help="fail if the engine does not mostly run in the requested precision")
-    g.add_argument("--precision-constraints", choices=CONSTRAINT_MODES, default="none",
-                   help="set convolution/matmul layers to the requested precision: prefer (TensorRT follows where "
-                        "it can) or obey (the build fails where it cannot); default none: TensorRT keeps FP32 "
-                        "wherever that is faster")
-    g.add_argument("--qdq-quantize-heads", dest="qdq_keep_heads", action="store_false",
-                   help="--int8-mode qdq: quantize the final layers (heads, classifier) too; by default they stay in "
-                        "higher precision")
-    g.add_argument("--qdq-exclude", metavar="NODES", default="",
-                   help="--int8-mode qdq: comma-separated ONNX node names to keep in higher precision")
+    g.add_argument(
+        "--require-precision",
+        action="store_true",
+        help="fail if the engine does not mostly run in the requested precision",
+    )
+    g.add_argument(
+        "--precision-constraints",
+        choices=CONSTRAINT_MODES,
+        default="none",
+        help="set convolution/matmul layers to the requested precision: prefer (TensorRT follows where "
+        "it can) or obey (the build fails where it cannot); default none: TensorRT keeps FP32 "
+        "wherever that is faster",
+    )
+    g.add_argument(
+        "--qdq-quantize-heads",
+        dest="qdq_keep_heads",
+        action="store_false",
+        help="--int8-mode qdq: quantize the final layers (heads, classifier) too; by default they stay in "
+        "higher precision",
+    )
+    g.add_argument(
+        "--qdq-exclude",
+        metavar="NODES",
+        default="",
+        help="--int8-mode qdq: comma-separated ONNX node names to keep in higher precision",
+    )
     g.add_argument("--save-qdq-onnx", metavar="PATH", help="save the Q/DQ model made for --int8-mode qdq")
     parser.set_defaults(precision="fp32")
 
@@ -75,21 +107,40 @@ def add_calibration_options(parser) -> None:
     g.add_argument("--calib", metavar="DIR", help="calibration data: an image folder or a folder of .npy/.npz")
     g.add_argument("--calib-cache", metavar="FILE", help="calibration cache to reuse or write (TensorRT format)")
     g.add_argument("--calib-algo", choices=CALIB_ALGORITHMS, default="entropy", help="default: entropy")
-    g.add_argument("--calib-percentile", type=float, default=99.99, metavar="P",
-                   help="--calib-algo percentile: the percentile of each tensor's |values| taken as its range "
-                        "(0 < P <= 100; default 99.99)")
-    g.add_argument("--calib-histograms", choices=HISTOGRAM_DEVICES, default="auto",
-                   help="--int8-mode qdq: bin activations on the gpu (CUDA kernels) or the cpu (numpy); default: "
-                        "auto (the GPU when its kernels load)")
+    g.add_argument(
+        "--calib-percentile",
+        type=float,
+        default=99.99,
+        metavar="P",
+        help="--calib-algo percentile: the percentile of each tensor's |values| taken as its range "
+        "(0 < P <= 100; default 99.99)",
+    )
+    g.add_argument(
+        "--calib-histograms",
+        choices=HISTOGRAM_DEVICES,
+        default="auto",
+        help="--int8-mode qdq: bin activations on the gpu (CUDA kernels) or the cpu (numpy); default: "
+        "auto (the GPU when its kernels load)",
+    )
     g.add_argument("--calib-max-samples", type=positive_int, metavar="N", help="use at most N samples")
-    g.add_argument("--calib-batch", type=positive_int, metavar="N",
-                   help="calibration batch size (default: the opt batch of profile 0)")
-    g.add_argument("--calib-cache-force", action="store_true",
-                   help="reuse --calib-cache even if it was made for another model, TensorRT or data")
-    g.add_argument("--calib-preprocess", metavar="SPEC",
-                   help="image preprocessing, e.g. resize=letterbox,color=BGR,scale=0.0039216,"
-                        "mean=0.485/0.456/0.406,std=0.229/0.224/0.225,layout=NCHW,size=640x640 "
-                        "(default: stretch to the model's size, RGB, scale 1/255, NCHW)")
+    g.add_argument(
+        "--calib-batch",
+        type=positive_int,
+        metavar="N",
+        help="calibration batch size (default: the opt batch of profile 0)",
+    )
+    g.add_argument(
+        "--calib-cache-force",
+        action="store_true",
+        help="reuse --calib-cache even if it was made for another model, TensorRT or data",
+    )
+    g.add_argument(
+        "--calib-preprocess",
+        metavar="SPEC",
+        help="image preprocessing, e.g. resize=letterbox,color=BGR,scale=0.0039216,"
+        "mean=0.485/0.456/0.406,std=0.229/0.224/0.225,layout=NCHW,size=640x640 "
+        "(default: stretch to the model's size, RGB, scale 1/255, NCHW)",
+    )
 
 
 def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
@@ -99,20 +150,37 @@ def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
     g = parser.add_argument_group("builder")
     g.add_argument("--workspace", type=parse_size, metavar="SIZE", help="workspace memory limit, e.g. 4G")
     g.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5", help="builder optimization level")
-    g.add_argument("--tactic-sources", metavar="NAMES",
-                   help="comma-separated tactic sources to enable (others off), e.g. "
-                        "EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS; default: TensorRT's")
-    g.add_argument("--timing-cache", metavar="FILE",
-                   help="timing cache to load and save back (a file that does not load is an error)")
-    g.add_argument("--timing-cache-reset", action="store_true",
-                   help="replace a --timing-cache file that does not load with a new cache (warns)")
+    g.add_argument(
+        "--tactic-sources",
+        metavar="NAMES",
+        help="comma-separated tactic sources to enable (others off), e.g. "
+        "EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS; default: TensorRT's",
+    )
+    g.add_argument(
+        "--timing-cache",
+        metavar="FILE",
+        help="timing cache to load and save back (a file that does not load is an error)",
+    )
+    g.add_argument(
+        "--timing-cache-reset",
+        action="store_true",
+        help="replace a --timing-cache file that does not load with a new cache (warns)",
+    )
     g.add_argument("--hardware-compatibility", metavar="LEVEL", help="e.g. AMPERE_PLUS")
     g.add_argument("--version-compatible", action="store_true", help="build a version-compatible plan")
-    g.add_argument("--profiling-verbosity", choices=("DETAILED", "LAYER_NAMES_ONLY", "NONE"), default="DETAILED",
-                   help="layer detail kept in the engine: DETAILED (default; needed by `trtkit inspect --layers` "
-                        "and the precision report), LAYER_NAMES_ONLY or NONE")
-    g.add_argument("--no-isolate", dest="isolate", action="store_false",
-                   help="parse and build in this process instead of a child process")
+    g.add_argument(
+        "--profiling-verbosity",
+        choices=("DETAILED", "LAYER_NAMES_ONLY", "NONE"),
+        default="DETAILED",
+        help="layer detail kept in the engine: DETAILED (default; needed by `trtkit inspect --layers` "
+        "and the precision report), LAYER_NAMES_ONLY or NONE",
+    )
+    g.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="parse and build in this process instead of a child process",
+    )
 
 
 # a negative size or number after an option is its value, not another option (argparse: "expected one argument")
@@ -131,8 +199,15 @@ def positive_int(text: str) -> int:
 
 
 # calibration options (dest -> default) that only matter with --calib or --calib-cache
-_CALIB_DEFAULTS = {"calib_algo": "entropy", "calib_percentile": 99.99, "calib_histograms": "auto",
-                   "calib_max_samples": None, "calib_batch": None, "calib_cache_force": False, "calib_preprocess": None}
+_CALIB_DEFAULTS = {
+    "calib_algo": "entropy",
+    "calib_percentile": 99.99,
+    "calib_histograms": "auto",
+    "calib_max_samples": None,
+    "calib_batch": None,
+    "calib_cache_force": False,
+    "calib_preprocess": None,
+}
 
 
 def changed_build_options(args, keep=("shapes",)) -> list:
@@ -142,8 +217,11 @@ def changed_build_options(args, keep=("shapes",)) -> list:
     defaults = vars(parser.parse_args([]))
     flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
     flags["precision"] = f"--{getattr(args, 'precision', 'fp32')}"
-    return [flags.get(dest, dest) for dest, value in defaults.items()
-            if dest not in keep and getattr(args, dest, value) != value]
+    return [
+        flags.get(dest, dest)
+        for dest, value in defaults.items()
+        if dest not in keep and getattr(args, dest, value) != value
+    ]
 
 
 def check_option_use(args) -> None:
@@ -152,16 +230,26 @@ def check_option_use(args) -> None:
 
     precision = getattr(args, "precision", "fp32")
     given_calibration = getattr(args, "calib", None) or getattr(args, "calib_cache", None)
-    unused = [f"--{dest.replace('_', '-')}" for dest, default in _CALIB_DEFAULTS.items()
-              if getattr(args, dest, default) != default and not given_calibration]
+    unused = [
+        f"--{dest.replace('_', '-')}"
+        for dest, default in _CALIB_DEFAULTS.items()
+        if getattr(args, dest, default) != default and not given_calibration
+    ]
     if unused:
         verb = "configures" if len(unused) == 1 else "configure"
-        raise UsageError(f"{', '.join(unused)} {verb} INT8 calibration, which needs --int8 with --calib DIR or "
-                         "--calib-cache FILE", field=None)
-    int8_only = [flag for flag, used in (("--int8-mode", getattr(args, "int8_mode", "auto") != "auto"),
-                                         ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
-                                         ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False))
-                 if used]
+        raise UsageError(
+            f"{', '.join(unused)} {verb} INT8 calibration, which needs --int8 with --calib DIR or --calib-cache FILE",
+            field=None,
+        )
+    int8_only = [
+        flag
+        for flag, used in (
+            ("--int8-mode", getattr(args, "int8_mode", "auto") != "auto"),
+            ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
+            ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
+        )
+        if used
+    ]
     if int8_only and precision != "int8":
         verb = "applies" if len(int8_only) == 1 else "apply"
         raise UsageError(f"{', '.join(int8_only)} {verb} only to --int8, and the precision is {precision}")
@@ -182,25 +270,44 @@ def config_from_args(args) -> BuildConfig:
     calibration = None
     if getattr(args, "calib", None) or getattr(args, "calib_cache", None):
         calibration = CalibrationSettings(
-            source=args.calib, cache_path=args.calib_cache, algorithm=args.calib_algo,
-            percentile=args.calib_percentile, max_samples=args.calib_max_samples, batch_size=args.calib_batch,
-            force=args.calib_cache_force, preprocess=_preprocess(args), histograms=args.calib_histograms)
+            source=args.calib,
+            cache_path=args.calib_cache,
+            algorithm=args.calib_algo,
+            percentile=args.calib_percentile,
+            max_samples=args.calib_max_samples,
+            batch_size=args.calib_batch,
+            force=args.calib_cache_force,
+            preprocess=_preprocess(args),
+            histograms=args.calib_histograms,
+        )
     tactics = None
     if getattr(args, "tactic_sources", None):
         tactics = tuple(s.strip() for s in args.tactic_sources.split(",") if s.strip())
         if not tactics:
             raise TrtkitError("--tactic-sources is empty; give names such as EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS")
     return BuildConfig(
-        precision=args.precision, fp16_mode=args.fp16_mode, int8_mode=args.int8_mode, calibration=calibration,
-        profiles=[parse_shapes(s) for s in args.shapes], workspace_bytes=args.workspace,
-        optimization_level=args.opt_level, tactic_sources=tactics, tf32=args.tf32,
-        profiling_verbosity=args.profiling_verbosity, timing_cache=args.timing_cache,
+        precision=args.precision,
+        fp16_mode=args.fp16_mode,
+        int8_mode=args.int8_mode,
+        calibration=calibration,
+        profiles=[parse_shapes(s) for s in args.shapes],
+        workspace_bytes=args.workspace,
+        optimization_level=args.opt_level,
+        tactic_sources=tactics,
+        tf32=args.tf32,
+        profiling_verbosity=args.profiling_verbosity,
+        timing_cache=args.timing_cache,
         timing_cache_reset=args.timing_cache_reset,
-        hardware_compatibility=args.hardware_compatibility, version_compatible=args.version_compatible,
-        strongly_typed=args.strongly_typed, require_precision=args.require_precision,
-        precision_constraints=args.precision_constraints, save_qdq_onnx=args.save_qdq_onnx,
+        hardware_compatibility=args.hardware_compatibility,
+        version_compatible=args.version_compatible,
+        strongly_typed=args.strongly_typed,
+        require_precision=args.require_precision,
+        precision_constraints=args.precision_constraints,
+        save_qdq_onnx=args.save_qdq_onnx,
         qdq_keep_heads=args.qdq_keep_heads,
-        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()), **prepare_settings(args))
+        qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
+        **prepare_settings(args),
+    )
 
 
 def _preprocess(args) -> dict:
@@ -211,28 +318,68 @@ def _preprocess(args) -> dict:
 
 # library argument (an error's ``field``) -> the flag that sets it, for error messages
 FLAGS = {
-    "model": "MODEL", "engine": "ENGINE", "output": "--output", "manifest": "--output (its manifest)",
-    "json": "--json", "save_sanitized": "--save-sanitized", "save_prepared": "--save-sanitized",
+    "model": "MODEL",
+    "engine": "ENGINE",
+    "output": "--output",
+    "manifest": "--output (its manifest)",
+    "json": "--json",
+    "save_sanitized": "--save-sanitized",
+    "save_prepared": "--save-sanitized",
     "save_qdq_onnx": "--save-qdq-onnx",
-    "save_outputs": "--save-outputs", "save_arrays": "--save-arrays", "timing_cache": "--timing-cache",
-    "timing_cache_reset": "--timing-cache-reset", "workspace_bytes": "--workspace", "optimization_level": "--opt-level",
-    "tactic_sources": "--tactic-sources", "precision": "--fp16/--bf16/--int8", "fp16_mode": "--fp16-mode",
-    "int8_mode": "--int8-mode", "profiling_verbosity": "--profiling-verbosity",
-    "precision_constraints": "--precision-constraints", "hardware_compatibility": "--hardware-compatibility",
-    "profiles": "--shapes", "shapes": "--shapes", "qdq_exclude": "--qdq-exclude",
-    "calibration": "--calib/--calib-cache", "calibration.source": "--calib", "calibration.cache_path": "--calib-cache",
-    "calibration.algorithm": "--calib-algo", "calibration.percentile": "--calib-percentile",
-    "calibration.max_samples": "--calib-max-samples", "calibration.batch_size": "--calib-batch",
-    "calibration.preprocess": "--calib-preprocess", "calibration.histograms": "--calib-histograms",
-    "calibration.force": "--calib-cache-force", "profile": "--use-profile", "profile_index": "--use-profile",
-    "streams": "--streams", "iterations": "--iterations", "warmup_ms": "--warmup-ms", "duration_s": "--duration-s",
-    "trials": "--trials", "value_range": "--value-range", "inputs": "--inputs", "cuda_graph": "--cuda-graph",
-    "metric_threshold": "--metric-threshold", "workspace": "--workspace", "verbose": "--verbose",
+    "save_outputs": "--save-outputs",
+    "save_arrays": "--save-arrays",
+    "timing_cache": "--timing-cache",
+    "timing_cache_reset": "--timing-cache-reset",
+    "workspace_bytes": "--workspace",
+    "optimization_level": "--opt-level",
+    "tactic_sources": "--tactic-sources",
+    "precision": "--fp16/--bf16/--int8",
+    "fp16_mode": "--fp16-mode",
+    "int8_mode": "--int8-mode",
+    "profiling_verbosity": "--profiling-verbosity",
+    "precision_constraints": "--precision-constraints",
+    "hardware_compatibility": "--hardware-compatibility",
+    "profiles": "--shapes",
+    "shapes": "--shapes",
+    "qdq_exclude": "--qdq-exclude",
+    "calibration": "--calib/--calib-cache",
+    "calibration.source": "--calib",
+    "calibration.cache_path": "--calib-cache",
+    "calibration.algorithm": "--calib-algo",
+    "calibration.percentile": "--calib-percentile",
+    "calibration.max_samples": "--calib-max-samples",
+    "calibration.batch_size": "--calib-batch",
+    "calibration.preprocess": "--calib-preprocess",
+    "calibration.histograms": "--calib-histograms",
+    "calibration.force": "--calib-cache-force",
+    "profile": "--use-profile",
+    "profile_index": "--use-profile",
+    "streams": "--streams",
+    "iterations": "--iterations",
+    "warmup_ms": "--warmup-ms",
+    "duration_s": "--duration-s",
+    "trials": "--trials",
+    "value_range": "--value-range",
+    "inputs": "--inputs",
+    "cuda_graph": "--cuda-graph",
+    "metric_threshold": "--metric-threshold",
+    "workspace": "--workspace",
+    "verbose": "--verbose",
     # bench --server, serve and export
-    "concurrency": "--concurrency", "max_requests": "--requests", "batch": "--batch", "warmup_s": "--warmup-ms",
-    "instances": "--instances", "max_batch": "--max-batch", "max_queue_delay_us": "--max-queue-delay-us",
-    "add_nms": "--add-nms", "metric": "--metric", "reference": "--reference",
-    "gpus": "--gpus", "http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_port": "--metrics-port",
+    "concurrency": "--concurrency",
+    "max_requests": "--requests",
+    "batch": "--batch",
+    "warmup_s": "--warmup-ms",
+    "instances": "--instances",
+    "max_batch": "--max-batch",
+    "max_queue_delay_us": "--max-queue-delay-us",
+    "add_nms": "--add-nms",
+    "metric": "--metric",
+    "reference": "--reference",
+    "gpus": "--gpus",
+    "http_port": "--http-port",
+    "grpc_port": "--grpc-port",
+    "metrics_port": "--metrics-port",
 }
 
 
@@ -244,12 +391,17 @@ SWITCHES = {
     "require_precision": ("--require-precision", "no --require-precision"),
     "fold_constants": ("--fold-constants", "--no-fold-constants"),
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
-    "tf32": ("no --no-tf32", "--no-tf32"), "isolate": ("no --no-isolate", "--no-isolate"),
-    "cuda_graph": ("--cuda-graph", "--no-cuda-graph"), "version_compatible": ("--version-compatible", ""),
-    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"), "strict": ("--strict", "no --strict"),
+    "tf32": ("no --no-tf32", "--no-tf32"),
+    "isolate": ("no --no-isolate", "--no-isolate"),
+    "cuda_graph": ("--cuda-graph", "--no-cuda-graph"),
+    "version_compatible": ("--version-compatible", ""),
+    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
+    "strict": ("--strict", "no --strict"),
     "force": ("--force", "no --force"),
-    "on_log": ("--verbose", "no --verbose"), "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
-    "data_transfers": ("no --no-data-transfers", "--no-data-transfers"), "e2e": ("no --no-e2e", "--no-e2e"),
+    "on_log": ("--verbose", "no --verbose"),
+    "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
+    "data_transfers": ("no --no-data-transfers", "--no-data-transfers"),
+    "e2e": ("no --no-e2e", "--no-e2e"),
 }
 # what a library message says -> what the CLI user types
 PHRASES = {"preflight(model)": "`trtkit inspect MODEL --check`"}
@@ -272,8 +424,11 @@ def cli_words(text: str) -> str:
         return m.group(0)
 
     text = re.sub(r"profiles=\[parse_shapes\(('[^']*')\)\]", r"--shapes \1", text)
-    text = re.sub(r"shapes=\{'([^']+)': \(([\d, ]+)\)\}",
-                  lambda m: f"--shapes {m.group(1)}:{'x'.join(d.strip() for d in m.group(2).split(','))}", text)
+    text = re.sub(
+        r"shapes=\{'([^']+)': \(([\d, ]+)\)\}",
+        lambda m: f"--shapes {m.group(1)}:{'x'.join(d.strip() for d in m.group(2).split(','))}",
+        text,
+    )
     text = _ASSIGNED.sub(flag, text)
     for api, cli in PHRASES.items():
         text = text.replace(api, cli)
@@ -312,21 +467,39 @@ def add_json_option(parser) -> None:
 def add_prepare_options(parser) -> None:
     """``--sanitize/--no-sanitize``, ``--fold-constants/--no-fold-constants``, ``--save-sanitized``, ``--no-check``."""
     group = parser.add_argument_group("before parsing (trtkit.prepare)")
-    group.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=True,
-                       help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
-                            "external data); each is named in the build summary and the manifest (default: on)")
-    group.add_argument("--fold-constants", action=argparse.BooleanOptionalAction, default=True,
-                       help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
-                            "before TensorRT parses the model; used only when it changes something (default: on)")
-    group.add_argument("--save-sanitized", metavar="PATH",
-                       help="also write the prepared model here (written only when preparing changed something)")
-    group.add_argument("--no-check", dest="check", action="store_false",
-                       help="skip the op check (the build asks TensorRT's parser which ops it supports, and shows "
-                            "the op table when parsing fails)")
+    group.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
+        "external data); each is named in the build summary and the manifest (default: on)",
+    )
+    group.add_argument(
+        "--fold-constants",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fold constant subgraphs (ConstantOfShape, static Shape chains...) into initializers "
+        "before TensorRT parses the model; used only when it changes something (default: on)",
+    )
+    group.add_argument(
+        "--save-sanitized",
+        metavar="PATH",
+        help="also write the prepared model here (written only when preparing changed something)",
+    )
+    group.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip the op check (the build asks TensorRT's parser which ops it supports, and shows "
+        "the op table when parsing fails)",
+    )
 
 
 def prepare_settings(args) -> dict:
     """The :class:`BuildConfig` fields the prepare options set."""
-    return {"sanitize": getattr(args, "sanitize", True), "fold_constants": getattr(args, "fold_constants", True),
-            "check": getattr(args, "check", True), "save_prepared": getattr(args, "save_sanitized", None)}
-
+    return {
+        "sanitize": getattr(args, "sanitize", True),
+        "fold_constants": getattr(args, "fold_constants", True),
+        "check": getattr(args, "check", True),
+        "save_prepared": getattr(args, "save_sanitized", None),
+    }

@@ -17,44 +17,91 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="the ONNX model the engine was built from")
     parser.add_argument("engine", help="the engine file (its manifest beside it gives the precision)")
     g = parser.add_argument_group("inputs")
-    g.add_argument("--shapes", action="append", default=[], metavar="SPEC",
-                   help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
-                        "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes")
-    g.add_argument("--profile-index", "--use-profile", dest="profile_index", type=int, default=0, metavar="N",
-                   help="engine optimization profile to run in (default 0); shapes default to its opt shapes")
-    g.add_argument("--inputs", metavar="PATH",
-                   help="inputs instead of random ones: .npz (name -> array), .npy (single input), "
-                        "polygraphy --save-inputs .json, a folder of .npz/.npy files (one feed each), or an image "
-                        "folder (single-input models; RGB, 0..1, NCHW, batched to the shape's batch)")
-    g.add_argument("--trials", type=_positive_int, metavar="N",
-                   help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)")
+    g.add_argument(
+        "--shapes",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
+        "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes",
+    )
+    g.add_argument(
+        "--profile-index",
+        "--use-profile",
+        dest="profile_index",
+        type=int,
+        default=0,
+        metavar="N",
+        help="engine optimization profile to run in (default 0); shapes default to its opt shapes",
+    )
+    g.add_argument(
+        "--inputs",
+        metavar="PATH",
+        help="inputs instead of random ones: .npz (name -> array), .npy (single input), "
+        "polygraphy --save-inputs .json, a folder of .npz/.npy files (one feed each), or an image "
+        "folder (single-input models; RGB, 0..1, NCHW, batched to the shape's batch)",
+    )
+    g.add_argument(
+        "--trials",
+        type=_positive_int,
+        metavar="N",
+        help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)",
+    )
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    g.add_argument("--value-range", type=_value_range, metavar="LOW,HIGH",
-                   help="range of random float inputs (default -1,1), e.g. 0,255 for a model taking raw pixels")
-    g.add_argument("--ignore-manifest", action="store_true",
-                   help="load the engine even if its manifest names another TensorRT or GPU")
+    g.add_argument(
+        "--value-range",
+        type=_value_range,
+        metavar="LOW,HIGH",
+        help="range of random float inputs (default -1,1), e.g. 0,255 for a model taking raw pixels",
+    )
+    g.add_argument(
+        "--ignore-manifest",
+        action="store_true",
+        help="load the engine even if its manifest names another TensorRT or GPU",
+    )
     g.add_argument("--cuda-graph", action="store_true", help="run the engine through CUDA graph replay")
-    g.add_argument("--reference", choices=REFERENCES, default="onnx-reference",
-                   help="how to run the ONNX model: onnx's ReferenceEvaluator (default; pure numpy, slow on big "
-                        "models) or onnxruntime (much faster; needs `pip install onnxruntime`)")
+    g.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        default="onnx-reference",
+        help="how to run the ONNX model: onnx's ReferenceEvaluator (default; pure numpy, slow on big "
+        "models) or onnxruntime (much faster; needs `pip install onnxruntime`)",
+    )
     t = parser.add_argument_group("tolerances (defaults depend on the precision)")
-    t.add_argument("--precision", choices=PRECISION_CHOICES,
-                   help="judge as this precision (default: the engine's manifest, else tf32)")
-    t.add_argument("--metric-threshold", action="append", type=_threshold, metavar="[OUTPUT:]X",
-                   help="allowed max|engine - onnx| / max|onnx| (defaults: fp32 1e-4, tf32 2e-3, fp16 1e-2, "
-                        "bf16 5e-2, int8 1e-1); OUTPUT:X for one output, repeatable, e.g. boxes:5e-2")
+    t.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        help="judge as this precision (default: the engine's manifest, else tf32)",
+    )
+    t.add_argument(
+        "--metric-threshold",
+        action="append",
+        type=_threshold,
+        metavar="[OUTPUT:]X",
+        help="allowed max|engine - onnx| / max|onnx| (defaults: fp32 1e-4, tf32 2e-3, fp16 1e-2, "
+        "bf16 5e-2, int8 1e-1); OUTPUT:X for one output, repeatable, e.g. boxes:5e-2",
+    )
     t.add_argument("--atol", type=float, help="element-wise check: fail elements beyond both atol and rtol*|ref|")
     t.add_argument("--rtol", type=float, help="element-wise check (see --atol); Polygraphy's verdict is shown too")
     t.add_argument("--min-cosine", type=float, metavar="X", help="require cosine similarity >= X (int8: 0.99)")
-    t.add_argument("--min-top1", type=float, metavar="X",
-                   help="require top-1 agreement >= X for classifier-like (N, C) outputs")
-    t.add_argument("--no-polygraphy", dest="polygraphy", action="store_false",
-                   help="skip Polygraphy's cross-check of the element-wise verdict")
-    parser.add_argument("--localize", action="store_true",
-                        help="also build a debug engine (same settings, from the manifest) with every intermediate "
-                             "tensor as an output, and name the first tensor that diverges")
-    parser.add_argument("--save-arrays", metavar="NPZ",
-                        help="write every trial's inputs, engine outputs and ONNX outputs to this .npz")
+    t.add_argument(
+        "--min-top1", type=float, metavar="X", help="require top-1 agreement >= X for classifier-like (N, C) outputs"
+    )
+    t.add_argument(
+        "--no-polygraphy",
+        dest="polygraphy",
+        action="store_false",
+        help="skip Polygraphy's cross-check of the element-wise verdict",
+    )
+    parser.add_argument(
+        "--localize",
+        action="store_true",
+        help="also build a debug engine (same settings, from the manifest) with every intermediate "
+        "tensor as an output, and name the first tensor that diverges",
+    )
+    parser.add_argument(
+        "--save-arrays", metavar="NPZ", help="write every trial's inputs, engine outputs and ONNX outputs to this .npz"
+    )
     options.add_json_option(parser)
 
 
@@ -124,13 +171,20 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
     """
     from trtkit.parity.api import compare_engine_to_onnx
 
-    options.check_files(args, {"save_arrays": args.save_arrays},
-                        {"model": args.model, "engine": args.engine, "inputs": args.inputs})
+    options.check_files(
+        args, {"save_arrays": args.save_arrays}, {"model": args.model, "engine": args.engine, "inputs": args.inputs}
+    )
     shared = _compare_options(args, runner_options)
     with _progress(console) as on_trial:
-        report = compare_engine_to_onnx(args.model, engine if engine is not None else args.engine,
-                                        precision=args.precision, polygraphy_check=args.polygraphy,
-                                        save_arrays=args.save_arrays, on_trial=on_trial, **shared)
+        report = compare_engine_to_onnx(
+            args.model,
+            engine if engine is not None else args.engine,
+            precision=args.precision,
+            polygraphy_check=args.polygraphy,
+            save_arrays=args.save_arrays,
+            on_trial=on_trial,
+            **shared,
+        )
     data = report.to_dict()
     if args.json != "-":
         render_report(console, report)
@@ -140,9 +194,12 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
         if args.json != "-":
             render_localize(console, located)
             if not report.passed and located.first_failure is None:
-                console.print("[yellow]The debug engine, rebuilt from this ONNX model, matches it: the engine under "
-                              "test was probably built from another model or with other settings.[/yellow]",
-                              markup=True, highlight=False)
+                console.print(
+                    "[yellow]The debug engine, rebuilt from this ONNX model, matches it: the engine under "
+                    "test was probably built from another model or with other settings.[/yellow]",
+                    markup=True,
+                    highlight=False,
+                )
     if args.json:
         render.write_json(args.json, data)
     return 0 if report.passed else 1
@@ -151,12 +208,23 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
 def _compare_options(args, runner_options: dict | None) -> dict:
     """The options shared by the comparison and the debug engine's comparison."""
     return dict(
-        inputs=args.inputs, shapes=shapes_from_args(args), profile_index=args.profile_index,
-        atol=args.atol, rtol=args.rtol, metric_threshold=metric_threshold_from_args(args), min_cosine=args.min_cosine,
-        min_top1=args.min_top1, trials=args.trials, seed=args.seed, value_range=args.value_range,
+        inputs=args.inputs,
+        shapes=shapes_from_args(args),
+        profile_index=args.profile_index,
+        atol=args.atol,
+        rtol=args.rtol,
+        metric_threshold=metric_threshold_from_args(args),
+        min_cosine=args.min_cosine,
+        min_top1=args.min_top1,
+        trials=args.trials,
+        seed=args.seed,
+        value_range=args.value_range,
         reference=args.reference,
-        runner_options={"allow_mismatch": args.ignore_manifest, "cuda_graph": args.cuda_graph,
-                        **(runner_options or {})},
+        runner_options={
+            "allow_mismatch": args.ignore_manifest,
+            "cuda_graph": args.cuda_graph,
+            **(runner_options or {}),
+        },
     )
 
 
@@ -168,9 +236,11 @@ def _localize(args, console, precision: str, options: dict, build_options: dict)
 
     manifest = read_manifest(args.engine)
     if manifest is None:
-        raise EngineError(f"--localize rebuilds the engine with the settings in its manifest "
-                          f"'{manifest_path(args.engine)}', which does not exist; "
-                          f"build the engine with `trtkit build`.")
+        raise EngineError(
+            f"--localize rebuilds the engine with the settings in its manifest "
+            f"'{manifest_path(args.engine)}', which does not exist; "
+            f"build the engine with `trtkit build`."
+        )
     build_engine = engine_builder(config_from_manifest(manifest), **build_options)
     with console.status("localize: building a debug engine with every intermediate tensor marked as an output"):
         return localize_divergence(args.model, build_engine, precision=precision, **options)
@@ -182,8 +252,9 @@ class _progress:
     def __init__(self, console):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                  console=console, transient=True)
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        )
         self._task = None
 
     def __enter__(self):
@@ -208,13 +279,19 @@ def render_report(console, report) -> None:
             console.print(f"[red]- {reason}[/red]", markup=True, highlight=False)
     others = sum(1 for r in report.results if not r.passed) - sum(1 for r in worst if not r.passed)
     if others:
-        console.print(f"[red]- and {others} more failing output(s) in other trials (all in --json)[/red]",
-                      markup=True, highlight=False)
+        console.print(
+            f"[red]- and {others} more failing output(s) in other trials (all in --json)[/red]",
+            markup=True,
+            highlight=False,
+        )
     polygraphy = [f"'{r.name}' {_yes_no(r.polygraphy_passed)}" for r in worst if r.polygraphy_passed is not None]
     if polygraphy:
         tol = report.tolerance
-        console.print(f"Polygraphy's verdict (CompareFunc.simple, atol {tol.atol or 0}, rtol {tol.rtol or 0}): "
-                      f"{', '.join(polygraphy)}", highlight=False)
+        console.print(
+            f"Polygraphy's verdict (CompareFunc.simple, atol {tol.atol or 0}, rtol {tol.rtol or 0}): "
+            f"{', '.join(polygraphy)}",
+            highlight=False,
+        )
     for note in report.notes:
         console.print(f"[dim]note: {options.cli_words(note)}[/dim]", markup=True, highlight=False)
     style = "bold green" if report.passed else "bold red"
@@ -227,13 +304,26 @@ def _header(report) -> str:
     tol = report.tolerance
     from trtkit.parity.compare import fmt
 
-    return (f"{report.engine} vs {report.model}: {report.trials} trial(s) of {source}, shapes {shapes}, reference "
-            f"{report.reference_backend}\ntolerance {tol.source}: ratio = max|err| / max|ref| <= "
-            f"{fmt(tol.max_error_ratio)}" + "".join(f"; '{n}' <= {fmt(v)}" for n, v in tol.per_output))
+    return (
+        f"{report.engine} vs {report.model}: {report.trials} trial(s) of {source}, shapes {shapes}, reference "
+        f"{report.reference_backend}\ntolerance {tol.source}: ratio = max|err| / max|ref| <= "
+        f"{fmt(tol.max_error_ratio)}" + "".join(f"; '{n}' <= {fmt(v)}" for n, v in tol.per_output)
+    )
 
 
-COLUMNS = ["output", "shape", "max|err|", "max|ref|", "ratio", "mean err", "rel p99", "cosine", "top1", "worst",
-           "verdict"]
+COLUMNS = [
+    "output",
+    "shape",
+    "max|err|",
+    "max|ref|",
+    "ratio",
+    "mean err",
+    "rel p99",
+    "cosine",
+    "top1",
+    "worst",
+    "verdict",
+]
 
 
 def report_table(report):
@@ -253,9 +343,22 @@ def report_table(report):
         top1 = f"{m.top1_agreement:.0%}" if m.top1_agreement is not None else None
         cosine = f"{m.cosine:.6f}" if m.cosine is not None else None
         worst = ",".join(str(i) for i in m.worst_index) if m.worst_index is not None else None
-        rows.append([r.name, render.shape_str(m.shape), fmt(m.max_abs_error), fmt(m.max_abs_ref),
-                     fmt(m.error_ratio), fmt(m.mean_abs_error), fmt(m.rel_error.get("p99")), cosine, top1, worst,
-                     *extra, verdict])
+        rows.append(
+            [
+                r.name,
+                render.shape_str(m.shape),
+                fmt(m.max_abs_error),
+                fmt(m.max_abs_ref),
+                fmt(m.error_ratio),
+                fmt(m.mean_abs_error),
+                fmt(m.rel_error.get("p99")),
+                cosine,
+                top1,
+                worst,
+                *extra,
+                verdict,
+            ]
+        )
     return _compact_table("parity (worst trial per output)", columns, rows)
 
 
@@ -287,11 +390,21 @@ def render_localize(console, located) -> None:
     rows = []
     for check in located.tensors[:stop]:
         m = check.result.metrics
-        rows.append([check.tensor, check.op, check.node, fmt(m.error_ratio) if m else None,
-                     f"{m.cosine:.6f}" if m is not None and m.cosine is not None else None,
-                     "PASS" if check.result.passed else "FAIL"])
-    console.print(_compact_table("localize (debug engine, graph order)",
-                                 ["tensor", "op", "node", "ratio", "cosine", "verdict"], rows))
+        rows.append(
+            [
+                check.tensor,
+                check.op,
+                check.node,
+                fmt(m.error_ratio) if m else None,
+                f"{m.cosine:.6f}" if m is not None and m.cosine is not None else None,
+                "PASS" if check.result.passed else "FAIL",
+            ]
+        )
+    console.print(
+        _compact_table(
+            "localize (debug engine, graph order)", ["tensor", "op", "node", "ratio", "cosine", "verdict"], rows
+        )
+    )
     hidden = len(located.tensors) - len(rows)
     if hidden:
         console.print(f"[dim]... {hidden} more tensor(s) (all in --json)[/dim]", markup=True, highlight=False)

@@ -15,32 +15,62 @@ def add_pipeline_arguments(parser) -> None:
     src = g.add_mutually_exclusive_group()
     src.add_argument("--video", metavar="FILE", help="run every frame of a video file through the engine")
     src.add_argument("--images", metavar="DIR", help="run every image of a folder through the engine (images/s)")
-    g.add_argument("--out", metavar="PATH",
-                   help="with --video: the output video (.mp4, .mkv, .mov, .avi); with --images: a folder for "
-                        "the (annotated) images")
-    g.add_argument("--post", choices=POST_CHOICES, default="none",
-                   help="postprocessing: detection (decode, NMS, boxes drawn on the output) or none (raw outputs)")
-    g.add_argument("--conf", type=float, default=0.25, metavar="P",
-                   help="with --post detection: lowest score kept (default 0.25)")
-    g.add_argument("--iou", type=float, default=0.45, metavar="T",
-                   help="with --post detection: NMS IoU threshold (default 0.45)")
-    g.add_argument("--results", metavar="FILE.jsonl",
-                   help="save each frame's result (or raw outputs) as one JSON line")
-    g.add_argument("--codec", metavar="NAME",
-                   help="FFmpeg encoder of the output video, e.g. libx264, mpeg4, h264_nvenc (NVENC; default: "
-                        "libx264 for .mp4/.mkv/.mov where FFmpeg has it, else mpeg4)")
-    g.add_argument("--decoder", choices=DECODERS, default="auto",
-                   help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads")
+    g.add_argument(
+        "--out",
+        metavar="PATH",
+        help="with --video: the output video (.mp4, .mkv, .mov, .avi); with --images: a folder for "
+        "the (annotated) images",
+    )
+    g.add_argument(
+        "--post",
+        choices=POST_CHOICES,
+        default="none",
+        help="postprocessing: detection (decode, NMS, boxes drawn on the output) or none (raw outputs)",
+    )
+    g.add_argument(
+        "--conf", type=float, default=0.25, metavar="P", help="with --post detection: lowest score kept (default 0.25)"
+    )
+    g.add_argument(
+        "--iou", type=float, default=0.45, metavar="T", help="with --post detection: NMS IoU threshold (default 0.45)"
+    )
+    g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
+    g.add_argument(
+        "--codec",
+        metavar="NAME",
+        help="FFmpeg encoder of the output video, e.g. libx264, mpeg4, h264_nvenc (NVENC; default: "
+        "libx264 for .mp4/.mkv/.mov where FFmpeg has it, else mpeg4)",
+    )
+    g.add_argument(
+        "--decoder",
+        choices=DECODERS,
+        default="auto",
+        help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads",
+    )
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
-    g.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                   help="how long a batch waits to fill (default 5)")
-    g.add_argument("--runners", type=int, default=2, metavar="N",
-                   help="runners (contexts and streams) with batches in flight (default 2)")
+    g.add_argument(
+        "--max-wait-ms", type=float, default=5.0, metavar="MS", help="how long a batch waits to fill (default 5)"
+    )
+    g.add_argument(
+        "--runners",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runners (contexts and streams) with batches in flight (default 2)",
+    )
     g.add_argument("--queue-size", type=int, default=8, metavar="N", help="frames between two stages (default 8)")
-    g.add_argument("--workers", type=int, default=2, metavar="N",
-                   help="threads decoding images (--images) and preprocessing (default 2)")
-    g.add_argument("--resize", choices=("letterbox", "stretch"), default="letterbox",
-                   help="how pictures are fitted to the engine's input (default letterbox)")
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="threads decoding images (--images) and preprocessing (default 2)",
+    )
+    g.add_argument(
+        "--resize",
+        choices=("letterbox", "stretch"),
+        default="letterbox",
+        help="how pictures are fitted to the engine's input (default letterbox)",
+    )
     g.add_argument("--no-live", dest="live", action="store_false", help="no live view on a terminal")
 
 
@@ -65,11 +95,22 @@ def run_pipeline(args, console) -> int:
         raise
     live = _live_view(console) if args.live and console.is_terminal else None
     try:
-        report = run_engine(args.engine, source, sinks=sinks, processing=processing, batch=args.batch,
-                            max_wait_ms=args.max_wait_ms, runners=args.runners, queue_size=args.queue_size,
-                            pre_workers=args.workers, resize=args.resize,
-                            monitor=live.update if live else None, cuda_graph=args.cuda_graph,
-                            profile=args.use_profile, allow_mismatch=args.ignore_manifest)
+        report = run_engine(
+            args.engine,
+            source,
+            sinks=sinks,
+            processing=processing,
+            batch=args.batch,
+            max_wait_ms=args.max_wait_ms,
+            runners=args.runners,
+            queue_size=args.queue_size,
+            pre_workers=args.workers,
+            resize=args.resize,
+            monitor=live.update if live else None,
+            cuda_graph=args.cuda_graph,
+            profile=args.use_profile,
+            allow_mismatch=args.ignore_manifest,
+        )
     finally:
         if live:
             live.stop()
@@ -82,8 +123,12 @@ def run_pipeline(args, console) -> int:
 
 
 def _check_numbers(args) -> None:
-    for option, value, low in (("--batch", args.batch, 1), ("--runners", args.runners, 1),
-                               ("--queue-size", args.queue_size, 1), ("--workers", args.workers, 1)):
+    for option, value, low in (
+        ("--batch", args.batch, 1),
+        ("--runners", args.runners, 1),
+        ("--queue-size", args.queue_size, 1),
+        ("--workers", args.workers, 1),
+    ):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
     for option, value in (("--conf", args.conf), ("--iou", args.iou)):
@@ -117,8 +162,9 @@ def _sinks(args, source) -> list:
     sinks: list = []
     try:
         if args.out:
-            sinks.append(VideoSink(args.out, fps=source.fps, codec=args.codec) if args.video
-                         else ImageFolderSink(args.out))
+            sinks.append(
+                VideoSink(args.out, fps=source.fps, codec=args.codec) if args.video else ImageFolderSink(args.out)
+            )
         if args.results:
             sinks.append(JsonLinesSink(args.results))
     except BaseException:
@@ -149,11 +195,23 @@ def _live_view(console):
 def report_table(report, title: str):
     from trtkit.cli.render import table
 
-    rows = [(name, s.workers, s.frames, s.avg_ms, s.min_ms, s.max_ms, s.p99_ms, round(s.busy_pct, 1),
-             None if s.fps_alone is None else round(s.fps_alone, 1))
-            for name, s in report.stages.items()]
-    return table(title, ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %",
-                         "FPS alone"], rows)
+    rows = [
+        (
+            name,
+            s.workers,
+            s.frames,
+            s.avg_ms,
+            s.min_ms,
+            s.max_ms,
+            s.p99_ms,
+            round(s.busy_pct, 1),
+            None if s.fps_alone is None else round(s.fps_alone, 1),
+        )
+        for name, s in report.stages.items()
+    ]
+    return table(
+        title, ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %", "FPS alone"], rows
+    )
 
 
 def render_report(report, console, title: str) -> None:
@@ -164,13 +222,17 @@ def render_report(report, console, title: str) -> None:
     console.print(table("queues", ["queue", "capacity", "max depth", "mean depth"], queues))
     slowest = report.slowest_stage()
     unit = ("images", "images/s") if report.source.get("kind") == "images" else ("frames", "FPS")
-    console.print(f"{report.frames_in} {unit[0]} in, {report.frames_out} out in {report.elapsed_s:.2f} s: "
-                  f"{report.fps:.1f} {unit[1]}" + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} "
-                                                   f"{unit[1]} alone)" if slowest else ""))
+    console.print(
+        f"{report.frames_in} {unit[0]} in, {report.frames_out} out in {report.elapsed_s:.2f} s: "
+        f"{report.fps:.1f} {unit[1]}"
+        + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} {unit[1]} alone)" if slowest else "")
+    )
     gpu = report.gpu or {}
     if gpu.get("batches"):
-        console.print(f"GPU busy {gpu['busy_pct']}% of the run ({gpu['batches']} batches, "
-                      f"{gpu['avg_ms_per_batch']} ms each); idle between batches {gpu['idle_between_batches_pct']}%")
+        console.print(
+            f"GPU busy {gpu['busy_pct']}% of the run ({gpu['batches']} batches, "
+            f"{gpu['avg_ms_per_batch']} ms each); idle between batches {gpu['idle_between_batches_pct']}%"
+        )
     decoder = report.source.get("decoder")
     if decoder:
         console.print(f"decoder: {decoder} ({report.source.get('decoder_reason')})")

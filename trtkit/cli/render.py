@@ -12,8 +12,13 @@ def make_console(*, stderr: bool = False, file=None, width: int | None = None):
     """A rich Console; respects ``NO_COLOR`` and plain output when not a terminal."""
     from rich.console import Console
 
-    return Console(file=file, stderr=stderr and file is None, width=width,
-                   no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+    return Console(
+        file=file,
+        stderr=stderr and file is None,
+        width=width,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        highlight=False,
+    )
 
 
 def table(title: str, columns: list, rows: list):

@@ -17,19 +17,34 @@ HELP = "Run an engine on .npy/.npz or random inputs, or stream a video or image 
 
 def add_arguments(parser) -> None:
     parser.add_argument("engine", help="engine file built by `trtkit build`")
-    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy | FILE.npz",
-                        help="input data: NAME=FILE.npy for one input, or an .npz holding inputs by name "
-                             "(repeatable); inputs not given are random within the profile")
+    parser.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy | FILE.npz",
+        help="input data: NAME=FILE.npy for one input, or an .npz holding inputs by name "
+        "(repeatable); inputs not given are random within the profile",
+    )
     add_shape_options(parser, RUN_SHAPES_HELP)
-    parser.add_argument("--profile-index", "--use-profile", dest="use_profile", type=int, default=0, metavar="K",
-                   help="optimization profile to run (default 0; --use-profile is its older name)")
+    parser.add_argument(
+        "--profile-index",
+        "--use-profile",
+        dest="use_profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="optimization profile to run (default 0; --use-profile is its older name)",
+    )
     parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
-    parser.add_argument("--iterations", type=positive_int, default=1, metavar="N",
-                        help="run N times (shows latency; default 1)")
+    parser.add_argument(
+        "--iterations", type=positive_int, default=1, metavar="N", help="run N times (shows latency; default 1)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     parser.add_argument("--save-outputs", metavar="FILE.npz", help="save the outputs to an .npz file")
-    parser.add_argument("--ignore-manifest", action="store_true",
-                        help="run an engine whose manifest names another TensorRT or GPU")
+    parser.add_argument(
+        "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
+    )
     add_json_option(parser)
     add_pipeline_arguments(parser)
 
@@ -42,11 +57,15 @@ def run(args, console) -> int:
     from trtkit.cli.options import check_files
     from trtkit.runtime import TrtRunner
 
-    check_files(args, {"save_outputs": args.save_outputs},
-                {"engine": args.engine, **{f"input {spec}": spec.partition("=")[2] or spec for spec in args.input}})
+    check_files(
+        args,
+        {"save_outputs": args.save_outputs},
+        {"engine": args.engine, **{f"input {spec}": spec.partition("=")[2] or spec for spec in args.input}},
+    )
     given = load_inputs(args.input)
-    with TrtRunner(args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph,
-                   allow_mismatch=args.ignore_manifest) as runner:
+    with TrtRunner(
+        args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph, allow_mismatch=args.ignore_manifest
+    ) as runner:
         shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones
         feed = {**make_feed(runner, shapes, seed=args.seed), **given}
@@ -110,21 +129,29 @@ def make_report(engine, feed: dict, outputs: dict, times: list) -> dict:
             stats = {"min": float(f.min()), "max": float(f.max()), "mean": float(f.mean()), "std": float(f.std())}
         return {"shape": list(a.shape), "dtype": str(a.dtype), **stats}
 
-    return {"engine": str(engine), "inputs": {n: describe(a) for n, a in feed.items()},
-            "outputs": {n: describe(a) for n, a in outputs.items()},
-            "latency_ms": {"calls": len(times), "first": times[0], "median": float(np.median(times)),
-                           "min": min(times)}}
+    return {
+        "engine": str(engine),
+        "inputs": {n: describe(a) for n, a in feed.items()},
+        "outputs": {n: describe(a) for n, a in outputs.items()},
+        "latency_ms": {"calls": len(times), "first": times[0], "median": float(np.median(times)), "min": min(times)},
+    }
 
 
 def render(report: dict, console) -> None:
     from trtkit.cli.render import shape_str, table
 
-    rows = [(n, "in", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
-            for n, d in report["inputs"].items()]
-    rows += [(n, "out", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
-             for n, d in report["outputs"].items()]
-    console.print(table(f"trtkit run {report['engine']}",
-                        ["tensor", "", "shape", "dtype", "min", "max", "mean", "std"], rows))
+    rows = [
+        (n, "in", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
+        for n, d in report["inputs"].items()
+    ]
+    rows += [
+        (n, "out", shape_str(d["shape"]), d["dtype"], d.get("min"), d.get("max"), d.get("mean"), d.get("std"))
+        for n, d in report["outputs"].items()
+    ]
+    console.print(
+        table(f"trtkit run {report['engine']}", ["tensor", "", "shape", "dtype", "min", "max", "mean", "std"], rows)
+    )
     lat = report["latency_ms"]
-    console.print(f"{lat['calls']} call(s): first {lat['first']:.3f} ms, median {lat['median']:.3f} ms, "
-                  f"min {lat['min']:.3f} ms")
+    console.print(
+        f"{lat['calls']} call(s): first {lat['first']:.3f} ms, median {lat['median']:.3f} ms, min {lat['min']:.3f} ms"
+    )

@@ -12,11 +12,16 @@ HELP = "Apply trtkit's compatibility rewrites and constant folding to an ONNX mo
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
     parser.add_argument("-o", "--output", required=True, help="where to write the prepared model (not MODEL)")
-    parser.add_argument("--no-fold-constants", dest="fold_constants", action="store_false",
-                        help="apply the rewrites only")
-    parser.add_argument("--tensorrt", choices=("installed", "8.6"), default="8.6",
-                        help="parser to prepare for: TensorRT 8.6's documented limits (default, suits every "
-                             "version) or the installed TensorRT")
+    parser.add_argument(
+        "--no-fold-constants", dest="fold_constants", action="store_false", help="apply the rewrites only"
+    )
+    parser.add_argument(
+        "--tensorrt",
+        choices=("installed", "8.6"),
+        default="8.6",
+        help="parser to prepare for: TensorRT 8.6's documented limits (default, suits every "
+        "version) or the installed TensorRT",
+    )
     options.add_json_option(parser)
 
 

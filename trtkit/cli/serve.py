@@ -12,23 +12,47 @@ HELP = "Serve engines on a real Triton Inference Server (pytriton), dynamic batc
 def add_arguments(parser) -> None:
     parser.add_argument("engines", nargs="+", metavar="ENGINE", help="engine files, one Triton model each")
     g = parser.add_argument_group("serving")
-    g.add_argument("--instances", type=int, default=1, metavar="N",
-                   help="model instances per GPU, each its own runner and stream (default 1)")
-    g.add_argument("--max-batch", type=int, metavar="B",
-                   help="largest batch the dynamic batcher forms (default: the profile's largest)")
-    g.add_argument("--max-queue-delay-us", type=int, default=100, metavar="US",
-                   help="longest wait for a fuller batch (default 100)")
+    g.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        metavar="N",
+        help="model instances per GPU, each its own runner and stream (default 1)",
+    )
+    g.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="B",
+        help="largest batch the dynamic batcher forms (default: the profile's largest)",
+    )
+    g.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=100,
+        metavar="US",
+        help="longest wait for a fuller batch (default 100)",
+    )
     g.add_argument("--gpus", default="0", metavar="LIST", help="GPUs that get instances, e.g. 0,1 (default 0)")
     g.add_argument("--host", default="127.0.0.1", help="address every endpoint binds (default 127.0.0.1)")
     g.add_argument("--http-port", type=int, default=8000, metavar="PORT", help="HTTP port (default 8000)")
     g.add_argument("--grpc-port", type=int, default=8001, metavar="PORT", help="gRPC port (default 8001)")
-    g.add_argument("--metrics-port", type=int, default=8002, metavar="PORT",
-                   help="Prometheus metrics port (default 8002)")
+    g.add_argument(
+        "--metrics-port", type=int, default=8002, metavar="PORT", help="Prometheus metrics port (default 8002)"
+    )
     g.add_argument("--strict", action="store_true", help="stop if any engine cannot be loaded")
-    g.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
-                   help="enqueue every batch instead of replaying CUDA graphs")
-    g.add_argument("--exit-timeout-s", type=int, default=30, metavar="S",
-                   help="on SIGTERM, how long to wait for requests in flight (default 30)")
+    g.add_argument(
+        "--no-cuda-graph",
+        dest="cuda_graph",
+        action="store_false",
+        help="enqueue every batch instead of replaying CUDA graphs",
+    )
+    g.add_argument(
+        "--exit-timeout-s",
+        type=int,
+        default=30,
+        metavar="S",
+        help="on SIGTERM, how long to wait for requests in flight (default 30)",
+    )
     g.add_argument("--log-file", metavar="PATH", help="keep Triton's own log there")
     options.add_json_option(parser)
 
@@ -37,11 +61,20 @@ def run(args, console) -> int:
     from trtkit.cli.export import parse_gpus
     from trtkit.serve import Server, ServeSettings
 
-    settings = ServeSettings(instances=args.instances, max_batch=args.max_batch,
-                             max_queue_delay_us=args.max_queue_delay_us, gpus=parse_gpus(args.gpus), host=args.host,
-                             http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-                             strict=args.strict, cuda_graph=args.cuda_graph, exit_timeout_s=args.exit_timeout_s,
-                             log_file=args.log_file)
+    settings = ServeSettings(
+        instances=args.instances,
+        max_batch=args.max_batch,
+        max_queue_delay_us=args.max_queue_delay_us,
+        gpus=parse_gpus(args.gpus),
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        strict=args.strict,
+        cuda_graph=args.cuda_graph,
+        exit_timeout_s=args.exit_timeout_s,
+        log_file=args.log_file,
+    )
     with Server(args.engines, settings) as server:
         _show(server, console)
         if args.json:
@@ -59,22 +92,42 @@ def run(args, console) -> int:
 
 def status(server) -> dict:
     """What a client needs: endpoints, models with their limits, engines not served, load and ready times."""
-    return {"urls": server.urls(), "load_s": server.load_s, "ready_s": server.ready_s,
-            "models": [{"name": m.name, "engine": m.engine, "max_batch": m.max_batch,
-                        "preferred_batch_sizes": list(m.preferred_batch_sizes),
-                        "instances": [d for d, _ in m.runners],
-                        "inputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.inputs},
-                        "outputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.outputs}}
-                       for m in server.models],
-            "failed": [{"engine": f.engine, "reason": f.reason} for f in server.failures]}
+    return {
+        "urls": server.urls(),
+        "load_s": server.load_s,
+        "ready_s": server.ready_s,
+        "models": [
+            {
+                "name": m.name,
+                "engine": m.engine,
+                "max_batch": m.max_batch,
+                "preferred_batch_sizes": list(m.preferred_batch_sizes),
+                "instances": [d for d, _ in m.runners],
+                "inputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.inputs},
+                "outputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.outputs},
+            }
+            for m in server.models
+        ],
+        "failed": [{"engine": f.engine, "reason": f.reason} for f in server.failures],
+    }
 
 
 def _show(server, console) -> None:
-    rows = [(m.name, m.max_batch or "unbatched", ",".join(map(str, m.preferred_batch_sizes)) or "-",
-             ",".join(f"gpu{d}" for d, _ in m.runners), m.engine) for m in server.models]
+    rows = [
+        (
+            m.name,
+            m.max_batch or "unbatched",
+            ",".join(map(str, m.preferred_batch_sizes)) or "-",
+            ",".join(f"gpu{d}" for d, _ in m.runners),
+            m.engine,
+        )
+        for m in server.models
+    ]
     console.print(render.table("trtkit serve", ["model", "max batch", "preferred", "instances", "engine"], rows))
     for failure in server.failures:
         console.print(f"[bold red]not served[/] {failure.engine}: {failure.reason}")
     urls = server.urls()
-    console.print(f"ready in {server.ready_s:.2f} s after loading ({server.load_s:.2f} s): HTTP {urls['http']}, "
-                  f"gRPC {urls['grpc']}, metrics {urls['metrics']}; SIGTERM or Ctrl-C to stop")
+    console.print(
+        f"ready in {server.ready_s:.2f} s after loading ({server.load_s:.2f} s): HTTP {urls['http']}, "
+        f"gRPC {urls['grpc']}, metrics {urls['metrics']}; SIGTERM or Ctrl-C to stop"
+    )

@@ -36,6 +36,22 @@ from trtkit.detection.postprocess import (
     xywh_to_xyxy,
 )
 
-__all__ = ["Detections", "ImageReadError", "Letterbox", "LetterboxMeta", "NmsOptions", "add_nms", "box_iou",
-           "check_head", "decode", "detections_from_outputs", "draw", "from_efficient_nms", "letterbox_meta",
-           "list_images", "nms", "open_image", "xywh_to_xyxy"]
+__all__ = [
+    "Detections",
+    "ImageReadError",
+    "Letterbox",
+    "LetterboxMeta",
+    "NmsOptions",
+    "add_nms",
+    "box_iou",
+    "check_head",
+    "decode",
+    "detections_from_outputs",
+    "draw",
+    "from_efficient_nms",
+    "letterbox_meta",
+    "list_images",
+    "nms",
+    "open_image",
+    "xywh_to_xyxy",
+]

@@ -74,8 +74,15 @@ class Letterbox:
     ``(batch, metas)``: batch ``(N, 3, H, W)`` and one :class:`LetterboxMeta` per image.
     """
 
-    def __init__(self, size: tuple[int, int], pad_value: float = 114.0, scale: float = 1.0 / 255.0,
-                 dtype=np.float32, *, reuse: bool = False):
+    def __init__(
+        self,
+        size: tuple[int, int],
+        pad_value: float = 114.0,
+        scale: float = 1.0 / 255.0,
+        dtype=np.float32,
+        *,
+        reuse: bool = False,
+    ):
         self.size = (int(size[0]), int(size[1]))
         self.pad_value = pad_value
         self.scale = scale
@@ -93,8 +100,10 @@ class Letterbox:
         if not self.reuse:
             return np.empty((n, self.size[0], self.size[1], 3), np.uint8), None
         if n not in self._buffers:
-            self._buffers[n] = (np.empty((n, self.size[0], self.size[1], 3), np.uint8),
-                                np.empty((n, 3, self.size[0], self.size[1]), self.dtype))
+            self._buffers[n] = (
+                np.empty((n, self.size[0], self.size[1], 3), np.uint8),
+                np.empty((n, 3, self.size[0], self.size[1]), self.dtype),
+            )
         return self._buffers[n]
 
     def paste(self, image, out: np.ndarray) -> LetterboxMeta:
@@ -109,7 +118,7 @@ class Letterbox:
         meta = letterbox_meta(image.width, image.height, self.size)
         new_w, new_h = max(1, round(image.width * meta.scale)), max(1, round(image.height * meta.scale))
         resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.Resampling.BILINEAR)
-        out[meta.pad_y:meta.pad_y + new_h, meta.pad_x:meta.pad_x + new_w] = np.asarray(resized)
+        out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w] = np.asarray(resized)
         return meta
 
     def to_batch(self, canvas: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -122,8 +131,11 @@ class Letterbox:
 def _as_rgb_array(array: np.ndarray) -> np.ndarray:
     if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (1, 3)):
         raise InputError(f"An image array must be HxW or HxWx3 uint8 RGB; got shape {array.shape} of {array.dtype}.")
-    return np.repeat(array.reshape(array.shape[0], array.shape[1], 1), 3, axis=2) if array.ndim == 2 or \
-        array.shape[2] == 1 else array
+    return (
+        np.repeat(array.reshape(array.shape[0], array.shape[1], 1), 3, axis=2)
+        if array.ndim == 2 or array.shape[2] == 1
+        else array
+    )
 
 
 def open_image(path):

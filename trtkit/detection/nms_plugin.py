@@ -65,8 +65,9 @@ def head_layout(graph) -> tuple:
     found = ", ".join(f"'{t.name}' {_shape_text(t.shape)}" for t in graph.outputs)
     expected = "one output (N, 4 + classes, anchors) as YOLOv8 exports it"
     if any(node.op == PLUGIN_OP for node in graph.nodes):
-        raise ModelError(f"The model already ends in {PLUGIN_OP} (outputs {found}); it needs no add_nms.",
-                         field="add_nms")
+        raise ModelError(
+            f"The model already ends in {PLUGIN_OP} (outputs {found}); it needs no add_nms.", field="add_nms"
+        )
     if len(graph.outputs) != 1:
         raise ModelError(f"add_nms needs {expected}; the model has {len(graph.outputs)} outputs: {found}.")
     shape = graph.outputs[0].shape
@@ -136,8 +137,9 @@ def add_nms(model, options: NmsOptions | None = None):
         "class_agnostic": int(options.class_agnostic),
         "box_coding": 1,  # BoxCenterSize: cx, cy, w, h in; corners out
     }
-    graph.layer(op=PLUGIN_OP, name="efficient_nms", domain=PLUGIN_DOMAIN, inputs=[boxes, scores], outputs=outputs,
-                attrs=attrs)
+    graph.layer(
+        op=PLUGIN_OP, name="efficient_nms", domain=PLUGIN_DOMAIN, inputs=[boxes, scores], outputs=outputs, attrs=attrs
+    )
     graph.outputs = outputs
     graph.cleanup().toposort()
     model = gs.export_onnx(graph)
@@ -166,14 +168,17 @@ def inferred_output_shape(proto, declared) -> list | None:
         return declared
     if len(inferred) != len(declared):
         return declared
-    return [d if isinstance(d, int) or not inf.HasField("dim_value") else int(inf.dim_value)
-            for d, inf in zip(declared, inferred)]
+    return [
+        d if isinstance(d, int) or not inf.HasField("dim_value") else int(inf.dim_value)
+        for d, inf in zip(declared, inferred)
+    ]
 
 
 def _slice(graph, gs, tensor, start: int, end: int, name: str, shape, dtype):
     out = gs.Variable(name, dtype=dtype, shape=shape)
-    consts = [gs.Constant(f"{name}_{k}", np.array([v], np.int64)) for k, v in
-              (("starts", start), ("ends", end), ("axes", 2))]
+    consts = [
+        gs.Constant(f"{name}_{k}", np.array([v], np.int64)) for k, v in (("starts", start), ("ends", end), ("axes", 2))
+    ]
     graph.layer(op="Slice", name=f"{name}_slice", inputs=[tensor, *consts], outputs=[out])
     return out
 

@@ -56,8 +56,13 @@ def box_iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area + areas - inter, 1e-9)
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, classes: np.ndarray | None = None,
-        max_output: int | None = None) -> np.ndarray:
+def nms(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    classes: np.ndarray | None = None,
+    max_output: int | None = None,
+) -> np.ndarray:
     """Greedy non-maximum suppression; indices of the kept boxes, best score first.
 
     Args:
@@ -89,8 +94,11 @@ MAX_CLASSES = 1000
 def looks_transposed(channels, anchors) -> bool:
     """Whether a ``(N, channels, anchors)`` head is more likely ``(N, anchors, 4 + classes)``: more than
     :data:`MAX_CLASSES` classes, and fewer anchors than that."""
-    return isinstance(channels, int) and channels - 4 > MAX_CLASSES and (not isinstance(anchors, int) or
-                                                                          anchors < channels)
+    return (
+        isinstance(channels, int)
+        and channels - 4 > MAX_CLASSES
+        and (not isinstance(anchors, int) or anchors < channels)
+    )
 
 
 def check_head(output: np.ndarray) -> int:
@@ -111,8 +119,14 @@ def check_head(output: np.ndarray) -> int:
     return output.shape[1] - 4
 
 
-def decode(output: np.ndarray, conf_threshold: float = 0.25, iou_threshold: float = 0.45,
-           max_detections: int = 300, multi_label: bool = False, max_candidates: int = 30000) -> list[Detections]:
+def decode(
+    output: np.ndarray,
+    conf_threshold: float = 0.25,
+    iou_threshold: float = 0.45,
+    max_detections: int = 300,
+    multi_label: bool = False,
+    max_candidates: int = 30000,
+) -> list[Detections]:
     """Decode a batch of YOLOv8-style head outputs into :class:`Detections` (input pixels), one per image.
 
     Args:
@@ -147,17 +161,25 @@ def decode(output: np.ndarray, conf_threshold: float = 0.25, iou_threshold: floa
             cls, anchor, scores = cls[top], anchor[top], scores[top]
         boxes = boxes_all[i, anchor]
         keep = nms(boxes, scores, iou_threshold, classes=cls, max_output=max_detections)
-        results.append(Detections(boxes[keep].astype(np.float32), scores[keep].astype(np.float32),
-                                  cls[keep].astype(np.int32)))
+        results.append(
+            Detections(boxes[keep].astype(np.float32), scores[keep].astype(np.float32), cls[keep].astype(np.int32))
+        )
     return results
 
 
-def from_efficient_nms(num_dets: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
-                       classes: np.ndarray) -> list[Detections]:
+def from_efficient_nms(
+    num_dets: np.ndarray, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray
+) -> list[Detections]:
     """The four outputs of TensorRT's ``EfficientNMS_TRT`` plugin → one :class:`Detections` per image."""
     counts = np.asarray(num_dets).reshape(-1)
-    return [Detections(np.asarray(boxes[i, :n], np.float32), np.asarray(scores[i, :n], np.float32),
-                       np.asarray(classes[i, :n], np.int32)) for i, n in enumerate(counts.astype(int))]
+    return [
+        Detections(
+            np.asarray(boxes[i, :n], np.float32),
+            np.asarray(scores[i, :n], np.float32),
+            np.asarray(classes[i, :n], np.int32),
+        )
+        for i, n in enumerate(counts.astype(int))
+    ]
 
 
 EFFICIENT_NMS_OUTPUTS = ("num_dets", "boxes", "scores", "classes")

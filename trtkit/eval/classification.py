@@ -32,8 +32,14 @@ class ClassificationRow:
     agreement: float | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "model": self.model, "top1": self.top1, "top5": self.top5,
-                "agreement": self.agreement, "seconds": round(self.seconds, 3)}
+        return {
+            "name": self.name,
+            "model": self.model,
+            "top1": self.top1,
+            "top5": self.top5,
+            "agreement": self.agreement,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass
@@ -44,8 +50,12 @@ class ClassificationEval:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"images": self.images, "classes": self.classes, "rows": [r.to_json() for r in self.rows],
-                "skipped": [{"file": f, "reason": r} for f, r in self.skipped]}
+        return {
+            "images": self.images,
+            "classes": self.classes,
+            "rows": [r.to_json() for r in self.rows],
+            "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
+        }
 
 
 def labelled_images(folder) -> tuple[list[str], list[tuple[Path, int]]]:
@@ -60,8 +70,12 @@ def labelled_images(folder) -> tuple[list[str], list[tuple[Path, int]]]:
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
     if not classes:
         raise InputError(f"Labelled image folder '{folder}' has no class sub-folders (expected DIR/<class>/*.jpg).")
-    items = [(p, i) for i, name in enumerate(classes) for p in sorted((folder / name).iterdir())
-             if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
+    items = [
+        (p, i)
+        for i, name in enumerate(classes)
+        for p in sorted((folder / name).iterdir())
+        if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
+    ]
     if not items:
         raise InputError(f"The class sub-folders of '{folder}' hold no image file ({', '.join(IMAGE_EXTENSIONS)}).")
     return classes, items
@@ -104,8 +118,15 @@ def predict_labels(model, items, settings: Preprocess, batch: int, skipped: list
     return np.concatenate(scores), np.concatenate(labels)
 
 
-def evaluate_classification(model, images, *, reference=None, preprocess: Preprocess | None = None,
-                            batch: int = 32, runner_options: dict | None = None) -> ClassificationEval:
+def evaluate_classification(
+    model,
+    images,
+    *,
+    reference=None,
+    preprocess: Preprocess | None = None,
+    batch: int = 32,
+    runner_options: dict | None = None,
+) -> ClassificationEval:
     """Top-1 and top-5 accuracy of ``model`` (and of ``reference``, the ONNX model) on a labelled folder.
 
     Raises:
@@ -125,13 +146,20 @@ def evaluate_classification(model, images, *, reference=None, preprocess: Prepro
             name = "onnx" if opened.kind == "onnx" and name == "model" and reference is None else name
             description = opened.description
         if scores.shape[1] < len(classes):
-            raise InputError(f"{description} gives {scores.shape[1]} scores per image; the folder has "
-                             f"{len(classes)} classes.")
+            raise InputError(
+                f"{description} gives {scores.shape[1]} scores per image; the folder has {len(classes)} classes."
+            )
         skipped = skipped or skipped_here
         firsts.append(scores.argmax(1))
-        rows.append(ClassificationRow(name, description, round(100 * float(topk_hits(scores, labels, 1).mean()), 3),
-                                      round(100 * float(topk_hits(scores, labels, 5).mean()), 3),
-                                      time.perf_counter() - start))
+        rows.append(
+            ClassificationRow(
+                name,
+                description,
+                round(100 * float(topk_hits(scores, labels, 1).mean()), 3),
+                round(100 * float(topk_hits(scores, labels, 5).mean()), 3),
+                time.perf_counter() - start,
+            )
+        )
     if len(rows) == 2:
         rows[0] = replace(rows[0], agreement=round(100 * float((firsts[0] == firsts[1]).mean()), 3))
     return ClassificationEval(rows, len(items) - len(skipped), classes, skipped)

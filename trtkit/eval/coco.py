@@ -66,9 +66,15 @@ def to_coco_results(image_id: int, detections, categories: list[int]) -> list[di
         )
     boxes = np.asarray(detections.boxes, np.float64)
     wh = boxes[:, 2:] - boxes[:, :2]
-    return [{"image_id": int(image_id), "category_id": categories[int(c)], "score": float(s),
-             "bbox": [float(boxes[k, 0]), float(boxes[k, 1]), float(wh[k, 0]), float(wh[k, 1])]}
-            for k, (c, s) in enumerate(zip(detections.classes, detections.scores))]
+    return [
+        {
+            "image_id": int(image_id),
+            "category_id": categories[int(c)],
+            "score": float(s),
+            "bbox": [float(boxes[k, 0]), float(boxes[k, 1]), float(wh[k, 0]), float(wh[k, 1])],
+        }
+        for k, (c, s) in enumerate(zip(detections.classes, detections.scores))
+    ]
 
 
 def evaluate_coco(coco: dict, results: list[dict], image_ids: list[int] | None = None) -> CocoMetrics:

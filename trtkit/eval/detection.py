@@ -59,13 +59,19 @@ class DetectionEval:
         return next(r for r in self.rows if r.name == name)
 
     def to_json(self) -> dict:
-        return {"images": self.images, "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
-                "rows": [r.to_json() for r in self.rows]}
+        return {
+            "images": self.images,
+            "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
+            "rows": [r.to_json() for r in self.rows],
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> DetectionEval:
-        return cls([EvalRow.from_json(r) for r in data["rows"]], data["images"],
-                   [(s["file"], s["reason"]) for s in data.get("skipped", [])])
+        return cls(
+            [EvalRow.from_json(r) for r in data["rows"]],
+            data["images"],
+            [(s["file"], s["reason"]) for s in data.get("skipped", [])],
+        )
 
 
 def match_images(coco: dict, files: list[Path]) -> list[tuple[Path, int]]:
@@ -78,8 +84,10 @@ def match_images(coco: dict, files: list[Path]) -> list[tuple[Path, int]]:
     names = {f.name for f in files}
     unknown = sorted(names - by_name.keys())
     missing = sorted(by_name.keys() - names)
-    for items, what in ((unknown, "images in the folder have no entry in the COCO file"),
-                        (missing, "images of the COCO file are not in the folder")):
+    for items, what in (
+        (unknown, "images in the folder have no entry in the COCO file"),
+        (missing, "images of the COCO file are not in the folder"),
+    ):
         if items:
             few = ", ".join(items[:5]) + (", ..." if len(items) > 5 else "")
             raise InputError(f"{len(items)} {what} (the file names must match 'file_name'): {few}")
@@ -103,8 +111,17 @@ def read_images(pairs, batch: int, skipped: list):
         yield images, ids
 
 
-def predict_coco(infer: Callable, input_name: str, size, pairs, categories, *, batch: int = 8,
-                 decode: DecodeSettings | None = None, skipped: list | None = None) -> tuple[list, list]:
+def predict_coco(
+    infer: Callable,
+    input_name: str,
+    size,
+    pairs,
+    categories,
+    *,
+    batch: int = 8,
+    decode: DecodeSettings | None = None,
+    skipped: list | None = None,
+) -> tuple[list, list]:
     """Run ``infer`` over the images; return (COCO result entries, the image ids read)."""
     decode = decode or DecodeSettings()
     letterbox = Letterbox(size)
@@ -119,9 +136,17 @@ def predict_coco(infer: Callable, input_name: str, size, pairs, categories, *, b
     return results, read
 
 
-def evaluate_detection(model, images, coco, *, reference=None, batch: int = 8,
-                       decode: DecodeSettings | None = None, on_progress: Callable[[str], None] | None = None,
-                       runner_options: dict | None = None) -> DetectionEval:
+def evaluate_detection(
+    model,
+    images,
+    coco,
+    *,
+    reference=None,
+    batch: int = 8,
+    decode: DecodeSettings | None = None,
+    on_progress: Callable[[str], None] | None = None,
+    runner_options: dict | None = None,
+) -> DetectionEval:
     """COCO mAP@[.5:.95], mAP@.5 and AR@100 of ``model`` (and of ``reference``, the ONNX model) on a folder.
 
     Args:
@@ -153,8 +178,16 @@ def evaluate_detection(model, images, coco, *, reference=None, batch: int = 8,
             if on_progress:
                 on_progress(f"{row_name}: {opened.description}")
             skipped_here: list = []
-            results, read = predict_coco(opened.infer, opened.input_name, opened.input_size, pairs, categories,
-                                         batch=min(batch, opened.max_batch), decode=decode, skipped=skipped_here)
+            results, read = predict_coco(
+                opened.infer,
+                opened.input_name,
+                opened.input_size,
+                pairs,
+                categories,
+                batch=min(batch, opened.max_batch),
+                decode=decode,
+                skipped=skipped_here,
+            )
             if not skipped:
                 skipped = skipped_here
         if not read:

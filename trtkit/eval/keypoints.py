@@ -72,16 +72,18 @@ def compare(ours: np.ndarray, ref: np.ndarray, input_size) -> tuple[np.ndarray, 
     return np.linalg.norm(a - b, axis=-1).reshape(-1), layout
 
 
-def evaluate_keypoints(model, images, reference, *, batch: int = 8,
-                       runner_options: dict | None = None) -> KeypointDeviation:
+def evaluate_keypoints(
+    model, images, reference, *, batch: int = 8, runner_options: dict | None = None
+) -> KeypointDeviation:
     """Max, mean and 99th-percentile keypoint deviation (input pixels) of ``model`` from ``reference``.
 
     Raises:
         InputError: no reference, an unknown output layout, or no readable image.
     """
     if reference is None:
-        raise InputError("metric='keypoint-px' compares against the ONNX model: give it as reference.",
-                         field="reference")
+        raise InputError(
+            "metric='keypoint-px' compares against the ONNX model: give it as reference.", field="reference"
+        )
     pairs = [(p, i) for i, p in enumerate(list_images(images))]
     with open_model(model, runner_options=runner_options) as ours, open_model(reference) as ref:
         letterbox = Letterbox(ours.input_size)
@@ -98,5 +100,11 @@ def evaluate_keypoints(model, images, reference, *, batch: int = 8,
         raise InputError(f"No image of '{images}' could be read ({len(skipped)} skipped).")
     d = np.concatenate(distances)
     per_image = len(d) // (len(pairs) - len(skipped))
-    return KeypointDeviation(round(float(d.max()), 3), round(float(d.mean()), 4),
-                             round(float(np.percentile(d, 99)), 3), len(pairs) - len(skipped), per_image, layout)
+    return KeypointDeviation(
+        round(float(d.max()), 3),
+        round(float(d.mean()), 4),
+        round(float(np.percentile(d, 99)), 3),
+        len(pairs) - len(skipped),
+        per_image,
+        layout,
+    )

@@ -89,16 +89,21 @@ def onnx_model(target) -> Model:
     initializers = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     if len(inputs) != 1:
-        raise InputError(f"Evaluation needs a model with one image input; {describe_model(target)} has "
-                         f"{len(inputs)}: {', '.join(i.name for i in inputs)}.")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                 for d in inputs[0].type.tensor_type.shape.dim)
+        raise InputError(
+            f"Evaluation needs a model with one image input; {describe_model(target)} has "
+            f"{len(inputs)}: {', '.join(i.name for i in inputs)}."
+        )
+    dims = tuple(
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in inputs[0].type.tensor_type.shape.dim
+    )
     max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
     backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
     if backend == "onnx-reference":
         logging.getLogger("trtkit").warning(
             "onnxruntime is not installed: %s runs in onnx's reference evaluator, which is slow on real models "
-            "(pip install 'trtkit[eval]' installs onnxruntime)", describe_model(target))
+            "(pip install 'trtkit[eval]' installs onnxruntime)",
+            describe_model(target),
+        )
     reference = OnnxReference(model, backend=backend)
     return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})")
 
@@ -119,7 +124,9 @@ def engine_model(target, runner_options: dict):
     with open_engine(target, runner_options=runner_options) as session:
         profile = session.profile or {}
         if len(profile) != 1:
-            raise InputError(f"Evaluation needs an engine with one image input; {describe_engine(target)} has "
-                             f"{len(profile) or 'no known'} inputs: {', '.join(profile) or '-'}.")
+            raise InputError(
+                f"Evaluation needs an engine with one image input; {describe_engine(target)} has "
+                f"{len(profile) or 'no known'} inputs: {', '.join(profile) or '-'}."
+            )
         name, (_, _, max_shape) = next(iter(profile.items()))
         yield Model(session.infer, name, tuple(max_shape), int(max_shape[0]), "engine", describe_engine(target))

@@ -51,8 +51,15 @@ TRITON_TENSORRT = {
 }
 
 # numpy dtype name -> Triton's model-config data type
-_TRITON_DTYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "int8": "TYPE_INT8", "int32": "TYPE_INT32",
-                  "int64": "TYPE_INT64", "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL"}
+_TRITON_DTYPES = {
+    "float32": "TYPE_FP32",
+    "float16": "TYPE_FP16",
+    "int8": "TYPE_INT8",
+    "int32": "TYPE_INT32",
+    "int64": "TYPE_INT64",
+    "uint8": "TYPE_UINT8",
+    "bool": "TYPE_BOOL",
+}
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,10 @@ def triton_model(engine, *, name: str | None = None, profile: int = 0, trt=None)
     loaded = load_engine(path, check_manifest=False, trt=trt)
     specs = io_specs(loaded, trt=trt)
     if profile >= max(1, loaded.num_optimization_profiles):
-        raise ProfileError(f"Engine '{path}' has {loaded.num_optimization_profiles} optimization profile(s); "
-                           f"profile {profile} does not exist")
+        raise ProfileError(
+            f"Engine '{path}' has {loaded.num_optimization_profiles} optimization profile(s); "
+            f"profile {profile} does not exist"
+        )
     manifest = read_manifest(path)
     version = manifest.environment.tensorrt if manifest is not None else None
     return _describe(name or model_name_of(path), list(specs.values()), profile, version, str(path))
@@ -134,24 +143,40 @@ def _describe(name: str, specs: list, profile: int, version, where: str) -> Trit
     inputs = [s for s in specs if s.is_input]
     if not batched:
         tensors = [TritonTensor(s.name, s.dtype, tuple(s.shape)) for s in specs]
-        return TritonModel(name, tuple(t for t, s in zip(tensors, specs) if s.is_input),
-                           tuple(t for t, s in zip(tensors, specs) if not s.is_input), 0, (), version,
-                           {s.name: tuple(s.profile_range(profile)[2]) for s in inputs})
+        return TritonModel(
+            name,
+            tuple(t for t, s in zip(tensors, specs) if s.is_input),
+            tuple(t for t, s in zip(tensors, specs) if not s.is_input),
+            0,
+            (),
+            version,
+            {s.name: tuple(s.profile_range(profile)[2]) for s in inputs},
+        )
     ranges = {s.name: s.profile_range(profile) for s in inputs}
     batches = {(r[0][0], r[1][0], r[2][0]) for r in ranges.values()}
     if len(batches) != 1:
         listed = ", ".join(f"'{n}' {r[0][0]}..{r[2][0]}" for n, r in ranges.items())
-        raise ProfileError(f"Engine '{where}': the inputs' batch ranges in profile {profile} differ ({listed}); "
-                           f"Triton batches every input alike: rebuild with one batch range")
+        raise ProfileError(
+            f"Engine '{where}': the inputs' batch ranges in profile {profile} differ ({listed}); "
+            f"Triton batches every input alike: rebuild with one batch range"
+        )
     lo, opt, hi = batches.pop()
     if lo > 1:
-        raise ProfileError(f"Engine '{where}': profile {profile} takes batches {lo}..{hi}, but Triton sends any "
-                           f"batch from 1; rebuild with a smallest batch of 1 (e.g. profiles=[parse_shapes("
-                           f"'x:1x...,{opt}x...,{hi}x...')])")
+        raise ProfileError(
+            f"Engine '{where}': profile {profile} takes batches {lo}..{hi}, but Triton sends any "
+            f"batch from 1; rebuild with a smallest batch of 1 (e.g. profiles=[parse_shapes("
+            f"'x:1x...,{opt}x...,{hi}x...')])"
+        )
     tensors = [TritonTensor(s.name, s.dtype, tuple(s.shape[1:])) for s in specs]
-    return TritonModel(name, tuple(t for t, s in zip(tensors, specs) if s.is_input),
-                       tuple(t for t, s in zip(tensors, specs) if not s.is_input), int(hi),
-                       tuple(sorted({int(opt), int(hi)})), version, {n: tuple(r[2]) for n, r in ranges.items()})
+    return TritonModel(
+        name,
+        tuple(t for t, s in zip(tensors, specs) if s.is_input),
+        tuple(t for t, s in zip(tensors, specs) if not s.is_input),
+        int(hi),
+        tuple(sorted({int(opt), int(hi)})),
+        version,
+        {n: tuple(r[2]) for n, r in ranges.items()},
+    )
 
 
 def triton_releases_for(tensorrt_version: str | None) -> list:
@@ -167,23 +192,31 @@ def check_triton_version(model: TritonModel, triton_version: str | None) -> list
     warnings = []
     releases = triton_releases_for(model.tensorrt)
     if model.tensorrt is None:
-        warnings.append(f"Model '{model.name}': the engine has no manifest naming its TensorRT version; Triton's "
-                        f"TensorRT backend loads it only with the TensorRT it was built with")
+        warnings.append(
+            f"Model '{model.name}': the engine has no manifest naming its TensorRT version; Triton's "
+            f"TensorRT backend loads it only with the TensorRT it was built with"
+        )
     elif not releases:
-        warnings.append(f"Model '{model.name}': no Triton release in trtkit's table carries TensorRT {model.tensorrt} "
-                        f"(the engine's); Triton will refuse the plan unless the engine is rebuilt with the "
-                        f"TensorRT of the Triton you deploy on")
+        warnings.append(
+            f"Model '{model.name}': no Triton release in trtkit's table carries TensorRT {model.tensorrt} "
+            f"(the engine's); Triton will refuse the plan unless the engine is rebuilt with the "
+            f"TensorRT of the Triton you deploy on"
+        )
     if triton_version and model.tensorrt:
         release = _release_of(triton_version)
         if release is None:
-            warnings.append(f"Triton {triton_version} is not in trtkit's table; it cannot say which TensorRT it has "
-                            f"(known: {', '.join(TRITON_TENSORRT)})")
+            warnings.append(
+                f"Triton {triton_version} is not in trtkit's table; it cannot say which TensorRT it has "
+                f"(known: {', '.join(TRITON_TENSORRT)})"
+            )
         elif release not in releases:
             carried = TRITON_TENSORRT[release][1]
             fits = ", ".join(releases) or "none in trtkit's table"
-            warnings.append(f"Model '{model.name}' was built with TensorRT {model.tensorrt}, but Triton "
-                            f"{triton_version} carries TensorRT {carried}: it will refuse the plan. Releases with "
-                            f"TensorRT {model.tensorrt}: {fits}")
+            warnings.append(
+                f"Model '{model.name}' was built with TensorRT {model.tensorrt}, but Triton "
+                f"{triton_version} carries TensorRT {carried}: it will refuse the plan. Releases with "
+                f"TensorRT {model.tensorrt}: {fits}"
+            )
     return warnings
 
 
@@ -196,18 +229,23 @@ def _release_of(version: str) -> str | None:
     return None
 
 
-def config_pbtxt(model: TritonModel, *, instances: int = 1, gpus: tuple = (), max_queue_delay_us: int = 100,
-                 cuda_graphs: bool = True) -> str:
+def config_pbtxt(
+    model: TritonModel, *, instances: int = 1, gpus: tuple = (), max_queue_delay_us: int = 100, cuda_graphs: bool = True
+) -> str:
     """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``)."""
     lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"', f"max_batch_size: {model.max_batch_size}"]
     for section, tensors in (("input", model.inputs), ("output", model.outputs)):
-        items = [f'  {{ name: "{t.name}" data_type: {t.triton_dtype} dims: [ {", ".join(map(str, t.dims))} ] }}'
-                 for t in tensors]
+        items = [
+            f'  {{ name: "{t.name}" data_type: {t.triton_dtype} dims: [ {", ".join(map(str, t.dims))} ] }}'
+            for t in tensors
+        ]
         lines.append(f"{section} [\n" + ",\n".join(items) + "\n]")
     if model.max_batch_size > 0:
         sizes = ", ".join(map(str, model.preferred_batch_sizes))
-        lines.append(f"dynamic_batching {{\n  preferred_batch_size: [ {sizes} ]\n"
-                     f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}\n}}")
+        lines.append(
+            f"dynamic_batching {{\n  preferred_batch_size: [ {sizes} ]\n"
+            f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}\n}}"
+        )
     gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
     if cuda_graphs:
@@ -225,9 +263,19 @@ class ExportResult:
     warnings: list
 
 
-def write_repository(engine, repo, *, name: str | None = None, instances: int = 1, gpus: tuple = (),
-                     max_queue_delay_us: int = 100, cuda_graphs: bool = True, triton_version: str | None = None,
-                     force: bool = False, trt=None) -> ExportResult:
+def write_repository(
+    engine,
+    repo,
+    *,
+    name: str | None = None,
+    instances: int = 1,
+    gpus: tuple = (),
+    max_queue_delay_us: int = 100,
+    cuda_graphs: bool = True,
+    triton_version: str | None = None,
+    force: bool = False,
+    trt=None,
+) -> ExportResult:
     """Write ``repo/<name>/config.pbtxt`` and ``repo/<name>/1/model.plan`` for Triton's TensorRT backend.
 
     The model folder is assembled beside the repository and moved in whole, so Triton polling the repository never
@@ -255,14 +303,17 @@ def write_repository(engine, repo, *, name: str | None = None, instances: int = 
     if repo.exists() and not repo.is_dir():
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")
     if repo.is_dir() and any(repo.iterdir()) and not force:
-        raise TrtkitError(f"Model repository '{repo}' exists and is not empty; pass force=True to add or "
-                          f"replace the model there, or give an empty or new folder")
+        raise TrtkitError(
+            f"Model repository '{repo}' exists and is not empty; pass force=True to add or "
+            f"replace the model there, or give an empty or new folder"
+        )
     model = triton_model(engine, name=name, trt=trt)
     warnings = check_triton_version(model, triton_version)
     for text in warnings:
         logger.warning("%s", text)
-    text = config_pbtxt(model, instances=instances, gpus=tuple(gpus), max_queue_delay_us=max_queue_delay_us,
-                        cuda_graphs=cuda_graphs)
+    text = config_pbtxt(
+        model, instances=instances, gpus=tuple(gpus), max_queue_delay_us=max_queue_delay_us, cuda_graphs=cuda_graphs
+    )
     folder = _place_model(repo, model.name, Path(engine).read_bytes(), text)
     return ExportResult(model, folder, text, warnings)
 

@@ -98,17 +98,28 @@ def compare_engine_to_onnx(
     with open_engine(engine, profile_index=profile_index, runner_options=runner_options) as session:
         tol = tolerance or tolerance_for(
             _pick_precision(precision, session.precision, notes),
-            max_error_ratio=metric_threshold, atol=atol, rtol=rtol, min_cosine=min_cosine, min_top1=min_top1,
+            max_error_ratio=metric_threshold,
+            atol=atol,
+            rtol=rtol,
+            min_cosine=min_cosine,
+            min_top1=min_top1,
         )
         bounds = profile if profile is not None else session.profile
         feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed, value_range)
         if tol.precision == "int8" and source == "random":
-            notes.append("int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
-                         "ranges: for a fair verdict pass real inputs (inputs='DIR', e.g. the calibration folder)")
+            notes.append(
+                "int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
+                "ranges: for a fair verdict pass real inputs (inputs='DIR', e.g. the calibration folder)"
+            )
         report = ParityReport(
-            model=describe_model(onnx_model), engine=describe_engine(engine), tolerance=tol,
-            trials=len(feeds), seed=seed if source == "random" else None, input_source=source,
-            reference_backend=reference, notes=notes,
+            model=describe_model(onnx_model),
+            engine=describe_engine(engine),
+            tolerance=tol,
+            trials=len(feeds),
+            seed=seed if source == "random" else None,
+            input_source=source,
+            reference_backend=reference,
+            notes=notes,
             shapes={n: tuple(a.shape) for n, a in feeds[0].items()},
         )
         outs, refs = _run_trials(report, feeds, session.infer, OnnxReference(model, backend=reference), on_trial)
@@ -126,9 +137,11 @@ def _check_output_names(model, metric_threshold) -> None:
     names = [o.name for o in model.graph.output]
     unknown = sorted(set(metric_threshold) - set(names) - {""})
     if unknown:
-        raise UsageError(f"metric_threshold names output(s) {unknown} the model does not have "
-                         f"(outputs: {', '.join(names)}).", field="metric_threshold",
-                         accepted=f"output names among {', '.join(names)}")
+        raise UsageError(
+            f"metric_threshold names output(s) {unknown} the model does not have (outputs: {', '.join(names)}).",
+            field="metric_threshold",
+            accepted=f"output names among {', '.join(names)}",
+        )
 
 
 def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]) -> str:
@@ -148,8 +161,13 @@ def _feeds(inputs, specs, shapes, bounds, trials: int | None, seed: int, value_r
     """The feeds of the run and a description of where they came from."""
     if inputs is None:
         chosen = inputs_mod.resolve_shapes(specs, shapes, bounds)
-        feeds = inputs_mod.random_feeds(specs, chosen, trials=1 if trials is None else trials, seed=seed,
-                                        float_range=tuple(value_range or inputs_mod.DEFAULT_FLOAT_RANGE))
+        feeds = inputs_mod.random_feeds(
+            specs,
+            chosen,
+            trials=1 if trials is None else trials,
+            seed=seed,
+            float_range=tuple(value_range or inputs_mod.DEFAULT_FLOAT_RANGE),
+        )
         return feeds, "random"
     if isinstance(inputs, (str, os.PathLike)) and inputs_mod.is_image_folder(inputs):
         shape = inputs_mod.resolve_shapes(specs, shapes, bounds)[specs[0].name] if len(specs) == 1 else ()
@@ -195,7 +213,8 @@ def _add_polygraphy(report: ParityReport, outs, refs, tol: Tolerance) -> None:
         verdicts = polygraphy_verdicts(outs, refs, atol=tol.atol or 0.0, rtol=tol.rtol or 0.0)
     except Exception as exc:  # an API change in some Polygraphy release must not cost the user trtkit's verdict
         report.notes.append(
-            f"Polygraphy's comparator could not run ({type(exc).__name__}: {exc}); trtkit's verdict stands")
+            f"Polygraphy's comparator could not run ({type(exc).__name__}: {exc}); trtkit's verdict stands"
+        )
         return
     if verdicts is None:
         report.notes.append("Polygraphy is not installed: its element-wise verdict was not added")

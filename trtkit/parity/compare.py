@@ -141,9 +141,7 @@ def _nonfinite_reasons(m: OutputMetrics) -> list[str]:
 def _optional_checks(m: OutputMetrics, tol: Tolerance) -> list[str]:
     reasons = []
     if tol.min_cosine is not None and m.cosine is not None and m.cosine < tol.min_cosine:
-        reasons.append(
-            f"output '{m.name}': cosine similarity {m.cosine:.6f} < {tol.min_cosine} required"
-        )
+        reasons.append(f"output '{m.name}': cosine similarity {m.cosine:.6f} < {tol.min_cosine} required")
     if tol.min_top1 is not None and m.top1_agreement is not None and m.top1_agreement < tol.min_top1:
         reasons.append(f"output '{m.name}': top-1 agreement {m.top1_agreement:.1%} < {tol.min_top1:.1%} required")
     return reasons

@@ -84,8 +84,9 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
         engine = str(path)
     with TrtRunner(engine, profile=profile_index, **runner_options) as runner:
         profile = runner_profile(runner, profile_index) or _manifest_profile(manifest, profile_index)
-        yield EngineSession(infer=_casting(runner.infer, runner), profile=profile,
-                            precision=precision_from_manifest(manifest))
+        yield EngineSession(
+            infer=_casting(runner.infer, runner), profile=profile, precision=precision_from_manifest(manifest)
+        )
 
 
 def runner_profile(runner, index: int) -> dict | None:

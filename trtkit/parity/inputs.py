@@ -98,7 +98,8 @@ def resolve_shapes(specs: Iterable[InputSpec], shapes: Mapping | None = None, pr
         known = ", ".join(f"'{s.name}'" for s in specs)
         raise ProfileError(
             f"shapes names input(s) {', '.join(map(repr, unknown))} the model does not have (inputs: {known}).",
-            field="shapes")
+            field="shapes",
+        )
     resolved = {}
     for spec in specs:
         if spec.name in shapes:
@@ -133,7 +134,8 @@ def check_shape(spec: InputSpec, shape: tuple, bounds=None) -> None:
     shape = tuple(int(d) for d in shape)
     if len(shape) != len(spec.dims):
         raise ProfileError(
-            f"Input {spec.describe()}: shape {shape} has rank {len(shape)}, the model's has {len(spec.dims)}.")
+            f"Input {spec.describe()}: shape {shape} has rank {len(shape)}, the model's has {len(spec.dims)}."
+        )
     for axis, (want, got) in enumerate(zip(spec.dims, shape)):
         if isinstance(want, int) and want >= 0 and want != got:
             raise ProfileError(f"Input {spec.describe()}: shape {shape} changes fixed axis {axis} ({want}) to {got}.")
@@ -173,8 +175,10 @@ def random_feeds(
     if len(float_range) != 2 or not float_range[0] < float_range[1]:
         raise InputError(f"The value range of random inputs must be (low, high) with low < high, got {float_range}.")
     rng = np.random.default_rng(seed)
-    return [{s.name: _random_array(rng, s.dtype, shapes[s.name], float_range, int_range) for s in specs}
-            for _ in range(trials)]
+    return [
+        {s.name: _random_array(rng, s.dtype, shapes[s.name], float_range, int_range) for s in specs}
+        for _ in range(trials)
+    ]
 
 
 def _random_array(rng, dtype: np.dtype, shape, float_range, int_range) -> np.ndarray:
@@ -226,8 +230,9 @@ def is_image_folder(path) -> bool:
     return bool(suffixes & set(IMAGE_SUFFIXES)) and not suffixes & {".npz", ".npy"}
 
 
-def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int | None = None,
-                preprocess=None) -> list[dict[str, np.ndarray]]:
+def image_feeds(
+    folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int | None = None, preprocess=None
+) -> list[dict[str, np.ndarray]]:
     """Feeds of a single-input image model from an image folder, the way calibration reads it.
 
     Images are read in sorted order and preprocessed by :mod:`calibrators.preprocess` (default: RGB, scaled to 0..1,
@@ -249,8 +254,10 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
 
     specs = list(specs)
     if len(specs) != 1:
-        raise InputError(f"Image folder '{folder}' can feed a model with one input; this one has {len(specs)}: "
-                         f"{', '.join(s.name for s in specs)}. Use .npz files keyed by input name.")
+        raise InputError(
+            f"Image folder '{folder}' can feed a model with one input; this one has {len(specs)}: "
+            f"{', '.join(s.name for s in specs)}. Use .npz files keyed by input name."
+        )
     name, batch = specs[0].name, int(shape[0])
     try:
         samples = iter(ImageFolderSource(folder, name, preprocess, input_shape=shape))
@@ -263,8 +270,11 @@ def image_feeds(folder, specs: Iterable[InputSpec], shape: tuple, *, limit: int 
     except CalibrationError as exc:
         raise InputError(str(exc)) from exc
     if not feeds:
-        raise InputError(f"Image folder '{folder}' has fewer images than one batch of {batch} (input '{name}' "
-                         f"shape {tuple(shape)}); add images or give a smaller batch in shapes.", field="shapes")
+        raise InputError(
+            f"Image folder '{folder}' has fewer images than one batch of {batch} (input '{name}' "
+            f"shape {tuple(shape)}); add images or give a smaller batch in shapes.",
+            field="shapes",
+        )
     return feeds
 
 
@@ -290,8 +300,10 @@ def _read_file(file: Path, specs: list[InputSpec]) -> list[dict]:
     if isinstance(loaded, np.ndarray):
         if len(specs) != 1:
             names = ", ".join(f"'{s.name}'" for s in specs)
-            raise InputError(f"'{file}' holds one array but the model has {len(specs)} inputs ({names}); "
-                             f"use a .npz keyed by input name.")
+            raise InputError(
+                f"'{file}' holds one array but the model has {len(specs)} inputs ({names}); "
+                f"use a .npz keyed by input name."
+            )
         return [{specs[0].name: loaded}]
     with loaded:
         return [{key: loaded[key] for key in loaded.files}]

@@ -58,14 +58,21 @@ class LocalizeReport:
         first = self.first_failure
         if first is None:
             return f"no divergence: all {len(self.tensors)} tensors of the debug engine are within tolerance"
-        return (f"first divergence at tensor '{first.tensor}', output of {first.op} node '{first.node}' "
-                f"({self.tensors.index(first) + 1} of {len(self.tensors)} in graph order): {first.result.reasons[0]}")
+        return (
+            f"first divergence at tensor '{first.tensor}', output of {first.op} node '{first.node}' "
+            f"({self.tensors.index(first) + 1} of {len(self.tensors)} in graph order): {first.result.reasons[0]}"
+        )
 
     def to_dict(self) -> dict:
         first = self.first_failure
-        return _jsonable({"verdict": self.verdict(), "first_failure": first.tensor if first else None,
-                          "tensors": [t.to_dict() for t in self.tensors],
-                          "debug_engine": self.report.to_dict() if self.report is not None else None})
+        return _jsonable(
+            {
+                "verdict": self.verdict(),
+                "first_failure": first.tensor if first else None,
+                "tensors": [t.to_dict() for t in self.tensors],
+                "debug_engine": self.report.to_dict() if self.report is not None else None,
+            }
+        )
 
 
 def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
@@ -81,8 +88,9 @@ def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(model)
-    types = {v.name: v.type.tensor_type.elem_type for v in
-             list(inferred.graph.value_info) + list(inferred.graph.output)}
+    types = {
+        v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+    }
     found = []
     for i, node in enumerate(model.graph.node):
         if node.op_type in _SKIPPED_OPS:
@@ -93,8 +101,10 @@ def markable_tensors(model, names=None) -> list[tuple[str, str, str]]:
     if names is not None:
         unknown = sorted(set(names) - {t for t, _, _ in found})
         if unknown:
-            raise ModelError(f"Tensor(s) {unknown} are not float outputs of the model's nodes; pick from: "
-                             f"{', '.join(t for t, _, _ in found[:20])}{' ...' if len(found) > 20 else ''}")
+            raise ModelError(
+                f"Tensor(s) {unknown} are not float outputs of the model's nodes; pick from: "
+                f"{', '.join(t for t, _, _ in found[:20])}{' ...' if len(found) > 20 else ''}"
+            )
         found = [f for f in found if f[0] in set(names)]
     return found
 
@@ -161,6 +171,7 @@ def engine_builder(config, **build_options) -> Callable:
         config: a ``BuildConfig`` (e.g. :func:`config_from_manifest`).
         **build_options: passed to :func:`trtkit.builder.api.build` (``isolate``, ``trt`` for tests, ...).
     """
+
     def build_engine(model):
         return build(model, config, **build_options).engine
 

@@ -53,8 +53,9 @@ class ParityReport:
     @property
     def max_error_ratio(self) -> float | None:
         """The largest max |out - ref| / max |ref| over every output and trial (one number for summary tables)."""
-        ratios = [r.metrics.error_ratio for r in self.results
-                  if r.metrics is not None and r.metrics.error_ratio is not None]
+        ratios = [
+            r.metrics.error_ratio for r in self.results if r.metrics is not None and r.metrics.error_ratio is not None
+        ]
         return max(ratios) if ratios else None
 
     def worst(self) -> list[OutputResult]:
@@ -99,8 +100,12 @@ class ParityReport:
                 "max_error_ratio": self.max_error_ratio,
                 "tolerance": self.tolerance.to_dict(),
                 "reference_backend": self.reference_backend,
-                "inputs": {"source": self.input_source, "seed": self.seed, "trials": self.trials,
-                           "shapes": self.shapes},
+                "inputs": {
+                    "source": self.input_source,
+                    "seed": self.seed,
+                    "trials": self.trials,
+                    "shapes": self.shapes,
+                },
                 "outputs": [r.to_dict() for r in self.worst()],
                 "trials": [r.to_dict() for r in self.results],
                 "failures": self.failures(),

@@ -55,8 +55,7 @@ class Tolerance:
         ratio = dict(self.per_output).get(name)
         if ratio is None:
             return self
-        return replace(self, max_error_ratio=ratio, source="by metric_threshold for this output",
-                       per_output=())
+        return replace(self, max_error_ratio=ratio, source="by metric_threshold for this output", per_output=())
 
     @property
     def elementwise(self) -> bool:
@@ -96,7 +95,8 @@ def tolerance_for(
     precision = (precision or "fp32").lower()
     if precision not in DEFAULT_ERROR_RATIO:
         raise TrtkitError(
-            f"Unknown precision '{precision}' for parity tolerances; use one of: {', '.join(PRECISIONS)}.")
+            f"Unknown precision '{precision}' for parity tolerances; use one of: {', '.join(PRECISIONS)}."
+        )
     tol = Tolerance(
         precision=precision,
         max_error_ratio=DEFAULT_ERROR_RATIO[precision],

@@ -1,10 +1,10 @@
 """One call from an engine and a source to a finished run: what ``trtkit run ENGINE --video/--images`` does.
 
-    from trtkit.pipeline import ImageFolderSource, VideoSink, VideoSource, run_engine
+from trtkit.pipeline import ImageFolderSource, VideoSink, VideoSource, run_engine
 
-    source = VideoSource("in.mp4")
-    report = run_engine("model.engine", source, sinks=[VideoSink("out.mp4", fps=source.fps)])
-    print(report.fps, report.slowest_stage().name)
+source = VideoSource("in.mp4")
+report = run_engine("model.engine", source, sinks=[VideoSink("out.mp4", fps=source.fps)])
+print(report.fps, report.slowest_stage().name)
 """
 
 from __future__ import annotations
@@ -56,13 +56,29 @@ def stage_functions(processing: Processing, pre) -> dict:
     def annotate(frame):
         frame.image = processing.draw(frame.image, frame.result)
 
-    return {"preprocess": preprocess, "postprocess": postprocess if processing.post else None,
-            "annotate": annotate if processing.draw else None}
+    return {
+        "preprocess": preprocess,
+        "postprocess": postprocess if processing.post else None,
+        "annotate": annotate if processing.draw else None,
+    }
 
 
-def run_engine(engine, source, *, sinks=(), processing: Processing | None = None, batch: int | None = None,
-               max_wait_ms: float = 5.0, runners: int = 2, queue_size: int = 8, pre_workers: int = 2,
-               post_workers: int = 1, resize: str = "letterbox", monitor=None, **runner_args):
+def run_engine(
+    engine,
+    source,
+    *,
+    sinks=(),
+    processing: Processing | None = None,
+    batch: int | None = None,
+    max_wait_ms: float = 5.0,
+    runners: int = 2,
+    queue_size: int = 8,
+    pre_workers: int = 2,
+    post_workers: int = 1,
+    resize: str = "letterbox",
+    monitor=None,
+    **runner_args,
+):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
 
     Args:
@@ -90,8 +106,15 @@ def run_engine(engine, source, *, sinks=(), processing: Processing | None = None
 
     settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize)
     try:
-        return _run(RunnerPool(engine, size=settings.runners, **runner_args), source, list(sinks),
-                    processing or Processing(), settings, monitor, runner_args.get("profile", 0))
+        return _run(
+            RunnerPool(engine, size=settings.runners, **runner_args),
+            source,
+            list(sinks),
+            processing or Processing(),
+            settings,
+            monitor,
+            runner_args.get("profile", 0),
+        )
     except BaseException:
         for sink in sinks:  # an error before the first frame: leave no partial file
             sink.discard()
@@ -121,8 +144,11 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
             if fns[name]:
                 stages.append(Stage(name, fns[name], settings.post_workers))
         report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
-    report.source = {**report.source, "engine_input": target.name,
-                     "input_shape": [target.channels, target.height, target.width]}
+    report.source = {
+        **report.source,
+        "engine_input": target.name,
+        "input_shape": [target.channels, target.height, target.width],
+    }
     return report
 
 
@@ -135,7 +161,10 @@ def batch_plan(target, batch: int | None, max_wait_ms: float, in_flight: int) ->
     from trtkit.errors import InputError
 
     if batch is not None and not target.min_batch <= batch <= target.max_batch:
-        raise InputError(f"batch={batch} is outside the engine's batch range {target.min_batch}..{target.max_batch}"
-                         f" (input '{target.name}')")
-    return BatchPlan(target.name, batch or target.max_batch, target.min_batch, max_wait_s=max_wait_ms / 1e3,
-                     in_flight=in_flight)
+        raise InputError(
+            f"batch={batch} is outside the engine's batch range {target.min_batch}..{target.max_batch}"
+            f" (input '{target.name}')"
+        )
+    return BatchPlan(
+        target.name, batch or target.max_batch, target.min_batch, max_wait_s=max_wait_ms / 1e3, in_flight=in_flight
+    )

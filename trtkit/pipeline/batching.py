@@ -43,8 +43,9 @@ class BatchPlan:
 
     def __post_init__(self):
         if not 1 <= self.min_batch <= self.max_batch:
-            raise InputError(f"Batch sizes must satisfy 1 <= min_batch <= max_batch; got min {self.min_batch}, "
-                             f"max {self.max_batch}")
+            raise InputError(
+                f"Batch sizes must satisfy 1 <= min_batch <= max_batch; got min {self.min_batch}, max {self.max_batch}"
+            )
         if self.fill_threads < 1:
             raise InputError(f"fill_threads must be at least 1, not {self.fill_threads}")
         if self.max_wait_s < 0:
@@ -107,8 +108,10 @@ class DeviceBatches:
         for i, frame in enumerate(frames):
             dev = _on_device(name, frame)
             if (dev.shape, dev.dtype) != (first.shape, first.dtype):
-                raise InputError(f"Frame {frame.index}: its sample is {dev.shape} {dev.dtype}, the batch's first "
-                                 f"frame's {first.shape} {first.dtype}: every sample must match")
+                raise InputError(
+                    f"Frame {frame.index}: its sample is {dev.shape} {dev.dtype}, the batch's first "
+                    f"frame's {first.shape} {first.dtype}: every sample must match"
+                )
             if dev.stream is not None:
                 self._wait_for(runner, int(dev.stream))
             cuda.memcpy_dtod_async(ptr + i * row, dev.ptr, row, runner.stream)
@@ -246,8 +249,10 @@ class InferStage:
             self._turn = (self._turn + 1) % len(self._runners)
             handle, events = self._start_on(runner, frames, on_device)
         elif on_device:
-            raise InputError("Device-resident samples are batched on the GPU by runners: give the inference stage "
-                             "a TrtRunner or RunnerPool")
+            raise InputError(
+                "Device-resident samples are batched on the GPU by runners: give the inference stage "
+                "a TrtRunner or RunnerPool"
+            )
         else:
             handle, events = self.infer.infer_async({name: stack_samples(frames, self.plan)}), None
         self._pending.append((handle, frames, time.perf_counter() - t0, events))
@@ -289,8 +294,10 @@ def _on_device(name: str, frame):
 
     dev = device_input(name, frame.sample)
     if dev is None:
-        raise InputError(f"Frame {frame.index}: its sample is a {type(frame.sample).__name__}, the batch's first "
-                         f"frame's a device array: every sample must be on the device, or none")
+        raise InputError(
+            f"Frame {frame.index}: its sample is a {type(frame.sample).__name__}, the batch's first "
+            f"frame's a device array: every sample must be on the device, or none"
+        )
     return dev
 
 

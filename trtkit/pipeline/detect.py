@@ -19,13 +19,14 @@ def _detection():
     try:
         detection = importlib.import_module("trtkit.detection")
     except ImportError as exc:
-        raise DependencyError(f"Detection postprocessing needs trtkit.detection, which this trtkit does not have "
-                              f"({exc}); run without it to save the raw outputs") from exc
+        raise DependencyError(
+            f"Detection postprocessing needs trtkit.detection, which this trtkit does not have "
+            f"({exc}); run without it to save the raw outputs"
+        ) from exc
     return detection
 
 
-def detection_processing(conf_threshold: float = 0.25, iou_threshold: float = 0.45,
-                         class_names=None) -> Processing:
+def detection_processing(conf_threshold: float = 0.25, iou_threshold: float = 0.45, class_names=None) -> Processing:
     """pre: letterbox to the engine's input (``meta``: the letterbox geometry); post: the frame's detections with
     boxes in the frame's pixels; draw: the boxes and labels on the frame.
 
@@ -45,8 +46,7 @@ def detection_processing(conf_threshold: float = 0.25, iou_threshold: float = 0.
 
     def post(outputs, meta, image):
         batched = {name: np.asarray(value)[None] for name, value in outputs.items()}
-        found = detection.detections_from_outputs(batched, conf_threshold=conf_threshold,
-                                                  iou_threshold=iou_threshold)
+        found = detection.detections_from_outputs(batched, conf_threshold=conf_threshold, iou_threshold=iou_threshold)
         return found[0].mapped(meta)
 
     def draw(image, detections):

@@ -196,14 +196,18 @@ class Pipeline:
         timers = [self.source_timer] + [r.timer for r in self.runners] + [self.sink_timer]
         infer = next((r for r in self.runners if isinstance(r, InferStage)), None)
         info = self.source.info() if hasattr(self.source, "info") else {}
-        return PipelineReport(frames_in=self.frames_in, frames_out=self.frames_out, elapsed_s=elapsed,
-                              stages={t.name: t.snapshot(elapsed) for t in timers},
-                              queues={c.name: {**c.gauge.to_json(), **({"depth": c.depth()} if running else {})}
-                                      for c in self.channels},
-                              skipped=list(getattr(self.source, "skipped", [])),
-                              error=_error_message(*self._error) if self._error else None, source=info,
-                              batch=infer.plan.max_batch if infer else None,
-                              gpu=infer.gpu.to_json(elapsed) if infer and infer.gpu else None)
+        return PipelineReport(
+            frames_in=self.frames_in,
+            frames_out=self.frames_out,
+            elapsed_s=elapsed,
+            stages={t.name: t.snapshot(elapsed) for t in timers},
+            queues={c.name: {**c.gauge.to_json(), **({"depth": c.depth()} if running else {})} for c in self.channels},
+            skipped=list(getattr(self.source, "skipped", [])),
+            error=_error_message(*self._error) if self._error else None,
+            source=info,
+            batch=infer.plan.max_batch if infer else None,
+            gpu=infer.gpu.to_json(elapsed) if infer and infer.gpu else None,
+        )
 
 
 def _name_of(stage) -> str:

@@ -53,15 +53,18 @@ def image_input(specs, profile: int = 0) -> ImageInput:
     expected = "one input of layout NCHW (batch, 3 or 1 channels, height, width), float32 or float16"
     if len(specs) != 1:
         names = ", ".join(f"'{s.name}' {tuple(s.shape)}" for s in specs)
-        raise InputError(f"The image pipeline needs an engine with {expected}; this engine has {len(specs)} "
-                         f"inputs: {names}")
+        raise InputError(
+            f"The image pipeline needs an engine with {expected}; this engine has {len(specs)} inputs: {names}"
+        )
     spec = specs[0]
     lo, opt, hi = (tuple(int(d) for d in dims) for dims in spec.profile_range(profile))
     dtype = np.dtype(spec.dtype).name
     channels = opt[1] if len(opt) == 4 else None
     if len(opt) != 4 or channels not in (1, 3) or dtype not in FLOAT_DTYPES:
-        raise InputError(f"Engine input '{spec.name}' has shape {tuple(spec.shape)} and dtype {dtype}; the image "
-                         f"pipeline expects {expected}, e.g. (-1, 3, 224, 224) float32")
+        raise InputError(
+            f"Engine input '{spec.name}' has shape {tuple(spec.shape)} and dtype {dtype}; the image "
+            f"pipeline expects {expected}, e.g. (-1, 3, 224, 224) float32"
+        )
     height = spec.shape[2] if spec.shape[2] > 0 else opt[2]
     width = spec.shape[3] if spec.shape[3] > 0 else opt[3]
     return ImageInput(spec.name, channels, height, width, dtype, max(1, lo[0]), max(1, hi[0]))
@@ -79,13 +82,27 @@ class ImagePreprocess:
         mean, std: per channel, after ``scale``.
     """
 
-    def __init__(self, target: ImageInput, *, resize: str = "letterbox", scale: float = 1.0 / 255.0,
-                 mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)):
+    def __init__(
+        self,
+        target: ImageInput,
+        *,
+        resize: str = "letterbox",
+        scale: float = 1.0 / 255.0,
+        mean=(0.0, 0.0, 0.0),
+        std=(1.0, 1.0, 1.0),
+    ):
         from calibrators.preprocess import Preprocess
 
         self.target = target
-        settings = Preprocess(size=(target.height, target.width), resize=resize, scale=scale, mean=tuple(mean),
-                              std=tuple(std), layout="NCHW", dtype=target.dtype)
+        settings = Preprocess(
+            size=(target.height, target.width),
+            resize=resize,
+            scale=scale,
+            mean=tuple(mean),
+            std=tuple(std),
+            layout="NCHW",
+            dtype=target.dtype,
+        )
         if target.channels == 1:
             settings = replace(settings, color="GRAY", mean=settings.mean[:1], std=settings.std[:1])
         self.settings = settings
@@ -97,16 +114,20 @@ class ImagePreprocess:
 
         array = np.asarray(image)
         if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-            raise InputError(f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} "
-                             f"dtype {array.dtype}")
+            raise InputError(
+                f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
+            )
         height, width = array.shape[:2]
         sample = preprocess_image(Image.fromarray(array), self.settings)
         if self.settings.resize == "letterbox":
             scale, _, _, left, top = letterbox_geometry(width, height, self.target.width, self.target.height)
             meta = {"scale": scale, "pad": (left, top), "source_size": (width, height)}
         else:
-            meta = {"scale": (self.target.width / width, self.target.height / height), "pad": (0, 0),
-                    "source_size": (width, height)}
+            meta = {
+                "scale": (self.target.width / width, self.target.height / height),
+                "pad": (0, 0),
+                "source_size": (width, height),
+            }
         return sample, meta
 
 

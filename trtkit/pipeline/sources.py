@@ -22,6 +22,7 @@ from trtkit.pipeline.stats import SkippedFrame
 
 logger = logging.getLogger("trtkit")
 
+
 class ArraySource:
     """Frames from any iterable of HxWx3 uint8 arrays (a list, a generator, frames decoded elsewhere)."""
 

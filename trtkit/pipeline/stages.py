@@ -148,8 +148,10 @@ class StageRunner:
         self._turn = _Turnstile(inp._abort)
 
     def threads(self) -> list:
-        return [threading.Thread(target=self._work, name=f"trtkit-{self.stage.name}-{i}", daemon=True)
-                for i in range(max(1, self.stage.workers))]
+        return [
+            threading.Thread(target=self._work, name=f"trtkit-{self.stage.name}-{i}", daemon=True)
+            for i in range(max(1, self.stage.workers))
+        ]
 
     def _work(self) -> None:
         frame = None

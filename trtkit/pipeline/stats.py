@@ -32,9 +32,16 @@ class StageStats:
     fps_alone: float | None  # frames/s this stage would sustain with its workers busy all the time
 
     def to_json(self) -> dict:
-        return {"workers": self.workers, "frames": self.frames, "avg_ms": _round(self.avg_ms),
-                "min_ms": _round(self.min_ms), "max_ms": _round(self.max_ms), "p99_ms": _round(self.p99_ms),
-                "busy_pct": round(self.busy_pct, 2), "fps_alone": _round(self.fps_alone)}
+        return {
+            "workers": self.workers,
+            "frames": self.frames,
+            "avg_ms": _round(self.avg_ms),
+            "min_ms": _round(self.min_ms),
+            "max_ms": _round(self.max_ms),
+            "p99_ms": _round(self.p99_ms),
+            "busy_pct": round(self.busy_pct, 2),
+            "fps_alone": _round(self.fps_alone),
+        }
 
 
 def _round(value, digits: int = 4):
@@ -81,9 +88,17 @@ class StageTimer:
         if not frames or lo is None or hi is None:
             return StageStats(self.name, self.workers, 0, None, None, None, None, 0.0, None)
         busy_pct = 100.0 * busy / (elapsed_s * self.workers) if elapsed_s > 0 else 0.0
-        return StageStats(self.name, self.workers, frames, 1e3 * busy / frames, 1e3 * lo, 1e3 * hi,
-                          1e3 * percentile(kept, 99), min(busy_pct, 100.0),
-                          frames * self.workers / busy if busy > 0 else None)
+        return StageStats(
+            self.name,
+            self.workers,
+            frames,
+            1e3 * busy / frames,
+            1e3 * lo,
+            1e3 * hi,
+            1e3 * percentile(kept, 99),
+            min(busy_pct, 100.0),
+            frames * self.workers / busy if busy > 0 else None,
+        )
 
 
 class QueueGauge:
@@ -143,8 +158,9 @@ class GpuTimeline:
     def collect(self, pair: tuple) -> None:
         """After the batch's outputs are in: its interval (the events have completed)."""
         start, end = pair
-        self._intervals.append((self.cuda.event_elapsed_ms(self._origin, start),
-                                self.cuda.event_elapsed_ms(self._origin, end)))
+        self._intervals.append(
+            (self.cuda.event_elapsed_ms(self._origin, start), self.cuda.event_elapsed_ms(self._origin, end))
+        )
         self._free += [start, end]
 
     def close(self) -> None:
@@ -163,11 +179,14 @@ class GpuTimeline:
                 merged.append([a, b])
         busy = sum(b - a for a, b in merged)
         span = merged[-1][1] - merged[0][0] if merged else 0.0
-        return {"batches": len(self._intervals),
-                "busy_pct": round(100.0 * busy / (1e3 * elapsed_s), 2) if elapsed_s > 0 else None,
-                "idle_between_batches_pct": round(100.0 * (span - busy) / span, 2) if span > 0 else None,
-                "avg_ms_per_batch": round(sum(b - a for a, b in self._intervals) / len(self._intervals), 4)
-                if self._intervals else None}
+        return {
+            "batches": len(self._intervals),
+            "busy_pct": round(100.0 * busy / (1e3 * elapsed_s), 2) if elapsed_s > 0 else None,
+            "idle_between_batches_pct": round(100.0 * (span - busy) / span, 2) if span > 0 else None,
+            "avg_ms_per_batch": round(sum(b - a for a, b in self._intervals) / len(self._intervals), 4)
+            if self._intervals
+            else None,
+        }
 
 
 @dataclass
@@ -208,12 +227,21 @@ class PipelineReport:
 
     def to_json(self) -> dict:
         slowest = self.slowest_stage()
-        return {"frames_in": self.frames_in, "frames_out": self.frames_out, "elapsed_s": round(self.elapsed_s, 4),
-                "fps": round(self.fps, 3), "batch": self.batch,
-                "stages": {n: s.to_json() for n, s in self.stages.items()}, "queues": self.queues,
-                "skipped": [s.to_json() for s in self.skipped], "interrupted": self.interrupted,
-                "error": self.error, "source": self.source, "gpu": self.gpu,
-                "slowest_stage": slowest.name if slowest else None}
+        return {
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "elapsed_s": round(self.elapsed_s, 4),
+            "fps": round(self.fps, 3),
+            "batch": self.batch,
+            "stages": {n: s.to_json() for n, s in self.stages.items()},
+            "queues": self.queues,
+            "skipped": [s.to_json() for s in self.skipped],
+            "interrupted": self.interrupted,
+            "error": self.error,
+            "source": self.source,
+            "gpu": self.gpu,
+            "slowest_stage": slowest.name if slowest else None,
+        }
 
 
 class Clock:

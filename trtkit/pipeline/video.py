@@ -84,8 +84,9 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False):
         if decoder == "nvdec":
             raise
         return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
-    return reader, DecoderChoice("nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec"
-                                 else "PyNvVideoCodec loaded and opened the file")
+    return reader, DecoderChoice(
+        "nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec" else "PyNvVideoCodec loaded and opened the file"
+    )
 
 
 class PyAVReader:
@@ -116,8 +117,15 @@ class PyAVReader:
         self.frames = int(self._stream.frames or 0)
 
     def info(self) -> dict:
-        return {"path": str(self.path), "decoder": self.name, "codec": self._stream.codec_context.name,
-                "width": self.width, "height": self.height, "fps": float(self.fps), "frames": self.frames}
+        return {
+            "path": str(self.path),
+            "decoder": self.name,
+            "codec": self._stream.codec_context.name,
+            "width": self.width,
+            "height": self.height,
+            "fps": float(self.fps),
+            "frames": self.frames,
+        }
 
     def __iter__(self):
         av = pyav()
@@ -167,8 +175,9 @@ class NvdecReader:
         self.path = Path(path)
         self.device_memory = device_memory
         try:
-            self._decoder = nvc.SimpleDecoder(str(path), gpu_id=gpu_id, use_device_memory=device_memory,
-                                              output_color_type=nvc.OutputColorType.RGB)
+            self._decoder = nvc.SimpleDecoder(
+                str(path), gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB
+            )
             meta = self._decoder.get_stream_metadata()
         except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
             raise DependencyError(f"NVDEC could not open '{path}': {exc}") from exc
@@ -178,8 +187,15 @@ class NvdecReader:
         self.frames = int(getattr(meta, "num_frames", 0) or 0)
 
     def info(self) -> dict:
-        return {"path": str(self.path), "decoder": self.name, "width": self.width, "height": self.height,
-                "fps": float(self.fps), "frames": self.frames, "device_memory": self.device_memory}
+        return {
+            "path": str(self.path),
+            "decoder": self.name,
+            "width": self.width,
+            "height": self.height,
+            "fps": float(self.fps),
+            "frames": self.frames,
+            "device_memory": self.device_memory,
+        }
 
     def __iter__(self):
         while True:
@@ -208,8 +224,10 @@ def host_array(frame) -> np.ndarray:
     try:
         return np.asarray(frame)
     except Exception as exc:  # noqa: BLE001
-        raise TrtkitError(f"A frame from PyNvVideoCodec ({type(frame).__name__}) offers neither DLPack nor the buffer "
-                          f"protocol; decode with decoder='pyav'") from exc
+        raise TrtkitError(
+            f"A frame from PyNvVideoCodec ({type(frame).__name__}) offers neither DLPack nor the buffer "
+            f"protocol; decode with decoder='pyav'"
+        ) from exc
 
 
 def _even(image: np.ndarray) -> np.ndarray:
@@ -276,8 +294,10 @@ class VideoWriter:
             self._stream.height, self._stream.width = image.shape[:2]
             self._stream.pix_fmt = "yuv420p"
         elif (image.shape[0], image.shape[1]) != (self._stream.height, self._stream.width):
-            raise InputError(f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
-                             f"is {self._stream.width}x{self._stream.height}: every frame must have the same size")
+            raise InputError(
+                f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
+                f"is {self._stream.width}x{self._stream.height}: every frame must have the same size"
+            )
         for packet in self._stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
             self._container.mux(packet)
         self.frames += 1

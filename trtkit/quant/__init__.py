@@ -5,5 +5,13 @@
 from trtkit.quant.fp16 import Conversion, convert_float, convert_to_bf16, convert_to_fp16
 from trtkit.quant.qdq import QdqOptions, QdqPlan, insert_qdq, plan_qdq
 
-__all__ = ["Conversion", "convert_float", "convert_to_bf16", "convert_to_fp16", "QdqOptions", "QdqPlan",
-           "insert_qdq", "plan_qdq"]
+__all__ = [
+    "Conversion",
+    "convert_float",
+    "convert_to_bf16",
+    "convert_to_fp16",
+    "QdqOptions",
+    "QdqPlan",
+    "insert_qdq",
+    "plan_qdq",
+]

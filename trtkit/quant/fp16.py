@@ -37,15 +37,40 @@ FP16_MAX = 65504.0
 
 # Ops kept in FP32 by default: they overflow (sums of many values, powers, exponentials), need the range of FP32
 # (normalizations with large activations, NMS/RoI geometry), or hold subgraphs this converter does not rewrite.
-DEFAULT_FP32_OPS = frozenset({
-    "Pow", "Exp", "Log", "Sqrt", "Reciprocal",
-    "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd",
-    "CumSum", "Einsum",
-    "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
-    "NonMaxSuppression", "RoiAlign", "TopK", "Range",
-    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "EyeLike",
-    "If", "Loop", "Scan",
-})
+DEFAULT_FP32_OPS = frozenset(
+    {
+        "Pow",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "ReduceSum",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceProd",
+        "CumSum",
+        "Einsum",
+        "LayerNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "LpNormalization",
+        "NonMaxSuppression",
+        "RoiAlign",
+        "TopK",
+        "Range",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "EyeLike",
+        "If",
+        "Loop",
+        "Scan",
+    }
+)
 # Inputs that ONNX types as float32 regardless of the data type (by position).
 FP32_ONLY_INPUTS = {"Resize": (1, 2), "Upsample": (1,)}
 # Ops that start shape arithmetic.
@@ -81,8 +106,15 @@ def convert_to_bf16(model, **options) -> Conversion:
     return convert_float(model, dtype="bf16", **options)
 
 
-def convert_float(model, *, dtype: str = "fp16", keep_io_types: bool = True, fp32_ops=DEFAULT_FP32_OPS,
-                  fp32_nodes=(), keep_shape_math: bool = True) -> Conversion:
+def convert_float(
+    model,
+    *,
+    dtype: str = "fp16",
+    keep_io_types: bool = True,
+    fp32_ops=DEFAULT_FP32_OPS,
+    fp32_nodes=(),
+    keep_shape_math: bool = True,
+) -> Conversion:
     """Convert an FP32 ONNX model's floating-point tensors to ``dtype``.
 
     Args:
@@ -113,12 +145,17 @@ def convert_float(model, *, dtype: str = "fp16", keep_io_types: bool = True, fp3
 
 def _log(conv: Conversion) -> None:
     if conv.clipped:
-        logger.warning("%s conversion clipped values beyond ±%g in: %s", conv.dtype.upper(), FP16_MAX,
-                       ", ".join(conv.clipped))
+        logger.warning(
+            "%s conversion clipped values beyond ±%g in: %s", conv.dtype.upper(), FP16_MAX, ", ".join(conv.clipped)
+        )
     if conv.kept_fp32:
         ops = Counter(entry.split(" (")[-1].rstrip(")") for entry in conv.kept_fp32)
-        logger.info("%s conversion kept %d node(s) in FP32: %s", conv.dtype.upper(), len(conv.kept_fp32),
-                    ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
+        logger.info(
+            "%s conversion kept %d node(s) in FP32: %s",
+            conv.dtype.upper(),
+            len(conv.kept_fp32),
+            ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())),
+        )
 
 
 # --- the rewrite ---------------------------------------------------------------------------------------------------
@@ -289,8 +326,11 @@ class _Rewriter:
         for value in self.graph.output:
             inner = f"{value.name}__{self.dtype}"
             if self.keep_io and inner in self.native:
-                self.new_nodes.append(helper.make_node("Cast", [inner], [value.name], name=f"{value.name}_cast",
-                                                       to=value.type.tensor_type.elem_type))
+                self.new_nodes.append(
+                    helper.make_node(
+                        "Cast", [inner], [value.name], name=f"{value.name}_cast", to=value.type.tensor_type.elem_type
+                    )
+                )
                 self.conv.casts += 1
             elif not self.keep_io and self.native.get(value.name) == "low":
                 value.type.tensor_type.elem_type = self.low

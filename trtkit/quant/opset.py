@@ -13,8 +13,19 @@ import numpy as np
 from trtkit.errors import ModelError
 
 TARGET = 19
-_AXES_TO_INPUT = frozenset({"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-                            "ReduceMin", "ReduceProd", "ReduceSumSquare"})
+_AXES_TO_INPUT = frozenset(
+    {
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSumSquare",
+    }
+)
 
 
 def default_opset(model) -> int:

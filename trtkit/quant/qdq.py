@@ -31,8 +31,7 @@ from trtkit.quant.opset import upgrade_opset
 logger = logging.getLogger("trtkit")
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNormalization",
-                                      "InstanceNormalization"})
+HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization"})
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis) needs opset 13
 
 
@@ -93,8 +92,10 @@ class QdqPlan:
             self.consumers[tensor].append((node, index))
 
     def summary(self) -> str:
-        return (f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision, "
-                f"{len(self.residual)} residual add(s)")
+        return (
+            f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision, "
+            f"{len(self.residual)} residual add(s)"
+        )
 
 
 class _Graph:
@@ -168,11 +169,18 @@ def _check_excluded(g: _Graph, names) -> None:
     unknown = sorted(set(names) - {n.name for n in g.nodes})
     if not unknown:
         return
-    hints = [f"'{name}'" + (f" (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, compute, 1))
-                            else "") for name in unknown]
+    hints = [
+        f"'{name}'"
+        + (f" (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, compute, 1)) else "")
+        for name in unknown
+    ]
     shown = ", ".join(compute[:12]) + (f", ... ({len(compute)} in all)" if len(compute) > 12 else "")
-    raise ModelError(f"qdq_exclude names node(s) the model does not have: {', '.join(hints)}. Its Conv/Gemm/MatMul "
-                     f"nodes are: {shown}", field="qdq_exclude", accepted="names of the model's Conv/Gemm/MatMul nodes")
+    raise ModelError(
+        f"qdq_exclude names node(s) the model does not have: {', '.join(hints)}. Its Conv/Gemm/MatMul "
+        f"nodes are: {shown}",
+        field="qdq_exclude",
+        accepted="names of the model's Conv/Gemm/MatMul nodes",
+    )
 
 
 def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None:
@@ -251,15 +259,21 @@ def _plan_residuals(g: _Graph, plan: QdqPlan) -> None:
 
 def _fusable_conv_output(g: _Graph, name: str, quantized: set) -> bool:
     node = g.producer.get(name)
-    return (node is not None and node.op_type == "Conv" and node.name in quantized
-            and len(g.consumers.get(name, [])) == 1 and name not in g.outputs)
+    return (
+        node is not None
+        and node.op_type == "Conv"
+        and node.name in quantized
+        and len(g.consumers.get(name, [])) == 1
+        and name not in g.outputs
+    )
 
 
 # --- insertion -----------------------------------------------------------------------------------------------------
 
 
-def insert_qdq(model, amax: dict, plan: QdqPlan | None = None, options: QdqOptions | None = None, *,
-               strict: bool = False):
+def insert_qdq(
+    model, amax: dict, plan: QdqPlan | None = None, options: QdqOptions | None = None, *, strict: bool = False
+):
     """Insert Q/DQ pairs into a copy of ``model``.
 
     Args:
@@ -281,8 +295,10 @@ def insert_qdq(model, amax: dict, plan: QdqPlan | None = None, options: QdqOptio
 
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < MIN_OPSET:
-        raise ModelError(f"Q/DQ insertion needs ONNX opset {MIN_OPSET} or later (per-channel scales); the model has "
-                         f"opset {opset}. Re-export it with a newer opset.")
+        raise ModelError(
+            f"Q/DQ insertion needs ONNX opset {MIN_OPSET} or later (per-channel scales); the model has "
+            f"opset {opset}. Re-export it with a newer opset."
+        )
     out = onnx.ModelProto()
     out.CopyFrom(model)
     plan = plan or plan_qdq(out, options)
@@ -291,8 +307,9 @@ def insert_qdq(model, amax: dict, plan: QdqPlan | None = None, options: QdqOptio
     if missing and strict:
         raise CalibrationError(f"No amax for {len(missing)} tensor(s) to quantize: {', '.join(missing[:10])}.")
     if missing:
-        logger.warning("No calibration range for %d tensor(s); left unquantized: %s", len(missing),
-                       ", ".join(missing[:10]))
+        logger.warning(
+            "No calibration range for %d tensor(s); left unquantized: %s", len(missing), ", ".join(missing[:10])
+        )
     _Inserter(out).apply(plan, amax)
     return out, plan
 
@@ -310,8 +327,12 @@ class _Inserter:
             if tensor not in amax:
                 continue
             consumers = plan.consumers[tensor]
-            dq = self._pair(tensor, np.float32(max(float(amax[tensor]), 1e-8) / 127.0), None,
-                            before=min(consumers, key=lambda c: self._position(c[0]))[0])
+            dq = self._pair(
+                tensor,
+                np.float32(max(float(amax[tensor]), 1e-8) / 127.0),
+                None,
+                before=min(consumers, key=lambda c: self._position(c[0]))[0],
+            )
             for node_name, index in consumers:
                 self.by_name[node_name].input[index] = dq
         for (node_name, index), wq in plan.weights.items():
@@ -345,10 +366,20 @@ class _Inserter:
         self.graph.initializer.append(numpy_helper.from_array(scale, scale_name))
         self.graph.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, np.int8), zp_name))
         extra: dict[str, Any] = {} if axis is None else {"axis": int(axis)}
-        q = helper.make_node("QuantizeLinear", [tensor, scale_name, zp_name], [f"{base}_quantized"],
-                             name=f"{base}_QuantizeLinear", **extra)
-        dq = helper.make_node("DequantizeLinear", [q.output[0], scale_name, zp_name], [f"{base}_dequantized"],
-                              name=f"{base}_DequantizeLinear", **extra)
+        q = helper.make_node(
+            "QuantizeLinear",
+            [tensor, scale_name, zp_name],
+            [f"{base}_quantized"],
+            name=f"{base}_QuantizeLinear",
+            **extra,
+        )
+        dq = helper.make_node(
+            "DequantizeLinear",
+            [q.output[0], scale_name, zp_name],
+            [f"{base}_dequantized"],
+            name=f"{base}_DequantizeLinear",
+            **extra,
+        )
         self.new_nodes.setdefault(before, []).extend([q, dq])
         return dq.output[0]
 
@@ -361,7 +392,7 @@ class _Inserter:
         self.graph.node.extend(nodes)
 
 
-FP16_MIN_NORMAL = 2.0 ** -14
+FP16_MIN_NORMAL = 2.0**-14
 
 
 def to_fp16_rest(model):
@@ -387,8 +418,9 @@ def to_fp16_rest(model):
             values = numpy_helper.to_array(init)
             if (values < FP16_MIN_NORMAL).any():
                 raised.append(init.name)
-                init.CopyFrom(numpy_helper.from_array(np.maximum(values, FP16_MIN_NORMAL).astype(values.dtype),
-                                                      init.name))
+                init.CopyFrom(
+                    numpy_helper.from_array(np.maximum(values, FP16_MIN_NORMAL).astype(values.dtype), init.name)
+                )
     if raised:
         logger.info("Raised %d Q/DQ scale(s) to FP16's smallest normal value: %s", len(raised), ", ".join(raised[:5]))
     conversion = convert_to_fp16(upgraded)

@@ -47,8 +47,7 @@ def copy_into(dst: np.ndarray, src: np.ndarray, *, threads: int | None = None) -
         threads: override :data:`COPY_THREADS` (0 or 1: one thread).
     """
     threads = COPY_THREADS if threads is None else threads
-    if (threads < 2 or src.nbytes < PARALLEL_COPY_BYTES
-            or not (src.flags.c_contiguous and dst.flags.c_contiguous)):
+    if threads < 2 or src.nbytes < PARALLEL_COPY_BYTES or not (src.flags.c_contiguous and dst.flags.c_contiguous):
         np.copyto(dst, src, casting="no")
         return
     pool, workers = _copy_pool()
@@ -141,8 +140,14 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None, "stream": None}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
 
     def to_host(self, stream: int = 0) -> np.ndarray:
         """Copy to a new numpy array (synchronizes ``stream``)."""

@@ -1,7 +1,7 @@
 """Load serialized engines (with the manifest check) and describe their I/O tensors.
 
-    engine = load_engine("model.engine")          # refuses an engine built for another TensorRT / GPU
-    specs = io_specs(engine)                       # name -> TensorSpec (dtype, shape, profile ranges)
+engine = load_engine("model.engine")          # refuses an engine built for another TensorRT / GPU
+specs = io_specs(engine)                       # name -> TensorSpec (dtype, shape, profile ranges)
 """
 
 from __future__ import annotations
@@ -24,8 +24,15 @@ from trtkit.log import make_trt_logger
 logger = logging.getLogger("trtkit")
 
 # TensorRT data types by member name (values differ between versions), and their numpy equivalents.
-_NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_,
-                 "UINT8": np.uint8, "INT64": np.int64}
+_NUMPY_DTYPES = {
+    "FLOAT": np.float32,
+    "HALF": np.float16,
+    "INT8": np.int8,
+    "INT32": np.int32,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "INT64": np.int64,
+}
 
 _RUNTIMES: dict = {}
 _RUNTIME_LOCK = threading.Lock()
@@ -148,8 +155,9 @@ def check_engine_file(path) -> None:
     if not path.exists():
         raise EngineError(f"Engine file '{path}' does not exist; build one with `trtkit build`")
     if path.suffix.lower() in _ONNX_SUFFIXES:
-        raise EngineError(f"'{path}' is an ONNX model, not an engine; build an engine from it with `trtkit build "
-                          f"{path}`")
+        raise EngineError(
+            f"'{path}' is an ONNX model, not an engine; build an engine from it with `trtkit build {path}`"
+        )
     try:
         empty = path.stat().st_size == 0
     except OSError as exc:

@@ -153,8 +153,16 @@ class GraphCache:
         page_lock: page-lock numpy arrays passed again (:mod:`trtkit.runtime.reuse`).
     """
 
-    def __init__(self, cuda=None, stream: int = 0, wait_event=None, input_specs: tuple = (),
-                 buckets: dict | None = None, copy=None, page_lock: bool = False):
+    def __init__(
+        self,
+        cuda=None,
+        stream: int = 0,
+        wait_event=None,
+        input_specs: tuple = (),
+        buckets: dict | None = None,
+        copy=None,
+        page_lock: bool = False,
+    ):
         self._cuda, self._stream, self._wait_event = cuda, stream, wait_event
         self._specs = input_specs
         self._buckets: dict = {} if buckets is None else buckets
@@ -306,8 +314,7 @@ class GraphCache:
         graph, reason = capture(cuda, stream, enqueue)
         if graph is None:
             self._failed.add(key)
-            logger.warning("CUDA graph capture failed (%s); falling back to plain enqueue for this input shape",
-                           reason)
+            logger.warning("CUDA graph capture failed (%s); falling back to plain enqueue for this input shape", reason)
             return None
         self._graphs[key] = graph
         return graph

@@ -29,8 +29,10 @@ def validate_feed(feed, specs: tuple, index: dict, profile: int, known: set | No
         InputError: not a mapping, a missing/unknown input, a wrong dtype, or a shape outside ``profile``.
     """
     if not isinstance(feed, Mapping):
-        raise InputError(f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
-                         f"engine's inputs are {_names(specs)}")
+        raise InputError(
+            f"infer expects a dict of input name -> array, got {type(feed).__name__}; the "
+            f"engine's inputs are {_names(specs)}"
+        )
     if feed.keys() != index.keys():
         _raise_name_error(feed, specs, index)
     return [check_input(spec, feed[spec.name], profile, known) for spec in specs]
@@ -70,15 +72,17 @@ def check_input(spec, value, profile: int, known: set | None = None) -> tuple:
         array = value if isinstance(value, np.ndarray) else np.asarray(value)
         shape, dtype = array.shape, array.dtype
     if dtype != spec.dtype:
-        raise InputError(f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} "
-                         f"(convert with .astype(numpy.{spec.dtype.name}))")
+        raise InputError(
+            f"Input '{spec.name}': dtype {dtype}, expected {spec.dtype} (convert with .astype(numpy.{spec.dtype.name}))"
+        )
     if known is not None and (spec.name, shape) in known:
         return array, dev
     lo, _, hi = spec.profiles[profile]
     if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
         what = f"has rank {len(shape)}, expected rank {len(lo)};" if len(shape) != len(lo) else "is outside"
-        raise InputError(f"Input '{spec.name}': shape {tuple(shape)} {what} profile {profile} "
-                         f"(min {tuple(lo)}, max {tuple(hi)})")
+        raise InputError(
+            f"Input '{spec.name}': shape {tuple(shape)} {what} profile {profile} (min {tuple(lo)}, max {tuple(hi)})"
+        )
     if known is not None:
         known.add((spec.name, shape))
     return array, dev

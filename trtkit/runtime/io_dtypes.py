@@ -64,7 +64,9 @@ def _narrow(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
         low, high = int(value.min()), int(value.max())
         if low < _INT32.min or high > _INT32.max:
             bad = high if high > _INT32.max else low
-            raise InputError(f"Input '{name}': value {bad} does not fit in INT32, which this engine takes for the "
-                             f"model's INT64 (TensorRT without INT64 I/O); values must be in "
-                             f"[{_INT32.min}, {_INT32.max}]")
+            raise InputError(
+                f"Input '{name}': value {bad} does not fit in INT32, which this engine takes for the "
+                f"model's INT64 (TensorRT without INT64 I/O); values must be in "
+                f"[{_INT32.min}, {_INT32.max}]"
+            )
     return np.ascontiguousarray(value, dtype=dtype)

@@ -1,8 +1,8 @@
 """Several runners, each with its own execution context and stream, fed in turn: throughput from one Python thread.
 
-    with RunnerPool("model.engine", size=2, cuda_graph=True) as pool:
-        for outputs in pool.map(feeds):          # the host work of one call overlaps the GPU work of another
-            ...
+with RunnerPool("model.engine", size=2, cuda_graph=True) as pool:
+    for outputs in pool.map(feeds):          # the host work of one call overlaps the GPU work of another
+        ...
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ class RunnerPool:
     def _source(self):
         if isinstance(self._engine, (str, os.PathLike, bytes, bytearray, memoryview)):
             if isinstance(self._engine, (str, os.PathLike)):
-                check_engine_manifest(self._engine, allow_mismatch=self._args.get("allow_mismatch", False),
-                                      trt=self._args.get("trt"))
+                check_engine_manifest(
+                    self._engine, allow_mismatch=self._args.get("allow_mismatch", False), trt=self._args.get("trt")
+                )
                 return read_engine_bytes(self._engine)  # each runner deserializes its own engine
             return bytes(self._engine)
         trt = self._args.get("trt")

@@ -67,8 +67,9 @@ class ReusedInputs:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (``host_register`` / ``host_unregister``).
     """
 
-    def __init__(self, cuda, *, max_arrays: int | None = None, max_bytes: int | None = None,
-                 min_bytes: int | None = None):
+    def __init__(
+        self, cuda, *, max_arrays: int | None = None, max_bytes: int | None = None, min_bytes: int | None = None
+    ):
         self.cuda = cuda
         # None: the module's limits as they are now (read here, so a test may lower them)
         self.max_arrays = MAX_ARRAYS if max_arrays is None else max_arrays
@@ -119,8 +120,10 @@ class ReusedInputs:
     def _register(self, array: np.ndarray) -> Locked | None:
         nbytes = array.nbytes
         with self._lock:
-            room = (len(self._locked) < self.max_arrays
-                    and sum(e.nbytes for e in list(self._locked.values())) + nbytes <= self.max_bytes)
+            room = (
+                len(self._locked) < self.max_arrays
+                and sum(e.nbytes for e in list(self._locked.values())) + nbytes <= self.max_bytes
+            )
             if not room:
                 self._refuse(array, "the runner's page-locked arrays are at their limit")
                 return None
@@ -142,8 +145,12 @@ class ReusedInputs:
             return entry
 
     def _refuse(self, array, reason: str) -> None:
-        logger.debug("input array at %#x (%d bytes) is copied, not page-locked in place: %s",
-                     array.ctypes.data, array.nbytes, reason)
+        logger.debug(
+            "input array at %#x (%d bytes) is copied, not page-locked in place: %s",
+            array.ctypes.data,
+            array.nbytes,
+            reason,
+        )
         if len(self._refused) >= _RECENT:
             self._refused.clear()
         self._refused[id(array)] = weakref.ref(array)
@@ -160,9 +167,13 @@ class ReusedInputs:
                 self.short_lived += 1
                 if self.short_lived >= MAX_SHORT_LIVED and self.enabled:
                     self.enabled = False
-                    logger.info("%d input arrays died within %d calls of being page-locked in place: this runner "
-                                "now copies new arrays instead (keep one input buffer and refill it to skip the "
-                                "copy)", self.short_lived, SHORT_LIVED_CALLS)
+                    logger.info(
+                        "%d input arrays died within %d calls of being page-locked in place: this runner "
+                        "now copies new arrays instead (keep one input buffer and refill it to skip the "
+                        "copy)",
+                        self.short_lived,
+                        SHORT_LIVED_CALLS,
+                    )
             try:
                 self.cuda.host_unregister(entry.ptr)
             except Exception:  # noqa: BLE001 - runs inside numpy's deallocation: nothing to raise to

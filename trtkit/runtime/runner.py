@@ -141,14 +141,18 @@ class _Bucket:
         self.in_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(key, runner.input_specs))
         self.out_nbytes = tuple(_nbytes(s, spec.dtype) for s, spec in zip(out_shapes, runner.output_specs))
         held = runner._held
-        self.in_views = tuple(held.host_in[i].view(spec.dtype, s)
-                              for i, (s, spec) in enumerate(zip(key, runner.input_specs)))
-        self.out_views = tuple(held.host_out[i].view(spec.dtype, s)
-                               for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs)))
+        self.in_views = tuple(
+            held.host_in[i].view(spec.dtype, s) for i, (s, spec) in enumerate(zip(key, runner.input_specs))
+        )
+        self.out_views = tuple(
+            held.host_out[i].view(spec.dtype, s) for i, (s, spec) in enumerate(zip(out_shapes, runner.output_specs))
+        )
         self.device_views: dict | None = None  # output name -> DeviceArray, made on first use (the same every call)
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
-        self.via_pinned = tuple(runner.pinned_inputs is True or (runner.pinned_inputs == "auto"
-                                                                 and n < DIRECT_INPUT_BYTES) for n in self.in_nbytes)
+        self.via_pinned = tuple(
+            runner.pinned_inputs is True or (runner.pinned_inputs == "auto" and n < DIRECT_INPUT_BYTES)
+            for n in self.in_nbytes
+        )
         # per input: sent from the runner's pinned buffer (a source, as TrtRunner._enqueue_body takes them)
         self.pinned_sources = tuple((0, buf.ptr) for buf in held.host_in)
 
@@ -209,19 +213,35 @@ class TrtRunner:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (tests pass one over a fake runtime).
     """
 
-    def __init__(self, engine, *, profile: int = 0, cuda_graph: bool = False, device_outputs: bool = False,
-                 copy_outputs: bool = True, pinned_inputs: bool | str = "auto", pin_reused_inputs: bool = True,
-                 stream: int | None = None, check_manifest: bool = True, allow_mismatch: bool = False, trt=None,
-                 cuda=None):
+    def __init__(
+        self,
+        engine,
+        *,
+        profile: int = 0,
+        cuda_graph: bool = False,
+        device_outputs: bool = False,
+        copy_outputs: bool = True,
+        pinned_inputs: bool | str = "auto",
+        pin_reused_inputs: bool = True,
+        stream: int | None = None,
+        check_manifest: bool = True,
+        allow_mismatch: bool = False,
+        trt=None,
+        cuda=None,
+    ):
         from trtkit import _check
 
-        if not isinstance(engine, (str, os.PathLike, bytes, bytearray, memoryview)) and \
-                not hasattr(engine, "create_execution_context"):
+        if not isinstance(engine, (str, os.PathLike, bytes, bytearray, memoryview)) and not hasattr(
+            engine, "create_execution_context"
+        ):
             _check.fail("engine", engine, "an engine file path, the engine's bytes or a trt.ICudaEngine")
-        self._settings = _Settings(engine, _check.integer("stream", stream, low=0, optional=True),
-                                   _check.boolean("check_manifest", check_manifest),
-                                   _check.boolean("allow_mismatch", allow_mismatch),
-                                   _check.boolean("pin_reused_inputs", pin_reused_inputs))
+        self._settings = _Settings(
+            engine,
+            _check.integer("stream", stream, low=0, optional=True),
+            _check.boolean("check_manifest", check_manifest),
+            _check.boolean("allow_mismatch", allow_mismatch),
+            _check.boolean("pin_reused_inputs", pin_reused_inputs),
+        )
         self.profile = _check.integer("profile", profile, low=0)
         self.cuda_graph = _check.boolean("cuda_graph", cuda_graph)
         self.device_outputs = _check.boolean("device_outputs", device_outputs)
@@ -289,8 +309,12 @@ class TrtRunner:
 
     def __del__(self):
         if getattr(self, "active", False):
-            warnings.warn("TrtRunner was not closed: its GPU memory stays allocated until the process ends; "
-                          "use `with TrtRunner(...) as runner:` or call close()", ResourceWarning, stacklevel=2)
+            warnings.warn(
+                "TrtRunner was not closed: its GPU memory stays allocated until the process ends; "
+                "use `with TrtRunner(...) as runner:` or call close()",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     def _allocate(self) -> None:
         source = self._settings.source
@@ -307,8 +331,15 @@ class TrtRunner:
         self._io.index = {s.name: i for i, s in enumerate(self.input_specs)}
         self._check_profile_index()
         self._open_stream()
-        self._graphs = GraphCache(self.cuda, self.stream, self._held.wait_event, self.input_specs, self._io.buckets,
-                                  copy_into, self._settings.pin_reused)
+        self._graphs = GraphCache(
+            self.cuda,
+            self.stream,
+            self._held.wait_event,
+            self.input_specs,
+            self._io.buckets,
+            copy_into,
+            self._settings.pin_reused,
+        )
         self._create_context()
         self._allocate_buffers()
 
@@ -316,20 +347,24 @@ class TrtRunner:
         settings = self._settings
         source = settings.source
         if isinstance(source, (str, os.PathLike)):
-            return load_engine(source, check_manifest=settings.check_manifest, allow_mismatch=settings.allow_mismatch,
-                               trt=self._trt)
+            return load_engine(
+                source, check_manifest=settings.check_manifest, allow_mismatch=settings.allow_mismatch, trt=self._trt
+            )
         if isinstance(source, (bytes, bytearray, memoryview)):
             return deserialize(bytes(source), trt=self._trt)
         if not hasattr(source, "num_io_tensors"):
-            raise EngineError(f"TrtRunner expects an engine path, engine bytes or a loaded engine, "
-                              f"got {type(source).__name__}")
+            raise EngineError(
+                f"TrtRunner expects an engine path, engine bytes or a loaded engine, got {type(source).__name__}"
+            )
         return source
 
     def _check_profile_index(self) -> None:
         count = self.engine.num_optimization_profiles
         if not 0 <= self.profile < count:
-            raise EngineError(f"Profile {self.profile} does not exist: the engine has {count} optimization "
-                              f"profile(s), numbered 0 to {count - 1}")
+            raise EngineError(
+                f"Profile {self.profile} does not exist: the engine has {count} optimization "
+                f"profile(s), numbered 0 to {count - 1}"
+            )
 
     def _open_stream(self) -> None:
         if self._settings.stream is not None:
@@ -346,7 +381,8 @@ class TrtRunner:
             raise EngineError(
                 f"Another TrtRunner already uses profile {self.profile} of this loaded engine.{self._sharing_hint()} "
                 f"give each runner its own engine (pass the engine path or bytes rather than a loaded engine) or use "
-                f"another profile")
+                f"another profile"
+            )
         self.context = compat.create_execution_context(self._trt, self.engine)
         if self.context is None:
             raise EngineError("TensorRT could not create an execution context (out of device memory?)")
@@ -365,8 +401,10 @@ class TrtRunner:
     def _sharing_hint(self) -> str:
         if compat.contexts_share_profiles(self._trt):
             return ""
-        return (" TensorRT 8.6 contexts cannot share a profile (trtkit does not rely on "
-                "PreviewFeature.PROFILE_SHARING_0806);")
+        return (
+            " TensorRT 8.6 contexts cannot share a profile (trtkit does not rely on "
+            "PreviewFeature.PROFILE_SHARING_0806);"
+        )
 
     def _allocate_buffers(self) -> None:
         max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
@@ -476,10 +514,19 @@ class TrtRunner:
         page-locked (all zero while inactive)."""
         with self._lock:
             g = self._graphs
-            return RunnerStats(calls=g.calls, host_replays=g.host_replays, device_replays=g.device_replays,
-                               graph_replays=g.graph_replays, captures=g.captures, enqueues=g.enqueues,
-                               graphs=len(g), address_graphs=g.address_graphs, buckets=len(self._io.buckets),
-                               arrays_page_locked=g.page_locked, page_locking=g.page_locking)
+            return RunnerStats(
+                calls=g.calls,
+                host_replays=g.host_replays,
+                device_replays=g.device_replays,
+                graph_replays=g.graph_replays,
+                captures=g.captures,
+                enqueues=g.enqueues,
+                graphs=len(g),
+                address_graphs=g.address_graphs,
+                buckets=len(self._io.buckets),
+                arrays_page_locked=g.page_locked,
+                page_locking=g.page_locking,
+            )
 
     def graphs(self) -> dict[GraphKey, CudaGraph]:
         """The CUDA graphs this runner holds, by key (for benchmarks that time a replay by hand; they stay the
@@ -489,8 +536,9 @@ class TrtRunner:
 
     def _require_active(self) -> None:
         if not self.active:
-            raise EngineError("TrtRunner is not active: use it inside `with TrtRunner(...) as runner:` "
-                              "(or call activate())")
+            raise EngineError(
+                "TrtRunner is not active: use it inside `with TrtRunner(...) as runner:` (or call activate())"
+            )
 
     def _complete(self, handle: InferHandle) -> None:
         if handle._result is None:
@@ -515,16 +563,19 @@ class TrtRunner:
             if shape != old and not self.context.set_input_shape(spec.name, shape):
                 self._io.shapes = None
                 hint = self._sharing_hint()
-                raise EngineError(f"TensorRT refused shape {shape} for input '{spec.name}' (profile "
-                                  f"{self.profile}: {spec.profile_range(self.profile)})."
-                                  + (f" If another context uses this profile:{hint} give each runner its own "
-                                     f"engine" if hint else ""))
+                raise EngineError(
+                    f"TensorRT refused shape {shape} for input '{spec.name}' (profile "
+                    f"{self.profile}: {spec.profile_range(self.profile)})."
+                    + (f" If another context uses this profile:{hint} give each runner its own engine" if hint else "")
+                )
         self._io.shapes = key
         out_shapes = tuple(tuple(int(d) for d in self.context.get_tensor_shape(s.name)) for s in self.output_specs)
         for spec, shape in zip(self.output_specs, out_shapes):
             if any(d < 0 for d in shape):
-                raise UnsupportedError(f"Output '{spec.name}' has a data-dependent shape {shape}; TrtRunner needs "
-                                       f"output shapes known from the input shapes")
+                raise UnsupportedError(
+                    f"Output '{spec.name}' has a data-dependent shape {shape}; TrtRunner needs "
+                    f"output shapes known from the input shapes"
+                )
         return out_shapes
 
     def _bucket(self, key: tuple) -> _Bucket:
@@ -534,8 +585,10 @@ class TrtRunner:
             bucket = _Bucket(self, key, self._set_context_shapes(key))
             for spec, nbytes, buf in zip(self.output_specs, bucket.out_nbytes, self._held.dev_out):
                 if nbytes > buf.nbytes:
-                    raise UnsupportedError(f"Output '{spec.name}' needs {nbytes} bytes at input shapes {key}, "
-                                           f"more than at the profile's max shapes ({buf.nbytes})")
+                    raise UnsupportedError(
+                        f"Output '{spec.name}' needs {nbytes} bytes at input shapes {key}, "
+                        f"more than at the profile's max shapes ({buf.nbytes})"
+                    )
             io.buckets[key] = bucket
         elif io.shapes != key:
             self._set_context_shapes(key)
@@ -610,7 +663,8 @@ class TrtRunner:
         """
         addresses = tuple(dev.ptr for _, dev in devices)
         in_place = not self.cuda_graph or self._graphs.binds_in_place(
-            (bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS)
+            (bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS
+        )
         for i, dev in devices:
             own = self._held.dev_in[i].ptr
             self._bind(self.input_specs[i].name, dev.ptr if in_place else own)
@@ -618,8 +672,9 @@ class TrtRunner:
                 self.cuda.memcpy_dtod_async(own, dev.ptr, bucket.in_nbytes[i], self.stream)
         return addresses if in_place else ()
 
-    def _launch(self, bucket: _Bucket, sources: tuple, copy_out: bool, addresses: tuple = (), *,
-                shortcut: bool = True) -> None:
+    def _launch(
+        self, bucket: _Bucket, sources: tuple, copy_out: bool, addresses: tuple = (), *, shortcut: bool = True
+    ) -> None:
         """Run the call: replay its graph, or enqueue it (capturing a graph for next time); with ``shortcut``, a
         replay lets later calls like it take the shortcut of their kind."""
         if not self.cuda_graph:
@@ -659,9 +714,10 @@ class TrtRunner:
     def _collect(self, bucket: _Bucket, copy: bool) -> dict:
         if self.device_outputs:
             if bucket.device_views is None:
-                bucket.device_views = {spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
-                                         for spec, buf, shape in zip(self.output_specs, self._held.dev_out,
-                                                                     bucket.out_shapes)}
+                bucket.device_views = {
+                    spec.name: DeviceArray(buf.ptr, shape, spec.dtype, owner=self, cuda=self.cuda)
+                    for spec, buf, shape in zip(self.output_specs, self._held.dev_out, bucket.out_shapes)
+                }
             return dict(bucket.device_views)
         if copy:
             outputs = {spec.name: copy_of(view) for spec, view in zip(self.output_specs, bucket.out_views)}
@@ -686,8 +742,10 @@ class TrtRunner:
         shapes = dict(shapes or {})
         with self._lock:
             self._require_active()
-            feed = {s.name: _placeholder(shapes.pop(s.name, s.profile_range(self.profile)[1]), s.dtype)
-                    for s in self.input_specs}
+            feed = {
+                s.name: _placeholder(shapes.pop(s.name, s.profile_range(self.profile)[1]), s.dtype)
+                for s in self.input_specs
+            }
             feed.update({name: _placeholder(shape, np.float32) for name, shape in shapes.items()})
             prepared = self._validate(feed)
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))
@@ -740,5 +798,6 @@ class TrtRunner:
 
     def __repr__(self) -> str:
         state = "active" if self.active else "inactive"
-        return (f"TrtRunner({self._settings.source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, "
-                f"{state})")
+        return (
+            f"TrtRunner({self._settings.source!r:.60}, profile={self.profile}, cuda_graph={self.cuda_graph}, {state})"
+        )

@@ -54,7 +54,8 @@ def python_library(config=None, version=None) -> Path:
             f"Triton's Python backend loads {soname}, but this Python ({sys.executable}) was built without it "
             f"(a static build); use a Python built with --enable-shared (pyenv: env PYTHON_CONFIGURE_OPTS="
             f"--enable-shared pyenv install {major}.{minor}.N; or the distribution's python{major}.{minor}) and "
-            f"install trtkit there")
+            f"install trtkit there"
+        )
     return Path(libdir) / soname
 
 
@@ -69,8 +70,10 @@ def check_backend_stub(pytriton_dir, version=None) -> Path:
     stub = stubs / f"{major}.{minor}" / "triton_python_backend_stub"
     if not stub.exists():
         have = sorted(p.name for p in stubs.iterdir()) if stubs.is_dir() else []
-        raise DependencyError(f"nvidia-pytriton has no Python backend stub for Python {major}.{minor} "
-                              f"(it has {', '.join(have) or 'none'}); run trtkit serve under one of those")
+        raise DependencyError(
+            f"nvidia-pytriton has no Python backend stub for Python {major}.{minor} "
+            f"(it has {', '.join(have) or 'none'}); run trtkit serve under one of those"
+        )
     return stub
 
 

@@ -30,8 +30,11 @@ def check_ports(host: str, ports: dict) -> None:
     taken = [(role, port) for role, port in ports.items() if not port_is_free(host, port)]
     if taken:
         parts = [f"{role} port {port} on {host} is in use{_owner_text(port)}" for role, port in taken]
-        raise ServeError("; ".join(parts) + " (give free ports as http_port, grpc_port, metrics_port)",
-                         field=f"{taken[0][0]}_port", accepted="a free port")
+        raise ServeError(
+            "; ".join(parts) + " (give free ports as http_port, grpc_port, metrics_port)",
+            field=f"{taken[0][0]}_port",
+            accepted="a free port",
+        )
 
 
 def port_is_free(host: str, port: int) -> bool:

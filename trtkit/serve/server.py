@@ -66,17 +66,25 @@ class ServeSettings:
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
         if int(self.instances) < 1:
-            raise UsageError(f"instances must be 1 or more, not {self.instances}", field="instances",
-                             accepted="1 or more")
+            raise UsageError(
+                f"instances must be 1 or more, not {self.instances}", field="instances", accepted="1 or more"
+            )
         if self.max_batch is not None and int(self.max_batch) < 1:
-            raise UsageError(f"max_batch must be 1 or more, not {self.max_batch}", field="max_batch",
-                             accepted="1 or more")
+            raise UsageError(
+                f"max_batch must be 1 or more, not {self.max_batch}", field="max_batch", accepted="1 or more"
+            )
         if int(self.max_queue_delay_us) < 0:
-            raise UsageError(f"max_queue_delay_us must be 0 or more, not {self.max_queue_delay_us}",
-                             field="max_queue_delay_us", accepted="0 or more")
+            raise UsageError(
+                f"max_queue_delay_us must be 0 or more, not {self.max_queue_delay_us}",
+                field="max_queue_delay_us",
+                accepted="0 or more",
+            )
         if not self.gpus or any(int(g) < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
-            raise UsageError(f"gpus={','.join(map(str, self.gpus))}: give distinct GPU indices, e.g. (0, 1)",
-                             field="gpus", accepted="distinct GPU indices")
+            raise UsageError(
+                f"gpus={','.join(map(str, self.gpus))}: give distinct GPU indices, e.g. (0, 1)",
+                field="gpus",
+                accepted="distinct GPU indices",
+            )
 
     def devices(self) -> list:
         """The GPU of each instance, per model: ``instances`` on each GPU, in order."""
@@ -117,15 +125,21 @@ def batch_limit(spec, max_batch: int | None, engine) -> tuple:
     """
     if spec.max_batch_size == 0:
         if max_batch is not None:
-            raise ProfileError(f"Engine '{engine}' has a fixed first dimension, so Triton serves it unbatched; "
-                               "leave max_batch unset (or rebuild with a dynamic batch dimension)", field="max_batch")
+            raise ProfileError(
+                f"Engine '{engine}' has a fixed first dimension, so Triton serves it unbatched; "
+                "leave max_batch unset (or rebuild with a dynamic batch dimension)",
+                field="max_batch",
+            )
         return 0, ()
     if max_batch is None:
         return spec.max_batch_size, spec.preferred_batch_sizes
     if int(max_batch) > spec.max_batch_size:
-        raise ProfileError(f"max_batch={max_batch} is above the largest batch of engine '{engine}' "
-                           f"(profile 0 takes 1..{spec.max_batch_size}); use max_batch={spec.max_batch_size} or "
-                           "less, or rebuild the engine with a larger max shape", field="max_batch")
+        raise ProfileError(
+            f"max_batch={max_batch} is above the largest batch of engine '{engine}' "
+            f"(profile 0 takes 1..{spec.max_batch_size}); use max_batch={spec.max_batch_size} or "
+            "less, or rebuild the engine with a larger max shape",
+            field="max_batch",
+        )
     preferred = sorted({s for s in spec.preferred_batch_sizes if s <= int(max_batch)} | {int(max_batch)})
     return int(max_batch), tuple(preferred)
 
@@ -277,8 +291,11 @@ class Server:
                 continue
             if model.name in names:
                 close_model(model, self._cuda)
-                self.failures.append(LoadFailure(engine, f"model name '{model.name}' is taken by "
-                                                         f"'{names[model.name]}'; rename one engine file"))
+                self.failures.append(
+                    LoadFailure(
+                        engine, f"model name '{model.name}' is taken by '{names[model.name]}'; rename one engine file"
+                    )
+                )
                 continue
             names[model.name] = engine
             self.models.append(model)
@@ -294,21 +311,31 @@ class Server:
         from pytriton.triton import Triton, TritonConfig
 
         s = self.settings
-        config = TritonConfig(http_address=s.host, http_port=s.http_port, grpc_address=s.host,
-                              grpc_port=s.grpc_port, metrics_address=s.host, metrics_port=s.metrics_port,
-                              exit_timeout_secs=int(s.exit_timeout_s), log_file=self.log_file)
+        config = TritonConfig(
+            http_address=s.host,
+            http_port=s.http_port,
+            grpc_address=s.host,
+            grpc_port=s.grpc_port,
+            metrics_address=s.host,
+            metrics_port=s.metrics_port,
+            exit_timeout_secs=int(s.exit_timeout_s),
+            log_file=self.log_file,
+        )
         self._triton = Triton(config=config)
         for model in self.models:
             batched = model.max_batch > 0
-            batcher = DynamicBatcher(max_queue_delay_microseconds=int(s.max_queue_delay_us),
-                                     preferred_batch_size=list(model.preferred_batch_sizes) or None)
+            batcher = DynamicBatcher(
+                max_queue_delay_microseconds=int(s.max_queue_delay_us),
+                preferred_batch_size=list(model.preferred_batch_sizes) or None,
+            )
             self._triton.bind(
                 model_name=model.name,
                 infer_func=[instance_callable(r, d, self._cuda, batched) for d, r in model.runners],
                 inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.inputs],
                 outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.outputs],
                 config=ModelConfig(batching=batched, max_batch_size=max(model.max_batch, 1), batcher=batcher),
-                strict=True)
+                strict=True,
+            )
         try:
             with _environ(env):
                 self._triton.run()
@@ -325,8 +352,11 @@ class Server:
     def urls(self) -> dict:
         s = self.settings
         host = f"[{s.host}]" if ":" in s.host else s.host
-        return {"http": f"http://{host}:{s.http_port}", "grpc": f"{host}:{s.grpc_port}",
-                "metrics": f"http://{host}:{s.metrics_port}/metrics"}
+        return {
+            "http": f"http://{host}:{s.http_port}",
+            "grpc": f"{host}:{s.grpc_port}",
+            "metrics": f"http://{host}:{s.metrics_port}/metrics",
+        }
 
     def is_alive(self) -> bool:
         return self._triton is not None and self._triton.is_alive()

@@ -128,8 +128,15 @@ class FakeCudart:
     cudaEventDisableTiming = cudaEventDisableTiming
     cudaHostRegisterDefault = cudaHostRegisterDefault
 
-    def __init__(self, *, free_bytes: int = 8 << 30, fail_capture: bool = False, no_device: bool = False,
-                 kernels: bool = True, devices: int = 1):
+    def __init__(
+        self,
+        *,
+        free_bytes: int = 8 << 30,
+        fail_capture: bool = False,
+        no_device: bool = False,
+        kernels: bool = True,
+        devices: int = 1,
+    ):
         self.total_bytes = free_bytes
         self.devices = int(devices)
         self._current = threading.local()
@@ -235,7 +242,7 @@ class FakeCudart:
             raise _CudaFailure(cudaError_t.cudaErrorMemoryAllocation)
         raw = np.zeros(int(size) + 256, dtype=np.uint8)
         ptr = (raw.ctypes.data + 255) // 256 * 256
-        table[ptr] = raw[ptr - raw.ctypes.data:][: int(size)]
+        table[ptr] = raw[ptr - raw.ctypes.data :][: int(size)]
         if table is self._device:
             self.allocation_device[ptr] = self.current_device()
         return OK, ptr
@@ -308,8 +315,10 @@ class FakeCudart:
                 # while the copy was queued is an error
                 for host in locked:
                     if not self._pinned(host, count):
-                        raise RuntimeError(f"copy of {count} bytes at {host:#x} ran after that host memory stopped "
-                                           f"being page-locked (unregistered or freed while the copy was queued?)")
+                        raise RuntimeError(
+                            f"copy of {count} bytes at {host:#x} ran after that host memory stopped "
+                            f"being page-locked (unregistered or freed while the copy was queued?)"
+                        )
                 ctypes.memmove(dst, src, count)
 
             self.enqueue(stream, copy)
@@ -326,8 +335,9 @@ class FakeCudart:
 
     def _pinned(self, ptr, count) -> bool:
         """True when ``[ptr, ptr + count)`` lies in one pinned allocation or one registered range."""
-        return (any(base <= ptr and ptr + count <= base + buf.nbytes for base, buf in self._host.items())
-                or any(base <= ptr and ptr + count <= base + n for base, n in self._registered.items()))
+        return any(base <= ptr and ptr + count <= base + buf.nbytes for base, buf in self._host.items()) or any(
+            base <= ptr and ptr + count <= base + n for base, n in self._registered.items()
+        )
 
     # --- streams and events ---------------------------------------------------------------------------------------
 
@@ -401,8 +411,9 @@ class FakeCudart:
         return (OK,)
 
     def cudaEventQuery(self, event):
-        return self._call("cudaEventQuery", lambda: (cudaError_t.cudaErrorNotReady,) if self._event(event).pending
-                          else (OK,))
+        return self._call(
+            "cudaEventQuery", lambda: (cudaError_t.cudaErrorNotReady,) if self._event(event).pending else (OK,)
+        )
 
     def cudaEventElapsedTime(self, start, end):
         return self._call("cudaEventElapsedTime", self._elapsed, start, end)
@@ -537,8 +548,14 @@ class FakeDeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None, "stream": None}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
 
     def host_view(self) -> np.ndarray:
         """The memory as a numpy array (the fake's device memory is host memory; tests only)."""
@@ -561,8 +578,10 @@ class FakeHistogramKernels:
             # checked when it runs, as the GPU would fault: memory freed while the kernel was queued is an error
             for where, nbytes in ((ptr, 4 * n), (out, out_bytes)):
                 if not self.cuda.device_range(where, nbytes):
-                    raise RuntimeError(f"kernel touched {nbytes} bytes at {where:#x}, not inside a live device "
-                                       f"allocation (freed while the kernel was queued?)")
+                    raise RuntimeError(
+                        f"kernel touched {nbytes} bytes at {where:#x}, not inside a live device "
+                        f"allocation (freed while the kernel was queued?)"
+                    )
             op(np.abs(view_of(ptr, (n,), np.float32)))
 
         if not self.cuda.device_range(ptr, 4 * n):

@@ -48,5 +48,10 @@ def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
 
 def default_steps() -> list:
     """The rewrites in the order they run: names before shapes, functions before the opset changes."""
-    return [("symbolic-dims", dims.rewrite), ("expand-function", functions.rewrite), ("opset", opset.rewrite),
-            ("attribute-inputs", attributes.rewrite), ("int64-io", int64_io.rewrite)]
+    return [
+        ("symbolic-dims", dims.rewrite),
+        ("expand-function", functions.rewrite),
+        ("opset", opset.rewrite),
+        ("attribute-inputs", attributes.rewrite),
+        ("int64-io", int64_io.rewrite),
+    ]

@@ -11,8 +11,19 @@ from __future__ import annotations
 
 from trtkit.builder.rewrites.base import SKIPPED, Rewrite, main_opset
 
-REDUCE_AXES_AT_18 = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+REDUCE_AXES_AT_18 = frozenset(
+    {
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    }
+)
 
 
 def rewrite(proto, target) -> list:
@@ -39,12 +50,10 @@ def _reduce(node, constants: dict, where: str, why: str) -> Rewrite:
 
     axes = constants.get(node.input[1])
     if axes is None:
-        return Rewrite("attribute-inputs", where, f"left as is: axes '{node.input[1]}' is not a constant", why,
-                       SKIPPED)
+        return Rewrite("attribute-inputs", where, f"left as is: axes '{node.input[1]}' is not a constant", why, SKIPPED)
     node.attribute.append(helper.make_attribute("axes", [int(a) for a in axes.reshape(-1)]))
     del node.input[1:]
-    return Rewrite("attribute-inputs", where, f"axes input -> attribute {list(int(a) for a in axes.reshape(-1))}",
-                   why)
+    return Rewrite("attribute-inputs", where, f"axes input -> attribute {list(int(a) for a in axes.reshape(-1))}", why)
 
 
 def _pad(proto, node, constants: dict, where: str, why: str) -> Rewrite:
@@ -56,8 +65,9 @@ def _pad(proto, node, constants: dict, where: str, why: str) -> Rewrite:
     dims = _dims_of(proto, node.input[0])
     rank = None if dims is None else len(dims)
     if pads is None or axes is None or rank is None:
-        return Rewrite("attribute-inputs", where, "left as is: pads/axes are not constants or the rank is unknown",
-                       why, SKIPPED)
+        return Rewrite(
+            "attribute-inputs", where, "left as is: pads/axes are not constants or the rank is unknown", why, SKIPPED
+        )
     axes = [int(a) + (rank if a < 0 else 0) for a in axes.reshape(-1)]
     full = np.zeros(2 * rank, dtype=np.int64)
     for i, axis in enumerate(axes):

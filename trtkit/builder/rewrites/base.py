@@ -74,14 +74,22 @@ class ParserTarget:
         """The target for a ``tensorrt`` module (the fake too); ``parser`` answers op support when given."""
         version = compat.version(trt)
         ask = (lambda op: compat.parser_supports_operator(parser, op)) if parser is not None else None
-        return cls(f"TensorRT {compat.version_string(trt)}", max_documented_opset(version), compat.has_int64_io(trt),
-                   ask if ask is not None else (lambda op: _statically_supported_for(op, version)))
+        return cls(
+            f"TensorRT {compat.version_string(trt)}",
+            max_documented_opset(version),
+            compat.has_int64_io(trt),
+            ask if ask is not None else (lambda op: _statically_supported_for(op, version)),
+        )
 
     @classmethod
     def assumed(cls) -> ParserTarget:
         """TensorRT 8.6's parser as its support table documents it (used when TensorRT is not installed)."""
-        return cls("TensorRT 8.6 (assumed: TensorRT is not installed)", max_documented_opset(_ASSUMED_VERSION),
-                   False, lambda op: _statically_supported_for(op, _ASSUMED_VERSION))
+        return cls(
+            "TensorRT 8.6 (assumed: TensorRT is not installed)",
+            max_documented_opset(_ASSUMED_VERSION),
+            False,
+            lambda op: _statically_supported_for(op, _ASSUMED_VERSION),
+        )
 
 
 def _statically_supported_for(op_type: str, version: tuple):

@@ -25,8 +25,11 @@ def is_placeholder(name: str) -> bool:
 
 def ambiguous_dims(proto) -> list:
     """``(tensor, axis, name, reason)`` for each dynamic input axis whose name would tie it to other axes."""
-    return [(value.name, axis, dim.dim_param, reason) for value in _graph_inputs(proto)
-            for axis, dim, reason in _ambiguous_axes(value)]
+    return [
+        (value.name, axis, dim.dim_param, reason)
+        for value in _graph_inputs(proto)
+        for axis, dim, reason in _ambiguous_axes(value)
+    ]
 
 
 def _ambiguous_axes(value) -> list:
@@ -50,9 +53,12 @@ def describe_ambiguity(proto) -> list:
     by_name: dict = {}
     for tensor, axis, name, reason in ambiguous_dims(proto):
         by_name.setdefault((name, reason), []).append(f"{tensor}[{axis}]")
-    return [f"dynamic dimensions {', '.join(where)}: {reason}; TensorRT would treat them as equal "
-            "(the build renames them, see `trtkit sanitize`)" for (_, reason), where in by_name.items()
-            if len(where) > 1 or "names" in reason]
+    return [
+        f"dynamic dimensions {', '.join(where)}: {reason}; TensorRT would treat them as equal "
+        "(the build renames them, see `trtkit sanitize`)"
+        for (_, reason), where in by_name.items()
+        if len(where) > 1 or "names" in reason
+    ]
 
 
 def rewrite(proto, target=None) -> list:
@@ -64,8 +70,14 @@ def rewrite(proto, target=None) -> list:
         for axis, dim, reason in _ambiguous_axes(value):
             old, dim.dim_param = dim.dim_param, _fresh(f"{value.name}_dim{axis}", used)
             kind = "input" if value.name in inputs else "output"
-            changes.append(Rewrite("symbolic-dims", f"{kind} '{value.name}' axis {axis}",
-                                   f"dimension '{old}' renamed '{dim.dim_param}'", f"{reason}; {_WHY}"))
+            changes.append(
+                Rewrite(
+                    "symbolic-dims",
+                    f"{kind} '{value.name}' axis {axis}",
+                    f"dimension '{old}' renamed '{dim.dim_param}'",
+                    f"{reason}; {_WHY}",
+                )
+            )
     return changes
 
 
@@ -75,8 +87,12 @@ def _graph_inputs(proto) -> list:
 
 
 def _used_names(proto) -> set:
-    return {d.dim_param for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
-            for d in v.type.tensor_type.shape.dim if d.dim_param}
+    return {
+        d.dim_param
+        for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
+        for d in v.type.tensor_type.shape.dim
+        if d.dim_param
+    }
 
 
 def _fresh(base: str, used: set) -> str:

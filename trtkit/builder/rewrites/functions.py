@@ -33,16 +33,22 @@ def rewrite(proto, target) -> list:
         ops = sorted({n.op_type for n in body.node})
         missing = [op for op in ops if not target.supported(op, opset)]
         if missing:
-            changes.append(Rewrite("expand-function", where, f"not expanded: its function body uses "
-                                   f"{', '.join(missing)}, which this parser lacks too", why, "skipped"))
+            changes.append(
+                Rewrite(
+                    "expand-function",
+                    where,
+                    f"not expanded: its function body uses {', '.join(missing)}, which this parser lacks too",
+                    why,
+                    "skipped",
+                )
+            )
             continue
         # one local function per node: context-dependent bodies differ with the node's attributes and input types
         body.name, body.domain = f"{node.op_type}_{index}", _DOMAIN
         node.op_type, node.domain = body.name, _DOMAIN
         proto.functions.append(body)
         names.append((_DOMAIN, body.name))
-        changes.append(Rewrite("expand-function", where, f"replaced by its ONNX function body ({', '.join(ops)})",
-                               why))
+        changes.append(Rewrite("expand-function", where, f"replaced by its ONNX function body ({', '.join(ops)})", why))
     if not names:
         return changes
     proto.opset_import.append(onnx.helper.make_opsetid(_DOMAIN, 1))

@@ -25,8 +25,10 @@ def rewrite(proto, target) -> list:
     inputs = [v for v in proto.graph.input if v.name not in initializers and _is_int64(v)]
     outputs = [v for v in proto.graph.output if _is_int64(v)]
     through = {v.name for v in inputs} & {v.name for v in outputs}  # an input returned as is: nothing to cast
-    changes = [Rewrite("int64-io", f"tensor '{name}'", "left INT64: it is both a graph input and output", _WHY,
-                       "skipped") for name in sorted(through)]
+    changes = [
+        Rewrite("int64-io", f"tensor '{name}'", "left INT64: it is both a graph input and output", _WHY, "skipped")
+        for name in sorted(through)
+    ]
     boundary = [(v, "input", _cast_input, "takes INT32, cast to INT64 inside the graph") for v in inputs]
     boundary += [(v, "output", _cast_output, "returns INT32, cast from INT64 inside the graph") for v in outputs]
     for value, kind, cast, what in boundary:
@@ -55,8 +57,7 @@ def _cast_input(proto, name: str) -> None:
 
     inner = name + SUFFIX
     _rename_uses(proto.graph, name, inner)
-    proto.graph.node.insert(0, helper.make_node("Cast", [name], [inner], name=f"{name}_to_int64",
-                                                to=TensorProto.INT64))
+    proto.graph.node.insert(0, helper.make_node("Cast", [name], [inner], name=f"{name}_to_int64", to=TensorProto.INT64))
 
 
 def _cast_output(proto, name: str) -> None:
@@ -67,8 +68,7 @@ def _cast_output(proto, name: str) -> None:
     _rename_uses(proto.graph, name, inner)
     for node in proto.graph.node:
         node.output[:] = [inner if o == name else o for o in node.output]
-    proto.graph.node.append(helper.make_node("Cast", [inner], [name], name=f"{name}_to_int32",
-                                             to=TensorProto.INT32))
+    proto.graph.node.append(helper.make_node("Cast", [inner], [name], name=f"{name}_to_int32", to=TensorProto.INT32))
 
 
 def _rename_uses(graph, old: str, new: str) -> None:

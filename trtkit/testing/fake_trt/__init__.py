@@ -33,8 +33,14 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
     trt.__version__ = version
     trt.fail_cuda_init = fail_cuda_init
     # Test-only names: the surface tier's parity check skips them (everything else must exist in the real module).
-    trt.__fake_only__ = ("fail_cuda_init", "ICudaEngine.evaluate", "ICudaEngine.has_dynamic_shapes",
-                         "ICudaEngine.output_shapes", "ICudaEngine.profile_sharing", "plugin_inits")
+    trt.__fake_only__ = (
+        "fail_cuda_init",
+        "ICudaEngine.evaluate",
+        "ICudaEngine.has_dynamic_shapes",
+        "ICudaEngine.output_shapes",
+        "ICudaEngine.profile_sharing",
+        "plugin_inits",
+    )
     trt.plugin_inits = []  # the namespaces init_libnvinfer_plugins was called with
 
     def init_libnvinfer_plugins(logger, namespace):

@@ -36,8 +36,13 @@ class ILogger:
 class Logger(ILogger):
     """``trt.Logger``: TensorRT's own logger (prints at ``min_severity`` and above)."""
 
-    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = (Severity.INTERNAL_ERROR, Severity.ERROR, Severity.WARNING,
-                                                     Severity.INFO, Severity.VERBOSE)
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = (
+        Severity.INTERNAL_ERROR,
+        Severity.ERROR,
+        Severity.WARNING,
+        Severity.INFO,
+        Severity.VERBOSE,
+    )
 
     def __init__(self, min_severity=Severity.WARNING):
         super().__init__()
@@ -72,10 +77,22 @@ class ParserError10(ParserError):
 
 
 # ONNX op → the TensorRT layer type the parser would make (others count as ELEMENTWISE here).
-_LAYER_TYPES = {"Conv": "CONVOLUTION", "ConvTranspose": "DECONVOLUTION", "MatMul": "MATRIX_MULTIPLY",
-                "Gemm": "MATRIX_MULTIPLY", "Relu": "ACTIVATION", "Sigmoid": "ACTIVATION", "MaxPool": "POOLING",
-                "AveragePool": "POOLING", "GlobalAveragePool": "REDUCE", "Reshape": "SHUFFLE", "Flatten": "SHUFFLE",
-                "QuantizeLinear": "QUANTIZE", "DequantizeLinear": "DEQUANTIZE", "Softmax": "SOFTMAX"}
+_LAYER_TYPES = {
+    "Conv": "CONVOLUTION",
+    "ConvTranspose": "DECONVOLUTION",
+    "MatMul": "MATRIX_MULTIPLY",
+    "Gemm": "MATRIX_MULTIPLY",
+    "Relu": "ACTIVATION",
+    "Sigmoid": "ACTIVATION",
+    "MaxPool": "POOLING",
+    "AveragePool": "POOLING",
+    "GlobalAveragePool": "REDUCE",
+    "Reshape": "SHUFFLE",
+    "Flatten": "SHUFFLE",
+    "QuantizeLinear": "QUANTIZE",
+    "DequantizeLinear": "DEQUANTIZE",
+    "Softmax": "SOFTMAX",
+}
 
 
 class ILayer:
@@ -153,9 +170,11 @@ def make_calibrator_classes() -> dict:
         def __init__(self):
             pass
 
-    return {"IInt8Calibrator": IInt8Calibrator,
-            "IInt8EntropyCalibrator2": type("IInt8EntropyCalibrator2", (IInt8Calibrator,), {}),
-            "IInt8MinMaxCalibrator": type("IInt8MinMaxCalibrator", (IInt8Calibrator,), {})}
+    return {
+        "IInt8Calibrator": IInt8Calibrator,
+        "IInt8EntropyCalibrator2": type("IInt8EntropyCalibrator2", (IInt8Calibrator,), {}),
+        "IInt8MinMaxCalibrator": type("IInt8MinMaxCalibrator", (IInt8Calibrator,), {}),
+    }
 
 
 def _version_at_least(trt, *wanted: int) -> bool:
@@ -176,6 +195,7 @@ def _parser_support_methods(trt) -> dict:
         return op_type not in UNSUPPORTED_OPS
 
     if not _version_at_least(trt, 10, 1):
+
         def supports_model(self, model, path=None):
             subgraphs = _subgraphs(self, model)
             return all(s for _, s in subgraphs), subgraphs
@@ -186,10 +206,13 @@ def _parser_support_methods(trt) -> dict:
         self._subgraphs = _subgraphs(self, model)
         return all(s for _, s in self._subgraphs)
 
-    return {"supports_model_v2": supports_model_v2, "supports_operator": supports_operator,
-            "num_subgraphs": property(lambda self: len(getattr(self, "_subgraphs", []))),
-            "get_subgraph_nodes": lambda self, index: list(self._subgraphs[index][0]),
-            "is_subgraph_supported": lambda self, index: self._subgraphs[index][1]}
+    return {
+        "supports_model_v2": supports_model_v2,
+        "supports_operator": supports_operator,
+        "num_subgraphs": property(lambda self: len(getattr(self, "_subgraphs", []))),
+        "get_subgraph_nodes": lambda self, index: list(self._subgraphs[index][0]),
+        "is_subgraph_supported": lambda self, index: self._subgraphs[index][1],
+    }
 
 
 def make_builder_classes(trt) -> dict:
@@ -221,9 +244,15 @@ def make_builder_classes(trt) -> dict:
             for i, node in enumerate(proto.graph.node):
                 self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
                 if node.op_type in UNSUPPORTED_OPS or node.domain not in _KNOWN_DOMAINS:
-                    self.errors.append(error_cls(
-                        trt.ErrorCode.UNSUPPORTED_NODE,
-                        f"No importer registered for op: {node.op_type}", i, node.name, node.op_type))
+                    self.errors.append(
+                        error_cls(
+                            trt.ErrorCode.UNSUPPORTED_NODE,
+                            f"No importer registered for op: {node.op_type}",
+                            i,
+                            node.name,
+                            node.op_type,
+                        )
+                    )
             if self.errors:
                 return False
             self.network.model = proto
@@ -324,8 +353,10 @@ def _build(trt, logger, network, config):
     inputs = _graph_inputs(model)
     dynamic = [v.name for v in inputs if any(not d.dim_value for d in v.type.tensor_type.shape.dim)]
     if dynamic and not config.profiles:
-        logger.log(Severity.ERROR, f"Network has dynamic or shape inputs, but no optimization profile has been "
-                                   f"defined. (inputs {dynamic})")
+        logger.log(
+            Severity.ERROR,
+            f"Network has dynamic or shape inputs, but no optimization profile has been defined. (inputs {dynamic})",
+        )
         return None
     inconsistent = _inconsistent_dim_names(inputs, config.profiles)
     if inconsistent:
@@ -336,8 +367,7 @@ def _build(trt, logger, network, config):
     io_specs = [_spec(v, "INPUT", int64) for v in inputs] + [_spec(v, "OUTPUT", int64) for v in model.graph.output]
     profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
     flags = sorted(f.name for f in config.flags)
-    return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__,
-                                 build_flags=flags)
+    return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__, build_flags=flags)
 
 
 def _log_tactic_selection(logger, model) -> None:

@@ -13,11 +13,27 @@ def _major(version: str) -> int:
 
 
 def builder_flags(version: str) -> list:
-    names = ["GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS", "SAFETY_SCOPE",
-             "DIRECT_IO", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "DEBUG"]
+    names = [
+        "GPU_FALLBACK",
+        "REFIT",
+        "DISABLE_TIMING_CACHE",
+        "TF32",
+        "SPARSE_WEIGHTS",
+        "SAFETY_SCOPE",
+        "DIRECT_IO",
+        "VERSION_COMPATIBLE",
+        "EXCLUDE_LEAN_RUNTIME",
+        "DEBUG",
+    ]
     if _major(version) < 11:  # removed in 11 (strongly typed networks take their types from the model)
-        names += ["FP16", "INT8", "FP8", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS",
-                  "REJECT_EMPTY_ALGORITHMS"]
+        names += [
+            "FP16",
+            "INT8",
+            "FP8",
+            "OBEY_PRECISION_CONSTRAINTS",
+            "PREFER_PRECISION_CONSTRAINTS",
+            "REJECT_EMPTY_ALGORITHMS",
+        ]
     if _major(version) == 10:
         names += ["BF16"]
     return names
@@ -51,17 +67,43 @@ def common_enums(version: str) -> dict:
         "BuilderFlag": make("BuilderFlag", builder_flags(version)),
         "TacticSource": make("TacticSource", tactic_sources(version)),
         "NetworkDefinitionCreationFlag": make("NetworkDefinitionCreationFlag", network_flags(version)),
-        "MemoryPoolType": make("MemoryPoolType", ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM",
-                                                  "DLA_GLOBAL_DRAM", "TACTIC_DRAM"]),
+        "MemoryPoolType": make(
+            "MemoryPoolType", ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM", "TACTIC_DRAM"]
+        ),
         "ProfilingVerbosity": make("ProfilingVerbosity", ["LAYER_NAMES_ONLY", "NONE", "DETAILED"]),
         "LayerInformationFormat": make("LayerInformationFormat", ["ONELINE", "JSON"]),
         "HardwareCompatibilityLevel": make("HardwareCompatibilityLevel", ["NONE", "AMPERE_PLUS"]),
         "DataType": make("DataType", data_types),
-        "LayerType": make("LayerType", ["CONVOLUTION", "ACTIVATION", "POOLING", "ELEMENTWISE", "SHUFFLE", "REDUCE",
-                                        "MATRIX_MULTIPLY", "DECONVOLUTION", "SOFTMAX", "QUANTIZE", "DEQUANTIZE"]
-                          + (["FULLY_CONNECTED"] if _major(version) < 10 else [])),
+        "LayerType": make(
+            "LayerType",
+            [
+                "CONVOLUTION",
+                "ACTIVATION",
+                "POOLING",
+                "ELEMENTWISE",
+                "SHUFFLE",
+                "REDUCE",
+                "MATRIX_MULTIPLY",
+                "DECONVOLUTION",
+                "SOFTMAX",
+                "QUANTIZE",
+                "DEQUANTIZE",
+            ]
+            + (["FULLY_CONNECTED"] if _major(version) < 10 else []),
+        ),
         "TensorIOMode": make("TensorIOMode", ["NONE", "INPUT", "OUTPUT"]),
-        "ErrorCode": make("ErrorCode", ["SUCCESS", "INTERNAL_ERROR", "MEM_ALLOC_FAILED", "MODEL_DESERIALIZE_FAILED",
-                                        "INVALID_VALUE", "INVALID_GRAPH", "INVALID_NODE", "UNSUPPORTED_GRAPH",
-                                        "UNSUPPORTED_NODE"]),
+        "ErrorCode": make(
+            "ErrorCode",
+            [
+                "SUCCESS",
+                "INTERNAL_ERROR",
+                "MEM_ALLOC_FAILED",
+                "MODEL_DESERIALIZE_FAILED",
+                "INVALID_VALUE",
+                "INVALID_GRAPH",
+                "INVALID_NODE",
+                "UNSUPPORTED_GRAPH",
+                "UNSUPPORTED_NODE",
+            ],
+        ),
     }

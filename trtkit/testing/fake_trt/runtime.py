@@ -25,15 +25,23 @@ import numpy as np
 
 MAGIC = b"TRTKIT-FAKE-ENGINE\x00"
 # TensorRT's own message for a file that is not an engine (8.6 wording).
-BAD_MAGIC_MESSAGE = ("1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization (Serialization "
-                     "assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match)")
+BAD_MAGIC_MESSAGE = (
+    "1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization (Serialization "
+    "assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match)"
+)
 FAKE_DEVICE_MEMORY = 1 << 20
-_NP_TO_TRT = {"float32": "FLOAT", "float16": "HALF", "int8": "INT8", "int32": "INT32", "bool": "BOOL",
-              "uint8": "UINT8", "int64": "INT64"}
+_NP_TO_TRT = {
+    "float32": "FLOAT",
+    "float16": "HALF",
+    "int8": "INT8",
+    "int32": "INT32",
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "int64": "INT64",
+}
 
 
-def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, version: str,
-                          build_flags=()) -> bytes:
+def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, version: str, build_flags=()) -> bytes:
     """Bytes of a fake engine that :class:`Runtime` can deserialize.
 
     Args:
@@ -43,8 +51,12 @@ def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, ver
         version: the TensorRT version that "built" it (another version refuses to load it).
         build_flags: names of the builder flags set (the inspector reports precisions from them).
     """
-    header = {"version": version, "io": io_specs, "profiles": [_plain_profile(p) for p in profiles],
-              "build_flags": sorted(build_flags)}
+    header = {
+        "version": version,
+        "io": io_specs,
+        "profiles": [_plain_profile(p) for p in profiles],
+        "build_flags": sorted(build_flags),
+    }
     blob = json.dumps(header).encode()
     return MAGIC + struct.pack("<Q", len(blob)) + blob + bytes(onnx_bytes)
 
@@ -64,13 +76,13 @@ def parse_fake_engine(data: bytes):
     data = bytes(data)
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
         return None
-    (length,) = struct.unpack("<Q", data[len(MAGIC):len(MAGIC) + 8])
+    (length,) = struct.unpack("<Q", data[len(MAGIC) : len(MAGIC) + 8])
     start = len(MAGIC) + 8
     try:
-        header = json.loads(data[start:start + length].decode())
+        header = json.loads(data[start : start + length].decode())
     except ValueError:
         return None
-    onnx_bytes = data[start + length:]
+    onnx_bytes = data[start + length :]
     try:  # a truncated engine: TensorRT refuses it (returns None), as the fake does here
         from onnx import load_from_string
 
@@ -83,15 +95,25 @@ def parse_fake_engine(data: bytes):
 def make_runtime_classes(trt) -> dict:
     """Runtime-side classes bound to the fake module ``trt`` (its version decides which methods exist)."""
     major = int(trt.__version__.split(".")[0])
-    classes = {"Runtime": _runtime_class(trt), "ICudaEngine": _engine_class(trt, major),
-               "IExecutionContext": _FakeContext, "EngineInspector": _FakeInspector}
+    classes = {
+        "Runtime": _runtime_class(trt),
+        "ICudaEngine": _engine_class(trt, major),
+        "IExecutionContext": _FakeContext,
+        "EngineInspector": _FakeInspector,
+    }
     if major >= 10:
         classes["ExecutionContextAllocationStrategy"] = enum.IntEnum(
-            "ExecutionContextAllocationStrategy", {"STATIC": 0, "ON_PROFILE_CHANGE": 1, "USER_MANAGED": 2})
+            "ExecutionContextAllocationStrategy", {"STATIC": 0, "ON_PROFILE_CHANGE": 1, "USER_MANAGED": 2}
+        )
     if major < 10:
         classes["PreviewFeature"] = enum.IntEnum(
-            "PreviewFeature", {"FASTER_DYNAMIC_SHAPES_0805": 0, "DISABLE_EXTERNAL_TACTIC_SOURCES_FOR_CORE_0805": 1,
-                               "PROFILE_SHARING_0806": 2})
+            "PreviewFeature",
+            {
+                "FASTER_DYNAMIC_SHAPES_0805": 0,
+                "DISABLE_EXTERNAL_TACTIC_SOURCES_FOR_CORE_0805": 1,
+                "PROFILE_SHARING_0806": 2,
+            },
+        )
     return classes
 
 
@@ -110,10 +132,14 @@ def _runtime_class(trt):
                 return None
             header, onnx_bytes = parsed
             if header["version"] != trt.__version__:
-                self.logger.log(_error_severity(trt), (
-                    "1: [stdArchiveReader.cpp::StdArchiveReader::40] Error Code 1: Serialization (Serialization "
-                    f"assertion stdVersionRead == serializationVersion failed.Version tag does not match. Note: "
-                    f"Current Version: {trt.__version__}, Serialized Engine Version: {header['version']})"))
+                self.logger.log(
+                    _error_severity(trt),
+                    (
+                        "1: [stdArchiveReader.cpp::StdArchiveReader::40] Error Code 1: Serialization (Serialization "
+                        f"assertion stdVersionRead == serializationVersion failed.Version tag does not match. Note: "
+                        f"Current Version: {trt.__version__}, Serialized Engine Version: {header['version']})"
+                    ),
+                )
                 return None
             return trt.ICudaEngine(trt, header, onnx_bytes)
 
@@ -189,8 +215,13 @@ class _EngineBase:
         return context
 
     def serialize(self) -> bytes:
-        return serialize_fake_engine(self.onnx_bytes, self.header["io"], self.profiles, self.header["version"],
-                                     self.header.get("build_flags", ()))
+        return serialize_fake_engine(
+            self.onnx_bytes,
+            self.header["io"],
+            self.profiles,
+            self.header["version"],
+            self.header.get("build_flags", ()),
+        )
 
     def create_engine_inspector(self):
         return _FakeInspector(self)
@@ -210,15 +241,17 @@ class _EngineBase:
 
             model = self._model()
             self._output_names = [o.name for o in model.graph.output]
-            self._model_dtypes = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
-                                  for v in model.graph.input}
+            self._model_dtypes = {
+                v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type) for v in model.graph.input
+            }
             self._evaluator = ReferenceEvaluator(_evaluable(model))
         # an engine whose I/O dtype differs from the model's (INT64 on 8.6) converts at its edge, as TensorRT does
-        feeds = {n: np.asarray(v).astype(self._model_dtypes.get(n, np.asarray(v).dtype), copy=False)
-                 for n, v in feeds.items()}
+        feeds = {
+            n: np.asarray(v).astype(self._model_dtypes.get(n, np.asarray(v).dtype), copy=False)
+            for n, v in feeds.items()
+        }
         results = self._evaluator.run(None, feeds)
-        return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False)
-                for n, r in zip(self._output_names, results)}
+        return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False) for n, r in zip(self._output_names, results)}
 
     def _output_shapes(self, input_shapes: dict) -> dict:
         key = tuple(sorted((n, tuple(s)) for n, s in input_shapes.items()))
@@ -252,12 +285,14 @@ def _engine_class(trt, major: int):
 
         attrs["create_execution_context"] = create_execution_context
     else:
+
         def create_execution_context_86(self):
             return self._new_context()
 
         attrs["create_execution_context"] = create_execution_context_86
     attrs["_profile_sharing"] = property(
-        lambda self: major >= 10 or "PROFILE_SHARING_0806" in self.header.get("build_flags", ()))
+        lambda self: major >= 10 or "PROFILE_SHARING_0806" in self.header.get("build_flags", ())
+    )
     return type("ICudaEngine", (_EngineBase,), attrs)
 
 
@@ -272,8 +307,9 @@ class _FakeContext:
         self.needs_device_memory = False
         self.device_memory = None
         others = [c for c in engine.live_contexts if c.active_optimization_profile == 0]
-        self.active_optimization_profile = 0 if (engine._profile_sharing or not engine._has_dynamic_shapes
-                                                 or not others) else -1
+        self.active_optimization_profile = (
+            0 if (engine._profile_sharing or not engine._has_dynamic_shapes or not others) else -1
+        )
 
     def _log_error(self, msg: str) -> None:
         self.engine._trt.last_runtime_error = msg
@@ -282,8 +318,9 @@ class _FakeContext:
         self.calls["set_optimization_profile_async"] += 1
         if not 0 <= profile_index < self.engine.num_optimization_profiles:
             return False
-        taken = [c for c in self.engine.live_contexts
-                 if c is not self and c.active_optimization_profile == profile_index]
+        taken = [
+            c for c in self.engine.live_contexts if c is not self and c.active_optimization_profile == profile_index
+        ]
         if taken and self.engine._has_dynamic_shapes and not self.engine._profile_sharing:
             self._log_error(f"Profile {profile_index} has been chosen by another IExecutionContext.")
             return False
@@ -352,8 +389,9 @@ class _FakeContext:
             return False
         outputs = self.engine._output_shapes(inputs)
         addresses = dict(self.addresses)
-        sizes = {n: int(np.prod(s)) * np.dtype(self.engine.io[n]["dtype"]).itemsize
-                 for n, s in {**inputs, **outputs}.items()}
+        sizes = {
+            n: int(np.prod(s)) * np.dtype(self.engine.io[n]["dtype"]).itemsize for n, s in {**inputs, **outputs}.items()
+        }
         if any(not cuda.device_range(addresses[n], max(sizes[n], 1)) for n in sizes):
             self._log_error("execute_async_v3: a tensor address is not device memory large enough for it")
             return False
@@ -369,7 +407,6 @@ class _FakeContext:
             view_of(addresses[name], outputs[name], io[name]["dtype"])[...] = value
 
 
-
 class _FakeInspector:
     """Fake ``IEngineInspector``: one layer per ONNX node, precision from the builder flags."""
 
@@ -382,12 +419,18 @@ class _FakeInspector:
         return "INT8" if "INT8" in flags else "FP16" if "FP16" in flags else "FP32"
 
     def _layer(self, node) -> dict:
-        fmt = {"FP32": "Row major linear FP32", "FP16": "Row major linear FP16 format",
-               "INT8": "Row major linear Int8 format"}[self._precision()]
-        return {"Name": node.name or node.op_type, "LayerType": node.op_type,
-                "Inputs": [{"Name": i, "Format/Datatype": fmt} for i in node.input],
-                "Outputs": [{"Name": o, "Format/Datatype": fmt} for o in node.output],
-                "TacticName": "fake_tactic"}
+        fmt = {
+            "FP32": "Row major linear FP32",
+            "FP16": "Row major linear FP16 format",
+            "INT8": "Row major linear Int8 format",
+        }[self._precision()]
+        return {
+            "Name": node.name or node.op_type,
+            "LayerType": node.op_type,
+            "Inputs": [{"Name": i, "Format/Datatype": fmt} for i in node.input],
+            "Outputs": [{"Name": o, "Format/Datatype": fmt} for o in node.output],
+            "TacticName": "fake_tactic",
+        }
 
     def get_layer_information(self, index: int, fmt) -> str:
         return json.dumps(self._layer(self.engine._model().graph.node[index]))
@@ -416,4 +459,3 @@ def _evaluable(model):
     from onnx import version_converter
 
     return version_converter.convert_version(model, 19)
-
