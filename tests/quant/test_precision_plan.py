@@ -16,7 +16,6 @@ from trtkit.builder.precision import plan_precision, resolve_half_mode, resolve_
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import CalibrationError, UnsupportedError
 from trtkit.model import load_model
-from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = "x:1x3x8x8,4x3x8x8,8x3x8x8"
@@ -110,16 +109,13 @@ def test_calib_batch_must_match_the_opt_batch_for_the_native_calibrator(tmp_path
         _plan(trt, "int8", calibration=settings)
 
 
-def test_native_calibrator_feeds_device_buffers_and_writes_a_cache(tmp_path):
+def test_native_calibrator_feeds_device_buffers_and_writes_a_cache(tmp_path, fake_gpu):  # noqa: F811 - fixture
+    _, rt = fake_gpu  # the calibrator's CUDA is the default one: the fake cudart
     trt = with_calibrators(make_fake_trt("8.6.0"))
     cache = tmp_path / "cnn.cache"
     plan = _plan(trt, "int8", calibration=CalibrationSettings(source=_data(8), cache_path=str(cache)))
     assert plan.flags == ("INT8", "FP16") and plan.calibrator is not None
     assert isinstance(plan.calibrator, trt.IInt8EntropyCalibrator2)
-    from trtkit.runtime.cuda import Cuda
-
-    rt = FakeCudart()
-    plan.calibrator._state._cuda = Cuda(rt)
     assert plan.calibrator.get_batch_size() == 4
     assert plan.calibrator.read_calibration_cache() is None
     pointers = plan.calibrator.get_batch(["x"])

@@ -67,7 +67,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
             p = sub.add_parser(name, help=module.HELP, description=module.HELP)
             p._negative_number_matcher = NEGATIVE_VALUE  # `--workspace -4G` reaches parse_size, which says why
             module.add_arguments(p)
-            p.set_defaults(_module=module)
+            p.set_defaults(command_module=module)
         else:
             sub.add_parser(name, help=SUMMARIES[name], add_help=False)
     return parser
@@ -98,7 +98,7 @@ def main(argv: list | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
-    if not getattr(args, "_module", None):
+    if not getattr(args, "command_module", None):
         parser.print_help()
         return 0 if args.command is None else 2
     console = make_console(stderr=getattr(args, "json", None) == "-")
@@ -111,7 +111,7 @@ def _run(args, console) -> int:
     from trtkit.errors import TrtkitError, UsageError
 
     try:
-        return int(args._module.run(args, console) or 0)
+        return int(args.command_module.run(args, console) or 0)
     except TrtkitError as exc:
         if args.verbose:
             console.print_exception()
