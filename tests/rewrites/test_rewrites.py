@@ -125,6 +125,44 @@ def test_int64_io_is_left_alone_where_tensorrt_has_int64_io():
     assert int64_io.rewrite(model, target) == []
 
 
+def float64_model():
+    """Doubles in and out (numpy's default dtype in an exporter's graph): TensorRT has no FP64 engine I/O."""
+    scale = numpy_helper.from_array(np.array([0.5, 2.0, -1.0]), "scale")
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["scaled"], name="mul"),
+             helper.make_node("ReduceSum", ["scaled"], ["total"], name="sum", keepdims=0)]
+    return _model(nodes, [_vi("x", TensorProto.DOUBLE, [2, 3])],
+                  [_vi("scaled", TensorProto.DOUBLE, [2, 3]), _vi("total", TensorProto.DOUBLE, [])], [scale])
+
+
+def test_float64_io_becomes_float32_at_the_boundary_named_apart_from_int64():
+    model = float64_model()
+    rewritten, report = apply_rewrites(model, TARGET_86, steps=[("int64-io", int64_io.rewrite)])
+    onnx.checker.check_model(rewritten)
+    assert {r.rewrite for r in report} == {"float64-io"}
+    assert "FLOAT32 keeps about 7 significant digits" in report[0].why
+    assert [v.type.tensor_type.elem_type for v in [*rewritten.graph.input, *rewritten.graph.output]] == \
+        [TensorProto.FLOAT] * 3
+    assert int64_io.original_dtypes(report) == {"x": "float64", "scaled": "float64", "total": "float64"}
+    x = np.array([[1, 5, 2], [7, 0, 3]], dtype=np.float64)
+    got = run(rewritten, {"x": x.astype(np.float32)})
+    assert all(g.dtype == np.float32 for g in got)
+    for g, e in zip(got, run(model, {"x": x})):
+        np.testing.assert_allclose(g, e, rtol=1e-6)
+
+
+def test_float64_io_is_rewritten_even_where_tensorrt_has_int64_io():
+    report = int64_io.rewrite(float64_model(), ParserTarget("TensorRT 10", 20, True))
+    assert [r.rewrite for r in report] == ["float64-io"] * 3
+
+
+def test_a_float64_input_returned_as_is_is_named_and_left():
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", TensorProto.DOUBLE, [2])],
+                   [_vi("x", TensorProto.DOUBLE, [2]), _vi("y", TensorProto.DOUBLE, [2])])
+    report = int64_io.rewrite(model, TARGET_86)
+    assert [(r.where, r.status) for r in report] == [("tensor 'x'", "skipped"), ("output 'y'", "applied")]
+    assert "left FLOAT64" in report[0].what and int64_io.original_dtypes(report) == {"y": "float64"}
+
+
 # --- function-bodied ops ---------------------------------------------------------------------------------------------
 
 
@@ -177,6 +215,65 @@ def test_an_opset_the_converter_cannot_bring_down_fails_naming_the_range():
     assert report[0].status == FAILED
     assert "opsets up to 17" in report[0].why and "re-export the model at opset 17" in report[0].what
     assert rewritten is model
+
+
+def opset6_linear_model():
+    """A Gemm and an Add with the opset-6 ``broadcast`` attribute: what old PyTorch exports (test_Linear) look like."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    b = numpy_helper.from_array(np.array([1, 2, 3], dtype=np.float32), "b")
+    c = numpy_helper.from_array(np.array([0.5], dtype=np.float32), "c")
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"], name="linear", transB=1, broadcast=1),
+             helper.make_node("Add", ["g", "c"], ["y"], name="add", broadcast=1)]
+    return _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 4])], [_vi("y", TensorProto.FLOAT, [2, 3])], [w, b, c],
+                  opset=6)
+
+
+def test_an_opset_below_the_parsers_range_is_converted_up_and_the_fake_build_then_succeeds(tmp_path):
+    from trtkit.builder import BuildConfig, build
+    from trtkit.errors import ParseError
+    from trtkit.runtime import TrtRunner
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    model = opset6_linear_model()
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    expected = run(model, {"x": x})[0]
+    with pytest.raises(ParseError, match="Pre-opset 7 broadcasting is unsupported"):
+        build(model, BuildConfig(profiling_verbosity="NONE", sanitize=False), trt=make_fake_trt())
+    rewritten, report = apply_rewrites(model, TARGET_86, steps=[("opset", opset.rewrite)])
+    assert [(r.status, r.what) for r in report] == [
+        ("applied", "converted from opset 6 to 7 with onnx's version converter")]
+    assert "reads ai.onnx opsets from 7; the model uses 6" in report[0].why
+    onnx.checker.check_model(rewritten)
+    assert not any(a.name == "broadcast" for n in rewritten.graph.node for a in n.attribute)
+    # the build's own prepare step does the same by default, and the engine gives the opset-6 model's numbers
+    trt = make_fake_trt()
+    path = tmp_path / "linear.engine"
+    result = build(model, BuildConfig(profiling_verbosity="NONE"), output=path, trt=trt)
+    assert "opset" in [r["rewrite"] for r in result.manifest["prepare"]["rewrites"]]
+    with TrtRunner(path, trt=trt, cuda=Cuda(FakeCudart())) as runner:
+        got = runner.infer({"x": x})["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    np.testing.assert_allclose(got, x @ (np.arange(12).reshape(3, 4) / 10).T + [1.5, 2.5, 3.5], rtol=1e-5)
+
+
+def test_an_opset_the_converter_cannot_bring_up_fails_naming_the_range():
+    # Upsample-1's height_scale/width_scale form has no adapter to opset 7's scales
+    model = _model([helper.make_node("Upsample", ["x"], ["y"], name="up", scales=[1.0, 2.0])],
+                   [_vi("x", TensorProto.FLOAT, [2, 4])], [_vi("y", TensorProto.FLOAT, None)], opset=6)
+    rewritten, report = apply_rewrites(model, TARGET_86, steps=[("opset", opset.rewrite)])
+    assert report[0].status == FAILED
+    assert "could not convert opset 6 to 7" in report[0].what and "re-export the model at opset 7" in report[0].what
+    assert rewritten is model
+
+
+def test_models_inside_the_parsers_range_or_without_ai_onnx_ops_are_left():
+    assert opset.rewrite(int64_model(), TARGET_86) == []
+    no_ai_onnx = _model([], [_vi("x", TensorProto.FLOAT, [1])], [_vi("x", TensorProto.FLOAT, [1])])
+    del no_ai_onnx.opset_import[:]
+    assert opset.rewrite(no_ai_onnx, TARGET_86) == []
+    assert opset.rewrite(opset6_linear_model(), ParserTarget("no lower limit", 17, False, min_opset=None)) == []
 
 
 # --- opset-18 inputs back as attributes ------------------------------------------------------------------------------
@@ -232,6 +329,7 @@ def test_target_from_the_fake_tensorrt_asks_by_feature():
     assert not ParserTarget.from_trt(fake_trt.make_fake_trt("8.6.1")).int64_io
     assert ParserTarget.from_trt(fake_trt.make_fake_trt("10.9.0")).int64_io
     assert ParserTarget.from_trt(fake_trt.make_fake_trt("8.6.1")).max_opset == 17
+    assert ParserTarget.from_trt(fake_trt.make_fake_trt("10.9.0")).min_opset == 7 == ParserTarget.assumed().min_opset
 
 
 def test_the_op_check_report_flags_ambiguous_dimension_names():

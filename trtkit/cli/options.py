@@ -471,7 +471,7 @@ def add_prepare_options(parser) -> None:
         "--sanitize",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="apply trtkit's compatibility rewrites (dimension names, INT64 I/O, function ops, opset, "
+        help="apply trtkit's compatibility rewrites (dimension names, INT64/FLOAT64 I/O, function ops, opset, "
         "external data); each is named in the build summary and the manifest (default: on)",
     )
     group.add_argument(

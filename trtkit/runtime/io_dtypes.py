@@ -1,9 +1,9 @@
-"""The model's own dtypes at the runner's edge, where the engine's differ (INT64 I/O on TensorRT 8.6).
+"""The model's own dtypes at the runner's edge, where the engine's differ (INT64 on TensorRT 8.6, FLOAT64 on all).
 
-When the build's INT64 rewrite (:mod:`trtkit.builder.rewrites.int64_io`) made an INT64 input or output INT32, the
-manifest records the original dtype (``prepare.original_dtypes``). :class:`ModelDtypes` lets
-:class:`~trtkit.runtime.runner.TrtRunner` take and return what the ONNX model takes and returns: INT64 inputs are
-converted to INT32 (refused, naming the tensor, when a value does not fit), INT32 outputs back to INT64.
+When the build's boundary rewrite (:mod:`trtkit.builder.rewrites.int64_io`) made an INT64 input or output INT32, or
+a FLOAT64 one FLOAT32, the manifest records the original dtype (``prepare.original_dtypes``). :class:`ModelDtypes`
+lets :class:`~trtkit.runtime.runner.TrtRunner` take and return what the ONNX model takes and returns: INT64 (FLOAT64)
+inputs are converted to INT32 (FLOAT32), refused naming the tensor when a value does not fit, and outputs back.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from trtkit.errors import InputError
 from trtkit.manifest import read_manifest
 
 _INT32 = np.iinfo(np.int32)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class ModelDtypes:
@@ -37,7 +38,8 @@ class ModelDtypes:
         """``feed`` with each model-dtype array the engine takes in another dtype converted (others as given).
 
         Raises:
-            InputError: a value of an INT64 input does not fit in the engine's INT32.
+            InputError: a value of an INT64 input does not fit in the engine's INT32, or a finite value of a FLOAT64
+                input is beyond FLOAT32's range.
         """
         converted = None
         for spec in input_specs:
@@ -68,5 +70,14 @@ def _narrow(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 f"Input '{name}': value {bad} does not fit in INT32, which this engine takes for the "
                 f"model's INT64 (TensorRT without INT64 I/O); values must be in "
                 f"[{_INT32.min}, {_INT32.max}]"
+            )
+    if dtype == np.float32 and value.dtype == np.float64 and value.size:
+        finite = value[np.isfinite(value)]
+        bad = finite[np.abs(finite) > _FLOAT32_MAX]
+        if bad.size:
+            raise InputError(
+                f"Input '{name}': value {float(bad.flat[0])!r} is beyond FLOAT32's range, which this engine takes "
+                f"for the model's FLOAT64 (TensorRT has no FP64 I/O); finite values must be within "
+                f"[{-_FLOAT32_MAX:.8g}, {_FLOAT32_MAX:.8g}]"
             )
     return np.ascontiguousarray(value, dtype=dtype)

@@ -12,6 +12,9 @@ from trtkit.builder.op_support import added_after_8, max_documented_opset, unsup
 
 APPLIED, FAILED, SKIPPED = "applied", "failed", "skipped"
 _ASSUMED_VERSION = (8, 6)
+# onnx-tensorrt's importers of broadcasting ops (Gemm, Add, PRelu...) assert `ctx->getOpsetVersion() >= 7 && "Pre-opset
+# 7 broadcasting is unsupported in this version of the ONNX parser"`, in every TensorRT version trtkit supports
+MIN_PARSER_OPSET = 7
 
 
 @dataclass
@@ -19,7 +22,7 @@ class Rewrite:
     """One change made to the model (or one that was tried and skipped).
 
     Attributes:
-        rewrite: which rewrite (``symbolic-dims``, ``int64-io``, ``expand-function``, ``opset``,
+        rewrite: which rewrite (``symbolic-dims``, ``int64-io``, ``float64-io``, ``expand-function``, ``opset``,
             ``attribute-inputs``, ``external-data``, ``fold-constants``).
         where: the node or tensor changed.
         what: what was done.
@@ -52,6 +55,7 @@ class ParserTarget:
     Attributes:
         label: ``TensorRT 8.6.0`` or ``TensorRT 8.6 (assumed: TensorRT not installed)``.
         max_opset: highest ai.onnx opset the parser documents (``None``: unknown, no conversion).
+        min_opset: lowest ai.onnx opset the parser reads (``None``: no lower limit); models below it are converted up.
         int64_io: engines can take and return INT64 tensors.
         supports_op: ``op_type -> bool | None`` (``None``: unknown); the installed parser's answer where there is
             one, else the static support tables.
@@ -61,6 +65,7 @@ class ParserTarget:
     max_opset: int | None
     int64_io: bool
     supports_op: Callable | None = field(compare=False, repr=False, default=None)
+    min_opset: int | None = MIN_PARSER_OPSET  # after supports_op: keeps positional construction as it was
 
     def supported(self, op_type: str, opset: int) -> bool:
         """Whether the parser is known to import ``op_type`` (unknown counts as supported: never rewrite blindly)."""

@@ -1,74 +1,113 @@
-"""INT64 graph inputs and outputs on TensorRT without INT64 I/O (8.6): Casts at the boundary, INT32 outside.
+"""INT64 and FLOAT64 graph inputs and outputs TensorRT cannot take: Casts at the boundary, INT32/FLOAT32 outside.
 
 TensorRT 8.6 engines cannot take or return INT64 tensors (token ids, indices, ``ArgMax`` results), and its parser
-refuses such a graph input. The rewrite makes each INT64 graph input INT32 and casts it to INT64 right after, and each
-INT64 output INT32 through a Cast before it, so the rest of the graph is unchanged. :func:`original_dtypes` lists
-what changed; the manifest keeps it so that :class:`~trtkit.runtime.runner.TrtRunner` can take and return the
-model's own dtypes.
+refuses such a graph input. No TensorRT has FP64 tensors: the parser makes a DOUBLE graph input or output FLOAT32,
+so an engine built from a model with double I/O refuses the model's own float64 arrays. The rewrite makes each such
+graph input INT32 (FLOAT32) and casts it to INT64 (DOUBLE) right after, and each such output INT32 (FLOAT32) through
+a Cast before it, so the rest of the graph is unchanged. :func:`original_dtypes` lists what changed; the manifest
+keeps it so that :class:`~trtkit.runtime.runner.TrtRunner` can take and return the model's own dtypes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trtkit.builder.rewrites.base import Rewrite
 
-_WHY = "this TensorRT has no INT64 engine inputs/outputs"
-SUFFIX = "__trtkit_int64"
+
+@dataclass(frozen=True)
+class _Boundary:
+    """One model dtype the engine takes and returns as another."""
+
+    rewrite: str  # the Rewrite's name
+    model: str  # the model's dtype, as numpy names it
+    engine: str
+    why: str
+
+    @property
+    def suffix(self) -> str:
+        return f"__trtkit_{self.model}"
+
+
+_INT64 = _Boundary("int64-io", "int64", "int32", "this TensorRT has no INT64 engine inputs/outputs")
+_FLOAT64 = _Boundary(
+    "float64-io",
+    "float64",
+    "float32",
+    "TensorRT has no FP64 engine inputs/outputs; FLOAT32 keeps about 7 significant digits of a FLOAT64 value, as "
+    "TensorRT's parser does with double weights anyway",
+)
 
 
 def rewrite(proto, target) -> list:
-    """Insert the boundary Casts (nothing when ``target.int64_io``)."""
-    from onnx import TensorProto
+    """Insert the boundary Casts: for FLOAT64 always, for INT64 unless ``target.int64_io``."""
+    kinds = [_FLOAT64] if target.int64_io else [_INT64, _FLOAT64]
+    changes: list = []
+    for kind in kinds:
+        changes += _rewrite_kind(proto, kind)
+    return changes
 
-    if target.int64_io:
-        return []
+
+def _rewrite_kind(proto, kind: _Boundary) -> list:
     initializers = {t.name for t in proto.graph.initializer}
-    inputs = [v for v in proto.graph.input if v.name not in initializers and _is_int64(v)]
-    outputs = [v for v in proto.graph.output if _is_int64(v)]
+    inputs = [v for v in proto.graph.input if v.name not in initializers and _is(v, kind.model)]
+    outputs = [v for v in proto.graph.output if _is(v, kind.model)]
     through = {v.name for v in inputs} & {v.name for v in outputs}  # an input returned as is: nothing to cast
+    model, engine = kind.model.upper(), kind.engine.upper()
     changes = [
-        Rewrite("int64-io", f"tensor '{name}'", "left INT64: it is both a graph input and output", _WHY, "skipped")
+        Rewrite(
+            kind.rewrite, f"tensor '{name}'", f"left {model}: it is both a graph input and output", kind.why, "skipped"
+        )
         for name in sorted(through)
     ]
-    boundary = [(v, "input", _cast_input, "takes INT32, cast to INT64 inside the graph") for v in inputs]
-    boundary += [(v, "output", _cast_output, "returns INT32, cast from INT64 inside the graph") for v in outputs]
-    for value, kind, cast, what in boundary:
+    boundary = [(v, "input", _cast_input, f"takes {engine}, cast to {model} inside the graph") for v in inputs]
+    boundary += [(v, "output", _cast_output, f"returns {engine}, cast from {model} inside the graph") for v in outputs]
+    for value, where, cast, what in boundary:
         if value.name in through:
             continue
-        cast(proto, value.name)
-        value.type.tensor_type.elem_type = TensorProto.INT32
-        changes.append(Rewrite("int64-io", f"{kind} '{value.name}'", what, _WHY))
+        cast(proto, value.name, kind)
+        value.type.tensor_type.elem_type = _onnx_type(kind.engine)
+        changes.append(Rewrite(kind.rewrite, f"{where} '{value.name}'", what, kind.why))
     return changes
 
 
 def original_dtypes(changes: list) -> dict:
-    """``{tensor: "int64"}`` for the inputs/outputs :func:`rewrite` made INT32."""
-    return {c.where.split("'")[1]: "int64" for c in changes if c.rewrite == "int64-io" and c.status == "applied"}
+    """``{tensor: "int64" | "float64"}`` for the inputs/outputs :func:`rewrite` gave another dtype."""
+    kinds = {k.rewrite: k.model for k in (_INT64, _FLOAT64)}
+    return {c.where.split("'")[1]: kinds[c.rewrite] for c in changes if c.rewrite in kinds and c.status == "applied"}
 
 
-def _is_int64(value) -> bool:
-    from onnx import TensorProto
+def _onnx_type(dtype: str) -> int:
+    import numpy as np
+    from onnx import helper
 
-    return value.type.HasField("tensor_type") and value.type.tensor_type.elem_type == TensorProto.INT64
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def _cast_input(proto, name: str) -> None:
-    """Consumers of input ``name`` read ``name + SUFFIX``, which a Cast to INT64 computes from ``name``."""
-    from onnx import TensorProto, helper
+def _is(value, dtype: str) -> bool:
+    return value.type.HasField("tensor_type") and value.type.tensor_type.elem_type == _onnx_type(dtype)
 
-    inner = name + SUFFIX
+
+def _cast_input(proto, name: str, kind: _Boundary) -> None:
+    """Consumers of input ``name`` read ``name + suffix``, which a Cast to the model's dtype computes from ``name``."""
+    from onnx import helper
+
+    inner = name + kind.suffix
     _rename_uses(proto.graph, name, inner)
-    proto.graph.node.insert(0, helper.make_node("Cast", [name], [inner], name=f"{name}_to_int64", to=TensorProto.INT64))
+    to = _onnx_type(kind.model)
+    proto.graph.node.insert(0, helper.make_node("Cast", [name], [inner], name=f"{name}_to_{kind.model}", to=to))
 
 
-def _cast_output(proto, name: str) -> None:
-    """The producer of output ``name`` writes ``name + SUFFIX``; a Cast to INT32 writes ``name``."""
-    from onnx import TensorProto, helper
+def _cast_output(proto, name: str, kind: _Boundary) -> None:
+    """The producer of output ``name`` writes ``name + suffix``; a Cast to the engine's dtype writes ``name``."""
+    from onnx import helper
 
-    inner = name + SUFFIX
+    inner = name + kind.suffix
     _rename_uses(proto.graph, name, inner)
     for node in proto.graph.node:
         node.output[:] = [inner if o == name else o for o in node.output]
-    proto.graph.node.append(helper.make_node("Cast", [inner], [name], name=f"{name}_to_int32", to=TensorProto.INT32))
+    to = _onnx_type(kind.engine)
+    proto.graph.node.append(helper.make_node("Cast", [inner], [name], name=f"{name}_to_{kind.engine}", to=to))
 
 
 def _rename_uses(graph, old: str, new: str) -> None:

@@ -1,4 +1,9 @@
-"""An opset outside the parser's documented range: onnx's version converter, else a failure naming the range."""
+"""An opset outside the parser's range: onnx's version converter, else a failure naming the range.
+
+Above the range (a newer exporter), the model is converted down to the highest opset the parser documents. Below it
+(opset 1-6 models, from exporters that wrote the old ``broadcast`` attribute), it is converted up to the lowest opset
+the parser reads (the converter turns the old forms, such as ``broadcast=1``, into the newer ones).
+"""
 
 from __future__ import annotations
 
@@ -6,35 +11,31 @@ from trtkit.builder.rewrites.base import FAILED, Rewrite, main_opset
 
 
 def rewrite(proto, target) -> list:
-    """Convert the model down to ``target.max_opset`` when it is above it."""
-    import onnx
+    """Convert the model down to ``target.max_opset`` or up to ``target.min_opset`` when it is outside them."""
+    opset = main_opset(proto)
+    if target.max_opset is not None and opset > target.max_opset:
+        why = f"{target.label}'s parser documents ai.onnx opsets up to {target.max_opset}; the model uses {opset}"
+        advice = f"re-export the model at opset {target.max_opset} or lower, or use a newer TensorRT"
+        return [_convert(proto, opset, target.max_opset, why, advice)]
+    if target.min_opset is not None and 0 < opset < target.min_opset:
+        why = f"{target.label}'s parser reads ai.onnx opsets from {target.min_opset}; the model uses {opset}"
+        advice = f"re-export the model at opset {target.min_opset} or higher"
+        return [_convert(proto, opset, target.min_opset, why, advice)]
+    return []
+
+
+def _convert(proto, opset: int, to: int, why: str, advice: str) -> Rewrite:
+    """``proto`` converted in place to opset ``to``; the :class:`Rewrite` says so, or is ``FAILED`` naming why."""
     import onnx.version_converter
 
-    opset = main_opset(proto)
-    if target.max_opset is None or opset <= target.max_opset:
-        return []
-    why = f"{target.label}'s parser documents ai.onnx opsets up to {target.max_opset}; the model uses {opset}"
     try:
-        converted = onnx.version_converter.convert_version(proto, target.max_opset)
+        converted = onnx.version_converter.convert_version(proto, to)
     except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError or its own assertion types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [
-            Rewrite(
-                "opset",
-                "model",
-                f"could not convert opset {opset} to {target.max_opset} with onnx's "
-                f"version converter ({first[:200]}); re-export the model at opset {target.max_opset} or "
-                "lower, or use a newer TensorRT",
-                why,
-                FAILED,
-            )
-        ]
+        what = f"could not convert opset {opset} to {to} with onnx's version converter ({first[:200]}); {advice}"
+        return Rewrite("opset", "model", what, why, FAILED)
     functions = list(proto.functions)
     proto.CopyFrom(converted)
     if functions and not proto.functions:  # the converter drops model-local functions
         proto.functions.extend(functions)
-    return [
-        Rewrite(
-            "opset", "model", f"converted from opset {opset} to {target.max_opset} with onnx's version converter", why
-        )
-    ]
+    return Rewrite("opset", "model", f"converted from opset {opset} to {to} with onnx's version converter", why)

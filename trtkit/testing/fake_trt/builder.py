@@ -13,6 +13,12 @@ from typing import Any
 # ops the fake parser refuses; like the real one it also refuses any op outside the standard ONNX domains
 UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
 _KNOWN_DOMAINS = ("", "ai.onnx", "trt")
+# the real parser's importers of these ops assert the model's opset is at least 7 (the old `broadcast` attribute)
+_BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Gemm", "PRelu", "Sum", "Max", "Min", "Mean"})
+_PRE7_BROADCAST = (
+    'Assertion failed: ctx->getOpsetVersion() >= 7 && "Pre-opset 7 broadcasting is unsupported in this version of '
+    'the ONNX parser"'
+)
 
 
 class Severity(enum.IntEnum):
@@ -241,8 +247,13 @@ def make_builder_classes(trt) -> dict:
             except Exception as exc:  # noqa: BLE001 - the real parser reports, never raises
                 self.errors.append(error_cls(trt.ErrorCode.MODEL_DESERIALIZE_FAILED, str(exc), -1, "", ""))
                 return False
+            opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
             for i, node in enumerate(proto.graph.node):
                 self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
+                if opset < 7 and node.op_type in _BROADCAST_OPS and node.domain in ("", "ai.onnx"):
+                    code = trt.ErrorCode.UNSUPPORTED_NODE
+                    self.errors.append(error_cls(code, _PRE7_BROADCAST, i, node.name, node.op_type))
+                    return False  # the real parser stops at a failed assertion
                 if node.op_type in UNSUPPORTED_OPS or node.domain not in _KNOWN_DOMAINS:
                     self.errors.append(
                         error_cls(
@@ -403,4 +414,6 @@ def _spec(value, mode: str, int64_io: bool = True) -> dict:
     dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
     if dtype == "int64" and not int64_io:  # 8.6's parser casts INT64 graph inputs/outputs down to INT32
         dtype = "int32"
+    if dtype == "float64":  # every parser makes DOUBLE graph inputs/outputs FLOAT (TensorRT has no FP64 tensors)
+        dtype = "float32"
     return {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}
