@@ -7,28 +7,16 @@ tests/gpu/test_serve_gpu.py``.
 
 from __future__ import annotations
 
-import socket
-
 import numpy as np
 import pytest
 
 from tests import models
 from tests.conftest import GPU_TACTIC_SOURCES
+from tests.serve.net import free_ports
 
 pytestmark = pytest.mark.gpu
 
 PROFILE = "x:1x3x8x8,2x3x8x8,4x3x8x8"
-
-
-def free_ports(n: int) -> list:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @pytest.fixture(scope="module")

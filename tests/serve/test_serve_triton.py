@@ -20,6 +20,7 @@ import pytest
 
 from tests import models
 from tests.runtime.fakes import fake_engine_bytes
+from tests.serve.net import free_ports
 from trtkit.errors import DependencyError
 
 CHILD = Path(__file__).with_name("serve_child.py")
@@ -49,17 +50,6 @@ def _skip_reason() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
-
-
-def free_ports(n: int) -> list:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def expected_outputs(engine: Path, x: np.ndarray) -> np.ndarray:

@@ -43,15 +43,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--warmup-ms", type=float, default=200.0, metavar="MS", help="warm-up time (default 200)")
     g.add_argument("--duration-s", type=float, default=3.0, metavar="S", help="measuring time (default 3)")
     g.add_argument("--iterations", type=int, metavar="N", help="measure exactly N queries instead")
-    g.add_argument(
-        "--profile-index",
-        "--use-profile",
-        dest="use_profile",
-        type=int,
-        default=0,
-        metavar="K",
-        help="optimization profile to run (default 0; --use-profile is its older name)",
-    )
+    options.add_profile_index_option(g)
     g.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end TrtRunner.infer latency")
     g.add_argument(
         "--cache-dir",

@@ -41,6 +41,19 @@ RUN_SHAPES_HELP = (
 )
 
 
+def add_profile_index_option(parser) -> None:
+    """``--profile-index K`` (``--use-profile``, its older name): the optimization profile to run."""
+    parser.add_argument(
+        "--profile-index",
+        "--use-profile",
+        dest="use_profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="optimization profile to run (default 0; --use-profile is its older name)",
+    )
+
+
 def add_shape_options(parser, help: str = _PROFILE_HELP) -> None:
     g = parser.add_argument_group("shapes and profiles")
     g.add_argument("--shapes", "--profile", dest="shapes", action="append", default=[], metavar="SPEC", help=help)

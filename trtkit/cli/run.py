@@ -9,7 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.cli.options import RUN_SHAPES_HELP, add_json_option, add_shape_options, positive_int
+from trtkit.cli.options import (
+    RUN_SHAPES_HELP,
+    add_json_option,
+    add_profile_index_option,
+    add_shape_options,
+    positive_int,
+)
 from trtkit.cli.pipeline import add_pipeline_arguments, run_pipeline, wants_pipeline
 
 HELP = "Run an engine on .npy/.npz or random inputs, or stream a video or image folder through it."
@@ -27,15 +33,7 @@ def add_arguments(parser) -> None:
         "(repeatable); inputs not given are random within the profile",
     )
     add_shape_options(parser, RUN_SHAPES_HELP)
-    parser.add_argument(
-        "--profile-index",
-        "--use-profile",
-        dest="use_profile",
-        type=int,
-        default=0,
-        metavar="K",
-        help="optimization profile to run (default 0; --use-profile is its older name)",
-    )
+    add_profile_index_option(parser)
     parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
     parser.add_argument(
         "--iterations", type=positive_int, default=1, metavar="N", help="run N times (shows latency; default 1)"
