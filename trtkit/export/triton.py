@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trtkit._atomic import write_bytes_atomic, write_text_atomic
+from trtkit._version_compat import version_parts
 from trtkit.errors import ProfileError, TrtkitError
 
 logger = logging.getLogger("trtkit")
@@ -229,13 +230,13 @@ def triton_releases_for(tensorrt_version: str | None) -> list:
     have one (Triton 23.05 carries 8.6.1.2 and refuses a plan from 8.6.1.6). Releases whose TensorRT trtkit has not
     verified are never listed.
     """
-    wanted = _version_parts(tensorrt_version)
+    wanted = version_parts(tensorrt_version)
     if len(wanted) < 3:
         return []
     return [
         release
         for release, (_, carried) in TRITON_TENSORRT.items()
-        if carried is not None and _same_tensorrt(wanted, _version_parts(carried))
+        if carried is not None and _same_tensorrt(wanted, version_parts(carried))
     ]
 
 
@@ -282,24 +283,14 @@ def check_triton_version(model: TritonModel, triton_version: str | None) -> list
     return warnings
 
 
-def _version_parts(version) -> list:
-    """The leading numeric parts of a version: ``"8.6.1.6"`` -> [8, 6, 1, 6]; ``"9.3.0.post12.dev1"`` -> [9, 3, 0]."""
-    parts = []
-    for piece in str(version or "").split("."):
-        if not piece.isdigit():
-            break
-        parts.append(int(piece))
-    return parts
-
-
 def _with_build(release: str, engine_version: str | None) -> str:
     """``release``, with its full TensorRT version where that has a build number the engine's version lacks."""
     carried = TRITON_TENSORRT[release][1]
-    more = len(_version_parts(carried)) > len(_version_parts(engine_version))
+    more = len(version_parts(carried)) > len(version_parts(engine_version))
     return f"{release} ({carried})" if more else release
 
 
-def _same_tensorrt(engine: list, carried: list) -> bool:
+def _same_tensorrt(engine: tuple, carried: tuple) -> bool:
     n = 4 if len(engine) >= 4 and len(carried) >= 4 else 3
     return len(carried) >= 3 and engine[:n] == carried[:n]
 
