@@ -64,3 +64,12 @@ def test_castlike_in_an_expanded_function_body_is_replaced_too():
     ops = {n.op_type for n in rewritten.graph.node}
     assert "CastLike" not in ops and "Swish" not in ops and all(TARGET_86.supported(op, 17) for op in ops)
     np.testing.assert_allclose(run(rewritten, {"x": X})[0], X / (1 + np.exp(-1.5 * X)), rtol=1e-6)
+
+
+def test_saturate_is_kept_only_for_float8_targets_where_it_acts():
+    ref = numpy_helper.from_array(np.array([0], dtype=np.int32), "ref")
+    model = _model([helper.make_node("CastLike", ["x", "ref"], ["y"], name="like", saturate=1)],
+                   [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.INT32, [2, 3])], [ref], opset=19)
+    castlike.rewrite(model, TARGET_86)
+    assert [a.name for a in model.graph.node[0].attribute] == ["to"]
+    onnx.checker.check_model(model, full_check=True)

@@ -36,7 +36,9 @@ def rewrite(proto, target) -> list:
             what = f"left: the element type of its target '{like}' is not known (not declared, not inferable)"
             changes.append(Rewrite("castlike", where, what, why, SKIPPED))
             continue
-        saturate = [a for a in node.attribute if a.name == "saturate"]
+        # saturate (opset 19) only acts on float8 targets; kept there alone, so a later opset conversion stays valid
+        float8 = onnx.TensorProto.DataType.Name(elem).startswith("FLOAT8")
+        saturate = [a for a in node.attribute if a.name == "saturate" and float8]
         del node.input[1:]
         node.op_type = "Cast"
         del node.attribute[:]
