@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests demo crasher runner precision detection pipeline backend overhead (default: env tests demo).
+# Steps: env tests int64 demo crasher runner precision detection pipeline backend overhead serve (default: env tests demo).
+# serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
+# /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
 # models, to carry back in gpu-cache/ so a later call skips slow first builds).
 set -u
@@ -21,9 +23,13 @@ for step in ${*:-env tests demo}; do
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
            trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
     tests) rm -f "$W/gpu-junit.xml"; timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -v -rs --timeout 240 \
-             -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
+             -o faulthandler_timeout=200 -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
              ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} > "$W/gpu-tests.log" 2>&1;
            echo "pytest rc=$?"; grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | grep -v "^tests.*PASSED" | tail -40; grep -c PASSED "$W/gpu-tests.log" ;;
+    int64) # a hang seen once here: Python stacks of every thread after 60 s, then the test is killed (thread method)
+           timeout 200 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 150 --timeout-method=thread \
+             -o faulthandler_timeout=60 tests/gpu/test_prepare_gpu.py -k int64 > "$W/int64.log" 2>&1;
+           echo "int64 rc=$?"; tail -60 "$W/int64.log" ;;
     demo) trtkit demo --tactic-sources $TACTICS --json "$W/demo.json" > "$W/demo.log" 2>&1;
           echo "demo rc=$?"; cat "$W/demo.log" ;;
     crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
@@ -34,7 +40,8 @@ for step in ${*:-env tests demo}; do
             echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
     detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
                  --budget ${DETECTION_BUDGET:-420} ${DETECTION_ARGS:-} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
-    pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" > "$W/pipeline.log" 2>&1;
+    pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" ${PIPELINE_ARGS:-} \
+                > "$W/pipeline.log" 2>&1;
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
@@ -45,6 +52,14 @@ for step in ${*:-env tests demo}; do
     precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
                  --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \
                  > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
+    serve) if ! python3 -c "import pytriton" 2>/dev/null; then
+             rm -rf /tmp/sw; cat /root/trtkit-stash/serve* | tar -x -C /tmp \
+               && python3 -m pip install -q --no-index --no-deps $(ls /tmp/sw/*.whl | grep -v numpy-) > "$W/serve-install.log" 2>&1
+             echo "serve extra install rc=$?"; fi
+           timeout 240 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 200 --timeout-method=thread \
+             tests/gpu/test_serve_gpu.py > "$W/serve-tests.log" 2>&1; echo "serve tests rc=$?"; tail -15 "$W/serve-tests.log"
+           timeout ${SERVE_TIMEOUT:-360} python3 benchmarks/serve_h200.py --out "$W/serve" --cache "$TRTKIT_GPU_CACHE" \
+             ${SERVE_ARGS:-} > "$W/serve.log" 2>&1; echo "serve rc=$?"; tail -30 "$W/serve.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -50,6 +50,20 @@ def test_int64_io_round_trips_through_an_int32_engine(tmp_path):
     assert out.dtype == np.int64 and out.tolist() == [1, 0]
 
 
+def test_int64_io_without_argmax_round_trips(tmp_path):
+    """The boundary casts alone (no ArgMax on INT32): tells a runner/cast problem from a TopK one."""
+    nodes = [helper.make_node("Add", ["ids", "one"], ["next"], name="add")]
+    one = numpy_helper.from_array(np.array(1, dtype=np.int64), "one")
+    model = _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                   [helper.make_tensor_value_info("next", TensorProto.INT64, [2, 3])], [one])
+    engine = tmp_path / "add.engine"
+    build(model, _config(), output=engine)
+    ids = np.array([[1, 5, 2], [7, 0, 3]], dtype=np.int64)
+    with TrtRunner(engine) as runner:
+        out = runner.infer({"ids": ids})["next"]
+    assert out.dtype == np.int64 and out.tolist() == (ids + 1).tolist()
+
+
 def test_an_opset_18_function_op_builds_expanded():
     scale = numpy_helper.from_array(np.ones(4, dtype=np.float32), "scale")
     nodes = [helper.make_node("Mish", ["x"], ["m"], name="mish"),
