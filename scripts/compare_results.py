@@ -53,6 +53,8 @@ def figures_of(data: dict) -> dict:
 def compare(before: dict, after: dict, tolerance: float) -> tuple[list[str], bool]:
     """Lines ``figure: before -> after (change)``, and whether every figure stayed within ``tolerance``."""
     old, new = figures_of(before), figures_of(after)
+    if not old or not new:  # nothing to compare is not a pass
+        return [f"no figures {'before' if not old else 'now'}: the run measured nothing comparable"], False
     lines, ok = [], True
     for key in sorted(set(old) | set(new)):
         if key not in old or key not in new:

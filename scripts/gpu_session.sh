@@ -34,9 +34,10 @@ for step in ${*:-env tests demo}; do
           echo "demo rc=$?"; cat "$W/demo.log" ;;
     crasher) timeout 240 python3 scripts/make_parser_crasher.py /tmp/crasher > "$W/crasher.log" 2>&1;
              echo "crasher rc=$?"; cp /tmp/crasher/*.json "$W"/ 2>/dev/null; tail -15 "$W/crasher.log" ;;
-    runner) timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${RUNNER_ARGS:-} \
+    runner) cp benchmarks/results/runner-h200.json "$W/runner-h200.before.json"  # the run overwrites the committed file
+            timeout ${RUNNER_TIMEOUT:-540} python3 benchmarks/runner_vs_anchors.py --out "$W" --cache "$TRTKIT_GPU_CACHE" ${RUNNER_ARGS:-} \
               > "$W/runner.log" 2>&1; echo "runner rc=$?"; tail -25 "$W/runner.log"
-            python3 scripts/compare_results.py benchmarks/results/runner-h200.json "$W/runner-h200.json" > "$W/runner-compare.txt" 2>&1;
+            python3 scripts/compare_results.py "$W/runner-h200.before.json" "$W/runner-h200.json" > "$W/runner-compare.txt" 2>&1;
             echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
     detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
                  --budget ${DETECTION_BUDGET:-420} ${DETECTION_ARGS:-} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
@@ -49,9 +50,12 @@ for step in ${*:-env tests demo}; do
     overhead) timeout ${OVERHEAD_TIMEOUT:-300} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
                 --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
               tail -15 "$W/overhead.log" ;;
-    precision) timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
+    precision) cp benchmarks/results/precision-h200.json "$W/precision-h200.before.json"
+               timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
                  --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \
-                 > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log" ;;
+                 > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log"
+               python3 scripts/compare_results.py "$W/precision-h200.before.json" "$W/precision-h200.json" \
+                 > "$W/precision-compare.txt" 2>&1; echo "compare rc=$?"; tail -40 "$W/precision-compare.txt" ;;
     serve) if ! python3 -c "import pytriton" 2>/dev/null; then
              rm -rf /tmp/sw; cat /root/trtkit-stash/serve* | tar -x -C /tmp \
                && python3 -m pip install -q --no-index --no-deps $(ls /tmp/sw/*.whl | grep -v numpy-) > "$W/serve-install.log" 2>&1

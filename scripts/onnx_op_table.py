@@ -17,6 +17,17 @@ import subprocess
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "trtkit" / "builder" / "data" / "onnx_ops.json"
+# What a release's own parser answered where it differs from its line's operators.md (kept when regenerating):
+# {label: {full version: {"unsupported": [ops], "source": how it was measured}}}
+PATCH_DIFFERENCES = {
+    "8.6": {
+        "8.6.0": {
+            "unsupported": ["NonMaxSuppression", "NonZero", "RoiAlign"],
+            "source": "TensorRT 8.6.0's own ONNX parser (supportsOperator), asked on the GPU host on 2026-12-01 "
+            "(tests/gpu/test_hardening_gpu.py): the 8.6-GA list is 8.6.1's",
+        }
+    }
+}
 _ROW = re.compile(r"^\|\s*([A-Za-z][A-Za-z0-9_]*)\s*\|\s*([YN])\b")
 _OPSET_UP_TO = re.compile(r"supports operators up to Opset (\d+)", re.IGNORECASE)
 _OPSET_RANGE = re.compile(r"range of opset (\d+) to opset (\d+)", re.IGNORECASE)
@@ -66,6 +77,8 @@ def main(argv=None) -> int:
     for spec in args.sources:
         label, text, where = read_source(spec, args.repo)
         versions[label] = {"source": where, **parse_operators_md(text)}
+        if label in PATCH_DIFFERENCES:
+            versions[label]["patch_differences"] = PATCH_DIFFERENCES[label]
     data = {"about": "ONNX ops each TensorRT release's ONNX parser lists in onnx-tensorrt's docs/operators.md "
                      "(made by scripts/onnx_op_table.py)", "versions": versions}
     Path(args.out).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -44,3 +44,15 @@ def test_a_figure_moved_past_the_tolerance_fails(tmp_path):
     (tmp_path / "precision.json").write_text(json.dumps(precision))
     proc = run(RESULTS / "precision-h200.json", tmp_path / "precision.json")
     assert proc.returncode == 1 and "trtkit_vs_raw/fp16/1: missing now" in proc.stdout
+
+
+def test_a_run_that_measured_nothing_is_not_within_tolerance(tmp_path):
+    committed = {"batches": [1], "1": {"trtkit_graph_ms": 1.0, "floor_ms": 1.0}}
+    empty = {"batches": [1], "1": {"trtkit_graph_ms": None, "floor_ms": None}}
+    for before, after in ((committed, empty), (empty, empty)):
+        a, b = tmp_path / "a.json", tmp_path / "b.json"
+        a.write_text(json.dumps(before))
+        b.write_text(json.dumps(after))
+        done = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True)
+        assert done.returncode == 1, done.stdout
+        assert "NOT within" in done.stdout

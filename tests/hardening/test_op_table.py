@@ -69,3 +69,25 @@ def test_inspect_check_without_tensorrt_says_the_check_did_not_happen(tmp_path, 
     report = opcheck.preflight(str(model), isolate=False)
     assert report.queried is False and report.to_json()["listed"]["Conv"] == {"8.6": True, "10.1": True}
     assert cli_main.main(["inspect", str(model)]) == 0  # without --check nothing is missing
+
+
+def test_a_patch_release_that_lacks_listed_ops_is_answered_for_itself():
+    from trtkit.builder.op_support import entry_for, table_status
+
+    # 8.6-GA's operators.md (8.6.1) lists NonZero; TensorRT 8.6.0's own parser has no importer for it
+    assert table_status("NonZero", "8.6") is True
+    assert table_status("NonZero", "8.6.1.6") is True
+    assert table_status("NonZero", "8.6.0") is False
+    assert table_status("Conv", "8.6.0") is True
+    assert "RoiAlign" in entry_for("8.6.0.12")["unsupported"]
+    assert entry_for("9.1.0") is None
+
+
+def test_regenerating_the_table_keeps_the_measured_patch_differences(tmp_path):
+    source = tmp_path / "operators.md"
+    source.write_text(SAMPLE)
+    out = tmp_path / "ops.json"
+    _script().main([f"8.6={source}", "--out", str(out)])
+    shipped = json.loads((ROOT / "trtkit" / "builder" / "data" / "onnx_ops.json").read_text())
+    made = json.loads(out.read_text())
+    assert made["versions"]["8.6"]["patch_differences"] == shipped["versions"]["8.6"]["patch_differences"]

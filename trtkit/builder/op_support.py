@@ -34,9 +34,25 @@ def op_table() -> dict:
     }
 
 
+def entry_for(version: str) -> dict | None:
+    """The op table's entry for a TensorRT ``version`` (a label such as ``8.6``, or a full version such as
+    ``8.6.0.12``): its major.minor list, with what that patch release's own parser was found to lack moved from
+    ``supported`` to ``unsupported`` (``None``: no list for that major.minor)."""
+    parts = str(version).split(".")
+    entry = op_table().get(".".join(parts[:2]))
+    if entry is None or len(parts) < 3:
+        return entry
+    patch = ".".join(parts[:3])
+    lacks = frozenset((entry.get("patch_differences") or {}).get(patch, {}).get("unsupported", ()))
+    if not lacks:
+        return entry
+    return {**entry, "supported": entry["supported"] - lacks, "unsupported": entry["unsupported"] | lacks}
+
+
 def table_status(op_type: str, version: str) -> bool | None:
-    """Whether onnx-tensorrt's list for ``version`` marks ``op_type`` supported (``None``: not listed)."""
-    entry = op_table().get(version)
+    """Whether onnx-tensorrt's list for ``version`` marks ``op_type`` supported (``None``: not listed); a full
+    version (``8.6.0``) also counts what that patch release's parser was found to lack."""
+    entry = entry_for(version)
     if entry is None:
         return None
     return True if op_type in entry["supported"] else False if op_type in entry["unsupported"] else None
