@@ -31,9 +31,10 @@ RUNNER_OPTIONS = {"cuda_graph": True, "copy_outputs": False}
 class Detector:
     """Letterbox → model → decode → map back, for one batch of pillow images or RGB arrays; times each step."""
 
-    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100):
+    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, threads: int = 1):
         self.model = model
-        self.letterbox = model.letterbox(reuse=True)  # one batch array, page-locked by the runner
+        # one batch array, page-locked by the runner; each image resized by `threads` threads
+        self.letterbox = model.letterbox(reuse=True, threads=threads)
         self.input_name = model.input_name
         self.decode = {"conf_threshold": conf, "iou_threshold": iou, "max_detections": max_det}
         self.times = {"pre": [], "infer": [], "post": []}
@@ -49,6 +50,9 @@ class Detector:
         for key, seconds in (("pre", t1 - t0), ("infer", t2 - t1), ("post", t3 - t2)):
             self.times[key].append(seconds / len(images))
         return dets
+
+    def close(self) -> None:
+        self.letterbox.close()
 
 
 def class_names(path: Path | None, model_path: Path) -> list[str] | None:
@@ -84,11 +88,14 @@ def run(args) -> int:
     names = class_names(args.names, args.model)
     skipped: list = []
     with open_model(str(args.model), runner_options=RUNNER_OPTIONS if args.cuda_graph else None) as model:
-        detector = Detector(model, args.conf, args.iou, args.max_det)
-        for group in batches(files, min(args.batch, model.max_batch), skipped):
-            for (path, image), det in zip(group, detector([image for _, image in group])):
-                draw(image, det, names).save(args.out / f"{path.stem}.jpg", quality=90)
-                print(f"{path.name}: {len(det)} detection(s)")
+        detector = Detector(model, args.conf, args.iou, args.max_det, args.pre_threads)
+        try:
+            for group in batches(files, min(args.batch, model.max_batch), skipped):
+                for (path, image), det in zip(group, detector([image for _, image in group])):
+                    draw(image, det, names).save(args.out / f"{path.stem}.jpg", quality=90)
+                    print(f"{path.name}: {len(det)} detection(s)")
+        finally:
+            detector.close()
     done = len(files) - len(skipped)
     print(f"{done} image(s) annotated in {args.out}" + (f"; {len(skipped)} skipped (unreadable)" if skipped else ""))
     if args.timing and done:
@@ -109,6 +116,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="images per inference call (1)")
     parser.add_argument("--names", type=Path, help="class names: a text file, one a line, or a COCO JSON file")
     parser.add_argument("--timing", action="store_true", help="print median per-image pre/infer/post times")
+    parser.add_argument("--pre-threads", type=int, default=1, metavar="N",
+                        help="threads resizing each image (the same pixels as one; 1)")
     parser.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                         help="replay the engine and its copies as one CUDA graph per batch size (default: on)")
     args = parser.parse_args(argv)

@@ -64,7 +64,7 @@ class Model:
             )
         return int(hw[0]), int(hw[1])
 
-    def letterbox(self, *, reuse: bool = False):
+    def letterbox(self, *, reuse: bool = False, threads: int = 1):
         """A :class:`trtkit.detection.Letterbox` making this model's input batches (its layout and dtype).
 
         Raises:
@@ -74,7 +74,7 @@ class Model:
 
         # float batches are made in float32 whatever the input's float type (``infer`` casts), as they always were
         dtype = np.uint8 if self.layout == "NHWC" else np.float32
-        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse)
+        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, threads=threads)
 
 
 def is_onnx(target) -> bool:
