@@ -11,7 +11,10 @@
 3. Scores each on val with pycocotools through ``trtkit.eval`` (the ONNX model, through onnxruntime, is the
    reference row), times it with ``trtkit.bench`` (GPU compute at batch 1 and 8, plain and CUDA graph; images/s at
    batch 8), builds FP32 with ``--add-nms`` and compares its detections with the numpy NMS of the FP32 engine on
-   every val image, and times the sample's per-image path at batch 1 against the engine's own end-to-end latency.
+   every val image, and times the sample's per-image path at batch 1 against the plain FP16 engine's own
+   end-to-end latency: on that engine (float NCHW input, numpy decode: ``sample_latency_plain``) and on the fast
+   engine built in the same call with ``--input-uint8-nhwc --add-nms`` (``sample_latency``, and
+   ``sample_latency_pre_threads4`` with four resize threads), with how far their detections agree.
 
 Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on; parts past ``--budget``
 seconds are skipped (recorded). Engines and data stay under ``--work``; only the JSON and the caches go to ``--out``.
