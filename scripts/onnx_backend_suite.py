@@ -10,8 +10,11 @@ and the same tolerances (each case's rtol/atol):
 
 Each (case, adapter) runs in a worker process of a pool (``--jobs``); a worker that dies takes only its case with
 it (``crash``), one that runs past ``--case-timeout-s`` is stopped (``timeout``); cases not reached within
-``--budget-s`` are ``not_run``. Writes ``benchmarks/results/onnx-backend-<trt version>.json`` and
-``docs/onnx-support.md`` (per-op table).
+``--budget-s`` are ``not_run``. Cases run in a seeded random order (``--order shuffle --seed 0``, the default), so a
+run its budget cuts short has reached a sample of every suite and op; ``--order kind`` takes the suites in turn.
+Each case records seconds per phase (``phases_s``; raw: parse, build, deserialize, run; trtkit: setup, load, each
+``trtkit.build`` phase, write, open, infer) and the summary their medians over passing cases (``median_phases_s``).
+Writes ``benchmarks/results/onnx-backend-<trt version>.json`` and ``docs/onnx-support.md`` (per-op table).
 
 On the GPU host:  bash .gpu/bin/gpu-run python3 scripts/onnx_backend_suite.py --jobs 16 --budget-s 330
 On a CPU (smoke): python scripts/onnx_backend_suite.py --fake --max-cases 3 --out /tmp/r.json --doc /tmp/s.md
@@ -24,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import random
 import statistics
 import sys
 import tempfile
@@ -178,10 +182,31 @@ class CaseError(Exception):
     """The adapter could not build or run the case (the message says where)."""
 
 
-def run_raw(model_path: Path, inputs: dict, trt, cudart) -> dict:
+class PhaseClock:
+    """Seconds per named phase of one case into ``phases`` (``{name: s}``); a phase ends where the next starts."""
+
+    def __init__(self, phases: dict):
+        self.phases = phases
+        self._current = None
+
+    def start(self, name: str) -> None:
+        now = time.perf_counter()
+        self.stop(now)
+        self._current = (name, now)
+
+    def stop(self, now: float | None = None) -> None:
+        if self._current is not None:
+            name, since = self._current
+            self.phases[name] = round(self.phases.get(name, 0.0) + (now or time.perf_counter()) - since, 4)
+            self._current = None
+
+
+def run_raw(model_path: Path, inputs: dict, trt, cudart, clock: PhaseClock | None = None) -> dict:
     """Parse, build FP32 (TF32 off), run: the raw TensorRT API and cuda-python, nothing else."""
     import numpy as np
 
+    clock = clock or PhaseClock({})
+    clock.start("parse")
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
@@ -190,6 +215,7 @@ def run_raw(model_path: Path, inputs: dict, trt, cudart) -> dict:
     if not parser.parse(model_path.read_bytes(), str(model_path)):
         errors = [parser.get_error(i) for i in range(parser.num_errors)]
         raise CaseError("parse: " + "; ".join(_error_text(e) for e in errors[:3]))
+    clock.start("build")
     config = builder.create_builder_config()
     if hasattr(trt.BuilderFlag, "TF32"):
         config.clear_flag(trt.BuilderFlag.TF32)
@@ -208,8 +234,10 @@ def run_raw(model_path: Path, inputs: dict, trt, cudart) -> dict:
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise CaseError("build: build_serialized_network returned None")
+    clock.start("deserialize")
     engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
     context = engine.create_execution_context()
+    clock.start("run")
     _, stream = cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking)
     buffers, outputs, host = [], {}, {}
     try:
@@ -245,6 +273,7 @@ def run_raw(model_path: Path, inputs: dict, trt, cudart) -> dict:
         for ptr in buffers:
             cudart.cudaFree(ptr)
         cudart.cudaStreamDestroy(stream)
+        clock.stop()
     return {name: array for name, (array, _) in outputs.items()}
 
 
@@ -254,21 +283,32 @@ def _error_text(error) -> str:
     return f"node {node}: {desc}"
 
 
-def run_trtkit(model_path: Path, inputs: dict, trt, cuda) -> dict:
-    """``trtkit.build`` (in this worker: the pool is the isolation) then ``TrtRunner.infer``."""
+def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | None = None) -> dict:
+    """``trtkit.build`` (in this worker: the pool is the isolation), the engine and manifest written, then
+    ``TrtRunner.infer``; ``load`` is ``trtkit.build``'s own checks before its first phase."""
     import trtkit
     from trtkit.builder import BuildConfig
+    from trtkit.builder.api import save
     from trtkit.builder.profiles import Profile
     from trtkit.model import load_model, model_inputs
 
+    clock = clock or PhaseClock({})
+    clock.start("setup")
     declared = model_inputs(load_model(model_path, check=False).proto)
     dynamic = {n: list(v.shape) for n, v in inputs.items() if any(not isinstance(d, int) for d in declared.get(n, []))}
     profiles = [Profile.from_json({n: {"min": s, "opt": s, "max": s} for n, s in dynamic.items()})] if dynamic else []
     config = BuildConfig(tf32=False, tactic_sources=TACTIC_SOURCES, profiling_verbosity="NONE", profiles=profiles)
     engine = model_path.with_suffix(".trtkit.engine")
-    trtkit.build(str(model_path), config, output=engine, isolate=False, trt=trt)
+    clock.start("load")
+    result = trtkit.build(str(model_path), config, isolate=False, trt=trt, on_phase=clock.start)
+    clock.start("write")
+    save(result, engine, config)
+    clock.start("open")
     with trtkit.TrtRunner(engine, trt=trt, cuda=cuda) as runner:
-        return runner.infer(inputs)
+        clock.start("infer")
+        outputs = runner.infer(inputs)
+        clock.stop()
+        return outputs
 
 
 def compare(outputs: dict, expected: dict, rtol: float, atol: float) -> str | None:
@@ -314,33 +354,45 @@ def _worker(tasks, results, fake: bool) -> None:
             return
         index, adapter, case = task
         started = time.perf_counter()
-        status, error = "pass", None
+        status, error, phases = "pass", None, {}
+        clock = PhaseClock(phases)
         try:
             inputs, expected = load_arrays(Path(case["dir"]))
             model = Path(case["dir"]) / "model.onnx"
-            outputs = (run_raw(model, inputs, trt, cudart) if adapter == "raw"
-                       else run_trtkit(model, inputs, trt, cuda))
+            outputs = (run_raw(model, inputs, trt, cudart, clock) if adapter == "raw"
+                       else run_trtkit(model, inputs, trt, cuda, clock))
             error = compare(outputs, expected, case["rtol"], case["atol"])
             status = "mismatch" if error else "pass"
         except Exception as exc:  # noqa: BLE001 - every failure is the case's result
             status, error = "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:600]
             if not str(exc):
                 error += " " + traceback.format_exc(limit=2)[-300:]
-        results.put((os.getpid(), {"status": status, "error": error,
+        clock.stop()  # a phase that raised ends here
+        results.put((os.getpid(), {"status": status, "error": error, "phases_s": phases,
                                    "seconds": round(time.perf_counter() - started, 3)}))
 
 
-def run_pool(cases: list, adapters, jobs: int, case_timeout_s: float, budget_s: float, fake: bool,
-             log=print) -> dict:
-    """``{(case index, adapter): result}``; a worker that dies or hangs is replaced and its case marked."""
-    ctx = mp.get_context("spawn")
-    # round robin over the suites, both adapters of a case back to back: a budget cut leaves every suite sampled
+def case_order(cases: list, order: str = "shuffle", seed: int = 0) -> list:
+    """Case indices in the order they run: ``shuffle`` (seeded, a sample of every suite and op whatever the budget
+    reaches) or ``kind`` (round robin over the suites, in discovery order within each)."""
+    if order == "shuffle":
+        indices = list(range(len(cases)))
+        random.Random(seed).shuffle(indices)
+        return indices
     rank: dict = {}
-    order = []
+    keyed = []
     for i, case in enumerate(cases):
         rank[case["kind"]] = rank.get(case["kind"], -1) + 1
-        order.append((rank[case["kind"]], KINDS.index(case["kind"]) if case["kind"] in KINDS else 99, i))
-    pending = [(i, a, cases[i]) for *_, i in sorted(order) for a in adapters if "dir" in cases[i]]
+        keyed.append((rank[case["kind"]], KINDS.index(case["kind"]) if case["kind"] in KINDS else 99, i))
+    return [i for *_, i in sorted(keyed)]
+
+
+def run_pool(cases: list, adapters, jobs: int, case_timeout_s: float, budget_s: float, fake: bool,
+             log=print, order: str = "shuffle", seed: int = 0) -> dict:
+    """``{(case index, adapter): result}``; a worker that dies or hangs is replaced and its case marked."""
+    ctx = mp.get_context("spawn")
+    # both adapters of a case back to back, so a budget cut leaves no case run by one adapter only
+    pending = [(i, a, cases[i]) for i in case_order(cases, order, seed) for a in adapters if "dir" in cases[i]]
     results, out = ctx.Queue(), {}
     workers: dict = {}  # pid -> (process, task queue, current task, started at)
     deadline = time.monotonic() + budget_s
@@ -385,7 +437,8 @@ def run_pool(cases: list, adapters, jobs: int, case_timeout_s: float, budget_s: 
                 proc.join(5)
                 status = "crash" if died else "timeout"
                 detail = f"worker exit code {proc.exitcode}" if died else f"stopped after {case_timeout_s:.0f} s"
-                out[(task[0], task[1])] = {"status": status, "error": detail, "seconds": round(now - since, 3)}
+                out[(task[0], task[1])] = {"status": status, "error": detail, "phases_s": {},
+                                           "seconds": round(now - since, 3)}
                 log(f"{cases[task[0]]['name']} [{task[1]}]: {status} ({detail})")
                 del workers[pid]
                 spawn()
@@ -419,8 +472,19 @@ def assemble(cases: list, results: dict, adapters, meta: dict) -> dict:
             if entry[adapter]["seconds"] is not None and entry[adapter]["status"] != "not_run":
                 seconds.append(entry[adapter]["seconds"])
         counts["median_s"] = round(statistics.median(seconds), 3) if seconds else None
+        counts["median_phases_s"] = median_phases([e[adapter] for e in per_case.values()])
         summary[adapter] = counts
     return {**meta, "summary": summary, "cases": per_case}
+
+
+def median_phases(results: list) -> dict:
+    """``{phase: median seconds}`` over the passing results that have that phase, in the order phases ran."""
+    by_phase: dict = {}
+    for result in results:
+        if result["status"] == "pass":
+            for name, seconds in (result.get("phases_s") or {}).items():
+                by_phase.setdefault(name, []).append(seconds)
+    return {name: round(statistics.median(values), 4) for name, values in by_phase.items()}
 
 
 def support_markdown(report: dict, adapters) -> str:
@@ -443,6 +507,10 @@ def support_markdown(report: dict, adapters) -> str:
     for adapter in adapters:
         s = report["summary"][adapter]
         lines.append(f"| {adapter} | " + " | ".join(str(s[k]) for k in STATUSES) + f" | {s['median_s']} |")
+    lines += ["", "Median seconds per phase over passing cases:", ""]
+    for adapter in adapters:
+        phases = report["summary"][adapter].get("median_phases_s") or {}
+        lines.append(f"- {adapter}: " + (", ".join(f"{k} {v}" for k, v in phases.items()) or "none passed"))
     lines += ["", "| op | cases | " + " | ".join(f"{a} pass" for a in adapters) + " | trtkit failures (example) |",
               "|---" * (len(adapters) + 3) + "|"]
     for op in sorted(ops):
@@ -461,6 +529,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--budget-s", type=float, default=330.0, help="stop starting cases after this many seconds")
     parser.add_argument("--case-timeout-s", type=float, default=90.0)
+    parser.add_argument("--order", choices=("shuffle", "kind"), default="shuffle",
+                        help="shuffle: seeded random order (default); kind: round robin over the suites")
+    parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
     parser.add_argument("--work-dir", help="where cases are exported (default: a temporary folder)")
     parser.add_argument("--out", help="results JSON (default benchmarks/results/onnx-backend-<trt version>.json)")
     parser.add_argument("--doc", default=str(ROOT / "docs" / "onnx-support.md"), help="per-op markdown table")
@@ -477,10 +548,11 @@ def main(argv=None) -> int:
     trt_version = "fake-8.6.0" if args.fake else __import__("tensorrt").__version__
     budget = max(0.0, args.budget_s - (time.monotonic() - started))
     results = run_pool(cases, adapters, args.jobs, args.case_timeout_s, budget, args.fake,
-                       log=lambda line: print(line, flush=True))
+                       log=lambda line: print(line, flush=True), order=args.order, seed=args.seed)
     meta = {"tensorrt": trt_version, "onnx": onnx.__version__, "python": sys.version.split()[0],
             "settings": {"jobs": args.jobs, "budget_s": args.budget_s, "case_timeout_s": args.case_timeout_s,
                          "max_cases": args.max_cases, "kinds": args.kinds, "tf32": False,
+                         "order": args.order, "seed": args.seed if args.order == "shuffle" else None,
                          "tactic_sources": list(TACTIC_SOURCES)},
             "wall_s": None}
     report = assemble(cases, results, adapters, meta)

@@ -37,6 +37,17 @@ def version(trt) -> tuple[int, ...]:
     return tuple(parts) or (0,)
 
 
+def version_parts(text) -> tuple[int, ...]:
+    """The leading numeric parts of a version string: ``"8.6.1.6"`` -> (8, 6, 1, 6); ``"9.3.0.post12.dev1"`` ->
+    (9, 3, 0); ``None`` -> ()."""
+    parts = []
+    for piece in str(text or "").split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
 def version_string(trt) -> str:
     return str(getattr(trt, "__version__", "unknown"))
 

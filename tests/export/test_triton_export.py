@@ -4,6 +4,8 @@ the version table, and refusals."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -93,25 +95,82 @@ def test_not_an_engine_is_named(tmp_path):
     assert not (tmp_path / "repo" / "junk").exists()
 
 
-def test_version_table_and_warnings():
-    assert "23.10" in tx.triton_releases_for("8.6.1.6") and "24.05" not in tx.triton_releases_for("8.6.1")
-    assert tx.triton_releases_for("8.6.0") == []
-    model = tx.TritonModel("m", (), (), 4, (4,), "8.6.1")
-    assert tx.check_triton_version(model, "23.10") == []
-    assert tx.check_triton_version(model, "2.39.0") == []
-    (warning,) = tx.check_triton_version(model, "24.05")
-    assert "carries TensorRT 10.0.1: it will refuse the plan" in warning and "23.04" in warning
+# A table of made-up releases, so these tests say what the checks do whatever the real table holds.
+TABLE = {
+    "30.01": ("3.1.0", "8.6.1.2"),
+    "30.02": ("3.2.0", "8.6.1.6"),
+    "30.03": ("3.3.0", None),
+    "30.04": ("3.4.0", "10.3.0"),
+}
+
+
+@pytest.fixture
+def table(monkeypatch):
+    monkeypatch.setattr(tx, "TRITON_TENSORRT", TABLE)
+
+
+def test_releases_for_an_engine_match_on_the_build_number_where_both_have_one(table):
+    assert tx.triton_releases_for("8.6.1") == ["30.01", "30.02"]  # no build number: either may be it
+    assert tx.triton_releases_for("8.6.1.6") == ["30.02"]  # 30.01 carries 8.6.1.2 and refuses it
+    assert tx.triton_releases_for("10.3.0.26") == ["30.04"]
+    assert tx.triton_releases_for("9.3.0.post12.dev1") == []
+    assert tx.triton_releases_for("8.6") == [] and tx.triton_releases_for(None) == []
+
+
+def test_version_warnings_name_the_release_that_fits(table):
+    model = tx.TritonModel("m", (), (), 4, (4,), "8.6.1.6")
+    assert tx.check_triton_version(model, "30.02") == []
+    assert tx.check_triton_version(model, "3.2.0") == tx.check_triton_version(model, "3.2") == []
+    (warning,) = tx.check_triton_version(model, "30.01")
+    assert "Triton 30.01 carries TensorRT 8.6.1.2: it will refuse the plan" in warning
+    assert warning.endswith("Releases with TensorRT 8.6.1.6: 30.02")
+    (warning,) = tx.check_triton_version(model, "3.4.0")
+    assert "carries TensorRT 10.3.0" in warning and warning.endswith(": 30.02")
+    (warning,) = tx.check_triton_version(model, "99.01")
+    assert "Triton 99.01 is not in trtkit's table" in warning and "30.01 to 30.04" in warning
+
+
+def test_unverified_release_is_reported_not_guessed(table):
+    model = tx.TritonModel("m", (), (), 4, (4,), "10.3.0")
+    (warning,) = tx.check_triton_version(model, "30.03")
+    assert warning.startswith("TensorRT version for Triton 30.03 not verified")
+    assert "tritonserver:30.03-py3" in warning and warning.endswith("Releases known to carry TensorRT 10.3.0: 30.04")
+    (warning,) = tx.check_triton_version(model, "3.3.0")  # the server version names the same release
+    assert "TensorRT version for Triton 3.3.0 not verified" in warning and "release 30.03" in warning
+    assert tx.triton_releases_for("10.3.0") == ["30.04"]  # an unverified row is never suggested
+
+
+def test_engine_tensorrt_in_no_verified_release(table):
     (warning,) = tx.check_triton_version(tx.TritonModel("m", (), (), 4, (4,), "8.6.0"), None)
-    assert "no Triton release in trtkit's table carries TensorRT 8.6.0" in warning
-    assert "not in trtkit's table" in tx.check_triton_version(model, "99.01")[0]
+    assert "no Triton release in trtkit's table is known to carry TensorRT 8.6.0" in warning
+    (warning,) = tx.check_triton_version(tx.TritonModel("m", (), (), 4, (4,), None), "30.01")
+    assert "no manifest naming its TensorRT version" in warning
 
 
-def test_cli_export_triton_writes_and_warns(engine, tmp_path, fake_gpu, capsys):  # noqa: F811
+def test_real_table_is_well_formed_and_each_row_is_in_the_docs():
+    releases = list(tx.TRITON_TENSORRT)
+    assert releases == sorted(releases) and releases[0] <= "23.01" and "25.01" in releases
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "triton.md").read_text()
+    rows = {cells[0]: cells for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in docs.splitlines() if line.startswith("| 2"))}
+    for release, (server, tensorrt) in tx.TRITON_TENSORRT.items():
+        assert re.fullmatch(r"\d\d\.\d\d", release) and re.fullmatch(r"2\.\d+\.\d+", server), release
+        assert tensorrt is None or re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", tensorrt), release
+        assert release in rows, f"docs/triton.md has no row for Triton {release}"
+        assert rows[release][1].startswith(server), release
+        assert rows[release][2] == (tensorrt or "not verified"), release
+        assert tensorrt is None or rows[release][3] not in ("", "not verified"), f"no source for {release}"
+    assert set(rows) == set(tx.TRITON_TENSORRT)
+
+
+def test_cli_export_triton_writes_and_warns(engine, tmp_path, fake_gpu, capsys, table):  # noqa: F811
     code = cli_main.main(["export", "triton", str(engine), "--repo", str(tmp_path / "repo"), "--triton-version",
-                          "24.12", "--json", str(tmp_path / "out.json")])
+                          "30.04", "--json", str(tmp_path / "out.json")])
     assert code == 0
     out = json.loads((tmp_path / "out.json").read_text())
-    assert out["max_batch_size"] == 4 and "carries TensorRT 10.7.0" in out["warnings"][0]
+    assert out["max_batch_size"] == 4 and "carries TensorRT 10.3.0" in out["warnings"][0]
+    # the engine's manifest says 8.6.1: the releases that fit show their build numbers, which Triton checks too
+    assert out["warnings"][0].endswith("Releases with TensorRT 8.6.1: 30.01 (8.6.1.2), 30.02 (8.6.1.6)")
     assert cli_main.main(["export", "triton", str(engine), "--repo", str(tmp_path / "repo")]) == 1
     assert "pass --force" in capsys.readouterr().err
     assert cli_main.main(["export", "triton", str(engine), "--repo", str(tmp_path / "r2"), "--instances", "0"]) == 1

@@ -101,3 +101,57 @@ def test_the_manifest_records_float64_as_the_original_dtype(tmp_path):
     manifest = json.loads((tmp_path / "doubles.engine.manifest.json").read_text())
     assert manifest["prepare"]["original_dtypes"] == {"x": "float64", "scaled": "float64", "total": "float64"}
     assert {r["rewrite"] for r in manifest["prepare"]["rewrites"]} >= {"float64-io"}
+
+
+def _uint16_model():
+    from tests.rewrites.test_narrow_io import narrow_model
+
+    return narrow_model()
+
+
+def _uint32_model():
+    from onnx import TensorProto
+
+    from tests.rewrites.test_narrow_io import narrow_model
+
+    return narrow_model(TensorProto.UINT32)
+
+
+def test_uint16_in_and_out_on_engines_that_have_no_uint16_io(tmp_path):
+    path, trt = _engine(tmp_path, model=_uint16_model, name="narrow")
+    a, b = np.array([3, 700, 65535, 0], dtype=np.uint16), np.array([5, 699, 1, 0], dtype=np.uint16)
+    with TrtRunner(path, trt=trt, cuda=Cuda(FakeCudart())) as runner:
+        assert {s.name: str(s.dtype) for s in runner.input_specs} == {"a": "int32", "b": "int32"}
+        out = runner.infer({"a": a, "b": b})
+    assert out["d"].dtype == np.uint16 and out["d"].tolist() == [65531, 690, 65525, 65526]
+    assert out["g"].tolist() == [False, True, True, False] and out["f"].tolist() == [3.0, 700.0, 65535.0, 0.0]
+
+
+def test_without_the_rewrite_the_parser_refuses_uint16_io(tmp_path):
+    from trtkit.errors import TrtkitError
+
+    with pytest.raises(TrtkitError, match="UINT16"):
+        _engine(tmp_path, sanitize=False, model=_uint16_model, name="narrow")
+
+
+def test_a_uint32_value_beyond_int32_is_refused_naming_the_tensor(tmp_path):
+    path, trt = _engine(tmp_path, model=_uint32_model, name="narrow32")
+    big = np.array([1 << 31, 0, 0, 0], dtype=np.uint32)
+    with TrtRunner(path, trt=trt, cuda=Cuda(FakeCudart())) as runner:
+        with pytest.raises(InputError, match=r"Input 'a': value 2147483648 does not fit in INT32, which this engine "
+                                             r"takes for the model's UINT32 \(TensorRT has no UINT32 I/O\)"):
+            runner.infer({"a": big, "b": big})
+        top = np.array([(1 << 31) - 1, 0, 0, 0], dtype=np.uint32)
+        assert runner.infer({"a": top, "b": top * 0})["d"].tolist() == [(1 << 31) - 11] + [4294967286] * 3
+
+
+def test_uint32_is_int64_on_engines_with_int64_io(tmp_path):
+    import json
+
+    path, trt = _engine(tmp_path, version="10.8.0", model=_uint32_model, name="narrow32")
+    manifest = json.loads((tmp_path / "narrow32.engine.manifest.json").read_text())
+    assert manifest["prepare"]["original_dtypes"] == {"a": "uint32", "b": "uint32", "d": "uint32"}
+    big = np.array([(1 << 32) - 1, 0, 0, 0], dtype=np.uint32)
+    with TrtRunner(path, trt=trt, cuda=Cuda(FakeCudart())) as runner:
+        assert str(runner.input_specs[0].dtype) == "int64"
+        assert runner.infer({"a": big, "b": big * 0})["d"].tolist() == [(1 << 32) - 11] + [4294967286] * 3

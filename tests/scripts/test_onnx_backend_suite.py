@@ -32,7 +32,8 @@ def test_three_cases_end_to_end_on_the_fake_backend(suite, tmp_path, capsys):
     report = json.loads(out.read_text())
     for adapter in ("raw", "trtkit"):
         assert set(report["summary"][adapter]) == {"pass", "error", "mismatch", "crash", "timeout", "not_run",
-                                                   "median_s"}
+                                                   "median_s", "median_phases_s"}
+    assert report["settings"]["order"] == "shuffle" and report["settings"]["seed"] == 0
     cases = report["cases"]
     assert cases["test_operator_exp"]["raw"]["status"] == cases["test_operator_exp"]["trtkit"]["status"] == "pass"
     # INT64 I/O: the raw API's 8.6 engine takes INT32 where the model gives INT64; trtkit converts
@@ -58,3 +59,38 @@ def test_mismatch_uses_the_cases_tolerances(suite):
     assert suite.compare({"y": np.array([1.0, 2.0001], dtype=np.float32)}, expected, 1e-3, 1e-7) is None
     assert "output 'y'" in suite.compare({"y": np.array([1.0, 2.1], dtype=np.float32)}, expected, 1e-3, 1e-7)
     assert "shape" in suite.compare({"y": np.zeros(3, dtype=np.float32)}, expected, 1e-3, 1e-7)
+
+
+def test_each_case_records_seconds_per_phase_and_the_summary_their_medians(suite, tmp_path):
+    out = tmp_path / "r.json"
+    assert suite.main(["--fake", "--kinds", "pytorch-operator", "--cases", "test_operator_exp,test_operator_sqrt",
+                       "--jobs", "1", "--work-dir", str(tmp_path / "work"), "--out", str(out),
+                       "--doc", str(tmp_path / "s.md")]) == 0
+    report = json.loads(out.read_text())
+    case = report["cases"]["test_operator_exp"]
+    # (the JSON's keys are sorted)
+    assert set(case["raw"]["phases_s"]) == {"parse", "build", "deserialize", "run"}
+    assert set(case["trtkit"]["phases_s"]) == {"setup", "load", "prepare", "check", "parse", "configure", "build",
+                                               "inspect", "write", "open", "infer"}
+    for adapter in ("raw", "trtkit"):
+        phases = case[adapter]["phases_s"]
+        assert all(s >= 0 for s in phases.values()) and sum(phases.values()) <= case[adapter]["seconds"]
+        medians = report["summary"][adapter]["median_phases_s"]
+        assert set(medians) == set(phases) and report["summary"][adapter]["pass"] == 2
+
+
+def test_the_shuffle_is_seeded_and_reaches_every_suite_early(suite):
+    cases = [{"kind": kind, "name": f"{kind}{i}"} for kind in suite.KINDS for i in range(40)]
+    first = suite.case_order(cases, "shuffle", 0)
+    assert first == suite.case_order(cases, "shuffle", 0) != suite.case_order(cases, "shuffle", 1)
+    assert sorted(first) == list(range(len(cases)))
+    assert {cases[i]["kind"] for i in first[:20]} == set(suite.KINDS)
+    assert [cases[i]["kind"] for i in suite.case_order(cases, "kind")[:5]] == list(suite.KINDS)
+
+
+def test_median_phases_count_only_passing_cases(suite):
+    results = [{"status": "pass", "phases_s": {"parse": 1.0, "build": 4.0}},
+               {"status": "pass", "phases_s": {"parse": 3.0, "build": 2.0}},
+               {"status": "error", "phases_s": {"parse": 100.0}},
+               {"status": "timeout", "phases_s": {}}]
+    assert suite.median_phases(results) == {"parse": 2.0, "build": 3.0}

@@ -373,21 +373,12 @@ def _mark_rows(report: CheckReport, ops: dict) -> None:
 
 def _opset_note(report: CheckReport) -> None:
     opset = report.opsets.get("", report.opsets.get("ai.onnx"))
-    documented = max_documented_opset(_version_tuple(report.trt_version))
+    documented = max_documented_opset(compat.version_parts(report.trt_version))
     if opset and documented and opset > documented:
         report.notes.append(
             f"the model uses opset {opset}; TensorRT {report.trt_version}'s parser documents opsets up to "
             f"{documented}: re-export at opset {documented} or use a newer TensorRT"
         )
-
-
-def _version_tuple(text) -> tuple:
-    parts = []
-    for piece in str(text or "").split("."):
-        if not piece.isdigit():
-            break
-        parts.append(int(piece))
-    return tuple(parts)
 
 
 def _apply_crash(report: CheckReport, proto, error: IsolationError) -> None:

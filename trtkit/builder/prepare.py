@@ -32,7 +32,8 @@ class PreparedModel:
         rewrites: every :class:`~trtkit.builder.rewrites.Rewrite` applied, skipped or failed, in order.
         source_sha256: sha256 of the model as given.
         original_dtypes: ``{tensor: dtype}`` for graph inputs/outputs whose engine dtype differs from the model's
-            (INT64 taken and returned as INT32, FLOAT64 as FLOAT32); the runner converts back.
+            (INT64 taken and returned as INT32, FLOAT64 as FLOAT32, UINT16 and the like as INT32); the runner
+            converts back.
         target: the :class:`~trtkit.builder.rewrites.ParserTarget` prepared for.
         fold: the constant folding report, or ``None`` when folding was off or not possible.
     """

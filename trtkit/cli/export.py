@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     p.add_argument(
         "--triton-version",
         metavar="V",
-        help="the Triton you deploy on (24.01 or 2.42.0): warns if its TensorRT is not the engine's",
+        help="the Triton you deploy on (25.01 or 2.54.0): warns if its TensorRT is not the engine's",
     )
     p.add_argument("--force", action="store_true", help="write into a repository that exists and is not empty")
     options.add_json_option(p)

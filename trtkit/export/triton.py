@@ -8,7 +8,8 @@ with ``max_batch_size`` = the profile's largest batch, and dims without that dim
 dimension is served unbatched (``max_batch_size: 0``, full dims).
 
 Triton's TensorRT backend loads a plan only with the TensorRT it was built with: :data:`TRITON_TENSORRT` says which
-Triton releases carry which TensorRT, and :func:`triton_releases_for` which ones can load a given engine.
+Triton releases carry which TensorRT (where a source says so; docs/triton.md lists them), and
+:func:`triton_releases_for` which ones can load a given engine.
 """
 
 from __future__ import annotations
@@ -22,32 +23,75 @@ from pathlib import Path
 import numpy as np
 
 from trtkit._atomic import write_bytes_atomic, write_text_atomic
+from trtkit._version_compat import version_parts
 from trtkit.errors import ProfileError, TrtkitError
 
 logger = logging.getLogger("trtkit")
 
-# Triton container release -> (Triton server version, TensorRT major.minor.patch it ships).
-# Source: the "NVIDIA Triton Inference Server Container Versions" tables of Triton's release notes
-# (docs.nvidia.com/deeplearning/triton-inference-server/release-notes/rel-YY-MM.html) and the Frameworks Support
-# Matrix. The 22.x, 24.05 and 24.12 rows were read there again for this table; the others follow the same notes and
-# should be re-read there when a row matters.
+# Triton container release -> (Triton server version, TensorRT version it ships, or None where trtkit has no source).
+# Every row, and the source of each TensorRT version, is listed in docs/triton.md. The server versions are the
+# TRITON_VERSION file of each release branch (rYY.MM) of github.com/triton-inference-server/server. A TensorRT version
+# is here only where a source names it for that release's nvcr.io/nvidia/tritonserver:YY.MM-py3 container: the
+# release notes in that repository (docs/introduction/release_notes.md), a maintainer or a Triton error message in an
+# issue thread, or a cloud's copy of NVIDIA's container table. None: not verified; check_triton_version says so. The
+# TensorRT versions are written as the source gives them (four parts where it gives the build number: Triton 23.04 and
+# 23.05 carry 8.6.1.2 and refuse plans from 8.6.1.6).
 TRITON_TENSORRT = {
     "22.02": ("2.19.0", "8.2.3"),
-    "22.05": ("2.22.0", "8.2.5"),
-    "22.08": ("2.25.0", "8.4.2"),
+    "22.03": ("2.20.0", "8.2.3"),
+    "22.04": ("2.21.0", "8.2.4"),
+    "22.05": ("2.22.0", "8.2.5.1"),
+    "22.06": ("2.23.0", None),
+    "22.07": ("2.24.0", None),
+    "22.08": ("2.25.0", "8.4.2.4"),
+    "22.09": ("2.26.0", None),
+    "22.10": ("2.27.0", None),
     "22.11": ("2.28.0", "8.5.1"),
-    "23.04": ("2.33.0", "8.6.1"),
-    "23.05": ("2.34.0", "8.6.1"),
-    "23.06": ("2.35.0", "8.6.1"),
-    "23.07": ("2.36.0", "8.6.1"),
-    "23.08": ("2.37.0", "8.6.1"),
-    "23.09": ("2.38.0", "8.6.1"),
-    "23.10": ("2.39.0", "8.6.1"),
-    "23.11": ("2.40.0", "8.6.1"),
-    "23.12": ("2.41.0", "8.6.1"),
-    "24.01": ("2.42.0", "8.6.1"),
-    "24.05": ("2.46.0", "10.0.1"),
-    "24.12": ("2.53.0", "10.7.0"),
+    "22.12": ("2.29.0", None),
+    "23.01": ("2.30.0", None),
+    "23.02": ("2.31.0", None),
+    "23.03": ("2.32.0", None),
+    "23.04": ("2.33.0", "8.6.1.2"),
+    "23.05": ("2.34.0", "8.6.1.2"),
+    "23.06": ("2.35.0", None),
+    "23.07": ("2.36.0", None),
+    "23.08": ("2.37.0", None),
+    "23.09": ("2.38.0", None),
+    "23.10": ("2.39.0", None),
+    "23.11": ("2.40.0", None),
+    "23.12": ("2.41.0", None),
+    "24.01": ("2.42.0", None),
+    "24.02": ("2.43.0", "8.6.3.1"),
+    "24.03": ("2.44.0", "8.6.3.1"),
+    "24.04": ("2.45.0", "8.6.3.1"),
+    "24.05": ("2.46.0", None),
+    "24.06": ("2.47.0", None),
+    "24.07": ("2.48.0", None),
+    "24.08": ("2.49.0", "10.3.0.26"),
+    "24.09": ("2.50.0", None),
+    "24.10": ("2.51.0", "10.5.0.18"),
+    "24.11": ("2.52.0", None),
+    "24.12": ("2.53.0", "10.7.0.23"),
+    "25.01": ("2.54.0", "10.8.0.43"),
+    "25.02": ("2.55.0", None),
+    "25.03": ("2.56.0", None),
+    "25.04": ("2.57.0", None),
+    "25.05": ("2.58.0", None),
+    "25.06": ("2.59.0", None),
+    "25.07": ("2.59.1", None),
+    "25.08": ("2.60.0", None),
+    "25.09": ("2.61.0", None),
+    "25.10": ("2.62.0", None),
+    "25.11": ("2.63.0", None),
+    "25.12": ("2.64.0", None),
+    "26.01": ("2.65.0", None),
+    "26.02": ("2.66.0", None),
+    "26.03": ("2.67.0", None),
+    "26.04": ("2.68.0", None),
+    "26.05": ("2.69.0", None),
+    "26.06": ("2.70.0", None),
+    "26.07": ("2.71.0", None),
+    "26.08": ("2.72.0", None),
 }
 
 # numpy dtype name -> Triton's model-config data type
@@ -180,17 +224,27 @@ def _describe(name: str, specs: list, profile: int, version, where: str) -> Trit
 
 
 def triton_releases_for(tensorrt_version: str | None) -> list:
-    """The Triton container releases (``"YY.MM"``) whose TensorRT is ``tensorrt_version`` (major.minor.patch)."""
-    if not tensorrt_version:
+    """The Triton container releases (``"YY.MM"``) known to carry TensorRT ``tensorrt_version``.
+
+    Versions match on major.minor.patch, and on the build number too where both the engine's version and the table's
+    have one (Triton 23.05 carries 8.6.1.2 and refuses a plan from 8.6.1.6). Releases whose TensorRT trtkit has not
+    verified are never listed.
+    """
+    wanted = version_parts(tensorrt_version)
+    if len(wanted) < 3:
         return []
-    wanted = ".".join(str(tensorrt_version).split(".")[:3])
-    return [release for release, (_, trt) in TRITON_TENSORRT.items() if trt == wanted]
+    return [
+        release
+        for release, (_, carried) in TRITON_TENSORRT.items()
+        if carried is not None and _same_tensorrt(wanted, version_parts(carried))
+    ]
 
 
 def check_triton_version(model: TritonModel, triton_version: str | None) -> list:
     """Warnings about serving ``model`` on ``triton_version`` (a container release ``YY.MM`` or server ``2.X.Y``)."""
     warnings = []
     releases = triton_releases_for(model.tensorrt)
+    fits = ", ".join(_with_build(release, model.tensorrt) for release in releases) or "none known to trtkit"
     if model.tensorrt is None:
         warnings.append(
             f"Model '{model.name}': the engine has no manifest naming its TensorRT version; Triton's "
@@ -198,26 +252,47 @@ def check_triton_version(model: TritonModel, triton_version: str | None) -> list
         )
     elif not releases:
         warnings.append(
-            f"Model '{model.name}': no Triton release in trtkit's table carries TensorRT {model.tensorrt} "
-            f"(the engine's); Triton will refuse the plan unless the engine is rebuilt with the "
-            f"TensorRT of the Triton you deploy on"
+            f"Model '{model.name}': no Triton release in trtkit's table is known to carry TensorRT "
+            f"{model.tensorrt} (the engine's); Triton refuses a plan from any other TensorRT, so check the "
+            f"TensorRT of the Triton you deploy on (docs/triton.md lists the releases not verified) or rebuild "
+            f"the engine with it"
         )
     if triton_version and model.tensorrt:
         release = _release_of(triton_version)
         if release is None:
+            known = list(TRITON_TENSORRT)
             warnings.append(
                 f"Triton {triton_version} is not in trtkit's table; it cannot say which TensorRT it has "
-                f"(known: {', '.join(TRITON_TENSORRT)})"
+                f"(known: releases {known[0]} to {known[-1]}, or their server versions 2.X.Y)"
+            )
+        elif TRITON_TENSORRT[release][1] is None:
+            warnings.append(
+                f"TensorRT version for Triton {triton_version} not verified: trtkit has no source for the TensorRT "
+                f"of release {release}, so it cannot tell whether that Triton loads model '{model.name}' (built "
+                f"with TensorRT {model.tensorrt}). Check the container: docker run --rm "
+                f"nvcr.io/nvidia/tritonserver:{release}-py3 dpkg -l 'libnvinfer*'. Releases known to carry "
+                f"TensorRT {model.tensorrt}: {fits}"
             )
         elif release not in releases:
             carried = TRITON_TENSORRT[release][1]
-            fits = ", ".join(releases) or "none in trtkit's table"
             warnings.append(
                 f"Model '{model.name}' was built with TensorRT {model.tensorrt}, but Triton "
                 f"{triton_version} carries TensorRT {carried}: it will refuse the plan. Releases with "
                 f"TensorRT {model.tensorrt}: {fits}"
             )
     return warnings
+
+
+def _with_build(release: str, engine_version: str | None) -> str:
+    """``release``, with its full TensorRT version where that has a build number the engine's version lacks."""
+    carried = TRITON_TENSORRT[release][1]
+    more = len(version_parts(carried)) > len(version_parts(engine_version))
+    return f"{release} ({carried})" if more else release
+
+
+def _same_tensorrt(engine: tuple, carried: tuple) -> bool:
+    n = 4 if len(engine) >= 4 and len(carried) >= 4 else 3
+    return len(carried) >= 3 and engine[:n] == carried[:n]
 
 
 def _release_of(version: str) -> str | None:
@@ -289,7 +364,7 @@ def write_repository(
         gpus: GPU indices for the instances (default: every GPU).
         max_queue_delay_us: the dynamic batcher's longest wait for a fuller batch.
         cuda_graphs: ask the TensorRT backend to capture CUDA graphs.
-        triton_version: the Triton you deploy on (``24.01`` or ``2.42.0``): warns if its TensorRT differs.
+        triton_version: the Triton you deploy on (``25.01`` or ``2.54.0``): warns if its TensorRT differs.
         force: write into a repository that exists and is not empty (replacing a model of the same name).
         trt: the ``tensorrt`` module (tests pass a fake).
 

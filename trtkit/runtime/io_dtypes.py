@@ -1,9 +1,11 @@
-"""The model's own dtypes at the runner's edge, where the engine's differ (INT64 on TensorRT 8.6, FLOAT64 on all).
+"""The model's own dtypes at the runner's edge, where the engine's differ (INT64 on TensorRT 8.6, FLOAT64 on all,
+INT8/INT16/UINT16/UINT32/UINT64 on all).
 
-When the build's boundary rewrite (:mod:`trtkit.builder.rewrites.int64_io`) made an INT64 input or output INT32, or
-a FLOAT64 one FLOAT32, the manifest records the original dtype (``prepare.original_dtypes``). :class:`ModelDtypes`
-lets :class:`~trtkit.runtime.runner.TrtRunner` take and return what the ONNX model takes and returns: INT64 (FLOAT64)
-inputs are converted to INT32 (FLOAT32), refused naming the tensor when a value does not fit, and outputs back.
+When the build's boundary rewrites (:mod:`trtkit.builder.rewrites.int64_io`, :mod:`~trtkit.builder.rewrites.narrow_io`)
+made an INT64 input or output INT32, a FLOAT64 one FLOAT32, or a UINT16 one INT32, the manifest records the original
+dtype (``prepare.original_dtypes``). :class:`ModelDtypes` lets :class:`~trtkit.runtime.runner.TrtRunner` take and
+return what the ONNX model takes and returns: inputs are converted to the engine's dtype, refused naming the tensor
+when a value does not fit, and outputs converted back.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import numpy as np
 from trtkit.errors import InputError
 from trtkit.manifest import read_manifest
 
-_INT32 = np.iinfo(np.int32)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -38,8 +39,8 @@ class ModelDtypes:
         """``feed`` with each model-dtype array the engine takes in another dtype converted (others as given).
 
         Raises:
-            InputError: a value of an INT64 input does not fit in the engine's INT32, or a finite value of a FLOAT64
-                input is beyond FLOAT32's range.
+            InputError: a value of an integer input does not fit in the engine's integer type (INT64 or UINT32 in
+                INT32), or a finite value of a FLOAT64 input is beyond FLOAT32's range.
         """
         converted = None
         for spec in input_specs:
@@ -62,14 +63,16 @@ class ModelDtypes:
 
 
 def _narrow(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    if dtype == np.int32 and value.size:
+    if dtype.kind == "i" and value.dtype.kind in "iu" and value.size:
+        info = np.iinfo(dtype)
         low, high = int(value.min()), int(value.max())
-        if low < _INT32.min or high > _INT32.max:
-            bad = high if high > _INT32.max else low
+        if low < info.min or high > info.max:
+            bad = high if high > info.max else low
+            model = value.dtype.name.upper()
+            why = "TensorRT without INT64 I/O" if model == "INT64" else f"TensorRT has no {model} I/O"
             raise InputError(
-                f"Input '{name}': value {bad} does not fit in INT32, which this engine takes for the "
-                f"model's INT64 (TensorRT without INT64 I/O); values must be in "
-                f"[{_INT32.min}, {_INT32.max}]"
+                f"Input '{name}': value {bad} does not fit in {dtype.name.upper()}, which this engine takes for the "
+                f"model's {model} ({why}); values must be in [{info.min}, {info.max}]"
             )
     if dtype == np.float32 and value.dtype == np.float64 and value.size:
         finite = value[np.isfinite(value)]

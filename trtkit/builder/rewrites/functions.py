@@ -8,7 +8,7 @@ inliner then expands in place, so the result is what ONNX itself says the op mea
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites.base import Rewrite, main_opset
+from trtkit.builder.rewrites.base import Rewrite, main_opset, value_types
 
 _DOMAIN = "trtkit.expand"
 
@@ -26,12 +26,13 @@ def rewrite(proto, target) -> list:
             continue
         where = f"node '{node.name or f'#{index}'}' ({node.op_type})"
         why = f"{target.label}'s parser has no importer for {node.op_type}"
-        types = types or _value_types(proto)  # before any node is renamed: inference must know every op
+        types = types or value_types(proto)  # before any node is renamed: inference must know every op
         body = _function_body(node, types, opset)
         if body is None:
             continue
         ops = sorted({n.op_type for n in body.node})
-        missing = [op for op in ops if not target.supported(op, opset)]
+        # CastLike in a body is no obstacle: the castlike rewrite, next in line, makes it a Cast
+        missing = [op for op in ops if not target.supported(op, opset) and op != "CastLike"]
         if missing:
             changes.append(
                 Rewrite(
@@ -98,17 +99,3 @@ def _context_function(schema, node, types: dict, opset: int):
     function = onnx.FunctionProto()
     function.ParseFromString(data)
     return function
-
-
-def _value_types(proto) -> dict:
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # noqa: BLE001 - without types, context-dependent bodies are not expanded
-        inferred = proto
-    graph = inferred.graph
-    types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
-    for init in graph.initializer:
-        types.setdefault(init.name, onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims)))
-    return types

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtkit.builder.rewrites import narrow_io
 from trtkit.builder.rewrites.base import Rewrite
 
 
@@ -72,8 +73,9 @@ def _rewrite_kind(proto, kind: _Boundary) -> list:
 
 
 def original_dtypes(changes: list) -> dict:
-    """``{tensor: "int64" | "float64"}`` for the inputs/outputs :func:`rewrite` gave another dtype."""
-    kinds = {k.rewrite: k.model for k in (_INT64, _FLOAT64)}
+    """``{tensor: model dtype}`` for the inputs/outputs this rewrite or :mod:`~trtkit.builder.rewrites.narrow_io`
+    gave another dtype (``int64``, ``float64``, ``uint16``...)."""
+    kinds = {k.rewrite: k.model for k in (_INT64, _FLOAT64)} | narrow_io.REWRITES
     return {c.where.split("'")[1]: kinds[c.rewrite] for c in changes if c.rewrite in kinds and c.status == "applied"}
 
 

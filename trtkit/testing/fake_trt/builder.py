@@ -248,6 +248,10 @@ def make_builder_classes(trt) -> dict:
                 self.errors.append(error_cls(trt.ErrorCode.MODEL_DESERIALIZE_FAILED, str(exc), -1, "", ""))
                 return False
             opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+            refused = _io_type_refused(proto)
+            if refused:
+                self.errors.append(error_cls(trt.ErrorCode.UNSUPPORTED_GRAPH, refused, -1, "", ""))
+                return False
             for i, node in enumerate(proto.graph.node):
                 self.logger.log(Severity.VERBOSE, f"Parsing node: {node.name} [{node.op_type}]")
                 if opset < 7 and node.op_type in _BROADCAST_OPS and node.domain in ("", "ai.onnx"):
@@ -351,6 +355,20 @@ def make_builder_classes(trt) -> dict:
         del Builder.platform_has_fast_fp16, Builder.platform_has_fast_int8
         del IBuilderConfig.set_calibration_profile
     return classes
+
+
+def _io_type_refused(model) -> str | None:
+    """What the parser says of a graph input/output whose type no TensorRT has (INT16, UINT16, UINT32, UINT64), or
+    of an INT8 one in a network without Q/DQ (``None``: every I/O type is one TensorRT takes)."""
+    import onnx
+
+    qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+    refused = {"INT16", "UINT16", "UINT32", "UINT64"} | (set() if qdq else {"INT8"})
+    for value in [*_graph_inputs(model), *model.graph.output]:
+        name = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type)
+        if name in refused:
+            return f"Unsupported ONNX data type for network input/output '{value.name}': {name}"
+    return None
 
 
 def _build(trt, logger, network, config):

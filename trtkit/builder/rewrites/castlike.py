@@ -1,0 +1,48 @@
+"""``CastLike`` on parsers without it: a ``Cast`` to the element type its second input has.
+
+``CastLike(x, target)`` (opset 15) casts ``x`` to ``target``'s element type; torch.onnx's dynamo exporter writes it,
+and ONNX's own function bodies use it (the expanded ``AffineGrid``, for one). TensorRT 8.6's parser has no importer for
+it. Where the target's element type is known (an initializer, a graph input, a declared value, or onnx shape
+inference), the node becomes ``Cast(x, to=<that type>)``, which means the same: the target's values were never read.
+Nodes inside functions that :mod:`~trtkit.builder.rewrites.functions` expanded are in the graph by the time this runs.
+"""
+
+from __future__ import annotations
+
+from trtkit.builder.rewrites.base import SKIPPED, Rewrite, main_opset, value_types
+
+
+def rewrite(proto, target) -> list:
+    """Replace each main-graph ``CastLike`` whose target type is known by a ``Cast``; name the others."""
+    import onnx
+
+    opset = main_opset(proto)
+    nodes = [
+        (i, n)
+        for i, n in enumerate(proto.graph.node)
+        if n.op_type == "CastLike" and (n.domain or "") in ("", "ai.onnx")
+    ]
+    if not nodes or target.supported("CastLike", opset):
+        return []
+    why = f"{target.label}'s parser has no importer for CastLike"
+    types = value_types(proto)
+    changes: list = []
+    for index, node in nodes:
+        where = f"node '{node.name or f'#{index}'}' (CastLike)"
+        like = node.input[1] if len(node.input) > 1 else ""
+        known = types.get(like)
+        elem = known.tensor_type.elem_type if known is not None and known.HasField("tensor_type") else 0
+        if not elem:
+            what = f"left: the element type of its target '{like}' is not known (not declared, not inferable)"
+            changes.append(Rewrite("castlike", where, what, why, SKIPPED))
+            continue
+        # saturate (opset 19) only acts on float8 targets; kept there alone, so a later opset conversion stays valid
+        float8 = onnx.TensorProto.DataType.Name(elem).startswith("FLOAT8")
+        saturate = [a for a in node.attribute if a.name == "saturate" and float8]
+        del node.input[1:]
+        node.op_type = "Cast"
+        del node.attribute[:]
+        node.attribute.extend([onnx.helper.make_attribute("to", elem), *saturate])
+        name = onnx.TensorProto.DataType.Name(elem)
+        changes.append(Rewrite("castlike", where, f"replaced by Cast(to={name}), the type of '{like}'", why))
+    return changes
