@@ -11,7 +11,10 @@
 3. Scores each on val with pycocotools through ``trtkit.eval`` (the ONNX model, through onnxruntime, is the
    reference row), times it with ``trtkit.bench`` (GPU compute at batch 1 and 8, plain and CUDA graph; images/s at
    batch 8), builds FP32 with ``--add-nms`` and compares its detections with the numpy NMS of the FP32 engine on
-   every val image, and times the sample's per-image path at batch 1 against the engine's own end-to-end latency.
+   every val image, and times the sample's per-image path at batch 1 against the plain FP16 engine's own
+   end-to-end latency: on that engine (float NCHW input, numpy decode: ``sample_latency_plain``) and on the fast
+   engine built in the same call with ``--input-uint8-nhwc --add-nms`` (``sample_latency``, and
+   ``sample_latency_pre_threads4`` with four resize threads), with how far their detections agree.
 
 Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on; parts past ``--budget``
 seconds are skipped (recorded). Engines and data stay under ``--work``; only the JSON and the caches go to ``--out``.
@@ -127,13 +130,14 @@ def score(outputs, val: ValSet, decode: dict | None = None) -> dict:
 # --- builds --------------------------------------------------------------------------------------------------------
 
 
-def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, model) -> Path | None:
+def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, model, extra: dict | None = None,
+          shapes: str | None = None) -> Path | None:
     from trtkit.builder.api import build as trtkit_build
     from trtkit.builder.config import BuildConfig, CalibrationSettings
     from trtkit.builder.profiles import parse_shapes
 
     options: dict = {"precision": "fp32"}
-    if key == "fp16":
+    if key.startswith("fp16"):
         options = {"precision": "fp16", "precision_constraints": CONSTRAINTS}
     elif key.startswith("int8"):
         mode = "calibrator" if key == "int8_calibrator" else "qdq"
@@ -143,8 +147,10 @@ def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, mo
                    "qdq_keep_heads": key != "int8_qdq_heads"}
         if mode == "calibrator":
             options["precision_constraints"] = CONSTRAINTS
-    config = BuildConfig(profiles=[parse_shapes(profile())], tactic_sources=TACTICS, optimization_level=opt_level,
-                         timing_cache=str(cache / "detector-timing.cache"), workspace_bytes=4 << 30, **options)
+    options.update(extra or {})
+    config = BuildConfig(profiles=[parse_shapes(shapes or profile())], tactic_sources=TACTICS,
+                         optimization_level=opt_level, timing_cache=str(cache / "detector-timing.cache"),
+                         workspace_bytes=4 << 30, **options)
     out = work / f"detector.{key}.engine"
     t0 = time.perf_counter()
     result = trtkit_build(model, config, output=out, isolate=False)
@@ -162,11 +168,12 @@ def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, mo
 # --- timings -------------------------------------------------------------------------------------------------------
 
 
-def bench(engine: Path, batch: int, graph: bool, seconds: float):
+def bench(engine: Path, batch: int, graph: bool, seconds: float, nhwc: bool = False, e2e: bool | None = None):
     from trtkit.bench.measure import BenchSettings, benchmark
 
-    settings = BenchSettings(shapes={"images": (batch, 3, SIZE, SIZE)}, cuda_graph=graph, duration_s=seconds,
-                             e2e=batch == 1 and not graph)
+    shape = (batch, SIZE, SIZE, 3) if nhwc else (batch, 3, SIZE, SIZE)
+    settings = BenchSettings(shapes={"images": shape}, cuda_graph=graph, duration_s=seconds,
+                             e2e=(batch == 1 and not graph) if e2e is None else e2e)
     return benchmark(str(engine), settings)
 
 
@@ -182,61 +189,119 @@ def time_row(run, key: str, engine: Path, seconds: float) -> None:
         f"{row['b8_images_per_s']} img/s")
 
 
-def sample_latency(run, engine: Path, data: Path, images: int = 300) -> None:
-    """The sample's Detector at batch 1 on decoded images (numpy in) against the engine's e2e latency alone."""
-    from detect import Detector
+def decoded_val_arrays(data: Path, images: int = 300) -> list:
+    """The first val images, decoded once to RGB arrays (the sample's input: numpy in)."""
     from PIL import Image
 
     from trtkit.detection import list_images
-    from trtkit.eval.models import open_model
 
     arrays = []
     for path in list_images(data / "val")[:images]:
         with Image.open(path) as img:
             arrays.append(np.asarray(img.convert("RGB")))
-    with open_model(str(engine)) as model:
-        detector = Detector(model)
-        for array in arrays[:20]:
-            detector([array])
-        detector.times = {k: [] for k in detector.times}
-        for array in arrays:
-            detector([array])
+    return arrays
+
+
+def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads: int = 1) -> list:
+    """The sample's Detector (as ``detect.py`` runs it: CUDA graph, output views) at batch 1 on decoded images
+    against the plain FP16 engine's e2e latency alone (``trtkit bench``); returns the detections of each image."""
+    from detect import RUNNER_OPTIONS, Detector
+
+    from trtkit.eval.models import open_model
+
+    with open_model(str(engine), runner_options=RUNNER_OPTIONS) as model:
+        detector = Detector(model, threads=threads)
+        try:
+            for array in arrays:  # warm-up: every image size's resize pass order is found once, graphs captured
+                detector([array])
+            detector.times = {k: [] for k in detector.times}
+            found = [detector([array])[0] for array in arrays]
+        finally:
+            detector.close()
     parts = {k: statistics.median(v) * 1e3 for k, v in detector.times.items()}
     total = sum(parts.values())
     e2e = run.result["rows"]["fp16"].get("b1_e2e_ms")
-    run.result["sample_latency"] = {
-        "engine": engine.name, "images": len(arrays), "pre_ms": round(parts["pre"], 4),
-        "infer_ms": round(parts["infer"], 4), "post_ms": round(parts["post"], 4), "total_ms": round(total, 4),
-        "engine_e2e_ms": e2e, "ratio": round(total / e2e, 3) if e2e else None,
-        "what": "median per-image ms of samples/detection/detect.py's Detector at batch 1 (decoded RGB arrays in, "
-                "detections out, conf 0.25) vs trtkit bench's end-to-end TrtRunner.infer at batch 1"}
-    log(f"sample latency: {run.result['sample_latency']}")
+    run.result[key] = {
+        "engine": engine.name, "images": len(arrays), "input": f"{model.layout} {np.dtype(model.input_dtype)}",
+        "pre_threads": threads, "pre_ms": round(parts["pre"], 4), "infer_ms": round(parts["infer"], 4),
+        "post_ms": round(parts["post"], 4), "total_ms": round(total, 4), "engine_e2e_ms": e2e,
+        "ratio": round(total / e2e, 3) if e2e else None,
+        "what": f"median per-image ms of samples/detection/detect.py's Detector at batch 1 on {what} (decoded RGB "
+                "arrays in, detections in original pixels out, conf 0.25, after one warm-up pass over the images) "
+                "vs trtkit bench's end-to-end TrtRunner.infer of the plain FP16 engine at batch 1 (rows.fp16)"}
+    log(f"{key}: {run.result[key]}")
+    return found
+
+
+def build_fast(run, model: Path, engines: Path, cache: Path, data: Path, opt_level, with_nms: bool = True) -> Path:
+    """FP16 with ``input_uint8_nhwc`` and ``add_nms``: the sample's fast path (uint8 pixels in, detections out)."""
+    from trtkit.detection import NmsOptions
+
+    extra = {"input_uint8_nhwc": True, "add_nms": NmsOptions(**NMS) if with_nms else None}
+    shapes = f"images:1x{SIZE}x{SIZE}x3,8x{SIZE}x{SIZE}x3,32x{SIZE}x{SIZE}x3"
+    path = build(run, "fp16_fast", engines, cache, data / "train", opt_level, str(model), extra, shapes)
+    run.result["fast_engine"] = dict(run.result["rows"].pop("fp16_fast"), add_nms=with_nms, input_uint8_nhwc=True)
+    return path
+
+
+def fast_path(run, fp16_engine: Path, fast_engine: Path | None, data: Path, seconds: float) -> None:
+    """The sample on the plain FP16 engine (float NCHW in, numpy decode) and on the fast engine (one and four
+    resize threads); the fast engine's own e2e latency; how far their detections agree."""
+    arrays = decoded_val_arrays(data)
+    plain = sample_latency(run, "sample_latency_plain", fp16_engine, arrays,
+                           "the plain FP16 engine (float NCHW input made on the CPU, numpy decode and NMS)")
+    if fast_engine is None:
+        return
+    nms = run.result["fast_engine"].get("add_nms", True)
+    what = ("the FP16 engine built with --input-uint8-nhwc --add-nms (uint8 NHWC pixels in, EfficientNMS out)" if nms
+            else "the FP16 engine built with --input-uint8-nhwc (uint8 NHWC pixels in, numpy decode and NMS)")
+    fast = sample_latency(run, "sample_latency", fast_engine, arrays, what)
+    sample_latency(run, "sample_latency_pre_threads4", fast_engine, arrays, what, threads=4)
+    own = bench(fast_engine, 1, False, seconds, nhwc=True, e2e=True)
+    run.result["fast_engine"]["b1_e2e_ms"] = round(own.e2e.median, 4) if own.e2e else None
+    compared, ious, only_fast, only_plain = pair_detections(fast, plain)
+    run.result["sample_fast_vs_plain"] = {
+        "images": len(arrays), "boxes_compared": compared, "only_fast": only_fast, "only_plain": only_plain,
+        "min_iou": round(min(ious), 5) if ious else None, "mean_iou": round(float(np.mean(ious)), 6) if ious else None,
+        "what": "the sample's detections on the fast engine vs on the plain FP16 engine (numpy decode, single-label; "
+                "the plugin is multi-label), boxes paired by class and IoU >= 0.5"}
+    log(f"fast vs plain: {run.result['sample_fast_vs_plain']}")
 
 
 # --- NMS plugin vs numpy ---------------------------------------------------------------------------------------------
 
 
+def pair_detections(first: list, second: list) -> tuple:
+    """Pair the boxes of two lists of per-image Detections by class and IoU >= 0.5, greedily in ``first``'s order:
+    ``(pairs, their IoUs, boxes only in first, boxes only in second)``."""
+    from trtkit.detection import box_iou
+
+    compared, ious, only_first, only_second = 0, [], 0, 0
+    for a, b in zip(first, second):
+        used = np.zeros(len(b), bool)
+        for box, cls in zip(a.boxes, a.classes):
+            candidates = np.nonzero((b.classes == cls) & ~used)[0]
+            iou = box_iou(box, b.boxes[candidates]) if len(candidates) else np.zeros(0)
+            if len(iou) and iou.max() >= 0.5:
+                used[candidates[int(iou.argmax())]] = True
+                ious.append(float(iou.max()))
+                compared += 1
+            else:
+                only_first += 1
+        only_second += int((~used).sum())
+    return compared, ious, only_first, only_second
+
+
 def nms_match(run, plain_outputs, nms_engine: Path, val: ValSet) -> None:
-    from trtkit.detection import box_iou, decode, from_efficient_nms
+    from trtkit.detection import decode, from_efficient_nms
 
     plugin = engine_outputs(nms_engine, val)
-    compared, ious, only_plugin, only_numpy = 0, [], 0, 0
+    theirs, ours = [], []
     for (_, head), (_, out) in zip(plain_outputs, plugin):
-        ours = decode(head["output0"], conf_threshold=NMS["score_threshold"], iou_threshold=NMS["iou_threshold"],
-                      max_detections=NMS["max_detections"], multi_label=True)
-        theirs = from_efficient_nms(out["num_dets"], out["boxes"], out["scores"], out["classes"])
-        for a, b in zip(theirs, ours):
-            used = np.zeros(len(b), bool)
-            for box, cls in zip(a.boxes, a.classes):
-                candidates = np.nonzero((b.classes == cls) & ~used)[0]
-                iou = box_iou(box, b.boxes[candidates]) if len(candidates) else np.zeros(0)
-                if len(iou) and iou.max() >= 0.5:
-                    used[candidates[int(iou.argmax())]] = True
-                    ious.append(float(iou.max()))
-                    compared += 1
-                else:
-                    only_plugin += 1
-            only_numpy += int((~used).sum())
+        ours += decode(head["output0"], conf_threshold=NMS["score_threshold"], iou_threshold=NMS["iou_threshold"],
+                       max_detections=NMS["max_detections"], multi_label=True)
+        theirs += from_efficient_nms(out["num_dets"], out["boxes"], out["scores"], out["classes"])
+    compared, ious, only_plugin, only_numpy = pair_detections(theirs, ours)
     run.result["nms_match"] = {
         "boxes_compared": compared, "min_iou": round(min(ious), 5) if ious else None,
         "mean_iou": round(float(np.mean(ious)), 6) if ious else None, "only_plugin": only_plugin,
@@ -303,6 +368,8 @@ def main(argv=None) -> int:
     parser.add_argument("--opt-level", type=int, default=None, help="builder optimization level (TensorRT's)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     parser.add_argument("--model", type=Path, default=MODEL, help="the detector (default: the sample's)")
+    parser.add_argument("--fast-nms", action=argparse.BooleanOptionalAction, default=True,
+                        help="build the sample's fast engine with --add-nms as well as --input-uint8-nhwc (on)")
     parser.add_argument("--val-images", type=int, default=2000, help="val images to generate and score (2000)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
                         help="the repository's copy of the JSON goes in this folder")
@@ -346,8 +413,11 @@ def main(argv=None) -> int:
                                                                        args.opt_level), cost=30)
             if nms_engine is not None:
                 run.guard("nms_match", lambda plain=plain, nms=nms_engine: nms_match(run, plain, nms, val))
-        if key == "fp16":
-            run.guard("sample_latency", lambda engine=engine: sample_latency(run, engine, data), cost=10)
+        if key == "fp16":  # the fast engine's build reuses the FP16 timing cache
+            fast = run.guard("fp16_fast/build", lambda: build_fast(run, args.model, engines, args.cache, data,
+                                                                   args.opt_level, args.fast_nms), cost=30)
+            run.guard("sample_latency", lambda engine=engine, fast=fast: fast_path(run, engine, fast, data,
+                                                                                    args.bench_seconds), cost=15)
         write(run.result, folders)
     run.result["seconds"] = round(time.perf_counter() - STARTED, 1)
     write(run.result, folders)

@@ -3,9 +3,11 @@
     python samples/detection/detect.py model.engine images/ --out annotated/
 
 The engine may return the YOLOv8 head (decoded here with numpy NMS) or, built with ``trtkit build --add-nms``, the
-EfficientNMS plugin's ``num_dets, boxes, scores, classes``. An ``.onnx`` model runs on the CPU instead (onnxruntime
-where installed), for a first look without a GPU. Images pillow cannot read are named and skipped; the count is
-given at the end. ``--timing`` prints the median per-image pre-processing, inference and post-processing times.
+EfficientNMS plugin's ``num_dets, boxes, scores, classes``. An engine built with ``--input-uint8-nhwc`` takes the
+letterboxed pixels as they are (uint8 NHWC: the cast, scale and transpose run on the GPU); the sample sees that from
+the engine's input dtype. An ``.onnx`` model runs on the CPU instead (onnxruntime where installed), for a first look
+without a GPU. Images pillow cannot read are named and skipped; the count is given at the end. ``--timing`` prints
+the median per-image pre-processing, inference and post-processing times.
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ import sys
 import time
 from pathlib import Path
 
-from trtkit.detection import ImageReadError, Letterbox, detections_from_outputs, draw, list_images, open_image
+from trtkit.detection import ImageReadError, detections_from_outputs, draw, list_images, open_image
 from trtkit.errors import TrtkitError
 from trtkit.eval.models import open_model
 
+# the runner replays one CUDA graph per batch size (copies included) and hands back views of its output buffers,
+# which the post step reads before the next call
+RUNNER_OPTIONS = {"cuda_graph": True, "copy_outputs": False}
+
 
 class Detector:
-    """Letterbox → model → decode → map back, for one batch of pillow images; times each step."""
+    """Letterbox → model → decode → map back, for one batch of pillow images or RGB arrays; times each step."""
 
-    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100):
+    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, threads: int = 1):
         self.model = model
-        self.letterbox = Letterbox(model.input_size, reuse=True)  # one batch array, page-locked by the runner
+        # one batch array, page-locked by the runner; each image resized by `threads` threads
+        self.letterbox = model.letterbox(reuse=True, threads=threads)
+        self.input_name = model.input_name
         self.decode = {"conf_threshold": conf, "iou_threshold": iou, "max_detections": max_det}
         self.times = {"pre": [], "infer": [], "post": []}
 
@@ -35,13 +43,16 @@ class Detector:
         t0 = time.perf_counter()
         batch, metas = self.letterbox(images)
         t1 = time.perf_counter()
-        outputs = self.model.infer({self.model.input_name: batch})
+        outputs = self.model.infer({self.input_name: batch})
         t2 = time.perf_counter()
         dets = [d.mapped(m) for d, m in zip(detections_from_outputs(outputs, **self.decode), metas)]
         t3 = time.perf_counter()
         for key, seconds in (("pre", t1 - t0), ("infer", t2 - t1), ("post", t3 - t2)):
             self.times[key].append(seconds / len(images))
         return dets
+
+    def close(self) -> None:
+        self.letterbox.close()
 
 
 def class_names(path: Path | None, model_path: Path) -> list[str] | None:
@@ -76,12 +87,15 @@ def run(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     names = class_names(args.names, args.model)
     skipped: list = []
-    with open_model(str(args.model)) as model:
-        detector = Detector(model, args.conf, args.iou, args.max_det)
-        for group in batches(files, min(args.batch, model.max_batch), skipped):
-            for (path, image), det in zip(group, detector([image for _, image in group])):
-                draw(image, det, names).save(args.out / f"{path.stem}.jpg", quality=90)
-                print(f"{path.name}: {len(det)} detection(s)")
+    with open_model(str(args.model), runner_options=RUNNER_OPTIONS if args.cuda_graph else None) as model:
+        detector = Detector(model, args.conf, args.iou, args.max_det, args.pre_threads)
+        try:
+            for group in batches(files, min(args.batch, model.max_batch), skipped):
+                for (path, image), det in zip(group, detector([image for _, image in group])):
+                    draw(image, det, names).save(args.out / f"{path.stem}.jpg", quality=90)
+                    print(f"{path.name}: {len(det)} detection(s)")
+        finally:
+            detector.close()
     done = len(files) - len(skipped)
     print(f"{done} image(s) annotated in {args.out}" + (f"; {len(skipped)} skipped (unreadable)" if skipped else ""))
     if args.timing and done:
@@ -102,6 +116,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="images per inference call (1)")
     parser.add_argument("--names", type=Path, help="class names: a text file, one a line, or a COCO JSON file")
     parser.add_argument("--timing", action="store_true", help="print median per-image pre/infer/post times")
+    parser.add_argument("--pre-threads", type=int, default=1, metavar="N",
+                        help="threads resizing each image (the same pixels as one; 1)")
+    parser.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
+                        help="replay the engine and its copies as one CUDA graph per batch size (default: on)")
     args = parser.parse_args(argv)
     try:
         return run(args)

@@ -17,17 +17,38 @@ ROOT = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"map", "map50", "engine_mb", "b1_ms", "b8_ms", "b8_graph_ms", "b8_images_per_s", "build_s"}
 
 
+def _run(tmp_path, *extra):
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "detection_h200.py")))
+    return subprocess.run(
+        [sys.executable, str(wrapper), "--model", str(tmp_path / "det.onnx"), "--val-images", "6", "--calib", "8",
+         "--bench-seconds", "0.05", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--work",
+         str(tmp_path / "work"), "--results", str(tmp_path / "results"), *extra],
+        capture_output=True, text=True, timeout=280, cwd=ROOT)
+
+
+def test_the_sample_fast_path_is_timed_and_compared_with_the_plain_engine(tmp_path):
+    onnx.save(models.conv_detector(size=32, classes=8, seed=2), tmp_path / "det.onnx")
+    proc = _run(tmp_path, "--rows", "fp16", "--no-fast-nms")  # the fake engine cannot run EfficientNMS_TRT
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "detection-h200.json").read_text())
+    assert not data["errors"], data["errors"]
+    fast, threaded, plain = (data[k] for k in ("sample_latency", "sample_latency_pre_threads4",
+                                               "sample_latency_plain"))
+    assert fast["input"] == "NHWC uint8" and plain["input"] == "NCHW float32" and threaded["pre_threads"] == 4
+    assert fast["engine_e2e_ms"] == plain["engine_e2e_ms"] == data["rows"]["fp16"]["b1_e2e_ms"]
+    assert fast["ratio"] == round(fast["total_ms"] / fast["engine_e2e_ms"], 3)
+    assert data["fast_engine"]["input_uint8_nhwc"] and data["fast_engine"]["b1_e2e_ms"] > 0
+    agree = data["sample_fast_vs_plain"]  # the fake runs both in the reference evaluator: the same detections
+    assert agree["boxes_compared"] > 0 and agree["only_fast"] == agree["only_plain"] == 0 and agree["min_iou"] == 1
+    assert data["targets"]["sample_latency_1.5x"]["ratio"] == fast["ratio"]
+
+
 def test_detection_table_script_writes_every_row(tmp_path):
     # opset 19: onnx's reference evaluator (the fake engine's) runs DequantizeLinear from 19 on
     onnx.save(models.conv_detector(size=32, classes=8, opset=19), tmp_path / "det.onnx")
-    wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "detection_h200.py")))
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, str(wrapper), "--model", str(tmp_path / "det.onnx"), "--val-images", "6", "--calib", "8",
-         "--bench-seconds", "0.05", "--out", str(out), "--cache", str(tmp_path / "cache"), "--work",
-         str(tmp_path / "work"), "--results", str(tmp_path / "results")],
-        capture_output=True, text=True, timeout=280, cwd=ROOT)
+    proc = _run(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "detection-h200.json").read_text())
     assert json.loads((tmp_path / "results" / "detection-h200.json").read_text()) == data
@@ -40,8 +61,11 @@ def test_detection_table_script_writes_every_row(tmp_path):
     assert rows["fp16"]["precision_constraints"] == "prefer" == rows["int8_calibrator"]["precision_constraints"]
     assert data["rows"]["fp32"]["precision_constraints"] == "none"
     assert data["rows"]["fp32"]["map"] == data["rows"]["onnx"]["map"]  # the fake engine runs the ONNX model
-    assert data["sample_latency"]["total_ms"] > 0 and data["sample_latency"]["engine_e2e_ms"] > 0
+    plain = data["sample_latency_plain"]
+    assert plain["total_ms"] > 0 and plain["engine_e2e_ms"] == rows["fp16"]["b1_e2e_ms"] > 0
+    assert plain["input"] == "NCHW float32" and plain["images"] == 6
     assert "fp16_within_0.3pt" in data["targets"] and "best_int8" in data["targets"]
-    # the fake runtime runs the graph with onnx's reference evaluator, which has no EfficientNMS_TRT
-    assert set(data["errors"]) <= {"nms_match"}, data["errors"]
-    assert data["nms_engine"]["engine_mb"] > 0
+    # the fake runtime runs the graph with onnx's reference evaluator, which has no EfficientNMS_TRT: the NMS
+    # comparison and the sample on the fast (uint8 + NMS) engine stop there, recorded
+    assert set(data["errors"]) <= {"nms_match", "sample_latency"}, data["errors"]
+    assert data["nms_engine"]["engine_mb"] > 0 and data["fast_engine"]["engine_mb"] > 0

@@ -91,3 +91,49 @@ def test_reuse_fills_the_same_array_and_repads_it():
     other, _ = letterbox([Image.new("RGB", (4, 4))] * 2)
     assert other is not first and other.shape[0] == 2
     assert Letterbox((16, 16))([Image.new("RGB", (4, 4))])[0] is not Letterbox((16, 16))([Image.new("RGB", (4, 4))])[0]
+
+
+def _photos(n=12, seed=1):
+    """Arrays of the sizes a letterbox meets: smaller, larger, wider and taller than the input, and equal to it."""
+    rng = np.random.default_rng(seed)
+    sizes = [(40, 48), (48, 40), (17, 90), (90, 17), (64, 64), (33, 31), (120, 80), (48, 48), (5, 7), (200, 199)]
+    return [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in (sizes * 2)[:n]]
+
+
+def test_uint8_nhwc_batch_is_the_padded_pixels_the_float_batch_is_made_of():
+    photos = _photos()
+    float_batch, float_metas = Letterbox((48, 48))(photos)
+    pixels, metas = Letterbox((48, 48), dtype=np.uint8, layout="NHWC")(photos)
+    assert pixels.shape == (len(photos), 48, 48, 3) and pixels.dtype == np.uint8 and metas == float_metas
+    # the same resampled pixels exactly: the float batch is x / 255 of them, transposed
+    np.testing.assert_array_equal(np.multiply(pixels.transpose(0, 3, 1, 2), np.float32(1 / 255)), float_batch)
+
+
+def test_reused_uint8_batch_is_one_array_repadded():
+    letterbox = Letterbox((16, 16), dtype=np.uint8, layout="NHWC", reuse=True)
+    first, _ = letterbox([Image.new("RGB", (16, 16), (255, 255, 255))])
+    second, _ = letterbox([Image.new("RGB", (16, 8), (0, 0, 0))])
+    assert second is first and (second[0, :4] == 114).all() and second[0, 8].max() == 0
+
+
+def test_other_layouts_and_dtypes():
+    photos = _photos(3)
+    nchw, _ = Letterbox((24, 32))(photos)
+    nhwc, _ = Letterbox((24, 32), layout="NHWC")(photos)
+    np.testing.assert_array_equal(nhwc, nchw.transpose(0, 2, 3, 1))
+    raw_nchw, _ = Letterbox((24, 32), dtype=np.uint8)(photos)
+    np.testing.assert_array_equal(raw_nchw, Letterbox((24, 32), dtype=np.uint8, layout="NHWC")(photos)[0]
+                                  .transpose(0, 3, 1, 2))
+    with pytest.raises(InputError, match="layout 'CHW' is not known"):
+        Letterbox((8, 8), layout="CHW")
+
+
+def test_for_input_reads_the_layout_from_the_dtype():
+    uint8 = Letterbox.for_input((4, 320, 256, 3), np.uint8)
+    assert (uint8.size, uint8.layout, uint8.dtype, uint8.raw) == ((320, 256), "NHWC", np.uint8, True)
+    floats = Letterbox.for_input((4, 3, 320, 256), np.float32, reuse=True)
+    assert (floats.size, floats.layout, floats.dtype, floats.reuse) == ((320, 256), "NCHW", np.float32, True)
+    with pytest.raises(InputError, match=r"uint8 image input of shape \(4, 3, 320, 320\) is not \(N, H, W, 3\)"):
+        Letterbox.for_input((4, 3, 320, 320), np.uint8)
+    with pytest.raises(InputError, match=r"is not \(N, 3, H, W\) with a fixed height and width"):
+        Letterbox.for_input((4, 3, "h", 320), np.float32)

@@ -108,3 +108,70 @@ def test_mapped_detections_are_in_original_pixels():
     mapped = det.mapped(letterbox_meta(640, 480, (320, 320)))
     np.testing.assert_allclose(mapped.boxes, [[0, 0, 640, 480]])
     assert mapped.scores is det.scores
+
+
+def _greedy_nms(boxes, scores, threshold, classes, limit):
+    """The textbook loop (one IoU pass per kept box), the reference for the vectorized :func:`nms`."""
+    boxes = np.asarray(boxes, np.float32)
+    span = float(boxes.max() - min(boxes.min(), 0.0)) + 1.0
+    boxes = boxes + (classes.astype(np.float32) * span)[:, None]
+    order, keep = np.argsort(-scores, kind="stable"), []
+    while order.size and len(keep) < limit:
+        best, order = order[0], order[1:]
+        keep.append(best)
+        order = order[box_iou(boxes[best], boxes[order]) <= threshold]
+    return np.asarray(keep, np.int64)
+
+
+def _crowded_head(rng, anchors=400, classes=3):
+    """Many overlapping boxes of a few classes, scores from 0 to 1: every branch of the decode and NMS."""
+    rows = np.empty((anchors, 4 + classes), np.float32)
+    rows[:, :2] = rng.uniform(20, 80, (anchors, 2))
+    rows[:, 2:4] = rng.uniform(4, 40, (anchors, 2))
+    rows[:, 4:] = rng.random((anchors, classes))
+    return rows.T[None]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorized_nms_keeps_what_the_greedy_loop_keeps(seed):
+    rng = np.random.default_rng(seed)
+    boxes = xywh_to_xyxy(_crowded_head(rng)[0, :4].T)
+    scores = rng.random(len(boxes)).astype(np.float32)
+    classes = rng.integers(0, 3, len(boxes))
+    for threshold, limit in ((0.45, 300), (0.2, 5), (0.7, 1)):
+        np.testing.assert_array_equal(nms(boxes, scores, threshold, classes=classes, max_output=limit),
+                                      _greedy_nms(boxes, scores, threshold, classes, limit))
+    assert nms(boxes[:0], scores[:0], 0.5).size == 0 and nms(boxes, scores, 0.5, max_output=0).size == 0
+
+
+def _decode_all_anchors(output, conf, iou, max_det):
+    """The decode as it was: boxes and class argmax over every anchor, then the score filter."""
+    boxes_all = xywh_to_xyxy(output[:, :4].transpose(0, 2, 1))
+    best = output[:, 4:].argmax(1)
+    best_scores = np.take_along_axis(output[:, 4:], best[:, None], 1)[:, 0]
+    out = []
+    for i in range(output.shape[0]):
+        anchor = np.nonzero(best_scores[i] > conf)[0]
+        cls, scores, boxes = best[i, anchor], best_scores[i, anchor], boxes_all[i, anchor]
+        keep = _greedy_nms(boxes, scores, iou, cls, max_det) if len(anchor) else np.zeros(0, np.int64)
+        out.append((boxes[keep], scores[keep], cls[keep]))
+    return out
+
+
+def test_decode_filters_first_and_finds_what_decoding_every_anchor_finds():
+    rng = np.random.default_rng(7)
+    output = np.concatenate([_crowded_head(rng) for _ in range(3)])
+    for conf, iou, max_det in ((0.25, 0.45, 100), (0.9, 0.5, 100), (0.05, 0.3, 4), (1.0, 0.5, 100)):
+        for det, (boxes, scores, cls) in zip(decode(output, conf, iou, max_det),
+                                             _decode_all_anchors(output, conf, iou, max_det)):
+            np.testing.assert_array_equal(det.boxes, boxes)
+            np.testing.assert_array_equal(det.scores, scores)
+            np.testing.assert_array_equal(det.classes, cls)
+
+
+def test_plugin_detections_are_copies_of_the_outputs():
+    boxes, scores = np.ones((1, 2, 4), np.float32), np.ones((1, 2), np.float32)
+    classes = np.zeros((1, 2), np.int32)
+    (det,) = from_efficient_nms(np.array([[2]], np.int32), boxes, scores, classes)
+    boxes[:], scores[:], classes[:] = 0, 0, 5  # a runner's buffers, refilled by its next call
+    assert det.boxes.min() == 1 and det.scores.min() == 1 and det.classes.max() == 0

@@ -71,3 +71,33 @@ def test_eval_detection_engine_next_to_onnx(engines, data):
     assert onnx.map > 50 and abs(engine.map - onnx.map) < 1.0
     nms = evaluate_detection(engines[1], data / "val", data / "val.json", batch=8).rows[0].metrics
     assert nms.map > 50 and np.isfinite(nms.map50)
+
+
+def test_uint8_nhwc_engine_takes_pixels_and_finds_the_float_engines_detections(engines, data, tmp_path, cache_dir):
+    """TensorRT takes the UINT8 input feeding the prepended Cast; the FP32 engine on uint8 NHWC pixels gives the
+    float engine's detections, through the sample's Detector (CUDA graph, output views) and through trtkit eval."""
+    sys.path.insert(0, str(ROOT / "samples" / "detection"))
+    from detect import RUNNER_OPTIONS, Detector
+
+    from trtkit.eval.models import open_model
+
+    config = BuildConfig(profiles=[parse_shapes("images:1x320x320x3,8x320x320x3,8x320x320x3")],
+                         tactic_sources=GPU_TACTIC_SOURCES, timing_cache=str(cache_dir / "detection.cache"),
+                         input_uint8_nhwc=True)
+    fast = tmp_path / "det-uint8.engine"
+    build(str(MODEL), config, output=fast, isolate=False)
+    files = sorted((data / "val").glob("*.jpg"))[:12]
+    found = {}
+    for name, engine in (("float", engines[0]), ("uint8", fast)):
+        with open_model(str(engine), runner_options=RUNNER_OPTIONS) as model:
+            detector = Detector(model, threads=2)
+            found[name] = [detector([path])[0] for path in files] + [detector([path])[0] for path in files]
+            detector.close()
+    assert sum(len(d) for d in found["float"]) > 12
+    for a, b in zip(found["uint8"], found["float"]):
+        assert len(a) == len(b)
+        for box, cls in zip(a.boxes, a.classes):
+            assert box_iou(box, b.boxes[b.classes == cls]).max() >= 0.99
+    ours = evaluate_detection(fast, data / "val", data / "val.json", batch=8).rows[0].metrics
+    theirs = evaluate_detection(engines[0], data / "val", data / "val.json", batch=8).rows[0].metrics
+    assert abs(ours.map - theirs.map) < 0.2

@@ -60,3 +60,48 @@ def test_first_readme_command_runs_on_the_cpu_with_the_committed_model(tmp_path)
 def test_help():
     proc = run("--help")
     assert proc.returncode == 0 and "--out" in proc.stdout
+
+
+def _detect_module():
+    sys.path.insert(0, str(SAMPLE))
+    try:
+        import detect
+    finally:
+        sys.path.remove(str(SAMPLE))
+    return detect
+
+
+def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path):
+    """The sample on a fake-TensorRT engine built with input_uint8_nhwc (uint8 NHWC batches, a CUDA graph, output
+    views) against the ONNX model on float batches: the same detections, to the bit."""
+    from trtkit.builder.api import build
+    from trtkit.builder.config import BuildConfig
+    from trtkit.builder.profiles import parse_shapes
+    from trtkit.eval.models import open_model
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    detect = _detect_module()
+    model = models.conv_detector(size=32, classes=2, seed=3)
+    trt = make_fake_trt("8.6.0")
+    config = BuildConfig(profiles=[parse_shapes("images:1x32x32x3,2x32x32x3,4x32x32x3")], input_uint8_nhwc=True)
+    build(model, config, output=tmp_path / "det.engine", trt=trt, isolate=False)
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((48, 64), (30, 20), (32, 32), (70, 50))]
+    options = dict(detect.RUNNER_OPTIONS, trt=trt, cuda=Cuda(FakeCudart()))
+    with open_model(str(tmp_path / "det.engine"), runner_options=options) as engine:
+        detector = detect.Detector(engine, conf=0.3)
+        assert detector.letterbox.raw and engine.input_dtype == np.uint8
+        ours = [detector([image])[0] for image in images + images]  # the second round replays the graph
+        ours += detector(images[:2])
+    with open_model(model) as reference:
+        float_detector = detect.Detector(reference, conf=0.3)
+        assert not float_detector.letterbox.raw
+        theirs = [float_detector([image])[0] for image in images + images] + float_detector(images[:2])
+    assert sum(len(d) for d in theirs) > 0
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+        np.testing.assert_array_equal(a.scores, b.scores)
+        np.testing.assert_array_equal(a.classes, b.classes)
+    assert len(detector.times["pre"]) == len(ours) - 1

@@ -113,6 +113,26 @@ def check_arguments(
     _check.choice("log_severity", log_severity, SEVERITIES)
 
 
+def _check_uint8_profiles(proto, profiles: list) -> None:
+    """The profiles against the engine's uint8 (N, H, W, 3) input; a profile in the model's NCHW layout is named."""
+    from trtkit.builder.image_input import image_input, nhwc_dims
+    from trtkit.builder.profiles import resolve_profiles
+    from trtkit.errors import ProfileError
+    from trtkit.model import model_inputs
+
+    value, dims = image_input(proto)
+    inputs = dict(model_inputs(proto), **{value.name: nhwc_dims(dims)})
+    try:
+        resolve_profiles(inputs, profiles)
+    except ProfileError as exc:
+        example = "x".join(str(d) if isinstance(d, int) else "1" for d in nhwc_dims(dims))
+        raise ProfileError(
+            f"{exc}. With input_uint8_nhwc=True the engine's input '{value.name}' is (N, H, W, 3) uint8: give its "
+            f"shapes in that layout, e.g. {value.name}:{example}",
+            field="profiles",
+        ) from exc
+
+
 def check_inputs(model, config: BuildConfig):
     """What can be checked without TensorRT, checked before it is needed, so every mistake of this kind is named
     at once rather than after "TensorRT is not installed": the model reads as ONNX, the profiles fit its inputs,
@@ -126,7 +146,9 @@ def check_inputs(model, config: BuildConfig):
     from trtkit.model import load_model, model_inputs
 
     loaded = load_model(model, check=False)
-    if config.add_nms is None:  # with NMS, the prepare step's check of the head's layout speaks first
+    if config.input_uint8_nhwc:
+        _check_uint8_profiles(loaded.proto, config.profiles)
+    elif config.add_nms is None:  # with NMS, the prepare step's check of the head's layout speaks first
         resolve_profiles(model_inputs(loaded.proto), config.profiles)
     calibration = config.calibration
     if calibration is not None and isinstance(calibration.source, (str, Path)):

@@ -102,6 +102,7 @@ def build_serialized(
         sanitize=config.sanitize,
         fold_constants=config.fold_constants,
         nms=config.add_nms,
+        input_uint8_nhwc=config.input_uint8_nhwc,
     )
     loaded = prepared.loaded
     if custom_ops(loaded.proto):  # plugin ops (EfficientNMS_TRT from add_nms) come from the registry: load it first

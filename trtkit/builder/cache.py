@@ -48,7 +48,12 @@ def cached_build(model, config, *, folder=None, trt=None, isolate: bool = True, 
 
     module = trt or tensorrt()
     prepared = prepare(
-        model, trt=module, sanitize=config.sanitize, nms=config.add_nms, fold_constants=config.fold_constants
+        model,
+        trt=module,
+        sanitize=config.sanitize,
+        nms=config.add_nms,
+        fold_constants=config.fold_constants,
+        input_uint8_nhwc=config.input_uint8_nhwc,
     )
     stem = prepared.loaded.path.stem if prepared.loaded.path else prepared.loaded.name
     path = cache_dir(folder) / f"{stem}-{cache_key(prepared, config, compat.version_string(module))}.engine"

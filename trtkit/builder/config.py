@@ -68,6 +68,8 @@ class BuildConfig:
         save_prepared: also write the prepared model (rewritten, folded) here, when preparing changed it.
         add_nms: a :class:`trtkit.detection.NmsOptions`: append TensorRT's ``EfficientNMS_TRT`` plugin to a
             YOLOv8-style head while preparing (the engine then returns ``num_dets, boxes, scores, classes``).
+        input_uint8_nhwc: the engine takes the image input as ``(N, H, W, 3)`` uint8 pixels and casts, scales
+            (1/255) and transposes them itself (:mod:`trtkit.builder.image_input`); profiles then give NHWC shapes.
     """
 
     precision: str = "fp32"
@@ -96,6 +98,7 @@ class BuildConfig:
     check: bool = True
     save_prepared: str | None = None
     add_nms: object = None
+    input_uint8_nhwc: bool = False
 
     def __post_init__(self):
         _check.choice("precision", self.precision, PRECISIONS)
@@ -130,6 +133,15 @@ class BuildConfig:
         _check.path("save_prepared", self.save_prepared, optional=True)
         if self.add_nms is not None and type(self.add_nms).__name__ != "NmsOptions":
             _check.fail("add_nms", self.add_nms, "a trtkit.detection.NmsOptions or None")
+        _check.boolean("input_uint8_nhwc", self.input_uint8_nhwc)
+        if self.input_uint8_nhwc and self.calibration is not None:
+            raise UsageError(
+                "input_uint8_nhwc cannot be combined with INT8 calibration data: the calibration images are fed "
+                "as the model's float (N, 3, H, W) input. Use input_uint8_nhwc with FP32/FP16 builds, or build the "
+                "calibrated engine without it",
+                field="input_uint8_nhwc",
+                accepted="False when calibration is set",
+            )
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":
                 raise UsageError(

@@ -109,7 +109,14 @@ class PreparedModel:
 
 
 def prepare(
-    model, *, target: ParserTarget | None = None, sanitize: bool = True, fold_constants: bool = True, trt=None, nms=None
+    model,
+    *,
+    target: ParserTarget | None = None,
+    sanitize: bool = True,
+    fold_constants: bool = True,
+    trt=None,
+    nms=None,
+    input_uint8_nhwc: bool = False,
 ) -> PreparedModel:
     """Prepare an ONNX model for TensorRT's parser: compatibility rewrites, then constant folding.
 
@@ -123,13 +130,16 @@ def prepare(
         trt: a ``tensorrt`` module (or the fake) to take the target from.
         nms: :class:`trtkit.detection.NmsOptions` to append TensorRT's ``EfficientNMS_TRT`` plugin to a YOLOv8-style
             head, last (after folding, which cannot evaluate a plugin op).
+        input_uint8_nhwc: make the one image input ``(N, H, W, 3)`` uint8, cast, scaled by 1/255 and transposed to
+            the model's ``(N, 3, H, W)`` float inside the graph (:mod:`trtkit.builder.image_input`).
 
     Returns:
         A :class:`PreparedModel`; ``.rewrites`` names what was done, skipped and failed.
 
     Raises:
-        ModelError: the model cannot be read (missing file, missing external data file, not ONNX), or ``nms`` was
-            asked for and its output is not a YOLOv8-style head.
+        ModelError: the model cannot be read (missing file, missing external data file, not ONNX), ``nms`` was
+            asked for and its output is not a YOLOv8-style head, or ``input_uint8_nhwc`` was and the model has no
+            single float (N, 3, H, W) input.
     """
     if isinstance(model, PreparedModel):
         return model
@@ -143,6 +153,7 @@ def prepare(
     _check.instance("target", target, ParserTarget, "a ParserTarget", optional=True)
     _check.boolean("sanitize", sanitize)
     _check.boolean("fold_constants", fold_constants)
+    _check.boolean("input_uint8_nhwc", input_uint8_nhwc)
     if nms is not None and type(nms).__name__ != "NmsOptions":
         _check.fail("nms", nms, "a trtkit.detection.NmsOptions or None")
     target = target or (ParserTarget.from_trt(trt) if trt is not None else ParserTarget.assumed())
@@ -176,6 +187,11 @@ def prepare(
         proto, fold, rewrites = _fold(proto, rewrites)
     if nms is not None:
         proto, rewrites = _append_nms(proto, nms, rewrites)
+    if input_uint8_nhwc:
+        from trtkit.builder.image_input import add_uint8_nhwc_input
+
+        proto, record = add_uint8_nhwc_input(proto)
+        rewrites = [*rewrites, record]
     from trtkit.builder.rewrites.int64_io import original_dtypes
 
     loaded = source if proto is source.proto else LoadedModel(proto, proto.SerializeToString(), source.path)

@@ -85,6 +85,9 @@ def prepare_notes(manifest: Manifest, config) -> dict:
     nms = [r for r in rewrites if r["rewrite"] == "add-nms"]
     if nms:
         notes["NMS"] = nms[0]["what"]
+    pixels = [r for r in rewrites if r["rewrite"] == "uint8-nhwc-input"]
+    if pixels:
+        notes["image input"] = f"{pixels[0]['where']} {pixels[0]['what']}"
     if config.save_prepared and any(r["status"] == "applied" for r in rewrites):
         notes["sanitized model"] = config.save_prepared
     return notes

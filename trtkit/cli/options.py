@@ -387,6 +387,7 @@ FLAGS = {
     "max_batch": "--max-batch",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",
+    "input_uint8_nhwc": "--input-uint8-nhwc",
     "metric": "--metric",
     "reference": "--reference",
     "gpus": "--gpus",
@@ -403,6 +404,7 @@ SWITCHES = {
     "strongly_typed": ("--strongly-typed", "no --strongly-typed"),
     "require_precision": ("--require-precision", "no --require-precision"),
     "fold_constants": ("--fold-constants", "--no-fold-constants"),
+    "input_uint8_nhwc": ("--input-uint8-nhwc", "no --input-uint8-nhwc"),
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
     "tf32": ("no --no-tf32", "--no-tf32"),
     "isolate": ("no --no-isolate", "--no-isolate"),
@@ -478,7 +480,8 @@ def add_json_option(parser) -> None:
 
 
 def add_prepare_options(parser) -> None:
-    """``--sanitize/--no-sanitize``, ``--fold-constants/--no-fold-constants``, ``--save-sanitized``, ``--no-check``."""
+    """``--sanitize/--no-sanitize``, ``--fold-constants/--no-fold-constants``, ``--save-sanitized``,
+    ``--input-uint8-nhwc``, ``--no-check``."""
     group = parser.add_argument_group("before parsing (trtkit.prepare)")
     group.add_argument(
         "--sanitize",
@@ -500,6 +503,12 @@ def add_prepare_options(parser) -> None:
         help="also write the prepared model here (written only when preparing changed something)",
     )
     group.add_argument(
+        "--input-uint8-nhwc",
+        action="store_true",
+        help="the engine takes the image input as (N, H, W, 3) uint8 pixels and casts, scales (1/255) and "
+        "transposes them to the model's (N, 3, H, W) float itself; give --shapes in NHWC (e.g. images:1x640x640x3)",
+    )
+    group.add_argument(
         "--no-check",
         dest="check",
         action="store_false",
@@ -515,4 +524,5 @@ def prepare_settings(args) -> dict:
         "fold_constants": getattr(args, "fold_constants", True),
         "check": getattr(args, "check", True),
         "save_prepared": getattr(args, "save_sanitized", None),
+        "input_uint8_nhwc": getattr(args, "input_uint8_nhwc", False),
     }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit.detection.resize import SplitResize
 from trtkit.errors import InputError
 from trtkit.images import IMAGE_EXTENSIONS
 
@@ -58,20 +59,29 @@ def letterbox_meta(width: int, height: int, size: tuple[int, int]) -> LetterboxM
     return LetterboxMeta(width, height, scale, (in_w - new_w) // 2, (in_h - new_h) // 2)
 
 
+LAYOUTS = ("NCHW", "NHWC")
+
+
 class Letterbox:
-    """Turn images into one NCHW float batch for a detector, remembering how to map boxes back.
+    """Turn images into one batch for a detector, remembering how to map boxes back.
 
     Args:
         size: the model input's ``(height, width)``.
         pad_value: padding, in 0..255 pixel units.
-        scale: multiplier of the 0..255 values (``1/255`` gives 0..1, what YOLO-style models expect).
-        dtype: dtype of the batch.
+        scale: multiplier of the 0..255 values (``1/255`` gives 0..1, what YOLO-style models expect); a uint8
+            batch holds the pixels themselves, unscaled.
+        dtype: dtype of the batch. ``np.uint8`` with ``layout="NHWC"`` is the padded pixels as they are, with no
+            float work on the CPU: the input of an engine built with ``input_uint8_nhwc``.
+        layout: ``"NCHW"`` (``(N, 3, H, W)``) or ``"NHWC"`` (``(N, H, W, 3)``).
         reuse: fill the same batch array on every call of one batch size instead of a new one (the previous
             batch is overwritten). ``TrtRunner`` page-locks an input array it is given again and sends it from
             where it is, so a reused batch reaches the GPU with no extra host copy.
+        threads: threads resizing each image (:class:`~trtkit.detection.resize.SplitResize`: the same pixels as
+            one thread, sooner where cores are free); :meth:`close` stops them.
 
     ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns
-    ``(batch, metas)``: batch ``(N, 3, H, W)`` and one :class:`LetterboxMeta` per image.
+    ``(batch, metas)``: the batch and one :class:`LetterboxMeta` per image. :meth:`for_input` picks the settings
+    from a model input's shape and dtype.
     """
 
     def __init__(
@@ -81,30 +91,73 @@ class Letterbox:
         scale: float = 1.0 / 255.0,
         dtype=np.float32,
         *,
+        layout: str = "NCHW",
         reuse: bool = False,
+        threads: int = 1,
     ):
         self.size = (int(size[0]), int(size[1]))
         self.pad_value = pad_value
         self.scale = scale
         self.dtype = np.dtype(dtype)
+        if layout not in LAYOUTS:
+            raise InputError(f"Letterbox layout '{layout}' is not known; use one of: {', '.join(LAYOUTS)}.")
+        self.layout = layout
         self.reuse = reuse
-        self._buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._resize = SplitResize(threads)
+        self._buffers: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+
+    @classmethod
+    def for_input(cls, shape, dtype=np.float32, *, reuse: bool = False, threads: int = 1) -> Letterbox:
+        """The letterbox making batches of a model input of ``shape`` (``(N, 3, H, W)``, or ``(N, H, W, 3)`` when
+        ``dtype`` is uint8: an engine built with ``input_uint8_nhwc``) and ``dtype``.
+
+        Raises:
+            InputError: the shape is not 4-D with 3 channels where that layout has them, or its height and width are
+                not fixed.
+        """
+        dtype = np.dtype(dtype)
+        shape = tuple(shape)
+        nhwc = dtype == np.uint8
+        layout = "NHWC" if nhwc else "NCHW"
+        hw = shape[1:3] if nhwc else shape[2:4]
+        channels = shape[3] if nhwc and len(shape) == 4 else (shape[1] if len(shape) == 4 else None)
+        if len(shape) != 4 or channels != 3 or not all(isinstance(d, int) and d > 0 for d in hw):
+            raise InputError(
+                f"A {dtype} image input of shape {shape} is not {'(N, H, W, 3)' if nhwc else '(N, 3, H, W)'} with a "
+                "fixed height and width; the letterbox cannot fill it."
+            )
+        return cls((int(hw[0]), int(hw[1])), dtype=dtype, layout=layout, reuse=reuse, threads=threads)
+
+    @property
+    def threads(self) -> int:
+        return self._resize.threads
+
+    def close(self) -> None:
+        """Stop the resize threads, if any (a later call starts them again)."""
+        self._resize.close()
+
+    @property
+    def raw(self) -> bool:
+        """Whether the batch is the uint8 NHWC canvas itself (no conversion at all)."""
+        return self.dtype == np.uint8 and self.layout == "NHWC"
 
     def __call__(self, images) -> tuple[np.ndarray, list[LetterboxMeta]]:
         canvas, batch = self._arrays(len(images))
         canvas.fill(round(self.pad_value))
         metas = [self.paste(image, canvas[i]) for i, image in enumerate(images)]
-        return self.to_batch(canvas, batch), metas
+        return (canvas if self.raw else self.to_batch(canvas, batch)), metas
 
     def _arrays(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
         if not self.reuse:
             return np.empty((n, self.size[0], self.size[1], 3), np.uint8), None
         if n not in self._buffers:
-            self._buffers[n] = (
-                np.empty((n, self.size[0], self.size[1], 3), np.uint8),
-                np.empty((n, 3, self.size[0], self.size[1]), self.dtype),
-            )
+            canvas = np.empty((n, self.size[0], self.size[1], 3), np.uint8)
+            self._buffers[n] = (canvas, None if self.raw else np.empty(self._batch_shape(n), self.dtype))
         return self._buffers[n]
+
+    def _batch_shape(self, n: int) -> tuple:
+        h, w = self.size
+        return (n, 3, h, w) if self.layout == "NCHW" else (n, h, w, 3)
 
     def paste(self, image, out: np.ndarray) -> LetterboxMeta:
         """Resize one image into the ``(H, W, 3)`` uint8 canvas ``out`` (already padded); return its geometry."""
@@ -117,15 +170,22 @@ class Letterbox:
             image = image.convert("RGB")
         meta = letterbox_meta(image.width, image.height, self.size)
         new_w, new_h = max(1, round(image.width * meta.scale)), max(1, round(image.height * meta.scale))
-        resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.Resampling.BILINEAR)
-        out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w] = np.asarray(resized)
+        self._resize.into(image, (new_w, new_h), out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w])
         return meta
 
     def to_batch(self, canvas: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``(N, H, W, 3)`` uint8 → ``(N, 3, H, W)`` scaled, in one vectorized pass (into ``out`` when given)."""
-        batch = np.empty((canvas.shape[0], 3, canvas.shape[1], canvas.shape[2]), self.dtype) if out is None else out
-        np.multiply(canvas.transpose(0, 3, 1, 2), self.dtype.type(self.scale), out=batch, casting="unsafe")
-        return batch
+        """``(N, H, W, 3)`` uint8 → the batch (scaled, in the layout and dtype), in one vectorized pass (into ``out``
+        when given); a uint8 NHWC batch is ``canvas`` itself."""
+        if self.raw:
+            return canvas
+        if out is None:
+            out = np.empty(self._batch_shape(canvas.shape[0]), self.dtype)
+        source = canvas.transpose(0, 3, 1, 2) if self.layout == "NCHW" else canvas
+        if self.dtype == np.uint8:
+            np.copyto(out, source)
+        else:
+            np.multiply(source, self.dtype.type(self.scale), out=out, casting="unsafe")
+        return out
 
 
 def _as_rgb_array(array: np.ndarray) -> np.ndarray:

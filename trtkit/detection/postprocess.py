@@ -78,14 +78,34 @@ def nms(
         span = float(boxes.max() - min(boxes.min(), 0.0)) + 1.0
         boxes = boxes + (np.asarray(classes, np.float32) * span)[:, None]
     order = np.argsort(-np.asarray(scores), kind="stable")
-    keep: list[int] = []
     limit = len(order) if max_output is None else max_output
-    while order.size and len(keep) < limit:
-        best, order = order[0], order[1:]
-        keep.append(best)
-        if order.size:
-            order = order[box_iou(boxes[best], boxes[order]) <= iou_threshold]
-    return np.asarray(keep, np.int64)
+    if not order.size or limit < 1:
+        return np.zeros(0, np.int64)
+    # every IoU at once (the candidates are few once filtered by score), then one greedy pass, best first
+    suppressed = iou_matrix(boxes[order]) > iou_threshold
+    dropped = np.zeros(len(order), bool)
+    keep: list[int] = []
+    for k in range(len(order)):
+        if dropped[k]:
+            continue
+        keep.append(k)
+        if len(keep) == limit:
+            break
+        dropped |= suppressed[k]
+    return order[np.asarray(keep, np.int64)]
+
+
+def iou_matrix(boxes: np.ndarray) -> np.ndarray:
+    """``(K, K)`` IoU of each x1, y1, x2, y2 box with each other, row ``i`` as :func:`box_iou` of box ``i``."""
+    ix = np.clip(
+        np.minimum(boxes[:, None, 2], boxes[None, :, 2]) - np.maximum(boxes[:, None, 0], boxes[None, :, 0]), 0, None
+    )
+    iy = np.clip(
+        np.minimum(boxes[:, None, 3], boxes[None, :, 3]) - np.maximum(boxes[:, None, 1], boxes[None, :, 1]), 0, None
+    )
+    inter = ix * iy
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(areas[:, None] + areas[None, :] - inter, 1e-9)
 
 
 MAX_CLASSES = 1000
@@ -143,23 +163,20 @@ def decode(
     """
     output = np.asarray(output)
     check_head(output)
-    boxes_all = xywh_to_xyxy(output[:, :4].transpose(0, 2, 1))
-    scores_all = output[:, 4:]
-    if not multi_label:
-        best = scores_all.argmax(1)
-        best_scores = np.take_along_axis(scores_all, best[:, None], 1)[:, 0]
     results = []
     for i in range(output.shape[0]):
+        scores_all = output[i, 4:]
         if multi_label:
-            cls, anchor = np.nonzero(scores_all[i] > conf_threshold)
-            scores = scores_all[i, cls, anchor]
-        else:
-            anchor = np.nonzero(best_scores[i] > conf_threshold)[0]
-            cls, scores = best[i, anchor], best_scores[i, anchor]
+            cls, anchor = np.nonzero(scores_all > conf_threshold)
+            scores = scores_all[cls, anchor]
+        else:  # filter by each anchor's best score first: the class argmax and the boxes only for what is left
+            best_scores = scores_all.max(0)
+            anchor = np.nonzero(best_scores > conf_threshold)[0]
+            cls, scores = scores_all[:, anchor].argmax(0), best_scores[anchor]
         if scores.size > max_candidates:
             top = np.argpartition(-scores, max_candidates)[:max_candidates]
             cls, anchor, scores = cls[top], anchor[top], scores[top]
-        boxes = boxes_all[i, anchor]
+        boxes = xywh_to_xyxy(output[i, :4, anchor])
         keep = nms(boxes, scores, iou_threshold, classes=cls, max_output=max_detections)
         results.append(
             Detections(boxes[keep].astype(np.float32), scores[keep].astype(np.float32), cls[keep].astype(np.int32))
@@ -170,13 +187,15 @@ def decode(
 def from_efficient_nms(
     num_dets: np.ndarray, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray
 ) -> list[Detections]:
-    """The four outputs of TensorRT's ``EfficientNMS_TRT`` plugin → one :class:`Detections` per image."""
+    """The four outputs of TensorRT's ``EfficientNMS_TRT`` plugin → one :class:`Detections` per image.
+
+    The detections are copies: the outputs may be a runner's buffers, overwritten by its next call."""
     counts = np.asarray(num_dets).reshape(-1)
     return [
         Detections(
-            np.asarray(boxes[i, :n], np.float32),
-            np.asarray(scores[i, :n], np.float32),
-            np.asarray(classes[i, :n], np.int32),
+            np.array(boxes[i, :n], np.float32),
+            np.array(scores[i, :n], np.float32),
+            np.array(classes[i, :n], np.int32),
         )
         for i, n in enumerate(counts.astype(int))
     ]

@@ -121,10 +121,12 @@ def predict_coco(
     batch: int = 8,
     decode: DecodeSettings | None = None,
     skipped: list | None = None,
+    letterbox: Letterbox | None = None,
 ) -> tuple[list, list]:
-    """Run ``infer`` over the images; return (COCO result entries, the image ids read)."""
+    """Run ``infer`` over the images; return (COCO result entries, the image ids read). ``letterbox`` makes the
+    batches (default: float NCHW batches of ``size``)."""
     decode = decode or DecodeSettings()
-    letterbox = Letterbox(size)
+    letterbox = letterbox or Letterbox(size)
     results, read = [], []
     skipped = [] if skipped is None else skipped
     for images, ids in read_images(pairs, batch, skipped):
@@ -187,6 +189,7 @@ def evaluate_detection(
                 batch=min(batch, opened.max_batch),
                 decode=decode,
                 skipped=skipped_here,
+                letterbox=opened.letterbox(),
             )
             if not skipped:
                 skipped = skipped_here

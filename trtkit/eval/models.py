@@ -11,7 +11,9 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from trtkit.errors import InputError
 
@@ -25,10 +27,12 @@ class Model:
     Attributes:
         infer: ``{input name: array} -> {output name: array}``.
         input_name: the image input.
-        input_shape: its shape, ``(N, C, H, W)``, the batch possibly symbolic.
+        input_shape: its shape, ``(N, C, H, W)`` (``(N, H, W, C)`` for a uint8 input: an engine built with
+            ``input_uint8_nhwc``), the batch possibly symbolic.
         max_batch: the largest batch ``infer`` takes.
         kind: ``"engine"``, ``"onnx"`` or ``"callable"``.
         description: for reports (a path, usually).
+        input_dtype: the numpy dtype the image input takes (``None``: float32, or whatever ``infer`` casts from).
     """
 
     infer: Callable
@@ -37,6 +41,12 @@ class Model:
     max_batch: int = DEFAULT_MAX_BATCH
     kind: str = "callable"
     description: str = "<callable>"
+    input_dtype: Any = None
+
+    @property
+    def layout(self) -> str:
+        """``"NHWC"`` for a uint8 image input (pixels as they are), else ``"NCHW"``."""
+        return "NHWC" if self.input_dtype is not None and np.dtype(self.input_dtype) == np.uint8 else "NCHW"
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -46,12 +56,25 @@ class Model:
             InputError: the input is not NCHW with fixed height and width.
         """
         shape = tuple(self.input_shape)
-        if len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[2:]):
+        hw = shape[1:3] if self.layout == "NHWC" else shape[2:]
+        if len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in hw):
             raise InputError(
-                f"Input '{self.input_name}' of {self.description} has shape {shape}; evaluation needs an NCHW image "
-                "input with a fixed height and width."
+                f"Input '{self.input_name}' of {self.description} has shape {shape}; evaluation needs an "
+                f"{self.layout} image input with a fixed height and width."
             )
-        return int(shape[2]), int(shape[3])
+        return int(hw[0]), int(hw[1])
+
+    def letterbox(self, *, reuse: bool = False, threads: int = 1):
+        """A :class:`trtkit.detection.Letterbox` making this model's input batches (its layout and dtype).
+
+        Raises:
+            InputError: the input is not an image input with a fixed height and width.
+        """
+        from trtkit.detection import Letterbox
+
+        # float batches are made in float32 whatever the input's float type (``infer`` casts), as they always were
+        dtype = np.uint8 if self.layout == "NHWC" else np.float32
+        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, threads=threads)
 
 
 def is_onnx(target) -> bool:
@@ -83,6 +106,8 @@ def open_model(target, *, runner_options: dict | None = None):
 
 def onnx_model(target) -> Model:
     """The ONNX model on the CPU: onnxruntime where installed, onnx's reference evaluator otherwise."""
+    from onnx import helper
+
     from trtkit.parity.reference import OnnxReference, describe_model, load_model
 
     model = load_model(target)
@@ -105,7 +130,9 @@ def onnx_model(target) -> Model:
             describe_model(target),
         )
     reference = OnnxReference(model, backend=backend)
-    return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})")
+    elem = inputs[0].type.tensor_type.elem_type
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None
+    return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})", dtype)
 
 
 def _has_onnxruntime() -> bool:
@@ -129,4 +156,5 @@ def engine_model(target, runner_options: dict):
                 f"{len(profile) or 'no known'} inputs: {', '.join(profile) or '-'}."
             )
         name, (_, _, max_shape) = next(iter(profile.items()))
-        yield Model(session.infer, name, tuple(max_shape), int(max_shape[0]), "engine", describe_engine(target))
+        dtype = (session.input_dtypes or {}).get(name)
+        yield Model(session.infer, name, tuple(max_shape), int(max_shape[0]), "engine", describe_engine(target), dtype)

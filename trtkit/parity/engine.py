@@ -28,11 +28,13 @@ class EngineSession:
         infer: ``feed -> {name: array}``.
         profile: {input name: (min, opt, max)} of the profile in use, or None when unknown.
         precision: the precision the engine was built for (from its manifest), or None.
+        input_dtypes: {input name: numpy dtype} the engine takes, or None when unknown.
     """
 
     infer: Callable
     profile: dict | None = None
     precision: str | None = None
+    input_dtypes: dict | None = None
 
 
 def describe_engine(engine) -> str:
@@ -70,7 +72,9 @@ def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None =
     # An open runner already runs in its own profile.
     index = getattr(engine, "profile", profile_index)
     index = index if isinstance(index, int) else profile_index
-    yield EngineSession(infer=_casting(infer, engine), profile=runner_profile(engine, index))
+    yield EngineSession(
+        infer=_casting(infer, engine), profile=runner_profile(engine, index), input_dtypes=input_dtypes(engine)
+    )
 
 
 @contextlib.contextmanager
@@ -85,7 +89,10 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
     with TrtRunner(engine, profile=profile_index, **runner_options) as runner:
         profile = runner_profile(runner, profile_index) or _manifest_profile(manifest, profile_index)
         yield EngineSession(
-            infer=_casting(runner.infer, runner), profile=profile, precision=precision_from_manifest(manifest)
+            infer=_casting(runner.infer, runner),
+            profile=profile,
+            precision=precision_from_manifest(manifest),
+            input_dtypes=input_dtypes(runner),
         )
 
 
@@ -110,6 +117,12 @@ def _manifest_profile(manifest: Manifest | None, index: int) -> dict | None:
     return {n: (tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in profiles[index].items()}
 
 
+def input_dtypes(runner) -> dict | None:
+    """{input name: numpy dtype} from a runner's ``input_specs``, or None for plain callables."""
+    dtypes = {s.name: np.dtype(s.dtype) for s in getattr(runner, "input_specs", None) or () if hasattr(s, "dtype")}
+    return dtypes or None
+
+
 def _casting(infer: Callable, runner) -> Callable:
     """Wrap ``infer`` so feeds match the engine's declared inputs: their dtypes, and only those names.
 
@@ -117,7 +130,7 @@ def _casting(infer: Callable, runner) -> Callable:
     FP16 inputs where the ONNX model takes FP32, TensorRT 8.6 takes INT32 where ONNX says INT64, and TensorRT drops
     inputs the network does not use.
     """
-    dtypes = {s.name: np.dtype(s.dtype) for s in getattr(runner, "input_specs", None) or () if hasattr(s, "dtype")}
+    dtypes = input_dtypes(runner)
     if not dtypes:
         return infer
 
