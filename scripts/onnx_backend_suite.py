@@ -287,7 +287,7 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | No
     """``trtkit.build`` (in this worker: the pool is the isolation), the engine and manifest written, then
     ``TrtRunner.infer``; ``load`` is ``trtkit.build``'s own checks before its first phase."""
     import trtkit
-    from trtkit.builder import BuildConfig
+    from trtkit.builder import BuildConfig, shape_tensor_inputs
     from trtkit.builder.api import save
     from trtkit.builder.profiles import Profile
     from trtkit.model import load_model, model_inputs
@@ -296,6 +296,11 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | No
     clock.start("setup")
     declared = model_inputs(load_model(model_path, check=False).proto)
     dynamic = {n: list(v.shape) for n, v in inputs.items() if any(not isinstance(d, int) for d in declared.get(n, []))}
+    # a shape tensor's profile entry is its values (the case's own), whether or not its dims are dynamic
+    if any(v.dtype.kind == "i" and v.ndim <= 1 for v in inputs.values()):
+        for name in shape_tensor_inputs(model_path, trt=trt):
+            if name in inputs:
+                dynamic[name] = [int(v) for v in inputs[name].reshape(-1)]
     profiles = [Profile.from_json({n: {"min": s, "opt": s, "max": s} for n, s in dynamic.items()})] if dynamic else []
     config = BuildConfig(tf32=False, tactic_sources=TACTIC_SOURCES, profiling_verbosity="NONE", profiles=profiles)
     engine = model_path.with_suffix(".trtkit.engine")

@@ -95,3 +95,25 @@ def conv_detector(*, size: int = 32, classes: int = 2, seed: int = 0, opset: int
     return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
                   [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", rows, anchors])], inits,
                   opset=opset, name="conv_detector")
+
+
+def expand_shape(*, rank: int = 3):
+    """y = Expand(x, shape): ``shape`` (INT64, ``rank`` values) is a graph input TensorRT parses as a shape tensor,
+    as in onnx's test_expand_shape_model cases (its profile gives values, not dims)."""
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
+                          helper.make_tensor_value_info("shape", TensorProto.INT64, [rank])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"d{i}" for i in range(rank)])],
+                  name="expand_shape")
+
+
+def reshape_shape(*, size: int = 12):
+    """y = Reshape(x, shape) + 1: a 2-value shape-tensor input whose elementwise max values need not be a valid shape
+    of ``size`` elements (the runner sizes outputs at the opt values then)."""
+    one = numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one")
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Add", ["r", "one"], ["y"], name="add")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size]),
+                          helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])], [one],
+                  name="reshape_shape")

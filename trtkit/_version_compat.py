@@ -448,3 +448,23 @@ def set_int8_calibrator(trt, config, calibrator, calibration_profile=None) -> No
 def has_int64_io(trt) -> bool:
     """Whether engines can take and return INT64 tensors (``DataType.INT64``, TensorRT 10 and later)."""
     return "INT64" in _members(trt.DataType)
+
+
+def shape_tensor_inputs(network) -> list[str]:
+    """Names of a parsed network's inputs that are shape tensors (their *values* become shapes: the ``shape`` of
+    Expand/Reshape, the ``sizes`` of Resize...), in network order. ``ITensor.is_shape_tensor`` in every version."""
+    inputs = (network.get_input(i) for i in range(network.num_inputs))
+    return [t.name for t in inputs if getattr(t, "is_shape_tensor", False)]
+
+
+def profile_shape_values(engine, name: str, profile: int) -> tuple:
+    """``(min, opt, max)`` *values* of shape-tensor input ``name`` in ``profile`` of a deserialized engine.
+
+    10.x/11.x: ``get_tensor_profile_values(profile, name)`` (the bindings' argument names are swapped: the profile
+    index comes first); 8.6: ``get_profile_shape_input(profile, name)``, deprecated in 8.6 and removed in 10.
+    """
+    if hasattr(engine, "get_tensor_profile_values"):
+        found = engine.get_tensor_profile_values(int(profile), name)
+    else:
+        found = engine.get_profile_shape_input(int(profile), name)
+    return tuple(tuple(int(v) for v in values) for values in found)

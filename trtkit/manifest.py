@@ -56,12 +56,22 @@ class Environment(_Section):
 
 @dataclass
 class ModelInfo(_Section):
-    """The ONNX model an engine was built from; ``inputs``: name → dims (dynamic dims as strings)."""
+    """The ONNX model an engine was built from; ``inputs``: name → dims (dynamic dims as strings);
+    ``shape_inputs``: the inputs TensorRT treats as shape tensors (their profile entries are values, not dims)."""
 
     name: str | None = None
     sha256: str | None = None
     opset: int | None = None
     inputs: dict = field(default_factory=dict)
+    shape_inputs: list = field(default_factory=list)
+
+
+def _model_json(model: ModelInfo) -> dict:
+    """``model`` as JSON; ``shape_inputs`` only where there are some (manifests written before it stay the same)."""
+    data = asdict(model)
+    if not data["shape_inputs"]:
+        del data["shape_inputs"]
+    return data
 
 
 @dataclass
@@ -152,7 +162,7 @@ class Manifest:
             **self.extra,
             "format": self.format,
             "environment": asdict(self.environment),
-            "model": asdict(self.model),
+            "model": _model_json(self.model),
         }
         if self.build is not None:
             data["build"] = self.build.to_json()

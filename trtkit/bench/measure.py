@@ -143,6 +143,8 @@ def make_feed(runner, shapes: dict | None, seed: int = 0) -> dict:
     for spec in runner.input_specs:
         shape = tuple(shapes.get(spec.name, spec.profile_range(runner.profile)[1]))
         feed[spec.name] = random_array(rng, shape, spec.dtype)
+    for spec in runner.shape_input_specs:  # values, not random: the profile's opt values
+        feed[spec.name] = np.array(spec.values[runner.profile][1], spec.dtype).reshape(spec.shape)
     return feed
 
 

@@ -14,6 +14,7 @@ _EXPORTS = {
     "Profile": "trtkit.builder.profiles",
     "parse_shapes": "trtkit.builder.profiles",
     "BuildResult": "trtkit.builder.builder",
+    "shape_tensor_inputs": "trtkit.builder.builder",
 }
 
 

@@ -141,14 +141,16 @@ def check_inputs(model, config: BuildConfig):
     Raises:
         ModelError, ProfileError, CalibrationError, UsageError: what is wrong, named.
     """
-    from trtkit.builder.profiles import resolve_profiles
+    from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
     from trtkit.errors import CalibrationError
     from trtkit.model import load_model, model_inputs
 
     loaded = load_model(model, check=False)
     if config.input_uint8_nhwc:
         _check_uint8_profiles(loaded.proto, config.profiles)
-    elif config.add_nms is None:  # with NMS, the prepare step's check of the head's layout speaks first
+    elif config.add_nms is None and not may_have_shape_inputs(loaded.proto):
+        # with NMS, the prepare step's check of the head's layout speaks first; a shape-tensor input's entry holds
+        # values, known as such only once TensorRT has parsed the model
         resolve_profiles(model_inputs(loaded.proto), config.profiles)
     calibration = config.calibration
     if calibration is not None and isinstance(calibration.source, (str, Path)):

@@ -20,7 +20,7 @@ from trtkit.builder import constraints, precision, precision_report
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.opcheck import check_with_parser
 from trtkit.builder.prepare import prepare
-from trtkit.builder.profiles import resolve_profiles
+from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
 from trtkit.builder.rewrites import ParserTarget
 from trtkit.errors import BuildError, DependencyError, ParseError, UsageError
 from trtkit.log import make_trt_logger
@@ -114,7 +114,8 @@ def build_serialized(
         phase("check")
         check = check_with_parser(loaded, trt, query)
     inputs = model_inputs(loaded.proto)
-    profiles = resolve_profiles(inputs, config.profiles)
+    if not may_have_shape_inputs(loaded.proto):  # the common case: profile errors before any other work
+        resolve_profiles(inputs, config.profiles)
     caps = compat.capabilities(trt)
     # what the settings say already (before calibration data is read), then again once the plan has chosen modes
     constraints.check_applicable(
@@ -137,9 +138,11 @@ def build_serialized(
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
     parser = trt.OnnxParser(network, logger)
     _parse(parser, plan.model, prepared, check)
+    shape_inputs = compat.shape_tensor_inputs(network)  # known only once TensorRT has parsed the model
+    profiles = resolve_profiles(inputs, config.profiles, shape_inputs)
     phase("configure")
     bconfig = builder.create_builder_config()
-    trt_profiles = configure(trt, builder, bconfig, config, plan, profiles)
+    trt_profiles = configure(trt, builder, bconfig, config, plan, profiles, shape_inputs)
     constrained = constraints.apply(trt, network, bconfig, config.precision, config.precision_constraints)
     if constrained:
         plan.notes.append(
@@ -166,6 +169,7 @@ def build_serialized(
             prepared.source_sha256,
             loaded.opset,
             {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()},
+            list(shape_inputs),
         ),
         build=BuildInfo(
             settings,
@@ -180,6 +184,24 @@ def build_serialized(
     )
     timing = bytes(cache.serialize()) if cache is not None else None
     return BuildResult(engine, manifest, timing, kept, report)
+
+
+def shape_tensor_inputs(model, *, trt=None) -> list[str]:
+    """The inputs of ``model`` that TensorRT's ONNX parser makes shape tensors (their profile entries are values).
+
+    Args:
+        model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
+        trt: the ``tensorrt`` module (default: the installed one; tests pass a fake).
+
+    Raises:
+        ParseError: the parser refused the model (every error listed).
+    """
+    loaded = load_model(model, external_data=False)
+    trt = trt or tensorrt()
+    logger = make_trt_logger(trt, min_severity="ERROR")
+    network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
+    _parse(trt.OnnxParser(network, logger), loaded)
+    return compat.shape_tensor_inputs(network)
 
 
 def statistics_engine_builder(config: BuildConfig, trt=None) -> Callable[[object], bytes]:
@@ -280,8 +302,9 @@ def _with_node(issue, proto):
     return dataclasses.replace(issue, node_name=node.name or f"#{issue.node_index}", node_op=node.op_type)
 
 
-def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> list:
-    """Apply ``config`` and the precision ``plan`` to a ``trt.IBuilderConfig``; returns the TensorRT profiles added."""
+def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles, shape_inputs=()) -> list:
+    """Apply ``config`` and the precision ``plan`` to a ``trt.IBuilderConfig``; returns the TensorRT profiles added
+    (the entries of ``shape_inputs``, shape-tensor inputs, are their values)."""
     if config.workspace_bytes:
         compat.set_workspace(trt, bconfig, config.workspace_bytes)
     if config.optimization_level is not None:
@@ -302,7 +325,7 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles) -> lis
         compat.set_builder_flag(trt, bconfig, flag)
     added = []
     for profile in profiles:
-        trt_profile = profile.to_trt(builder)
+        trt_profile = profile.to_trt(builder, shape_inputs)
         if bconfig.add_optimization_profile(trt_profile) < 0:
             raise BuildError(f"TensorRT refused optimization profile {profile.to_json()}")
         added.append(trt_profile)

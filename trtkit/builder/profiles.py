@@ -7,6 +7,11 @@ A profile gives each dynamic input a (min, opt, max) shape. On the command line:
     --shapes images:1x3x640x640,32x3x640x640                         two shapes: min,max (opt = max)
 
 Several inputs are separated by spaces or ``;`` inside one ``--shapes``; several ``--shapes`` make several profiles.
+
+For an input that TensorRT treats as a *shape tensor* (an INT32/INT64 input of rank 0 or 1 whose values become a
+shape: the ``shape`` of Expand/Reshape, the ``sizes`` of Resize...) the entry gives its min, opt and max *values*, as
+trtexec does: ``--shapes shape:1x1x3,1x2x3,1x4x3`` for a 3-element shape input. Which inputs are shape tensors is
+known only once TensorRT has parsed the model (:func:`resolve_profiles` takes their names).
 """
 
 from __future__ import annotations
@@ -68,11 +73,15 @@ class Profile:
     def from_json(cls, data: dict) -> "Profile":
         return cls({n: InputShape(tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in data.items()})
 
-    def to_trt(self, builder):
-        """A ``trt.IOptimizationProfile`` with these shapes, created from ``builder``."""
+    def to_trt(self, builder, shape_inputs=()):
+        """A ``trt.IOptimizationProfile`` with these shapes, created from ``builder``; the entries of the inputs
+        named in ``shape_inputs`` are shape-tensor values (``set_shape_input``)."""
         profile = builder.create_optimization_profile()
         for name, s in self.shapes.items():
-            profile.set_shape(name, s.min, s.opt, s.max)
+            if name in shape_inputs:
+                profile.set_shape_input(name, s.min, s.opt, s.max)
+            else:
+                profile.set_shape(name, s.min, s.opt, s.max)
         return profile
 
 
@@ -150,22 +159,44 @@ def _example_profile(inputs: dict) -> str:
     return "profiles=[parse_shapes('" + " ".join(pieces) + "')]"
 
 
-def resolve_profiles(model_inputs: dict, profiles: list) -> list:
+# the ONNX types of inputs TensorRT may parse as shape tensors (of rank 0 or 1)
+_SHAPE_TENSOR_TYPES = (6, 7)  # onnx.TensorProto.INT32, INT64
+
+
+def may_have_shape_inputs(proto) -> bool:
+    """Whether an input of ``proto`` (an ``onnx.ModelProto``) could be a shape tensor: an INT32/INT64 input of rank 0
+    or 1. Only TensorRT's parser says which are; profiles of such models are checked once it has parsed them."""
+    initializers = {t.name for t in proto.graph.initializer}
+    return any(
+        v.name not in initializers
+        and v.type.tensor_type.elem_type in _SHAPE_TENSOR_TYPES
+        and len(v.type.tensor_type.shape.dim) <= 1
+        for v in proto.graph.input
+    )
+
+
+def resolve_profiles(model_inputs: dict, profiles: list, shape_inputs=()) -> list:
     """Check ``profiles`` against the model's inputs and fill in static inputs.
 
     Args:
         model_inputs: input name → dims, each an int (fixed) or a str/None/-1 (dynamic), from the ONNX graph.
         profiles: the user's profiles (possibly empty).
+        shape_inputs: the inputs TensorRT parsed as shape tensors: every profile must give their values (as many
+            as the input has elements), and they count as dynamic even where their own dims are fixed.
 
     Returns:
         Complete profiles (every input present), or ``[]`` when the model is fully static and none were given.
 
     Raises:
         ProfileError: a profile names an unknown input, changes a fixed dimension, has the wrong rank, or the model
-            has dynamic dimensions and no profile covers them (the message names the dims and shows an example flag).
+            has dynamic dimensions and no profile covers them (the message names the dims and shows an example flag),
+            or a shape-tensor input has no values or the wrong number of them.
     """
-    dynamic = {n: d for n, d in model_inputs.items() if any(not is_fixed(x) for x in d)}
+    shape_inputs = {n: model_inputs[n] for n in shape_inputs if n in model_inputs}
+    dynamic = {n: d for n, d in model_inputs.items() if n not in shape_inputs and any(not is_fixed(x) for x in d)}
     if not profiles:
+        if shape_inputs:
+            raise ProfileError(_no_values_message(None, shape_inputs))
         if dynamic:
             dims = "; ".join(f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items())
             raise ProfileError(
@@ -173,10 +204,60 @@ def resolve_profiles(model_inputs: dict, profiles: list) -> list:
                 f"Add for example {_example_profile(dynamic)}"
             )
         return []
-    return [_complete_profile(i, p, model_inputs, dynamic) for i, p in enumerate(profiles)]
+    return [_complete_profile(i, p, model_inputs, dynamic, shape_inputs) for i, p in enumerate(profiles)]
 
 
-def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic: dict) -> Profile:
+def _example_values(name: str, dims) -> str:
+    count = _element_count(dims)
+    lo = "x".join(["1"] * count) if count else "1"
+    hi = "x".join(["8"] * count) if count else "8"
+    return f"{name}:{lo},{hi},{hi}"
+
+
+def _element_count(dims) -> int:
+    count = 1
+    for d in dims:
+        count *= d if is_fixed(d) else 0
+    return count
+
+
+def _no_values_message(index: int | None, shape_inputs: dict) -> str:
+    names = ", ".join(f"'{n}' (dims {list(d)})" for n, d in shape_inputs.items())
+    where = "no optimization profile was given" if index is None else f"profile {index} gives none"
+    example = " ".join(_example_values(n, d) for n, d in shape_inputs.items())
+    return (
+        f"TensorRT parsed input(s) {names} as shape tensors: their values become shapes, so a profile must give "
+        f"their min, opt and max values, and {where}. Add for example profiles=[parse_shapes('{example}')] "
+        f"(one value per element, joined by 'x')"
+    )
+
+
+def _check_values(index: int, name: str, values: InputShape, dims) -> None:
+    count = _element_count(dims)
+    if len(dims) > 1 or not is_fixed(dims[0] if dims else 1):
+        raise ProfileError(
+            f"Profile {index}, input '{name}': a shape tensor needs a fixed rank-0 or rank-1 shape, the model "
+            f"gives dims {list(dims)}"
+        )
+    for which in ("min", "opt", "max"):
+        if len(getattr(values, which)) != count:
+            raise ProfileError(
+                f"Profile {index}, shape-tensor input '{name}': {which} values {getattr(values, which)} has "
+                f"{len(getattr(values, which))} value(s), the input holds {count} (dims {list(dims)}); give e.g. "
+                f"{_example_values(name, dims)}"
+            )
+    for i, (lo, mid, hi) in enumerate(zip(values.min, values.opt, values.max)):
+        if not lo <= mid <= hi:
+            raise ProfileError(
+                f"Profile {index}, shape-tensor input '{name}': value {i} needs min <= opt <= max, got {lo}, "
+                f"{mid}, {hi}"
+            )
+
+
+def _complete_profile(
+    index: int, profile: Profile, model_inputs: dict, dynamic: dict, shape_inputs: dict | None = None
+) -> Profile:
+    shape_inputs = shape_inputs or {}
     unknown = sorted(set(profile.shapes) - set(model_inputs))
     if unknown:
         raise ProfileError(
@@ -189,8 +270,15 @@ def _complete_profile(index: int, profile: Profile, model_inputs: dict, dynamic:
             f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. "
             f"{_example_profile({m: dynamic[m] for m in missing})}"
         )
+    missing_values = {n: d for n, d in shape_inputs.items() if n not in profile.shapes}
+    if missing_values:
+        raise ProfileError(_no_values_message(index, missing_values))
     shapes = {}
     for name, dims in model_inputs.items():
+        if name in shape_inputs:
+            _check_values(index, name, profile.shapes[name], dims)
+            shapes[name] = profile.shapes[name]
+            continue
         shape = profile.shapes.get(name)
         if shape is None:
             fixed = tuple(dims)

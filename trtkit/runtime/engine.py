@@ -63,6 +63,8 @@ class TensorSpec:
         dtype: numpy dtype.
         shape: the engine's shape, ``-1`` for dynamic dimensions.
         profiles: for inputs, ``(min, opt, max)`` per optimization profile.
+        values: for a shape-tensor input (``is_shape_inference_io``: its values become shapes, and TensorRT reads
+            them from host memory), the ``(min, opt, max)`` values per optimization profile; else ``()``.
     """
 
     name: str
@@ -70,6 +72,12 @@ class TensorSpec:
     dtype: np.dtype
     shape: tuple
     profiles: tuple = field(default=())
+    values: tuple = field(default=())
+
+    @property
+    def is_shape_tensor(self) -> bool:
+        """Whether this input is a shape tensor (its ``values`` are given per profile)."""
+        return bool(self.values)
 
     def profile_range(self, profile: int) -> tuple:
         """``(min, opt, max)`` of this input in ``profile``."""
@@ -89,9 +97,14 @@ def io_specs(engine, trt=None) -> dict:
         is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
         shape = tuple(int(d) for d in engine.get_tensor_shape(name))
         profiles: tuple = ()
+        values: tuple = ()
         if is_input:
-            profiles = tuple(_profile_range(engine, name, shape, p) for p in range(engine.num_optimization_profiles))
-        specs[name] = TensorSpec(name, is_input, numpy_dtype(engine.get_tensor_dtype(name)), shape, profiles)
+            count = engine.num_optimization_profiles
+            profiles = tuple(_profile_range(engine, name, shape, p) for p in range(count))
+            if engine.is_shape_inference_io(name):
+                values = tuple(compat.profile_shape_values(engine, name, p) for p in range(count))
+        dtype = numpy_dtype(engine.get_tensor_dtype(name))
+        specs[name] = TensorSpec(name, is_input, dtype, shape, profiles, values)
     return dict(sorted(specs.items(), key=lambda item: not item[1].is_input))
 
 

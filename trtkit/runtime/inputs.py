@@ -86,3 +86,36 @@ def check_input(spec, value, profile: int, known: set | None = None) -> tuple:
     if known is not None:
         known.add((spec.name, shape))
     return array, dev
+
+
+def check_shape_values(spec, value, profile: int) -> tuple:
+    """The values of shape-tensor input ``spec`` given as ``value`` (a numpy array or list), checked against its
+    dtype, its shape and ``profile``'s min and max values.
+
+    Raises:
+        InputError: a device array (TensorRT reads shape tensors on the host), a wrong dtype or shape, or values
+            outside the profile (the message names the input and the range).
+    """
+    count = int(np.prod(spec.shape, dtype=np.int64))
+    what = f"a shape tensor of {count} {spec.dtype.name} value(s)"
+    if type(value) is not np.ndarray and device_input(spec.name, value) is not None:
+        raise InputError(
+            f"Input '{spec.name}' is {what}: TensorRT reads its values on the host, so give them as a numpy array, "
+            f"not a device array"
+        )
+    array = np.asarray(value)
+    if array.dtype != spec.dtype:
+        raise InputError(
+            f"Input '{spec.name}' ({what}): dtype {array.dtype}, expected {spec.dtype} (convert with "
+            f".astype(numpy.{spec.dtype.name}))"
+        )
+    if array.shape != tuple(spec.shape):
+        raise InputError(f"Input '{spec.name}': shape {array.shape}, expected {tuple(spec.shape)} ({what})")
+    values = tuple(int(v) for v in array.reshape(-1))
+    lo, _, hi = spec.values[profile]
+    if any(not a <= v <= b for a, v, b in zip(lo, values, hi)):
+        raise InputError(
+            f"Input '{spec.name}': values {values} are outside profile {profile} (min {tuple(lo)}, max {tuple(hi)}); "
+            f"it is {what}"
+        )
+    return values

@@ -17,6 +17,17 @@ up to ``MAX_ADDRESS_GRAPHS``; past that new addresses are copied on the device).
 come back as :class:`DeviceArray` views of the runner's buffers. Filling the views from :meth:`TrtRunner.host_inputs`
 in place and passing them back skips the host copy of numpy inputs too.
 
+Shape-tensor inputs (``TensorSpec.is_shape_tensor``: an INT32/INT64 input whose values become a shape, such as the
+``shape`` of Expand or Reshape) are not device buffers: TensorRT reads their values on the host when it computes
+output shapes and when it enqueues. The runner keeps them apart from :attr:`TrtRunner.input_specs`, in
+:attr:`TrtRunner.shape_input_specs`; ``infer`` takes them as numpy arrays in the same feed, checks their values against
+the profile's, writes them into host memory the runner owns (bound once with ``set_tensor_address``, re-bound when the
+values change) and recomputes the output shapes when they change. Device arrays are refused for them. Such engines
+run without CUDA graphs even with ``cuda_graph=True`` (a warning says so): a captured graph replays the values it was
+captured with, since TensorRT consumed them on the host while enqueueing, and the replay shortcuts look only at the
+device inputs; keying graphs by the values too would put host values in every shortcut's key for engines where a
+graph saves little (their work depends on host values on every call).
+
 Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
 parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
 the TensorRT version lets contexts share a profile (10+), else give each its own engine by passing the engine path or
@@ -42,7 +53,7 @@ from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_i
 from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
-from trtkit.runtime.inputs import validate_feed
+from trtkit.runtime.inputs import check_shape_values, validate_feed
 from trtkit.runtime.io_dtypes import ModelDtypes
 
 logger = logging.getLogger("trtkit")
@@ -101,7 +112,17 @@ class _Held:
     """What an active runner holds besides its context: its own stream (when it made one), two events, the device
     and pinned host buffers sized for the profile's max shapes, and its claim on the engine's profile."""
 
-    __slots__ = ("own_stream", "done_event", "wait_event", "dev_in", "dev_out", "host_in", "host_out", "profile_key")
+    __slots__ = (
+        "own_stream",
+        "done_event",
+        "wait_event",
+        "dev_in",
+        "dev_out",
+        "host_in",
+        "host_out",
+        "profile_key",
+        "shape_host",
+    )
 
     def __init__(self) -> None:
         self.own_stream = False
@@ -112,17 +133,20 @@ class _Held:
         self.host_in: list = []
         self.host_out: list = []
         self.profile_key: tuple | None = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
+        self.shape_host: dict = {}  # shape-tensor input name -> the numpy array TensorRT reads its values from
 
 
 class _IoState:
     """What the runner has learnt about its inputs, and what the context holds now.
 
     ``index``: input name -> position; ``known_shapes``: ``(input, shape)`` pairs found inside the profile;
-    ``buckets``: input shapes -> :class:`_Bucket`; ``shapes``: the input shapes the context is set to (None:
-    unknown); ``bound``: tensor name -> the address the context has for it.
+    ``buckets``: input shapes -> :class:`_Bucket` (at the current shape-tensor values: emptied when they change);
+    ``shapes``: the input shapes the context is set to (None: unknown); ``bound``: tensor name -> the address the
+    context has for it; ``shape_specs``: the shape-tensor inputs' specs; ``values``: shape-tensor input name -> the
+    values in its host buffer now.
     """
 
-    __slots__ = ("index", "known_shapes", "buckets", "shapes", "bound")
+    __slots__ = ("index", "known_shapes", "buckets", "shapes", "bound", "shape_specs", "values")
 
     def __init__(self) -> None:
         self.index: dict = {}
@@ -130,6 +154,8 @@ class _IoState:
         self.buckets: dict = {}
         self.shapes: tuple | None = None
         self.bound: dict = {}
+        self.shape_specs: tuple = ()
+        self.values: dict = {}
 
 
 class _Bucket:
@@ -326,8 +352,10 @@ class TrtRunner:
         self.engine = self._load()
         self._model_dtypes = ModelDtypes.from_engine_source(self._settings.source)
         specs = io_specs(self.engine, self._trt)
-        self.input_specs = tuple(s for s in specs.values() if s.is_input)
+        self.input_specs = tuple(s for s in specs.values() if s.is_input and not s.is_shape_tensor)
+        self._io.shape_specs = tuple(s for s in specs.values() if s.is_shape_tensor)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
+        self._check_shape_tensors()
         self._io.index = {s.name: i for i, s in enumerate(self.input_specs)}
         self._check_profile_index()
         self._open_stream()
@@ -357,6 +385,34 @@ class TrtRunner:
                 f"TrtRunner expects an engine path, engine bytes or a loaded engine, got {type(source).__name__}"
             )
         return source
+
+    def _check_shape_tensors(self) -> None:
+        """Refuse shape-tensor outputs (TensorRT writes them to host memory); warn that graphs are off for engines
+        with shape-tensor inputs (the module docstring says why)."""
+        host_outputs = [s.name for s in self.output_specs if self.engine.is_shape_inference_io(s.name)]
+        if host_outputs:
+            raise UnsupportedError(
+                f"Output(s) {host_outputs} of this engine are shape tensors, which TensorRT writes to host memory; "
+                f"TrtRunner runs engines whose outputs are device tensors (make them ordinary outputs in the model)"
+            )
+        if self.cuda_graph and self.shape_input_specs:
+            names = [s.name for s in self.shape_input_specs]
+            warnings.warn(
+                f"cuda_graph=True: this engine has shape-tensor input(s) {names}, whose values TensorRT reads on the "
+                f"host while enqueueing, so a captured graph would replay stale values; running without CUDA graphs",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    @property
+    def shape_input_specs(self) -> tuple:
+        """The engine's shape-tensor inputs (their values are given in the feed, on the host; not in
+        :attr:`input_specs`, which lists the device-resident inputs)."""
+        return self._io.shape_specs
+
+    @property
+    def _graphs_on(self) -> bool:
+        return self.cuda_graph and not self.shape_input_specs
 
     def _check_profile_index(self) -> None:
         count = self.engine.num_optimization_profiles
@@ -407,9 +463,11 @@ class TrtRunner:
         )
 
     def _allocate_buffers(self) -> None:
-        max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
-        out_max = self._set_context_shapes(max_key)
         held = self._held
+        for spec in self.shape_input_specs:
+            held.shape_host[spec.name] = np.zeros(spec.shape, spec.dtype)
+        max_key = tuple(s.profile_range(self.profile)[2] for s in self.input_specs)
+        out_max = self._sizing_shapes(max_key)
         for spec, shape in zip(self.input_specs, max_key):
             nbytes = _nbytes(shape, spec.dtype)
             held.dev_in.append(DeviceBuffer(self.cuda, nbytes))
@@ -421,6 +479,47 @@ class TrtRunner:
         for spec, buf in zip(self.input_specs + self.output_specs, held.dev_in + held.dev_out):
             self._bind(spec.name, buf.ptr)
         self.cuda.stream_synchronize(self.stream)  # profile selection is asynchronous
+
+    def _sizing_shapes(self, max_key: tuple) -> tuple:
+        """The output shapes to size the output buffers with: at the profile's max input shapes and, for shape-tensor
+        inputs, their max values, else their opt values (max values need not make a valid shape together: a Reshape's
+        elementwise max has more elements than its input); buffers grow later if a call needs more."""
+        if not self.shape_input_specs:
+            return self._set_context_shapes(max_key)
+        refused = None
+        for which in (2, 1):
+            for spec in self.shape_input_specs:
+                self._write_shape_values(spec, spec.values[self.profile][which])
+            try:
+                return self._set_context_shapes(max_key)
+            except InputError as exc:
+                refused = exc
+        raise UnsupportedError(
+            f"{refused}; the runner sizes its output buffers at the profile's max (else opt) shape-tensor values, "
+            f"so at least the opt values must make a valid shape"
+        )
+
+    def _grow_outputs(self, out_shapes: tuple) -> None:
+        """Give each output a buffer large enough for ``out_shapes`` (engines with shape-tensor inputs, whose output
+        sizes follow their values); buckets viewing the old buffers are dropped. Graphs are off for such engines, so
+        no graph holds the old addresses."""
+        held = self._held
+        grown = False
+        for i, (spec, shape) in enumerate(zip(self.output_specs, out_shapes)):
+            nbytes = _nbytes(shape, spec.dtype)
+            if nbytes <= held.dev_out[i].nbytes:
+                continue
+            if not grown:
+                self._complete_pending()  # its outputs are read from the old buffers
+                self.cuda.stream_synchronize(self.stream)
+                grown = True
+            held.dev_out[i].free()
+            held.host_out[i].free()
+            held.dev_out[i] = DeviceBuffer(self.cuda, nbytes)
+            held.host_out[i] = HostBuffer(self.cuda, nbytes)
+            self._bind(spec.name, held.dev_out[i].ptr)
+        if grown:
+            self._io.buckets.clear()
 
     def _release(self) -> None:
         """Free whatever was allocated, in reverse order; keep going if one step fails, raise the first error."""
@@ -466,7 +565,8 @@ class TrtRunner:
             if self._pending is not None:
                 self._complete(self._pending)
             if self._model_dtypes is not None:
-                feed = self._model_dtypes.to_engine(feed, self.input_specs)
+                feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
+            feed = self._take_shape_values(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
@@ -482,7 +582,8 @@ class TrtRunner:
             self._require_active()
             self._complete_pending()
             if self._model_dtypes is not None:
-                feed = self._model_dtypes.to_engine(feed, self.input_specs)
+                feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
+            feed = self._take_shape_values(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._held.done_event, self.stream)
@@ -554,6 +655,39 @@ class TrtRunner:
     def _validate(self, feed) -> list:
         return validate_feed(feed, self.input_specs, self._io.index, self.profile, self._io.known_shapes)
 
+    # --- shape-tensor inputs: values in host memory --------------------------------------------------------------
+
+    def _take_shape_values(self, feed):
+        """``feed`` without its shape-tensor inputs, whose values are checked and, where they changed, written into
+        the runner's host buffers (the buckets, made at the old values, are dropped)."""
+        specs = self.shape_input_specs
+        if not specs or not isinstance(feed, Mapping):
+            return feed
+        missing = [s.name for s in specs if s.name not in feed]
+        if missing:
+            names = ", ".join(f"'{s.name}'" for s in self.input_specs + specs)
+            raise InputError(
+                f"Missing shape-tensor input(s) {', '.join(repr(n) for n in missing)} (give their values as numpy "
+                f"arrays); the engine's inputs are {names}"
+            )
+        values = [check_shape_values(spec, feed[spec.name], self.profile) for spec in specs]
+        for spec, found in zip(specs, values):
+            if self._io.values.get(spec.name) != found:
+                self._write_shape_values(spec, found)
+        return {name: value for name, value in feed.items() if name not in self._io.values}
+
+    def _write_shape_values(self, spec, values) -> None:
+        """Put ``values`` in the host buffer of shape-tensor input ``spec`` and bind it again, so TensorRT reads
+        them; the buckets (output shapes at the old values) are dropped."""
+        host = self._held.shape_host[spec.name]
+        host.reshape(-1)[...] = np.asarray(values, spec.dtype)
+        if not self.context.set_tensor_address(spec.name, host.ctypes.data):
+            raise EngineError(f"TensorRT refused the host address of shape-tensor input '{spec.name}'")
+        self._io.bound[spec.name] = host.ctypes.data
+        self._io.values[spec.name] = tuple(values)
+        self._io.buckets.clear()
+        self._io.shapes = None
+
     # --- shapes and bindings -------------------------------------------------------------------------------------
 
     def _set_context_shapes(self, key: tuple) -> tuple:
@@ -571,6 +705,12 @@ class TrtRunner:
         self._io.shapes = key
         out_shapes = tuple(tuple(int(d) for d in self.context.get_tensor_shape(s.name)) for s in self.output_specs)
         for spec, shape in zip(self.output_specs, out_shapes):
+            if any(d < 0 for d in shape) and self._io.values:
+                raise InputError(
+                    f"TensorRT could not compute the shape of output '{spec.name}' at input shapes {key} and "
+                    f"shape-tensor values {self._io.values}: within the profile, but not a valid shape for the "
+                    f"model (its TensorRT log says why)"
+                )
             if any(d < 0 for d in shape):
                 raise UnsupportedError(
                     f"Output '{spec.name}' has a data-dependent shape {shape}; TrtRunner needs "
@@ -582,7 +722,10 @@ class TrtRunner:
         io = self._io
         bucket = io.buckets.get(key)
         if bucket is None:
-            bucket = _Bucket(self, key, self._set_context_shapes(key))
+            out_shapes = self._set_context_shapes(key)
+            if self.shape_input_specs:
+                self._grow_outputs(out_shapes)
+            bucket = _Bucket(self, key, out_shapes)
             for spec, nbytes, buf in zip(self.output_specs, bucket.out_nbytes, self._held.dev_out):
                 if nbytes > buf.nbytes:
                     raise UnsupportedError(
@@ -662,7 +805,7 @@ class TrtRunner:
             The addresses to key the graph with (empty when copied).
         """
         addresses = tuple(dev.ptr for _, dev in devices)
-        in_place = not self.cuda_graph or self._graphs.binds_in_place(
+        in_place = not self._graphs_on or self._graphs.binds_in_place(
             (bucket.key, sources, not self.device_outputs, addresses), MAX_ADDRESS_GRAPHS
         )
         for i, dev in devices:
@@ -677,7 +820,7 @@ class TrtRunner:
     ) -> None:
         """Run the call: replay its graph, or enqueue it (capturing a graph for next time); with ``shortcut``, a
         replay lets later calls like it take the shortcut of their kind."""
-        if not self.cuda_graph:
+        if not self._graphs_on:
             self._graphs.enqueue(bucket, sources, copy_out, self._enqueue_body)
         else:
             # a GraphKey's fields, as the plain tuple equal to it (the cache makes the GraphKey when it stores one)
@@ -761,7 +904,7 @@ class TrtRunner:
         """
         with self._lock:
             self._require_active()
-            prepared = self._validate(feed)
+            prepared = self._validate(self._take_shape_values(feed))
             if any(dev is not None for _, dev in prepared):
                 raise InputError("stage() takes host (numpy) inputs only")
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))

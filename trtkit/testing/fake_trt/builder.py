@@ -130,7 +130,7 @@ class INetworkDefinition:
     def get_input(self, index: int):
         value = _graph_inputs(self.model)[index]
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim)
-        return ITensor(value.name, dims)
+        return ITensor(value.name, dims, value.name in shape_tensor_names(self.model))
 
     @property
     def num_layers(self):
@@ -138,8 +138,30 @@ class INetworkDefinition:
 
 
 class ITensor:
-    def __init__(self, name: str, shape: tuple):
-        self.name, self.shape = name, shape
+    def __init__(self, name: str, shape: tuple, is_shape_tensor: bool = False):
+        self.name, self.shape, self.is_shape_tensor = name, shape, is_shape_tensor
+
+
+# ONNX op → the positions of its inputs whose values are a shape (the parser makes a graph input there a shape tensor)
+_SHAPE_OPERANDS = {"Expand": (1,), "Reshape": (1,), "ConstantOfShape": (0,), "Tile": (1,), "Resize": (3,)}
+
+
+def shape_tensor_names(model) -> set:
+    """Graph inputs of rank 0/1 and integer type used as a shape operand directly or through Cast/Identity (the real
+    parser also follows them through shape arithmetic)."""
+    import onnx
+
+    ints = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+    candidates = {
+        v.name
+        for v in _graph_inputs(model)
+        if v.type.tensor_type.elem_type in ints and len(v.type.tensor_type.shape.dim) <= 1
+    }
+    used = {n.input[i] for n in model.graph.node for i in _SHAPE_OPERANDS.get(n.op_type, ()) if i < len(n.input)}
+    for node in reversed(model.graph.node):  # through the Casts trtkit puts at INT64 inputs on 8.6
+        if node.op_type in ("Cast", "Identity") and node.output[0] in used:
+            used.add(node.input[0])
+    return candidates & used
 
 
 class ITimingCache:
@@ -156,12 +178,19 @@ class ITimingCache:
 class IOptimizationProfile:
     def __init__(self):
         self.shapes = {}
+        self.values = {}  # shape-tensor input name -> (min, opt, max) values
 
     def set_shape(self, name, min, opt, max):
         self.shapes[name] = (tuple(min), tuple(opt), tuple(max))
 
     def get_shape(self, name):
         return list(self.shapes.get(name, ((), (), ())))
+
+    def set_shape_input(self, input, min, opt, max):
+        self.values[input] = (tuple(int(v) for v in min), tuple(int(v) for v in opt), tuple(int(v) for v in max))
+
+    def get_shape_input(self, input):
+        return [list(v) for v in self.values.get(input, ())]
 
 
 def _graph_inputs(model) -> list:
@@ -380,8 +409,9 @@ def _build(trt, logger, network, config):
         logger.log(Severity.ERROR, "Network must have at least one output")
         return None
     inputs = _graph_inputs(model)
+    shape_tensors = shape_tensor_names(model)
     dynamic = [v.name for v in inputs if any(not d.dim_value for d in v.type.tensor_type.shape.dim)]
-    if dynamic and not config.profiles:
+    if (dynamic or shape_tensors) and not config.profiles:
         logger.log(
             Severity.ERROR,
             f"Network has dynamic or shape inputs, but no optimization profile has been defined. (inputs {dynamic})",
@@ -391,12 +421,30 @@ def _build(trt, logger, network, config):
     if inconsistent:
         logger.log(Severity.ERROR, f"{inconsistent}: Input dimensions with this name are inconsistent")
         return None
+    unset = _unset_shape_values(shape_tensors, config.profiles)
+    if unset:
+        logger.log(Severity.ERROR, unset)
+        return None
     int64 = "INT64" in trt.DataType.__members__
     _log_tactic_selection(logger, model)
-    io_specs = [_spec(v, "INPUT", int64) for v in inputs] + [_spec(v, "OUTPUT", int64) for v in model.graph.output]
+    io_specs = [_spec(v, "INPUT", int64, v.name in shape_tensors) for v in inputs]
+    io_specs += [_spec(v, "OUTPUT", int64) for v in model.graph.output]
     profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
+    values = [{name: [list(v) for v in vals] for name, vals in p.values.items()} for p in config.profiles]
     flags = sorted(f.name for f in config.flags)
-    return serialize_fake_engine(model.SerializeToString(), io_specs, profiles, trt.__version__, build_flags=flags)
+    onnx_bytes = model.SerializeToString()
+    return serialize_fake_engine(onnx_bytes, io_specs, profiles, trt.__version__, build_flags=flags, values=values)
+
+
+def _unset_shape_values(shape_tensors: set, profiles: list) -> str | None:
+    """TensorRT's complaint about a shape-tensor input whose values a profile does not set (or sets wrongly)."""
+    for index, profile in enumerate(profiles):
+        for name in sorted(shape_tensors):
+            if name in profile.shapes and name not in profile.values:
+                return f"{name}: shape tensor input given dimensions instead of values in optimization profile {index}"
+            if name not in profile.values:
+                return f"Optimization profile {index}: values of shape input tensor {name} are not set"
+    return None
 
 
 def _log_tactic_selection(logger, model) -> None:
@@ -425,7 +473,7 @@ def _inconsistent_dim_names(inputs, profiles) -> str | None:
     return None
 
 
-def _spec(value, mode: str, int64_io: bool = True) -> dict:
+def _spec(value, mode: str, int64_io: bool = True, shape_tensor: bool = False) -> dict:
     import onnx
 
     dims = [d.dim_value if d.dim_value else -1 for d in value.type.tensor_type.shape.dim]
@@ -434,4 +482,7 @@ def _spec(value, mode: str, int64_io: bool = True) -> dict:
         dtype = "int32"
     if dtype == "float64":  # every parser makes DOUBLE graph inputs/outputs FLOAT (TensorRT has no FP64 tensors)
         dtype = "float32"
-    return {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}
+    spec = {"name": value.name, "mode": mode, "dtype": dtype, "shape": dims}
+    if shape_tensor:
+        spec["shape_tensor"] = True
+    return spec

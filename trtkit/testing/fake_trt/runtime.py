@@ -4,7 +4,10 @@ A fake engine is bytes: a magic tag, a JSON header (TensorRT version, I/O tensor
 the ONNX model. ``execute_async_v3`` queues, on the fake CUDA stream of :mod:`trtkit.testing.fake_cuda`, a kernel that
 reads the inputs from the bound addresses, runs the model with onnx's reference evaluator and writes the outputs to the
 bound addresses. Like TensorRT it captures the addresses and shapes when enqueued (so a captured graph replays them),
-checks that every shape and address was set, and refuses shapes outside the active profile.
+checks that every shape and address was set, and refuses shapes outside the active profile. Shape-tensor inputs
+(``"shape_tensor": true`` in their spec) are read from *host* memory at their bound address, as TensorRT does: when an
+output's shape is asked and when the call is enqueued (their values then go into the model run), and values outside
+the profile's are refused.
 
 Per version, as in the real bindings: 8.6 has ``device_memory_size`` and contexts that cannot share a profile of an
 engine with dynamic shapes (unless built with ``PROFILE_SHARING_0806``); 10.x adds
@@ -41,7 +44,9 @@ _NP_TO_TRT = {
 }
 
 
-def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, version: str, build_flags=()) -> bytes:
+def serialize_fake_engine(
+    onnx_bytes: bytes, io_specs: list, profiles: list, version: str, build_flags=(), values=None
+) -> bytes:
     """Bytes of a fake engine that :class:`Runtime` can deserialize.
 
     Args:
@@ -50,6 +55,7 @@ def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, ver
         profiles: ``[{input name: [min, opt, max]}]`` (empty for a static model).
         version: the TensorRT version that "built" it (another version refuses to load it).
         build_flags: names of the builder flags set (the inspector reports precisions from them).
+        values: per profile, ``{shape-tensor input name: [min, opt, max] values}`` (None: no shape-tensor inputs).
     """
     header = {
         "version": version,
@@ -57,6 +63,8 @@ def serialize_fake_engine(onnx_bytes: bytes, io_specs: list, profiles: list, ver
         "profiles": [_plain_profile(p) for p in profiles],
         "build_flags": sorted(build_flags),
     }
+    if values and any(values):
+        header["shape_values"] = [{n: [list(map(int, v)) for v in vals] for n, vals in p.items()} for p in values]
     blob = json.dumps(header).encode()
     return MAGIC + struct.pack("<Q", len(blob)) + blob + bytes(onnx_bytes)
 
@@ -201,11 +209,21 @@ class _EngineBase:
         return [tuple(s) for s in self.profiles[profile_index][name]]
 
     def is_shape_inference_io(self, name: str) -> bool:
-        return False
+        return bool(self.io.get(name, {}).get("shape_tensor"))
+
+    def _profile_values(self, profile_index: int, name: str) -> list:
+        if not self.is_shape_inference_io(name) or self.io[name]["mode"] != "INPUT":
+            raise RuntimeError(f"'{name}' is not an input shape binding")
+        return [list(v) for v in self.header["shape_values"][profile_index][name]]
+
+    @property
+    def _shape_tensors(self) -> list:
+        return [n for n, spec in self.io.items() if spec.get("shape_tensor")]
 
     @property
     def _has_dynamic_shapes(self) -> bool:
-        return any(-1 in spec["shape"] for spec in self.header["io"] if spec["mode"] == "INPUT")
+        inputs = [spec for spec in self.header["io"] if spec["mode"] == "INPUT"]
+        return any(-1 in spec["shape"] or spec.get("shape_tensor") for spec in inputs)
 
     # --- contexts, serialization, inspection ----------------------------------------------------------------------
 
@@ -221,6 +239,7 @@ class _EngineBase:
             self.profiles,
             self.header["version"],
             self.header.get("build_flags", ()),
+            self.header.get("shape_values"),
         )
 
     def create_engine_inspector(self):
@@ -253,10 +272,17 @@ class _EngineBase:
         results = self._evaluator.run(None, feeds)
         return {n: np.asarray(r).astype(self.io[n]["dtype"], copy=False) for n, r in zip(self._output_names, results)}
 
-    def _output_shapes(self, input_shapes: dict) -> dict:
-        key = tuple(sorted((n, tuple(s)) for n, s in input_shapes.items()))
+    def _output_shapes(self, input_shapes: dict, values: dict | None = None) -> dict:
+        """Output shapes at these input shapes and shape-tensor ``values`` (name -> tuple)."""
+        values = values or {}
+        key = tuple(sorted((n, tuple(s), values.get(n)) for n, s in input_shapes.items()))
         if key not in self._shape_cache:
-            feeds = {n: np.zeros(s, dtype=self.io[n]["dtype"]) for n, s in input_shapes.items()}
+            feeds = {
+                n: np.array(values[n], self.io[n]["dtype"]).reshape(s)
+                if n in values
+                else np.zeros(s, dtype=self.io[n]["dtype"])
+                for n, s in input_shapes.items()
+            }
             self._shape_cache[key] = {n: a.shape for n, a in self._evaluate(feeds).items()}
         return self._shape_cache[key]
 
@@ -278,6 +304,10 @@ def _engine_class(trt, major: int):
         attrs["create_execution_context_without_device_memory"] = create_execution_context_without_device_memory
     if _version(trt) >= (10, 1):
         attrs["device_memory_size_v2"] = property(lambda self: FAKE_DEVICE_MEMORY)
+    if major >= 10:  # the bindings name the arguments (name, profile_index) but take the profile index first
+        attrs["get_tensor_profile_values"] = lambda self, profile_index, name: self._profile_values(profile_index, name)
+    else:
+        attrs["get_profile_shape_input"] = lambda self, profile_index, name: self._profile_values(profile_index, name)
     if major >= 10:
 
         def create_execution_context(self, strategy=None):
@@ -357,7 +387,34 @@ class _FakeContext:
         if spec["mode"] == "INPUT":
             return self.shapes.get(name, tuple(spec["shape"]))
         inputs = self._input_shapes()
-        return tuple(spec["shape"]) if inputs is None else tuple(self.engine._output_shapes(inputs)[name])
+        values = self._shape_values(inputs) if inputs is not None else None
+        if inputs is None or values is None or self._values_refused(values):
+            return tuple(spec["shape"])
+        try:
+            return tuple(self.engine._output_shapes(inputs, values)[name])
+        except Exception as exc:  # noqa: BLE001 - values that make no valid shape: TensorRT logs and gives -1s
+            self._log_error(f"get_tensor_shape: {exc}")
+            return tuple(-1 for _ in spec["shape"])
+
+    def _shape_values(self, inputs: dict) -> dict | None:
+        """The shape-tensor inputs' values read from their (host) addresses now; None when one is unbound."""
+        from trtkit.testing.fake_cuda import view_of
+
+        values = {}
+        for name in self.engine._shape_tensors:
+            if not self.addresses.get(name):
+                return None
+            view = view_of(self.addresses[name], inputs[name], self.engine.io[name]["dtype"])
+            values[name] = tuple(int(v) for v in view.reshape(-1))
+        return values
+
+    def _values_refused(self, values: dict) -> str | None:
+        """TensorRT's error for shape-tensor values outside the active profile's, or None."""
+        for name, found in values.items():
+            lo, _, hi = self.engine._profile_values(max(self.active_optimization_profile, 0), name)
+            if len(found) != len(lo) or any(not a <= v <= b for a, v, b in zip(lo, found, hi)):
+                return f"{name}: shape tensor values {list(found)} are outside the profile's [{lo}, {hi}]"
+        return None
 
     def set_tensor_address(self, name: str, ptr: int) -> bool:
         self.calls["set_tensor_address"] += 1
@@ -387,22 +444,38 @@ class _FakeContext:
         cuda = owner_of_stream(stream_handle)
         if self.engine.fail_enqueue_in_capture and cuda.is_capturing(stream_handle):
             return False
-        outputs = self.engine._output_shapes(inputs)
+        shape_tensors = self.engine._shape_tensors
+        if any(cuda.is_device(self.addresses[n]) for n in shape_tensors):
+            self._log_error("execute_async_v3: a shape tensor input's address must be host memory")
+            return False
+        values = self._shape_values(inputs) or {}  # read on the host at enqueue, as TensorRT does
+        refused = self._values_refused(values)
+        if refused:
+            self._log_error(f"execute_async_v3: {refused}")
+            return False
+        outputs = self.engine._output_shapes(inputs, values)
         addresses = dict(self.addresses)
         sizes = {
-            n: int(np.prod(s)) * np.dtype(self.engine.io[n]["dtype"]).itemsize for n, s in {**inputs, **outputs}.items()
+            n: int(np.prod(s)) * np.dtype(self.engine.io[n]["dtype"]).itemsize
+            for n, s in {**inputs, **outputs}.items()
+            if n not in values
         }
         if any(not cuda.device_range(addresses[n], max(sizes[n], 1)) for n in sizes):
             self._log_error("execute_async_v3: a tensor address is not device memory large enough for it")
             return False
-        cuda.enqueue(stream_handle, lambda: self._kernel(inputs, outputs, addresses))
+        cuda.enqueue(stream_handle, lambda: self._kernel(inputs, outputs, addresses, values))
         return True
 
-    def _kernel(self, inputs: dict, outputs: dict, addresses: dict) -> None:
+    def _kernel(self, inputs: dict, outputs: dict, addresses: dict, values: dict) -> None:
         from trtkit.testing.fake_cuda import view_of
 
         io = self.engine.io
-        feeds = {n: view_of(addresses[n], s, io[n]["dtype"]).copy() for n, s in inputs.items()}
+        feeds = {
+            n: np.array(values[n], io[n]["dtype"]).reshape(s)
+            if n in values
+            else view_of(addresses[n], s, io[n]["dtype"]).copy()
+            for n, s in inputs.items()
+        }
         for name, value in self.engine._evaluate(feeds).items():
             view_of(addresses[name], outputs[name], io[name]["dtype"])[...] = value
 
