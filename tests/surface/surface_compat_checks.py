@@ -340,3 +340,32 @@ def fake_matches_real(ctx: Context) -> dict:
         "(fix trtkit/testing/fake_trt, or list test-only module attributes in its __fake_only__)"
     )
     return {"checked": sorted(n for n in dir(fake) if not n.startswith("_"))}
+
+
+@check
+def shape_tensor_io(ctx: Context) -> dict:
+    """Shape-tensor inputs: ITensor.is_shape_tensor and IOptimizationProfile.set_shape_input in every version; their
+    profile values from get_tensor_profile_values (10+, profile index first) or get_profile_shape_input (8.6 only)."""
+    from trtkit import _version_compat as compat
+    from trtkit.builder.profiles import parse_shapes
+
+    trt, log = ctx.surface()
+    calls = []
+    engine = ctx.stand_in(
+        "ICudaEngine", log,
+        get_tensor_profile_values=lambda *a: calls.append(("get_tensor_profile_values", a)) or [[1, 2], [2, 2], [3, 4]],
+        get_profile_shape_input=lambda *a: calls.append(("get_profile_shape_input", a)) or [[1, 2], [2, 2], [3, 4]])
+    assert compat.profile_shape_values(engine, "shape", 0) == ((1, 2), (2, 2), (3, 4))
+    wanted = "get_tensor_profile_values" if ctx.major >= 10 else "get_profile_shape_input"
+    assert calls == [(wanted, (0, "shape"))], calls
+    inputs = [ctx.stand_in("ITensor", log, name="x", is_shape_tensor=False),
+              ctx.stand_in("ITensor", log, name="shape", is_shape_tensor=True)]
+    network = ctx.stand_in("INetworkDefinition", log, num_inputs=2, get_input=lambda i: inputs[i])
+    assert compat.shape_tensor_inputs(network) == ["shape"]
+    profile = ctx.stand_in("IOptimizationProfile", log)
+    builder = ctx.stand_in("Builder", log, create_optimization_profile=lambda: profile)
+    parse_shapes("x:1x4,2x4,4x4 shape:1x2,2x2,3x4").to_trt(builder, ["shape"])
+    recorded = object.__getattribute__(profile, "_target").calls
+    assert recorded == [("set_shape", ("x", (1, 4), (2, 4), (4, 4))),
+                        ("set_shape_input", ("shape", (1, 2), (2, 2), (3, 4)))], recorded
+    return {"profile_values": wanted, "used": log.used()}
