@@ -64,7 +64,10 @@ def describe_engine(engine, trt) -> dict:
     for p in range(engine.num_optimization_profiles):
         shapes = {}
         for t in tensors:
-            if t["mode"] == "INPUT" and -1 in t["shape"]:
+            if t["mode"] == "INPUT" and engine.is_shape_inference_io(t["name"]):  # a shape tensor: its values
+                lo, opt, hi = compat.profile_shape_values(engine, t["name"], p)
+                shapes[t["name"]] = {"min": list(lo), "opt": list(opt), "max": list(hi), "values": True}
+            elif t["mode"] == "INPUT" and -1 in t["shape"]:
                 lo, opt, hi = engine.get_tensor_profile_shape(t["name"], p)
                 shapes[t["name"]] = {"min": list(lo), "opt": list(opt), "max": list(hi)}
         profiles.append(shapes)

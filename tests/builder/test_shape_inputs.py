@@ -119,3 +119,15 @@ def test_the_cli_names_the_flag(tmp_path, fake_gpu, capsys):  # noqa: F811 - the
     assert "--shapes 'shape:1x1x1,8x8x8,8x8x8'" in err, err
     assert main(["build", str(path), "--no-isolate", "--shapes", VALUES, "-o", str(tmp_path / "e.engine")]) == 0
     assert json.loads(manifest_path(tmp_path / "e.engine").read_text())["model"]["shape_inputs"] == ["shape"]
+
+
+def test_inspect_shows_the_values_and_run_feeds_the_opt_values(tmp_path, fake_gpu, capsys):  # noqa: F811
+    from trtkit.cli.main import main
+
+    engine = tmp_path / "e.engine"
+    build(models.expand_shape(), BuildConfig(profiles=[parse_shapes(VALUES)]), output=engine, trt=fake_gpu[0],
+          isolate=False)
+    assert main(["inspect", str(engine)]) == 0
+    assert "profile 0: shape (shape-tensor values) min 1x3x1 opt 2x3x2 max 4x3x4" in capsys.readouterr().out
+    assert main(["run", str(engine), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"]["y"]["shape"] == [2, 3, 2]

@@ -178,3 +178,19 @@ def test_shape_tensor_outputs_are_refused(tmp_path):
     engine.io["y"]["shape_tensor"] = True  # as TensorRT reports an output computed on the host
     with pytest.raises(UnsupportedError, match=r"Output\(s\) \['y'\].*shape tensors.*host memory"):
         TrtRunner(engine, trt=trt, cuda=Cuda(rt)).activate()
+
+
+def test_the_inspectors_context_has_the_opt_values(tmp_path):
+    from trtkit.runtime.engine import engine_information
+
+    path, trt, rt = _engine(tmp_path, models.expand_shape(), "shape:1x3x1,2x3x2,4x3x4")
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(path.read_bytes())
+
+    class Inspector:  # what TensorRT's inspector needs to report formats: output shapes known from the context
+        execution_context = None
+
+        def get_engine_information(self, fmt):
+            return str(tuple(self.execution_context.get_tensor_shape("y")))
+
+    engine.create_engine_inspector = Inspector
+    assert engine_information(trt, engine) == "(2, 3, 2)"

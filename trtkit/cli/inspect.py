@@ -106,8 +106,9 @@ def _inspect_engine(args, console, path: Path) -> int:
     )
     for i, prof in enumerate(info["profiles"]):
         for name, s in prof.items():
+            what = f"{name} (shape-tensor values)" if s.get("values") else name
             console.print(
-                f"profile {i}: {name} min {render.shape_str(s['min'])} opt {render.shape_str(s['opt'])} "
+                f"profile {i}: {what} min {render.shape_str(s['min'])} opt {render.shape_str(s['opt'])} "
                 f"max {render.shape_str(s['max'])}"
             )
     if info["layers_by_precision"]:

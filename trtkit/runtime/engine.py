@@ -256,30 +256,40 @@ def engine_information(trt, engine, *, profile: int = 0) -> str:
     """The engine inspector's JSON.
 
     For an engine with dynamic shapes TensorRT reports tensor formats (hence layer precisions) only when the inspector
-    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes.
+    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes (and opt values
+    of shape-tensor inputs, in host memory kept until the information is read).
     """
     inspector = engine.create_engine_inspector()
-    context = _context_at_opt_shapes(trt, engine, profile)
+    context, values = _context_at_opt_shapes(trt, engine, profile)
     if context is not None:
         inspector.execution_context = context
     info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-    del context  # only after the information is read
+    del context, values  # only after the information is read
     return info
 
 
-def _context_at_opt_shapes(trt, engine, profile: int):
+def _context_at_opt_shapes(trt, engine, profile: int) -> tuple:
+    """``(context, host arrays of the shape-tensor values it reads)``, or ``(None, [])`` for a static engine or
+    where TensorRT refuses a step."""
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if compat.enum_name(engine.get_tensor_mode(n)) == "INPUT"]
-    dynamic = [n for n in inputs if -1 in tuple(engine.get_tensor_shape(n))]
-    if not dynamic:
-        return None
+    shape_inputs = [n for n in inputs if engine.is_shape_inference_io(n)]
+    dynamic = [n for n in inputs if -1 in tuple(engine.get_tensor_shape(n)) and n not in shape_inputs]
+    if not dynamic and not shape_inputs:
+        return None, []
     context = compat.create_execution_context(trt, engine)
     if context is None:
-        return None
+        return None, []
     if profile and not context.set_optimization_profile_async(profile, 0):
-        return None
+        return None, []
     for name in dynamic:
         _, opt, _ = engine.get_tensor_profile_shape(name, profile)
         if not context.set_input_shape(name, tuple(opt)):
-            return None
-    return context
+            return None, []
+    values = []
+    for name in shape_inputs:
+        _, opt, _ = compat.profile_shape_values(engine, name, profile)
+        values.append(np.array(opt, numpy_dtype(engine.get_tensor_dtype(name))))
+        if not context.set_tensor_address(name, values[-1].ctypes.data):
+            return None, []
+    return context, values
