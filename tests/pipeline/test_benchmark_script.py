@@ -19,18 +19,20 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "pipeline-h200.json").read_text())
-    assert data["errors"] == {}
+    # a failure here once under a loaded full run (not reproduced since): the whole result is kept in the message
+    context = json.dumps({k: data.get(k) for k in ("errors", "video", "memory_run", "infer_stage", "folder")})[:6000]
+    assert data["errors"] == {}, context
     video = data["video"]
     assert {"e2e_fps", "slowest_stage", "slowest_stage_fps", "frames_in", "frames_out", "stages"} <= set(video)
-    assert video["frames_in"] == video["frames_out"] == data["settings"]["video_frames"]
+    assert video["frames_in"] == video["frames_out"] == data["settings"]["video_frames"], context
     assert set(video["stages"]) == {"decode", "preprocess", "infer", "encode"}
     assert {"avg_ms", "min_ms", "max_ms", "p99_ms"} <= set(video["stages"]["infer"])
-    assert data["folder"]["images_per_s"] > 0
-    assert data["infer_stage"]["fps"] > 0 and data["infer_stage"]["bench_fps"] > 0
+    assert data["folder"]["images_per_s"] > 0, context
+    assert data["infer_stage"]["fps"] > 0 and data["infer_stage"]["bench_fps"] > 0, context
     assert set(data["nvdec"]) >= {"available", "reason", "decode_fps", "pyav_decode_fps"}
     assert set(data["nvenc"]) >= {"available", "encode_fps", "libx264_encode_fps"}
-    assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300
+    assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300, context
     assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "infer_stage_ge_0.9x_bench",
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
-    assert data["video"]["gpu"]["batches"] > 0
+    assert data["video"]["gpu"]["batches"] > 0, context
