@@ -17,10 +17,16 @@ In one call:
 6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
 7. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
-Writes ``benchmarks/results/serve-h200.json`` and, with ``--out``, a copy, Triton's log and the server's output there.
-Each step's failure is recorded in ``errors`` instead of stopping the run.
+Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
+server's output there. Each step's failure is recorded in ``errors`` instead of stopping the run; the JSON is written
+after every step (a run killed by a timeout keeps what it had) and at the end whatever failed, each place on its own,
+before any log is copied; a copy that fails is recorded too.
 
     python3 benchmarks/serve_h200.py --out "$OUT" --cache /root/trtkit-cache
+
+``--onnx`` serves a given model instead of exporting ResNet-50 (the CPU dry run's stand-in), and ``--serve-with``
+runs ``trtkit serve`` through another script taking the same arguments (the CPU dry run's fake-backend child,
+tests/serve/serve_child.py).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 INPUT = "images"
 MAX_BATCH = 32
 STARTED = time.monotonic()
+RESULT_PATHS: list = []  # where main writes the results JSON; rewritten after every step (a killed run keeps its past)
 
 
 def log(msg: str) -> None:
@@ -60,6 +67,8 @@ def step(results: dict, key: str, fn):
         results["errors"][key] = f"{type(exc).__name__}: {exc}"
         log(f"{key} failed: {traceback.format_exc()}")
         return None
+    finally:
+        write_results(results, RESULT_PATHS)
 
 
 # --- engine ---------------------------------------------------------------------------------------------------------
@@ -103,7 +112,8 @@ class ServeProcess:
         self.status = workdir / f"status-{tag}.json"
         self.output = workdir / f"serve-{tag}.out"
         self.log_file = workdir / f"triton-{tag}.log"
-        cmd = [sys.executable, "-m", "trtkit.cli.main", "serve", str(engine), "--instances", str(args.instances),
+        launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
+        cmd = [sys.executable, *launcher, "serve", str(engine), "--instances", str(args.instances),
                "--max-batch", str(MAX_BATCH), "--max-queue-delay-us", str(args.max_queue_delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
                str(args.port + 2), "--json", str(self.status), "--log-file", str(self.log_file)]
@@ -220,11 +230,17 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
-        out["stop"] = server.stop()
+        out["stop"] = step(results, f"{tag}.stop", server.stop)
         for path in (server.output, server.log_file):
             if args.out and path.exists():
-                (Path(args.out) / path.name).write_bytes(path.read_bytes())
+                step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
     return out
+
+
+def copy_to(path: Path, folder: Path) -> None:
+    from trtkit._atomic import write_bytes_atomic
+
+    write_bytes_atomic(folder / path.name, path.read_bytes())
 
 
 def soak_run(url: str, args, workdir: Path) -> dict:
@@ -254,28 +270,50 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
     ap.add_argument("--ready-timeout-s", type=float, default=180)
     ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
+    ap.add_argument("--onnx", help="serve this ONNX model instead of exporting ResNet-50 (input 'images')")
+    ap.add_argument("--serve-with", help="run trtkit serve through this script (same arguments)")
     args = ap.parse_args()
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
     results: dict = {"errors": {}, "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    with tempfile.TemporaryDirectory(prefix="serve-h200-") as tmp:
-        workdir = Path(tmp)
-        run(args, cache, workdir, results)
-    text = json.dumps(results, indent=2, sort_keys=True) + "\n"
-    Path(args.results).write_text(text)
-    if args.out:
-        Path(args.out, "serve-h200.json").write_text(text)
-    log(f"wrote {args.results}; errors: {list(results['errors']) or 'none'}")
-    return 0
+    RESULT_PATHS[:] = [Path(args.results)] + ([Path(args.out, "serve-h200.json")] if args.out else [])
+    try:
+        for folder in (args.cache, args.out):
+            if folder:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="serve-h200-") as tmp:
+            run(args, Path(args.cache), Path(tmp), results)
+    except Exception as exc:  # noqa: BLE001 - recorded; the results so far are still written below
+        results["errors"]["run"] = f"{type(exc).__name__}: {exc}"
+        log(f"run failed: {traceback.format_exc()}")
+    finally:
+        written = write_results(results, RESULT_PATHS)
+    log(f"wrote {', '.join(map(str, written)) or 'nothing'}; errors: {list(results['errors']) or 'none'}")
+    return 0 if written else 1
+
+
+def write_results(results: dict, paths: list) -> list:
+    """The results JSON written to each of ``paths`` (folders made), each on its own: one that fails is logged and the
+    others are still written. Returns the paths written."""
+    from trtkit._atomic import write_text_atomic
+
+    text = json.dumps(results, indent=2, sort_keys=True, default=str) + "\n"
+    written = []
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, text)
+            written.append(path)
+        except Exception as exc:  # noqa: BLE001 - the next copy may still land
+            log(f"could not write {path}: {type(exc).__name__}: {exc}")
+    return written
 
 
 def run(args, cache: Path, workdir: Path, results: dict) -> None:
     import platform
 
     results["environment"] = {"python": platform.python_version()}
-    step(results, "environment", lambda: results["environment"].update(_environment()))
-    onnx_path = step(results, "export", lambda: export_resnet(cache))
+    step(results, "environment", lambda: _environment(results["environment"]))
+    onnx_path = Path(args.onnx) if args.onnx else step(results, "export", lambda: export_resnet(cache))
     engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results))
     if not engine:
         return
@@ -294,17 +332,19 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
         results["two_gpus"] = f"not run: this host has {count} GPU(s)"
 
 
-def _environment() -> dict:
+def _environment(env: dict) -> None:
+    """What the run ran on, into ``env`` as it is found (what came before a failure is kept)."""
+    import numpy
     import tensorrt
 
     from trtkit._device import device_info
     from trtkit.serve.backend import backend_environment, require_pytriton
 
-    env = {"tensorrt": tensorrt.__version__, "gpu": device_info().get("name"), "gpu_count": gpu_count()}
+    env.update(tensorrt=tensorrt.__version__, numpy=numpy.__version__, gpu=device_info().get("name"),
+               gpu_count=gpu_count())
     pytriton = require_pytriton()
     env["pytriton"] = getattr(pytriton, "__version__", None)
     env["ld_library_path_for_triton"] = backend_environment()["LD_LIBRARY_PATH"].split(":")[0]
-    return env
 
 
 if __name__ == "__main__":

@@ -56,14 +56,17 @@ for step in ${*:-env tests demo}; do
                  > "$W/precision.log" 2>&1; echo "precision rc=$?"; tail -25 "$W/precision.log"
                python3 scripts/compare_results.py "$W/precision-h200.before.json" "$W/precision-h200.json" \
                  > "$W/precision-compare.txt" 2>&1; echo "compare rc=$?"; tail -40 "$W/precision-compare.txt" ;;
-    serve) if ! python3 -c "import pytriton" 2>/dev/null; then
+    serve) # pytriton 0.7.0's backend stubs need numpy<2 (under numpy 2 every answer has no output data), so the numpy
+           # wheel that came with its requirements replaces the bundle's 2.x: run serve as the last step of a call
+           if ! python3 -c "import sys, numpy, pytriton; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null; then
              rm -rf /tmp/sw; cat /root/trtkit-stash/serve* | tar -x -C /tmp \
-               && python3 -m pip install -q --no-index --no-deps $(ls /tmp/sw/*.whl | grep -v numpy-) > "$W/serve-install.log" 2>&1
+               && python3 -m pip install -q --no-index --no-deps /tmp/sw/*.whl > "$W/serve-install.log" 2>&1
              echo "serve extra install rc=$?"; fi
+           python3 -c "import numpy; print('numpy', numpy.__version__)"
            timeout 240 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 200 --timeout-method=thread \
              tests/gpu/test_serve_gpu.py > "$W/serve-tests.log" 2>&1; echo "serve tests rc=$?"; tail -15 "$W/serve-tests.log"
-           timeout ${SERVE_TIMEOUT:-360} python3 benchmarks/serve_h200.py --out "$W/serve" --cache "$TRTKIT_GPU_CACHE" \
-             ${SERVE_ARGS:-} > "$W/serve.log" 2>&1; echo "serve rc=$?"; tail -30 "$W/serve.log" ;;
+           mkdir -p "$W/serve"; timeout ${SERVE_TIMEOUT:-360} python3 benchmarks/serve_h200.py --out "$W/serve" --cache "$TRTKIT_GPU_CACHE" \
+             --deadline-s $(( ${SERVE_TIMEOUT:-360} - 60 )) ${SERVE_ARGS:-} > "$W/serve.log" 2>&1; echo "serve rc=$?"; tail -30 "$W/serve.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

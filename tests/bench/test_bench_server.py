@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import numpy as np
 import pytest
 
 from trtkit.bench import serving
@@ -55,3 +56,40 @@ def test_level_counts_failures_and_stops_at_the_request_cap():
     assert result.errors == ["RuntimeError: model says no"]
     assert result.ips == pytest.approx(2 * result.rps, rel=0.01) and result.p50_ms <= result.p99_ms
     assert result.wall_s < 10
+
+
+def _grpc_result(data: bytes):
+    """tritonclient's gRPC ``InferResult`` for an answer carrying output ``y`` (FP32, 3x4x1x1) as ``data``."""
+    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+    from tritonclient.grpc import service_pb2
+
+    response = service_pb2.ModelInferResponse(model_name="m")
+    output = response.outputs.add(name="y", datatype="FP32")
+    output.shape.extend([3, 4, 1, 1])
+    response.raw_output_contents.append(data)
+    return grpc.InferResult(response)
+
+
+def test_an_answer_without_its_output_data_counts_as_failed():
+    """pytriton under numpy 2 answers with every output's shape and no bytes: such answers are failures."""
+    full, empty = _grpc_result(np.ones((3, 4, 1, 1), np.float32).tobytes()), _grpc_result(b"")
+    serving.check_outputs(full, ["y"])
+    with pytest.raises(serving.ServeError, match=r"Output 'y' came back without its data \(cannot reshape array of "
+                                                  r"size 0 into shape \(3,4,1,1\)\)"):
+        serving.check_outputs(empty, ["y"])
+    with pytest.raises(serving.ServeError, match="The answer has no output 'z'"):
+        serving.check_outputs(full, ["z"])
+
+    class Answers:
+        def __init__(self):
+            self.n = 0
+
+        async def infer(self, model, inputs):
+            self.n += 1
+            return empty if self.n % 2 else full
+
+    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=10)
+    result = asyncio.run(serving._level(Answers(), "m", [], 2, settings, settings.max_requests, ["y"]))
+    assert (result.requests, result.failed) == (5, 5)
+    assert result.errors == ["ServeError: Output 'y' came back without its data (cannot reshape array of size 0 into "
+                             "shape (3,4,1,1))"]

@@ -134,12 +134,60 @@ def test_missing_backend_stub_names_the_versions_there_are(tmp_path):
         backend.check_backend_stub(tmp_path, (3, 9))
 
 
+PYTRITON_070 = ["numpy<2.0.0,>=1.21", "protobuf>=3.7", "tritonclient[grpc,http]~=2.50",
+                'pytest~=8.1.1; extra == "test"']
+
+
+def test_numpy_ceiling_read_from_requirements():
+    assert backend.numpy_ceiling(PYTRITON_070) == ("2.0.0", False)
+    assert backend.numpy_ceiling(["numpy (>=1.2, <=1.26.4)", 'numpy<3; python_version > "3"']) == ("1.26.4", True)
+    assert backend.numpy_ceiling(["numpy>=1.21", "numpyro<1", "protobuf<4"]) is None
+    assert backend.numpy_ceiling(None) is None
+
+
+@pytest.mark.parametrize("numpy_version, refused", [
+    ("2.2.6", True), ("2.0.0", True), ("2.0.0rc1", True), ("1.26.4", False), ("1.21.0", False),
+])
+def test_numpy_that_pytriton_excludes_is_refused(numpy_version, refused):
+    if not refused:
+        backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
+        return
+    with pytest.raises(DependencyError) as err:
+        backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
+    says = str(err.value)
+    assert f"cannot run with numpy {numpy_version}: nvidia-pytriton 0.7.0 requires numpy<2.0.0,>=1.21" in says
+    assert "every output with no data" in says and 'pip install "numpy<2.0.0"' in says
+
+
+def test_numpy_check_follows_the_declared_pin():
+    backend.check_numpy("2.2.6", ["numpy>=1.21"], "0.8.0")  # a pytriton that lifts the pin is let through
+    backend.check_numpy("2.0", ["numpy<=2.0.0"], "0.8.0")
+    with pytest.raises(DependencyError, match='pip install "numpy<=2.0.0"'):
+        backend.check_numpy("2.0.1", ["numpy<=2.0.0"], "0.8.0")
+
+
+def test_serve_refuses_to_start_under_a_numpy_pytriton_excludes(engine, monkeypatch, capsys):
+    from importlib import metadata
+
+    from trtkit.cli import main as cli_main
+
+    monkeypatch.setattr(backend, "require_pytriton", lambda: None)
+    monkeypatch.setattr(np, "__version__", "2.2.6")
+    monkeypatch.setattr(metadata, "requires", lambda name: PYTRITON_070 if name == "nvidia-pytriton" else [])
+    monkeypatch.setattr(metadata, "version", lambda name: "0.7.0")
+    monkeypatch.setattr(TrtRunner, "__init__", lambda *a, **k: pytest.fail("an engine loaded before the refusal"))
+    assert cli_main.main(["serve", str(engine)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "trtkit serve cannot run with numpy 2.2.6: nvidia-pytriton 0.7.0 requires numpy<2.0.0,>=1.21" in err
+
+
 def test_backend_environment_puts_this_interpreters_library_first():
     pytest.importorskip("pytriton", reason="nvidia-pytriton is not installed (pip install 'trtkit[serve]')")
     try:
+        backend.check_numpy()
         libdir = str(backend.python_library().parent)
     except DependencyError as exc:
-        pytest.skip(f"this Python cannot run Triton's Python backend: {exc}")
+        pytest.skip(f"Triton cannot serve from this environment: {exc}")
     env = backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
     assert env["LD_LIBRARY_PATH"] == f"{libdir}:/usr/lib"
     # the stub Triton runs, under that environment, resolves libpython to this interpreter's own

@@ -3,7 +3,9 @@
 For each concurrency, that many asyncio workers send requests back to back with tritonclient's async clients (HTTP or
 gRPC) until ``duration_s`` or ``max_requests`` (whichever first); a short warm-up at the same concurrency comes
 first. Latency is each request's round trip seen by the client. Inputs are random arrays of the model's input shapes
-(from the server's model metadata) at ``batch`` rows per request.
+(from the server's model metadata) at ``batch`` rows per request. A request counts as answered only when every output
+the model's metadata lists comes back with its data (a server can answer with an output's shape and no bytes: pytriton
+under numpy 2 does); otherwise it counts as failed.
 """
 
 from __future__ import annotations
@@ -110,13 +112,13 @@ def _client(url: str, grpc: bool):
 async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
     module, client = _client(_strip_scheme(url), settings.grpc)
     try:
-        inputs = await _inputs(client, module, model, settings, url)
+        inputs, outputs = await _inputs(client, module, model, settings, url)
         results = []
         for level in settings.concurrency:
             warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
             if settings.warmup_s > 0:
-                await _level(client, model, inputs, int(level), warm, settings.max_requests)
-            results.append(await _level(client, model, inputs, int(level), settings, settings.max_requests))
+                await _level(client, model, inputs, int(level), warm, settings.max_requests, outputs)
+            results.append(await _level(client, model, inputs, int(level), settings, settings.max_requests, outputs))
         return results
     finally:
         await client.close()
@@ -129,7 +131,8 @@ def _strip_scheme(url: str) -> str:
     return url
 
 
-async def _inputs(client, module, model: str, settings: LoadSettings, url: str) -> list:
+async def _inputs(client, module, model: str, settings: LoadSettings, url: str) -> tuple:
+    """``(inputs to send, names of the outputs every answer must carry)`` from the model's metadata."""
     try:
         ready = await client.is_model_ready(model)
     except Exception as exc:  # tritonclient raises its own error types and connection errors
@@ -158,10 +161,24 @@ async def _inputs(client, module, model: str, settings: LoadSettings, url: str) 
         item = module.InferInput(spec["name"], shape, spec["datatype"])
         item.set_data_from_numpy(np.ascontiguousarray(data.astype(dtype)))
         inputs.append(item)
-    return inputs
+    return inputs, [spec["name"] for spec in meta.get("outputs", [])]
 
 
-async def _level(client, model: str, inputs: list, concurrency: int, settings: LoadSettings, cap: int) -> LoadResult:
+def check_outputs(result, names) -> None:
+    """Raises ServeError: the answer ``result`` (a tritonclient ``InferResult``) lacks one of the outputs ``names`` or
+    carries it without its data."""
+    for name in names:
+        try:
+            array = result.as_numpy(name)
+        except ValueError as exc:  # tritonclient reshaping fewer bytes than the output's shape needs
+            raise ServeError(f"Output '{name}' came back without its data ({exc})") from exc
+        if array is None:
+            raise ServeError(f"The answer has no output '{name}'")
+
+
+async def _level(
+    client, model: str, inputs: list, concurrency: int, settings: LoadSettings, cap: int, outputs=()
+) -> LoadResult:
     latencies: list = []
     errors: list = []
     budget = [cap]
@@ -172,11 +189,13 @@ async def _level(client, model: str, inputs: list, concurrency: int, settings: L
             budget[0] -= 1
             start = time.perf_counter()
             try:
-                await asyncio.wait_for(client.infer(model, inputs), settings.timeout_s)
+                result = await asyncio.wait_for(client.infer(model, inputs), settings.timeout_s)
+                took = (time.perf_counter() - start) * 1e3
+                check_outputs(result, outputs)
             except Exception as exc:  # a failed request is counted and the load goes on
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
-            latencies.append((time.perf_counter() - start) * 1e3)
+            latencies.append(took)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))

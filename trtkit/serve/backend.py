@@ -7,18 +7,26 @@ the stub runs 3.11.2's C core under 3.11.7's standard library and fails in ``ini
 no attribute '_recursion_count'``, the first 3.11.7 library call into a C function 3.11.2 lacks). When it finds none,
 the model never becomes ready. :func:`backend_environment` puts this interpreter's library folder first on
 ``LD_LIBRARY_PATH`` for the server's process.
+
+pytriton's stubs are also built against numpy 1 (nvidia-pytriton 0.7.0 declares ``numpy<2.0.0``). Under numpy 2 a
+stub reads every output array's item size as 0, so Triton answers each request, over HTTP and gRPC alike, with the
+right shape and no data (tritonclient: ``cannot reshape array of size 0``). :func:`check_numpy` refuses to start then.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
 
+from trtkit._version_compat import version_parts
 from trtkit.errors import DependencyError
 
 INSTALL_HINT = 'pip install "trtkit[serve]"'
+# a requirement string: its name, then (after any extras) its version clauses up to the environment marker
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?([^;]*)")
 
 
 def require_pytriton():
@@ -33,6 +41,77 @@ def require_pytriton():
     except ImportError as exc:
         raise DependencyError(f"trtkit serve needs nvidia-pytriton ({exc}); install it with {INSTALL_HINT}") from exc
     return pytriton
+
+
+def numpy_ceiling(requirements) -> tuple | None:
+    """The numpy versions a package's requirements exclude from above: ``(version text, inclusive)`` of the
+    tightest ``numpy<X`` or ``numpy<=X`` (e.g. ``("2.0.0", False)`` for ``numpy<2.0.0,>=1.21``), or None when they
+    set no upper bound.
+
+    Args:
+        requirements: requirement strings as ``importlib.metadata.requires`` gives them.
+    """
+    best = None
+    for match in _numpy_requirements(requirements):
+        for clause in match.group(2).strip(" ()").split(","):
+            clause = clause.strip()
+            if clause.startswith("<"):
+                inclusive = clause.startswith("<=")
+                text = clause[2 if inclusive else 1 :].strip()
+                if best is None or _padded(text) < _padded(best[0]):
+                    best = (text, inclusive)
+    return best
+
+
+def _numpy_requirements(requirements) -> list:
+    """The matches of :data:`_REQUIREMENT` that name numpy."""
+    matches = [_REQUIREMENT.match(r) for r in requirements or ()]
+    return [m for m in matches if m is not None and m.group(1).lower() == "numpy"]
+
+
+def _padded(text) -> tuple:
+    """A version's numeric parts padded to four, so ``"2.0"`` and ``"2.0.0"`` compare equal."""
+    parts = version_parts(text)
+    return parts + (0,) * (4 - len(parts))
+
+
+def check_numpy(numpy_version=None, requirements=None, pytriton_version=None) -> None:
+    """Refuse a numpy that nvidia-pytriton's requirements exclude (its Python backend stub is built against numpy 1
+    and returns empty outputs under numpy 2).
+
+    Args:
+        numpy_version / requirements / pytriton_version: default: the installed numpy, nvidia-pytriton's declared
+            requirements and its version (tests pass others).
+
+    Raises:
+        DependencyError: numpy is at or above nvidia-pytriton's ceiling (naming both versions, the pin and the fix).
+    """
+    if numpy_version is None:
+        import numpy
+
+        numpy_version = numpy.__version__
+    if requirements is None or pytriton_version is None:
+        from importlib import metadata
+
+        try:
+            requirements = metadata.requires("nvidia-pytriton") if requirements is None else requirements
+            pytriton_version = metadata.version("nvidia-pytriton") if pytriton_version is None else pytriton_version
+        except metadata.PackageNotFoundError:  # pytriton without its metadata: nothing declared to check against
+            return
+    ceiling = numpy_ceiling(requirements)
+    if ceiling is None:
+        return
+    text, inclusive = ceiling
+    have, limit = _padded(numpy_version), _padded(text)
+    if have > limit or (have == limit and not inclusive):
+        pin = ", ".join(m.group(0).strip() for m in _numpy_requirements(requirements))
+        raise DependencyError(
+            f"trtkit serve cannot run with numpy {numpy_version}: nvidia-pytriton {pytriton_version} requires "
+            f"{pin}, and under numpy {'.'.join(map(str, have[:1]))} its Python backend stub (built against numpy 1) "
+            "hands Triton every output with no data (clients fail with 'cannot reshape array of size 0'); install a "
+            f'numpy it accepts in this environment (pip install "numpy{"<=" if inclusive else "<"}{text}"), or '
+            "serve from an environment that has one"
+        )
 
 
 def python_library(config=None, version=None) -> Path:
@@ -82,9 +161,11 @@ def backend_environment(environ=None) -> dict:
     folder first, so the backend stub loads this interpreter's ``libpython``.
 
     Raises:
-        DependencyError: pytriton is missing, has no stub for this Python, or this Python has no shared library.
+        DependencyError: pytriton is missing, has no stub for this Python, numpy is one pytriton excludes, or this
+            Python has no shared library.
     """
     pytriton = require_pytriton()
+    check_numpy()
     check_backend_stub(Path(pytriton.__file__).parent)
     libdir = str(python_library().parent)
     environ = os.environ if environ is None else environ

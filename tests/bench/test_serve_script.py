@@ -1,0 +1,62 @@
+"""``benchmarks/serve_h200.py`` on the fake backend with a stand-in model: the GPU host gets one call for it, so
+whatever step fails, the results JSON must come back (``--out`` made when missing, written before any log copy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.test_anchor_script import WRAPPER, stand_in_model
+from tests.serve.test_serve_triton import _skip_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "serve_h200.py"
+
+
+def _run(tmp_path, *extra, timeout=240):
+    stand_in_model(tmp_path / "m.onnx")
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER.format(script=str(SCRIPT)))
+    return subprocess.run(
+        [sys.executable, str(wrapper), "--onnx", str(tmp_path / "m.onnx"), "--cache", str(tmp_path / "cache"),
+         "--bench-s", "0.2", "--duration-s", "0.5", "--client-procs", "1", "--soak-requests", "50",
+         "--ready-timeout-s", "90", *extra], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_results_come_back_when_serving_fails_and_out_does_not_exist(tmp_path):
+    out = tmp_path / "not" / "there" / "yet"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    # the server is started without the fake backend (no --serve-with): it fails, as serving did on the GPU host;
+    # --results lies under a file, so that write fails and the --out copy must still land
+    proc = _run(tmp_path, "--out", str(out), "--results", str(blocker / "serve-h200.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "serve-h200.json").read_text())
+    assert "serve" in data["errors"] and "trtkit serve exited 1" in data["errors"]["serve"]
+    assert not [k for k in data["errors"] if k == "run" or ".copy." in k], data["errors"]
+    assert data["bench_streams2_ips"] > 0 and data["engine"]["profile"] == {"min": 1, "opt": 32, "max": 32}
+    assert "error:" in (out / "serve-gpu0.out").read_text()  # the server's own output, copied after the JSON
+    assert f"could not write {blocker / 'serve-h200.json'}" in proc.stdout
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_every_figure_on_a_fake_served_model(tmp_path):
+    out = tmp_path / "out"
+    proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
+                "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"), timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "serve-h200.json").read_text())
+    assert json.loads((tmp_path / "results" / "serve-h200.json").read_text()) == data
+    assert not data["errors"], data["errors"]
+    for level in ("1", "8", "64"):
+        figures = data["grpc"]["concurrency"][level]
+        assert figures["failed"] == 0 and figures["requests"] > 0 and figures["ips"] > 0, (level, figures)
+        assert figures["p50_ms"] <= figures["p99_ms"]
+    assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
+    assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
+    assert data["two_gpus"] == "not run: this host has 1 GPU(s)"
+    assert {"serve-gpu0.out", "triton-gpu0.log"} <= {p.name for p in out.iterdir()}
