@@ -194,3 +194,16 @@ def test_the_inspectors_context_has_the_opt_values(tmp_path):
 
     engine.create_engine_inspector = Inspector
     assert engine_information(trt, engine) == "(2, 3, 2)"
+
+
+@pytest.mark.parametrize("version", ["8.6.0", "10.8.0"])
+def test_parity_gives_random_feeds_the_opt_values_of_shape_inputs(tmp_path, version):
+    from trtkit.parity import compare_engine_to_onnx
+
+    model = models.expand_shape()
+    path, trt, rt = _engine(tmp_path, model, "shape:1x3x1,2x3x2,4x3x4", version)
+    report = compare_engine_to_onnx(model, path, trials=2, runner_options={"trt": trt, "cuda": Cuda(rt)})
+    assert report.passed and report.shapes == {"x": (3, 1), "shape": (3,)}
+    assert any("'shape' = [2, 3, 2]: the profile's opt values" in note for note in report.notes), report.notes
+    given = {"x": X3, "shape": np.array([4, 3, 1], np.int64)}  # a caller's values reach the engine as given
+    assert compare_engine_to_onnx(model, path, inputs=given, runner_options={"trt": trt, "cuda": Cuda(rt)}).passed

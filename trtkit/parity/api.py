@@ -106,6 +106,8 @@ def compare_engine_to_onnx(
         )
         bounds = profile if profile is not None else session.profile
         feeds, source = _feeds(inputs, specs, shapes, bounds, trials, seed, value_range)
+        if source == "random" and session.shape_values:
+            feeds = _with_shape_values(feeds, specs, session.shape_values, notes)
         if tol.precision == "int8" and source == "random":
             notes.append(
                 "int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
@@ -155,6 +157,18 @@ def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]
         f"(give precision='fp16', 'int8', ... if it was built so)"
     )
     return ASSUMED_PRECISION
+
+
+def _with_shape_values(feeds: list, specs, values: dict, notes: list) -> list:
+    """Random feeds with each shape-tensor input given the profile's opt values (in the model's dtype)."""
+    dtypes = {spec.name: spec.dtype for spec in specs}
+    given = {n: np.array(v, dtypes.get(n, np.int64)) for n, v in values.items() if n in dtypes}
+    notes.append(
+        "shape-tensor input(s) "
+        + ", ".join(f"'{n}' = {list(v)}" for n, v in values.items() if n in dtypes)
+        + ": the profile's opt values (random values would rarely make a valid shape)"
+    )
+    return [{**feed, **{n: a.reshape(feed[n].shape) for n, a in given.items()}} for feed in feeds]
 
 
 def _feeds(inputs, specs, shapes, bounds, trials: int | None, seed: int, value_range) -> tuple[list[dict], str]:

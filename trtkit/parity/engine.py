@@ -29,12 +29,15 @@ class EngineSession:
         profile: {input name: (min, opt, max)} of the profile in use, or None when unknown.
         precision: the precision the engine was built for (from its manifest), or None.
         input_dtypes: {input name: numpy dtype} the engine takes, or None when unknown.
+        shape_values: {shape-tensor input name: the profile's opt values}, or None when it has none (random values
+            would rarely make a valid shape, so random feeds give these).
     """
 
     infer: Callable
     profile: dict | None = None
     precision: str | None = None
     input_dtypes: dict | None = None
+    shape_values: dict | None = None
 
 
 def describe_engine(engine) -> str:
@@ -73,7 +76,10 @@ def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None =
     index = getattr(engine, "profile", profile_index)
     index = index if isinstance(index, int) else profile_index
     yield EngineSession(
-        infer=_casting(infer, engine), profile=runner_profile(engine, index), input_dtypes=input_dtypes(engine)
+        infer=_casting(infer, engine),
+        profile=runner_profile(engine, index),
+        input_dtypes=input_dtypes(engine),
+        shape_values=shape_values(engine, index),
     )
 
 
@@ -93,6 +99,7 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
             profile=profile,
             precision=precision_from_manifest(manifest),
             input_dtypes=input_dtypes(runner),
+            shape_values=shape_values(runner, profile_index),
         )
 
 
@@ -110,16 +117,31 @@ def runner_profile(runner, index: int) -> dict | None:
     return profile or None
 
 
+def shape_values(runner, index: int) -> dict | None:
+    """{shape-tensor input name: opt values} of profile ``index`` from a runner's ``shape_input_specs``, or None."""
+    found = {
+        spec.name: tuple(spec.values[index][1])
+        for spec in getattr(runner, "shape_input_specs", None) or ()
+        if 0 <= index < len(spec.values)
+    }
+    return found or None
+
+
 def _manifest_profile(manifest: Manifest | None, index: int) -> dict | None:
     profiles = manifest.build.profiles if manifest is not None and manifest.build is not None else []
     if not 0 <= index < len(profiles):
         return None
-    return {n: (tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in profiles[index].items()}
+    values = set(manifest.model.shape_inputs) if manifest is not None else set()  # their entries are values
+    return {
+        n: (tuple(s["min"]), tuple(s["opt"]), tuple(s["max"])) for n, s in profiles[index].items() if n not in values
+    }
 
 
 def input_dtypes(runner) -> dict | None:
-    """{input name: numpy dtype} from a runner's ``input_specs``, or None for plain callables."""
-    dtypes = {s.name: np.dtype(s.dtype) for s in getattr(runner, "input_specs", None) or () if hasattr(s, "dtype")}
+    """{input name: numpy dtype} from a runner's ``input_specs`` and ``shape_input_specs``, or None for plain
+    callables."""
+    specs = tuple(getattr(runner, "input_specs", None) or ()) + tuple(getattr(runner, "shape_input_specs", None) or ())
+    dtypes = {s.name: np.dtype(s.dtype) for s in specs if hasattr(s, "dtype")}
     return dtypes or None
 
 
