@@ -566,7 +566,8 @@ class TrtRunner:
                 self._complete(self._pending)
             if self._model_dtypes is not None:
                 feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
-            feed = self._take_shape_values(feed)
+            if self._io.shape_specs:
+                feed = self._take_shape_values(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
@@ -583,7 +584,8 @@ class TrtRunner:
             self._complete_pending()
             if self._model_dtypes is not None:
                 feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
-            feed = self._take_shape_values(feed)
+            if self._io.shape_specs:
+                feed = self._take_shape_values(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._held.done_event, self.stream)
@@ -661,8 +663,8 @@ class TrtRunner:
         """``feed`` without its shape-tensor inputs, whose values are checked and, where they changed, written into
         the runner's host buffers (the buckets, made at the old values, are dropped)."""
         specs = self.shape_input_specs
-        if not specs or not isinstance(feed, Mapping):
-            return feed
+        if not isinstance(feed, Mapping):
+            return feed  # validate_feed explains
         missing = [s.name for s in specs if s.name not in feed]
         if missing:
             names = ", ".join(f"'{s.name}'" for s in self.input_specs + specs)
@@ -904,7 +906,7 @@ class TrtRunner:
         """
         with self._lock:
             self._require_active()
-            prepared = self._validate(self._take_shape_values(feed))
+            prepared = self._validate(self._take_shape_values(feed) if self._io.shape_specs else feed)
             if any(dev is not None for _, dev in prepared):
                 raise InputError("stage() takes host (numpy) inputs only")
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))
