@@ -564,14 +564,20 @@ class TrtRunner:
                 self._require_active()
             if self._pending is not None:
                 self._complete(self._pending)
-            if self._model_dtypes is not None:
-                feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
-            if self._io.shape_specs:
-                feed = self._take_shape_values(feed)
+            feed = self._engine_feed(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, True) or graphs.replay_device(feed) or self._enqueue(feed, True)
             self.cuda.stream_synchronize(self.stream)
             return self._collect(bucket, copy)
+
+    def _engine_feed(self, feed: Mapping) -> Mapping:
+        """``feed`` as the engine takes it: the model's dtypes converted where the engine's differ, shape-tensor
+        values taken into the runner's host memory (each step only for engines that need it)."""
+        if self._model_dtypes is not None:
+            feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
+        if self._io.shape_specs:
+            feed = self._take_shape_values(feed)
+        return feed
 
     def infer_async(self, feed: Mapping, *, copy_outputs: bool = True) -> InferHandle:
         """Start a call and return at once; ``handle.wait()`` returns the outputs.
@@ -582,10 +588,7 @@ class TrtRunner:
         with self._lock:
             self._require_active()
             self._complete_pending()
-            if self._model_dtypes is not None:
-                feed = self._model_dtypes.to_engine(feed, self.input_specs + self.shape_input_specs)
-            if self._io.shape_specs:
-                feed = self._take_shape_values(feed)
+            feed = self._engine_feed(feed)
             graphs = self._graphs
             bucket = graphs.replay_host(feed, False) or graphs.replay_device(feed) or self._enqueue(feed, False)
             self.cuda.event_record(self._held.done_event, self.stream)
