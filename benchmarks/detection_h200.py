@@ -21,6 +21,13 @@ seconds are skipped (recorded). Engines and data stay under ``--work``; only the
 
     python3 benchmarks/detection_h200.py --out "$OUT" --cache "$OUT/detection-cache"
 
+``--rows`` measures some rows only; with ``--merge`` (the committed JSON) the rows measured replace theirs in it,
+everything else (the ONNX reference row, the other rows, NMS and latency figures) is kept, an error an earlier call
+left under a row measured now moves to the notes, and the targets are recomputed over the merged table:
+
+    python3 benchmarks/detection_h200.py --out "$OUT" --cache "$OUT/detection-cache" --rows int8_qdq,int8_qdq_heads \
+        --merge benchmarks/results/detection-h200.json
+
 Writes ``<out>/detection-h200.json`` and ``benchmarks/results/detection-h200.json``.
 """
 
@@ -85,16 +92,17 @@ def ensure_data(data: Path, val: int, calib: int, workers: int) -> None:
 
 
 class ValSet:
-    """The val images letterboxed once (uint8), their ids and letterbox geometry, and the COCO annotations."""
+    """The val images letterboxed once (uint8), their ids and letterbox geometry, and the COCO annotations (the first
+    ``limit`` images in file order, or all)."""
 
-    def __init__(self, data: Path):
+    def __init__(self, data: Path, limit: int | None = None):
         from trtkit.detection import Letterbox, list_images
         from trtkit.eval.coco import category_ids, load_coco
         from trtkit.eval.detection import match_images
 
         self.coco = load_coco(data / "val.json")
         self.categories = category_ids(self.coco)
-        pairs = match_images(self.coco, list_images(data / "val"))
+        pairs = match_images(self.coco, list_images(data / "val"))[:limit]
         letterbox = Letterbox((SIZE, SIZE))
         self.canvas = np.full((len(pairs), SIZE, SIZE, 3), 114, np.uint8)
         self.metas = [letterbox.paste(path, self.canvas[i]) for i, (path, _) in enumerate(pairs)]
@@ -140,9 +148,13 @@ def build(run, key: str, work: Path, cache: Path, calib_dir: Path, opt_level, mo
     if key.startswith("fp16"):
         options = {"precision": "fp16", "precision_constraints": CONSTRAINTS}
     elif key.startswith("int8"):
+        from calibrators.settings import DEFAULT_ALGORITHMS
+
         mode = "calibrator" if key == "int8_calibrator" else "qdq"
-        calib = CalibrationSettings(source=str(calib_dir), cache_path=str(cache / f"detector.{key}.calib"),
-                                    algorithm="entropy", preprocess={"resize": "letterbox"})
+        # each path's own default algorithm (the cache is named by it: a kept cache of another one is not reused)
+        algorithm = DEFAULT_ALGORITHMS[mode]
+        calib = CalibrationSettings(source=str(calib_dir), cache_path=str(cache / f"detector.{key}.{algorithm}.calib"),
+                                    algorithm=algorithm, preprocess={"resize": "letterbox"})
         options = {"precision": "int8", "int8_mode": mode, "calibration": calib,
                    "qdq_keep_heads": key != "int8_qdq_heads"}
         if mode == "calibrator":
@@ -367,6 +379,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bench-seconds", type=float, default=1.0, help="measuring time of each bench run")
     parser.add_argument("--opt-level", type=int, default=None, help="builder optimization level (TensorRT's)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
+    parser.add_argument("--merge", type=Path, help="results JSON of an earlier call: its figures are kept unless "
+                        "measured again (the ONNX row is not re-scored), the targets recomputed")
     parser.add_argument("--model", type=Path, default=MODEL, help="the detector (default: the sample's)")
     parser.add_argument("--fast-nms", action=argparse.BooleanOptionalAction, default=True,
                         help="build the sample's fast engine with --add-nms as well as --input-uint8-nhwc (on)")
@@ -376,27 +390,37 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     global SIZE
     SIZE = input_size(args.model)
+    rows = [k for k in ROWS if k in args.rows.split(",")]
     run = new_run(args.budget)
+    if args.merge:
+        merge_into(run, json.loads(args.merge.read_text()), rows)
+        log(f"merging rows {','.join(rows)} into {args.merge}")
     folders = (args.out, args.results)
     data, engines = args.work / "data", args.work / "engines"
     for folder in (args.cache, data, engines):
         folder.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    run.result.setdefault("calls", []).append({"started": started, "rows": rows, "argv": sys.argv[1:] if argv is None
+                                               else list(argv)})
     run.result.update(model=str(args.model), profile=profile(), tactic_sources=list(TACTICS),
-                      calib_images=args.calib, optimization_level=args.opt_level,
-                      started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                      calib_images=args.calib, optimization_level=args.opt_level, started=started)
     run.guard("environment", lambda: run.result.update(environment=environment()))
     run.guard("data", lambda: ensure_data(data, args.val_images, args.calib, os.cpu_count() or 1))
     val = run.guard("val_letterbox", lambda: ValSet(data))
     if val is None:
         write(run.result, folders)
         return 1
-    onnx = run.guard("onnx/eval", lambda: onnx_row(run, args.model, data))
-    log(f"onnx: {onnx}")
+    if "onnx" not in run.result["rows"]:
+        onnx = run.guard("onnx/eval", lambda: onnx_row(run, args.model, data))
+        log(f"onnx: {onnx}")
     plain = None
-    for key in [k for k in ROWS if k in args.rows.split(",")]:
+    for key in rows:
+        earlier = run.result["rows"].pop(key, None)
         engine = run.guard(f"{key}/build", lambda key=key: build(run, key, engines, args.cache, data / "train",
                                                                   args.opt_level, args.model), cost=30)
         if engine is None:
+            if earlier is not None:  # this call could not build it: the earlier figures stay
+                run.result["rows"][key] = earlier
             continue
         outputs = run.guard(f"{key}/infer", lambda engine=engine: engine_outputs(engine, val))
         if outputs is not None:
@@ -419,11 +443,24 @@ def main(argv=None) -> int:
             run.guard("sample_latency", lambda engine=engine, fast=fast: fast_path(run, engine, fast, data,
                                                                                     args.bench_seconds), cost=15)
         write(run.result, folders)
-    run.result["seconds"] = round(time.perf_counter() - STARTED, 1)
+    run.result["seconds"] = run.result["calls"][-1]["seconds"] = round(time.perf_counter() - STARTED, 1)
     write(run.result, folders)
     log(f"targets: {json.dumps(run.result['targets'])}")
     log(f"errors: {json.dumps(run.result['errors'])}" if run.result["errors"] else "no errors")
     return 0
+
+
+def merge_into(run, earlier: dict, rows: list) -> None:
+    """Start from an earlier call's results: its figures stay unless measured again; its errors about the rows
+    measured now are re-decided by this call (``Run.resolved`` moves those that succeed to the notes)."""
+    errors = dict(run.result["errors"])
+    run.result = {**earlier, "errors": {**earlier.get("errors", {}), **errors}}
+    run.result.setdefault("notes", {})
+    run.result.setdefault("timings_s", {})
+    run.result["rows"] = dict(earlier.get("rows", {}))
+    if "calls" not in run.result:  # the earlier call, as its own keys describe it
+        run.result["calls"] = [{"started": earlier.get("started"), "rows": [k for k in ROWS if k in earlier.get(
+            "rows", {})], "seconds": earlier.get("seconds")}]
 
 
 def input_size(model: Path) -> int:

@@ -7,6 +7,9 @@
   candidates or elements).
 - ``minmax``: the exact largest ``|x|`` seen.
 - ``percentile``: the value below which the given percentage of ``|x|`` falls (interpolated inside its bin).
+- ``mse``: the amax that minimizes the expected squared quantization error over the histogram: values inside the
+  range carry the rounding noise of a uniform quantizer (``step**2 / 12``), values beyond it their clipping error
+  ``(|x| - amax)**2``; every bin edge is a candidate, all evaluated at once from prefix sums.
 
 scale = amax / 127 (symmetric INT8, zero point 0).
 """
@@ -118,6 +121,38 @@ def percentile_amax(hist: Histogram, percentile: float) -> float:
     return max(min(value, hist.amax), _TINY_AMAX)
 
 
+def mse_errors(counts: np.ndarray, bin_width: float, levels: int = QUANT_LEVELS - 1) -> tuple[np.ndarray, np.ndarray]:
+    """Expected squared quantization error (summed over the histogram) for amax at every bin edge, vectorized.
+
+    Args:
+        counts: histogram counts of ``|x|`` (1-D); bin ``k`` covers ``[k, k + 1) * bin_width``.
+        bin_width: width of a bin.
+        levels: positive quantization levels (127 for symmetric INT8).
+
+    Returns:
+        ``(amaxes, errors)``: candidate amax ``k * bin_width`` for ``k = 1 .. len(counts)`` and their errors; bins
+        below a candidate's edge count as in range, the others are clipped at their centres.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    x = (np.arange(c.size) + 0.5) * bin_width
+    amax = np.arange(1, c.size + 1) * bin_width
+
+    def suffix(v):  # sums over the bins from k on, for k = 1 .. n
+        return np.concatenate([np.cumsum(v[::-1])[::-1], [0.0]])[1:]
+
+    inside = np.cumsum(c)
+    clipped = suffix(c * x * x) - 2.0 * amax * suffix(c * x) + amax * amax * suffix(c)
+    return amax, inside * (amax / levels) ** 2 / 12.0 + np.maximum(clipped, 0.0)
+
+
+def mse_amax(hist: Histogram) -> float:
+    """amax with the least expected squared quantization error; see the module docstring."""
+    if hist.counts is None or hist.count == 0:
+        return _TINY_AMAX
+    amax, errors = mse_errors(hist.counts, hist.bin_width)
+    return max(min(float(amax[int(np.argmin(errors))]), hist.amax), _TINY_AMAX)
+
+
 def compute_amax(hist: Histogram, algorithm: str, percentile: float = 99.99) -> float:
     """amax of one tensor with the named algorithm.
 
@@ -130,6 +165,8 @@ def compute_amax(hist: Histogram, algorithm: str, percentile: float = 99.99) -> 
         return minmax_amax(hist)
     if algorithm == "percentile":
         return percentile_amax(hist, percentile)
+    if algorithm == "mse":
+        return mse_amax(hist)
     raise CalibrationError(f"Unknown calibration algorithm '{algorithm}'; use one of: {', '.join(ALGORITHMS)}.")
 
 

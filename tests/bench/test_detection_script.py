@@ -71,3 +71,34 @@ def test_detection_table_script_writes_every_row(tmp_path):
     # comparison and the sample on the fast (uint8 + NMS) engine stop there, recorded
     assert set(data["errors"]) <= {"nms_match", "sample_latency"}, data["errors"]
     assert data["nms_engine"]["engine_mb"] > 0 and data["fast_engine"]["engine_mb"] > 0
+
+
+def test_missing_rows_are_measured_alone_and_merged_into_the_committed_table(tmp_path):
+    onnx.save(models.conv_detector(size=32, classes=8, opset=19), tmp_path / "det.onnx")
+    committed = json.loads((ROOT / "benchmarks" / "results" / "detection-h200.json").read_text())
+    merge = tmp_path / "committed.json"
+    merge.write_text(json.dumps(committed))
+    proc = _run(tmp_path, "--rows", "int8_qdq,int8_qdq_heads", "--merge", str(merge))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "onnx/eval" not in proc.stdout and "built fp32" not in proc.stdout  # only the two rows were measured
+    data = json.loads((tmp_path / "out" / "detection-h200.json").read_text())
+    rows = data["rows"]
+    assert set(rows) == {"onnx", "fp32", "fp16", "int8_calibrator", "int8_qdq", "int8_qdq_heads"}
+    for key in ("onnx", "fp32", "fp16", "int8_calibrator"):
+        assert rows[key] == committed["rows"][key], key
+    for key in ("int8_qdq", "int8_qdq_heads"):
+        assert ROW_KEYS <= set(rows[key]) and rows[key]["b8_images_per_s"] > 0, key
+        assert rows[key] != committed["rows"].get(key)
+    assert "(mse, " in rows["int8_qdq"]["precision_notes"][0]  # the Q/DQ rows use the Q/DQ path's default
+    # the errors the committed call left under these rows were re-decided by this call
+    assert not {"int8_qdq/bench", "int8_qdq_heads/build"} & set(data["errors"]), data["errors"]
+    assert set(data["notes"]["errors_resolved_by_later_calls"]) == {"int8_qdq/bench", "int8_qdq_heads/build"}
+    assert data["nms_match"] == committed["nms_match"] and data["sample_latency"] == committed["sample_latency"]
+    assert [c["rows"] for c in data["calls"]][-1] == ["int8_qdq", "int8_qdq_heads"] and len(data["calls"]) == 2
+    best = data["targets"]["best_int8"]
+    int8 = {k: rows[k]["map"] for k in ("int8_calibrator", "int8_qdq", "int8_qdq_heads")}
+    assert best["row"] == max(int8, key=int8.get)
+    assert best["delta"] == round(rows[best["row"]]["map"] - rows["fp32"]["map"], 3)
+    assert best["b8_images_per_s_vs_fp16"] == round(rows[best["row"]]["b8_images_per_s"] /
+                                                    rows["fp16"]["b8_images_per_s"], 3)
+    assert data["targets"]["fp16_within_0.3pt"] == committed["targets"]["fp16_within_0.3pt"]

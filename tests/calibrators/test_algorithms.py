@@ -9,6 +9,7 @@ from calibrators.algorithms import (
     entropy_amax,
     entropy_divergences,
     minmax_amax,
+    mse_errors,
     percentile_amax,
 )
 from calibrators.histogram import Histogram, HistogramSet
@@ -101,3 +102,53 @@ def test_compute_amax_by_name_and_unknown_name():
     assert amax_to_scale(127.0) == 1.0
     with pytest.raises(CalibrationError, match="Unknown calibration algorithm 'kl'; use one of: entropy"):
         compute_amax(hs["x"], "kl")
+
+
+def _fake_quant_mse(x, amax):
+    scale = amax / 127.0
+    return float(np.mean((x - np.clip(np.round(x / scale), -127, 127) * scale) ** 2))
+
+
+def test_mse_finds_the_least_error_range_of_a_gaussian():
+    x = np.random.default_rng(0).standard_normal(1_000_000).astype(np.float32)
+    hist = Histogram()
+    hist.update(x)
+    amax = compute_amax(hist, "mse")
+    grid = np.linspace(2.0, 6.0, 161)
+    best = grid[int(np.argmin([_fake_quant_mse(x, a) for a in grid]))]
+    assert abs(amax - best) < 0.1  # the histogram's error model against fake quantization of the samples
+    assert amax < minmax_amax(hist) - 0.5  # it clips the tail
+    assert _fake_quant_mse(x, amax) < 1.02 * _fake_quant_mse(x, best)
+
+
+def test_mse_keeps_the_whole_range_of_bounded_data_and_trades_an_outlier_off():
+    x = np.random.default_rng(1).uniform(-1, 1, 200_000).astype(np.float32)
+    hist = Histogram()
+    hist.update(x)
+    assert compute_amax(hist, "mse") == pytest.approx(1.0, abs=0.01)
+    # a squared error counts a far outlier heavily: the range stops between the data and the outlier, where
+    # clipping it costs what the coarser steps cost the rest
+    x = np.concatenate([x, np.array([50.0], np.float32)])
+    hist.update(x[-1:])
+    amax = compute_amax(hist, "mse")
+    grid = np.linspace(1.0, 50.0, 197)
+    best = grid[int(np.argmin([_fake_quant_mse(x, a) for a in grid]))]
+    assert 1.0 < amax < 50.0
+    assert abs(amax - best) < 1.0
+
+
+def test_mse_errors_match_a_direct_sum_at_some_candidates():
+    counts = np.array([5.0, 0.0, 3.0, 1.0, 0.0, 2.0])
+    width = 0.5
+    amax, errors = mse_errors(counts, width, levels=2)
+    centres = (np.arange(6) + 0.5) * width
+    for k in (1, 3, 6):
+        a = k * width
+        inside = counts[:k].sum() * (a / 2) ** 2 / 12
+        clipped = (counts[k:] * (centres[k:] - a) ** 2).sum()
+        assert amax[k - 1] == pytest.approx(a)
+        assert errors[k - 1] == pytest.approx(inside + clipped)
+
+
+def test_mse_of_an_empty_histogram_is_the_tiny_range():
+    assert compute_amax(Histogram(), "mse") == pytest.approx(1e-8)

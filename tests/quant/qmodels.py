@@ -97,6 +97,45 @@ def residual_cnn(seed=0, *, width=16):
     )
 
 
+def _silu(nodes, x, name):
+    nodes += [helper.make_node("Sigmoid", [x], [f"{name}_sig"], name=f"{name}_sigmoid"),
+              helper.make_node("Mul", [x, f"{name}_sig"], [f"{name}_act"], name=f"{name}_mul")]
+    return f"{name}_act"
+
+
+def yolo_like(seed=0):
+    """A two-level YOLO-style detector: stem Conv (reads the image) → SiLU → strided Conv → SiLU → Resize ×2 → Concat
+    with the stem's feature → 1x1 neck Conv → SiLU (the feature both head branches share) → box branch (Conv → SiLU
+    → final Conv to 4) and class branch (Conv → SiLU → final Conv to 3 → Sigmoid) → Concat → Reshape to
+    ``[N, 4 + 3, anchors]`` (the YOLOv8 head layout). SiLU is Sigmoid × x, as PyTorch exports it."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init(rng, "w_stem", (16, 3, 3, 3)), _init(rng, "w_down", (16, 16, 3, 3)), _init(rng, "w_neck", (16, 32, 1, 1)),
+        _init(rng, "w_box0", (16, 16, 3, 3)), _init(rng, "w_box", (4, 16, 3, 3)),
+        _init(rng, "w_cls0", (16, 16, 3, 3)), _init(rng, "w_cls", (3, 16, 3, 3)),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up_scales"),
+        numpy_helper.from_array(np.array([0, 7, -1], np.int64), "head_shape"),
+    ]
+    pad = {"pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "w_stem"], ["stem"], name="stem_conv", **pad)]
+    stem = _silu(nodes, "stem", "stem")
+    nodes.append(helper.make_node("Conv", [stem, "w_down"], ["down"], name="down_conv", strides=[2, 2], **pad))
+    down = _silu(nodes, "down", "down")
+    nodes += [helper.make_node("Resize", [down, "", "up_scales"], ["up"], name="upsample", mode="nearest"),
+              helper.make_node("Concat", ["up", stem], ["cat"], name="concat", axis=1),
+              helper.make_node("Conv", ["cat", "w_neck"], ["neck"], name="neck_conv")]
+    feature = _silu(nodes, "neck", "neck")
+    for branch, out in (("box", "box_out"), ("cls", "cls_out")):
+        nodes.append(helper.make_node("Conv", [feature, f"w_{branch}0"], [f"{branch}0"], name=f"{branch}0_conv", **pad))
+        act = _silu(nodes, f"{branch}0", f"{branch}0")
+        nodes.append(helper.make_node("Conv", [act, f"w_{branch}"], [out], name=f"{branch}_conv", **pad))
+    nodes += [helper.make_node("Sigmoid", ["cls_out"], ["cls_prob"], name="cls_sigmoid"),
+              helper.make_node("Concat", ["box_out", "cls_prob"], ["head"], name="head_concat", axis=1),
+              helper.make_node("Reshape", ["head", "head_shape"], ["output0"], name="head_reshape")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                  [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", 7, 64])], inits)
+
+
 def matmul_block(seed=0):
     """x @ W (initializer) → Relu → MatMul with a second activation: weight vs activation MatMul inputs."""
     rng = np.random.default_rng(seed)

@@ -57,7 +57,7 @@ def test_a_cache_for_another_algorithm_is_refused_in_one_line(tmp_path, capsys, 
     code, _, err, _ = _build(tmp_path, capsys, "--int8", "--int8-mode", "qdq", "--calib", str(calib),
                              "--calib-cache", str(cache), "--calib-algo", "minmax")
     assert code == 1 and err.count("\n") == 1
-    assert "does not match this build: algorithm: cache has 'entropy', this build has 'minmax'" in err
+    assert "does not match this build: algorithm: cache has 'mse', this build has 'minmax'" in err
     code, _, err, manifest = _build(tmp_path, capsys, "--int8", "--int8-mode", "qdq", "--calib", str(calib),
                                     "--calib-cache", str(cache), "--calib-algo", "minmax", "--calib-cache-force")
     assert code == 0, err
@@ -89,7 +89,7 @@ def test_int8_from_an_image_folder_with_preprocessing(tmp_path, capsys, fake_gpu
                                     "--calib-cache", str(cache), "--calib-batch", "8",
                                     "--calib-preprocess", "resize=letterbox,scale=0.0039216")
     assert code == 0, err
-    assert "from 40 samples (entropy, " in manifest["build"]["precision_plan"]["notes"][0]
+    assert "from 40 samples (mse, " in manifest["build"]["precision_plan"]["notes"][0]
     provenance = json.loads(Path(f"{cache}.trtkit.json").read_text())
     assert provenance["preprocess"]["color"] == "GRAY" and provenance["preprocess"]["size"] == [8, 8]
     assert provenance["preprocess"]["resize"] == "letterbox" and provenance["batch_size"] == 8

@@ -176,7 +176,7 @@ def test_explicit_path_on_11_is_strongly_typed(tmp_path, fake_gpu):  # noqa: F81
     write_cache(cache, table_from_amaxes({t: 2.0 for t in ("x", "stem_r", "a_r", "res_r", "down")}, (11, 4, 0),
                                          "entropy"),
                 Provenance(onnx_sha256=load_model(residual_cnn()).sha256, tensorrt="11.4.0", algorithm="entropy"))
-    plan = _plan(trt, "int8", calibration=CalibrationSettings(cache_path=str(cache)))
+    plan = _plan(trt, "int8", calibration=CalibrationSettings(cache_path=str(cache), algorithm="entropy"))
     assert plan.strongly_typed and plan.flags == ()
     assert "strongly typed Q/DQ network" in plan.notes
     assert any(n.startswith("unquantized layers in FP16 (opset 19, FP16 scales") for n in plan.notes)

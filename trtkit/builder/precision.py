@@ -20,12 +20,13 @@ versions that have it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from calibrators.explicit import make_qdq_model
 from calibrators.session import prepare
+from calibrators.settings import DEFAULT_ALGORITHMS
 from calibrators.trt_calibrator import make_calibrator
 from trtkit import _version_compat as compat
 from trtkit._atomic import write_bytes_atomic
@@ -180,26 +181,27 @@ def _loaded(proto):
 # --- INT8 ----------------------------------------------------------------------------------------------------------
 
 
-def resolve_int8_mode(caps, mode: str, algorithm: str = "entropy") -> str:
+def resolve_int8_mode(caps, mode: str, algorithm: str | None = None) -> str:
     """``calibrator`` or ``qdq`` for ``--int8`` with ``--int8-mode`` on this TensorRT.
 
-    ``auto`` takes TensorRT's calibrator where it exists and the algorithm has one (entropy, minmax), else Q/DQ.
+    ``auto`` takes TensorRT's calibrator where it exists and the algorithm has one (entropy, minmax, or none named:
+    the calibrator's default, entropy), else Q/DQ.
 
     Raises:
-        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for percentile.
+        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for percentile or mse.
     """
     native = caps.has_calibrators and caps.int8_flag and (algorithm != "minmax" or caps.has_minmax_calibrator)
     if mode == "auto":
-        return "calibrator" if native and algorithm in ("entropy", "minmax") else "qdq"
+        return "calibrator" if native and algorithm in (None, "entropy", "minmax") else "qdq"
     if mode == "calibrator" and not (caps.has_calibrators and caps.int8_flag):
         raise UnsupportedError(
             f"int8_mode='calibrator' needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
             f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode='qdq'.",
             field="int8_mode",
         )
-    if mode == "calibrator" and algorithm == "percentile":
+    if mode == "calibrator" and algorithm in ("percentile", "mse"):
         raise UnsupportedError(
-            "TensorRT has no percentile calibrator; use int8_mode='qdq' with calibration.algorithm='percentile', "
+            f"TensorRT has no {algorithm} calibrator; use int8_mode='qdq' with calibration.algorithm='{algorithm}', "
             "or calibration.algorithm='entropy' or 'minmax'.",
             field="int8_mode",
         )
@@ -218,7 +220,7 @@ def has_qdq(proto) -> bool:
 def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPlan:
     if has_qdq(model.proto):
         return _qdq_plan(model, caps, ["the model already holds Q/DQ nodes: no calibration"], config.strongly_typed)
-    algorithm = config.calibration.algorithm if config.calibration else "entropy"
+    algorithm = config.calibration.algorithm if config.calibration else None
     mode = resolve_int8_mode(caps, config.int8_mode, algorithm)
     if config.strongly_typed and mode == "calibrator":
         if config.int8_mode == "calibrator":
@@ -330,7 +332,10 @@ def _save_model(proto, path) -> None:
 
 def _session(trt, model, config, *, native: bool):
     batch = calibration_batch_size(model.proto, config, native=native)
-    return prepare(config.calibration, model, compat.version_string(trt), batch, sample_spec(model.proto, config))
+    settings = config.calibration
+    if settings is not None and settings.algorithm is None:  # the path's own default
+        settings = replace(settings, algorithm=DEFAULT_ALGORITHMS["calibrator" if native else "qdq"])
+    return prepare(settings, model, compat.version_string(trt), batch, sample_spec(model.proto, config))
 
 
 def sample_spec(proto, config):

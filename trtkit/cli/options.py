@@ -119,7 +119,13 @@ def add_calibration_options(parser) -> None:
     g = parser.add_argument_group("INT8 calibration")
     g.add_argument("--calib", metavar="DIR", help="calibration data: an image folder or a folder of .npy/.npz")
     g.add_argument("--calib-cache", metavar="FILE", help="calibration cache to reuse or write (TensorRT format)")
-    g.add_argument("--calib-algo", choices=CALIB_ALGORITHMS, default="entropy", help="default: entropy")
+    g.add_argument(
+        "--calib-algo",
+        choices=CALIB_ALGORITHMS,
+        default=None,
+        help="default: entropy with TensorRT's calibrator, mse for the Q/DQ model trtkit makes (percentile and mse: "
+        "Q/DQ only)",
+    )
     g.add_argument(
         "--calib-percentile",
         type=float,
@@ -213,7 +219,7 @@ def positive_int(text: str) -> int:
 
 # calibration options (dest -> default) that only matter with --calib or --calib-cache
 _CALIB_DEFAULTS = {
-    "calib_algo": "entropy",
+    "calib_algo": None,
     "calib_percentile": 99.99,
     "calib_histograms": "auto",
     "calib_max_samples": None,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from trtkit.errors import CalibrationError, ModelError
+from trtkit.errors import CalibrationError, ModelError, UsageError
 from trtkit.quant.fp16 import convert_to_fp16
 from trtkit.quant.opset import upgrade_opset
 
@@ -33,6 +33,21 @@ logger = logging.getLogger("trtkit")
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization"})
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis) needs opset 13
+HEAD_REASON = "final layer (head) kept in higher precision"
+HEAD_BRANCH_REASON = "head branch (within output_depth of an output) kept in higher precision"
+INPUT_REASON = "reads a graph input (keep_input_layers)"
+CONCAT_REASON = "reads a Concat output (keep_concat_outputs)"
+# the first words of a skip reason → how PlanQdq.summary counts it
+SKIP_KINDS = {
+    "excluded by name": "excluded",
+    "tiny": "tiny",
+    HEAD_REASON.split(" (")[0]: "final layer",
+    HEAD_BRANCH_REASON.split(" (")[0]: "head branch",
+    INPUT_REASON.split(" (")[0]: "input layer",
+    CONCAT_REASON.split(" (")[0]: "concat output",
+    "fed by": "after softmax/normalization",
+    "no activation input": "no activation input",
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,13 @@ class QdqOptions:
         per_channel_matmul: per-channel weight scales for Gemm/MatMul too (along N).
         quantize_residual: quantize the skip input of residual adds.
         keep_output_layers: keep the final compute layers (heads) in higher precision.
+        output_depth: with ``keep_output_layers``, how many compute layers back from each output stay in higher
+            precision: 1 keeps the final layers; 2 also the layer feeding each of them, and so on, each only while
+            it feeds that one layer alone (a head branch stops below the feature its branches share).
+        keep_input_layers: keep the compute layers that read a graph input (the first convolution) in higher
+            precision.
+        keep_concat_outputs: keep compute layers whose input is a Concat's output (the neck of a feature pyramid:
+            an upsampled deep feature joined to a shallow one) in higher precision.
         min_weight_elements: convolutions/GEMMs with fewer weights stay in higher precision.
         exclude_nodes: node names never quantized.
     """
@@ -52,8 +74,19 @@ class QdqOptions:
     per_channel_matmul: bool = False
     quantize_residual: bool = True
     keep_output_layers: bool = True
+    output_depth: int = 1
+    keep_input_layers: bool = False
+    keep_concat_outputs: bool = False
     min_weight_elements: int = 256
     exclude_nodes: frozenset = frozenset()
+
+    def __post_init__(self):
+        if not isinstance(self.output_depth, int) or isinstance(self.output_depth, bool) or self.output_depth < 1:
+            raise UsageError(
+                f"output_depth must be an integer of at least 1 (the final layers); got {self.output_depth!r}",
+                field="output_depth",
+                accepted="an integer >= 1",
+            )
 
 
 @dataclass
@@ -92,8 +125,15 @@ class QdqPlan:
             self.consumers[tensor].append((node, index))
 
     def summary(self) -> str:
+        """E.g. ``40 layer(s) quantized, 9 kept in higher precision (6 final layer, 3 concat output), 0 residual
+        add(s)``: the kept layers counted by why they are kept."""
+        reasons: dict[str, int] = {}
+        for reason in self.skipped.values():
+            kind = next((k for prefix, k in SKIP_KINDS.items() if reason.startswith(prefix)), reason.split(" (")[0])
+            reasons[kind] = reasons.get(kind, 0) + 1
+        why = f" ({', '.join(f'{n} {k}' for k, n in reasons.items())})" if reasons else ""
         return (
-            f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision, "
+            f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision{why}, "
             f"{len(self.residual)} residual add(s)"
         )
 
@@ -106,6 +146,7 @@ class _Graph:
         self.inits = {t.name: t for t in self.graph.initializer}
         self.nodes = list(self.graph.node)
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
+        self.by_name = {n.name: n for n in self.nodes}
         self.producer = {out: n for n in self.nodes for out in n.output}
         self.consumers: dict[str, list] = {}
         for n in self.nodes:
@@ -148,7 +189,7 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
     g = _Graph(model)
     _check_excluded(g, options.exclude_nodes)
     plan = QdqPlan()
-    heads = _output_layers(g) if options.keep_output_layers else set()
+    heads = _output_layers(g, options.output_depth) if options.keep_output_layers else {}
     for node in g.nodes:
         if node.op_type not in COMPUTE_OPS:
             continue
@@ -183,14 +224,18 @@ def _check_excluded(g: _Graph, names) -> None:
     )
 
 
-def _skip_reason(g: _Graph, node, options: QdqOptions, heads: set) -> str | None:
+def _skip_reason(g: _Graph, node, options: QdqOptions, heads: dict) -> str | None:
     if node.name in options.exclude_nodes:
         return "excluded by name"
     weight = next((g.inits[i] for i in node.input[1:2] if g.is_weight(i)), None)
     if weight is not None and int(np.prod(weight.dims)) < options.min_weight_elements:
         return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
     if node.name in heads:
-        return "final layer (head) kept in higher precision"
+        return HEAD_REASON if heads[node.name] == 1 else HEAD_BRANCH_REASON
+    if options.keep_input_layers and any(_reaches_input(g, i) for i in node.input[:1]):
+        return INPUT_REASON
+    if options.keep_concat_outputs and any(g.producer_op(i) == "Concat" for i in node.input[:1]):
+        return CONCAT_REASON
     fed_by = {op for i in node.input[:2] if (op := g.producer_op(i)) in HIGH_PRECISION_PRODUCERS}
     if fed_by:
         return f"fed by {', '.join(sorted(fed_by))} (kept in higher precision)"
@@ -226,20 +271,73 @@ def _weight_axis(g: _Graph, node, name: str) -> int | None:
     return None
 
 
-def _output_layers(g: _Graph) -> set:
-    """Compute nodes from which a graph output is reachable through non-compute nodes only."""
-    heads, stack, seen = set(), list(g.outputs), set()
+def _output_layers(g: _Graph, depth: int = 1) -> dict:
+    """Compute node name → its depth (1: a graph output is reachable from it through non-compute nodes only; ``d``:
+    it feeds one layer of depth ``d - 1`` and nothing else), up to ``depth``."""
+    kept = dict.fromkeys(_compute_above(g, g.outputs), 1)
+    layer = set(kept)
+    for level in range(2, depth + 1):
+        above = {p for name in layer for p in _compute_above(g, _activations(g, g.by_name[name]))} - kept.keys()
+        layer = {p for p in above if _feeds_only(g, g.by_name[p], kept.keys())}
+        kept.update(dict.fromkeys(layer, level))
+    return kept
+
+
+def _activations(g: _Graph, node) -> list:
+    return [i for i in node.input if i and not g.is_weight(i)]
+
+
+def _compute_above(g: _Graph, tensors) -> set:
+    """The compute nodes that produce ``tensors`` through non-compute nodes only."""
+    found, stack, seen = set(), list(tensors), set()
     while stack:
-        tensor = stack.pop()
-        node = g.producer.get(tensor)
+        node = g.producer.get(stack.pop())
         if node is None or node.name in seen:
             continue
         seen.add(node.name)
         if node.op_type in COMPUTE_OPS:
-            heads.add(node.name)
-            continue
-        stack.extend(i for i in node.input if i and not g.is_weight(i))
-    return heads
+            found.add(node.name)
+        else:
+            stack.extend(_activations(g, node))
+    return found
+
+
+def _feeds_only(g: _Graph, node, layers) -> bool:
+    """``node``'s outputs reach exactly one compute node, of ``layers``, before any other compute node, and no graph
+    output without it: a layer of one head branch, not a feature that branches share."""
+    stack, seen, found = list(node.output), set(), set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in g.outputs:
+            return False
+        for consumer in g.consumers.get(tensor, []):
+            if consumer.name in seen:
+                continue
+            seen.add(consumer.name)
+            if consumer.op_type in COMPUTE_OPS:
+                found.add(consumer.name)
+            else:
+                stack.extend(consumer.output)
+    return len(found) == 1 and found <= set(layers)
+
+
+def _reaches_input(g: _Graph, tensor: str) -> bool:
+    """``tensor`` is a graph input, or made from one through non-compute nodes only (a Cast, a Transpose)."""
+    inputs = {i.name for i in g.graph.input} - g.inits.keys()
+    return bool(_sources(g, tensor) & inputs)
+
+
+def _sources(g: _Graph, tensor: str) -> set:
+    found, stack, seen = set(), [tensor], set()
+    while stack:
+        name = stack.pop()
+        node = g.producer.get(name)
+        if node is None:
+            found.add(name)
+        elif node.op_type not in COMPUTE_OPS and node.name not in seen:
+            seen.add(node.name)
+            stack.extend(_activations(g, node))
+    return found
 
 
 def _plan_residuals(g: _Graph, plan: QdqPlan) -> None:
