@@ -20,6 +20,7 @@ from calibrators.histogram import HistogramSet
 from trtkit.errors import CudaError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer
 from trtkit.runtime.ptx import PtxModule, grid_for
+from trtkit.runtime.ptx import load_kernels as load_ptx_kernels
 
 logger = logging.getLogger("trtkit")
 
@@ -134,10 +135,4 @@ def load_kernels(cuda):
     Returns:
         ``(kernels, None)``, or ``(None, reason)`` when the GPU path is unavailable (the caller bins on the CPU).
     """
-    own = getattr(cuda.rt, "histogram_kernels", None)
-    if own is not None:
-        return own(), None
-    try:
-        return PtxKernels(cuda), None
-    except Exception as exc:  # noqa: BLE001 - any failure means: bin on the CPU, and say why
-        return None, f"{type(exc).__name__}: {exc}"
+    return load_ptx_kernels(cuda, "histogram_kernels", PtxKernels)

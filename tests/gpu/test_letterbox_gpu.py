@@ -27,15 +27,12 @@ SIZES = [(w, h) for w in DATA_SIZES for h in DATA_SIZES] + OTHER_SIZES
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    from trtkit.runtime.cuda import default_cuda
+def gpu(cuda_stream):
     from trtkit.runtime.letterbox import LetterboxKernels
 
-    cuda = default_cuda()
+    cuda, stream = cuda_stream
     kernels = LetterboxKernels(cuda)
-    stream = cuda.stream_create()
     yield cuda, kernels, stream
-    cuda.stream_destroy(stream)
     kernels.close()
 
 

@@ -28,6 +28,7 @@ from trtkit.detection.resize import cached_pass_order
 from trtkit.errors import InputError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer
 from trtkit.runtime.ptx import BLOCK, PtxModule, grid_for
+from trtkit.runtime.ptx import load_kernels as load_ptx_kernels
 
 logger = logging.getLogger("trtkit")
 
@@ -320,13 +321,8 @@ class DeviceLetterbox:
 def load_kernels(cuda):
     """The letterbox kernels for ``cuda``'s runtime: its own (a fake's) when it has them, else
     :class:`LetterboxKernels`; ``(kernels, None)`` or ``(None, reason)``."""
-    own = getattr(cuda.rt, "letterbox_kernels", None)
-    if own is not None:
-        return own(), None
-    try:
-        return LetterboxKernels(cuda), None
-    except Exception as exc:  # noqa: BLE001 - any failure means: letterbox on the CPU, and say why
-        return None, f"the GPU kernels cannot load ({type(exc).__name__}: {exc})"
+    kernels, reason = load_ptx_kernels(cuda, "letterbox_kernels", LetterboxKernels)
+    return kernels, None if reason is None else f"the GPU kernels cannot load ({reason})"
 
 
 def device_letterbox(runner, input_name: str | None = None):

@@ -105,3 +105,20 @@ class PtxModule:
         if self._module is not None:
             check(self._driver.cuModuleUnload(self._module), "cuModuleUnload")
             self._module = None
+
+
+def load_kernels(cuda, own: str, make):
+    """Kernels for ``cuda``'s runtime: the runtime's own when it offers them (a fake's ``cuda.rt.<own>()``, CPU
+    tests), else ``make(cuda)`` (the PTX ones).
+
+    Returns:
+        ``(kernels, None)``, or ``(None, reason)`` when they cannot load (the caller does the work on the CPU and says
+        why): the error's type and message.
+    """
+    offered = getattr(cuda.rt, own, None)
+    if offered is not None:
+        return offered(), None
+    try:
+        return make(cuda), None
+    except Exception as exc:  # noqa: BLE001 - any failure means: the CPU path, and say why
+        return None, f"{type(exc).__name__}: {exc}"
