@@ -281,3 +281,121 @@ def test_launch_parameters_follow_the_kernels_signatures(fake, dtype):
     first_round, second_round = driver.launched[: 2 * len(images)], driver.launched[2 * len(images):]
     # the second round's launches reuse the parameters packed in the first (the same images, sizes and buffers)
     assert [params for *_, params in first_round] == [params for *_, params in second_round]
+
+
+# --- letterbox.cu itself, compiled for the CPU ----------------------------------------------------------------------
+
+SHIM = r"""
+#include <cstring>
+struct Index { unsigned x, y, z; };
+static Index blockIdx, blockDim, threadIdx;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline unsigned short half_bits(float f) { _Float16 x = (_Float16)f; unsigned short u; std::memcpy(&u, &x, 2);
+                                                  return u; }
+#define asm(...) (h = half_bits(f))  /* the one asm: cvt.rn.f16.f32 h, f */
+#include "letterbox.cu"
+"""
+
+
+def _launcher(kernel: str) -> str:
+    """A C function running every thread of ``kernel``'s grid in turn, its parameters unpacked from a
+    kernelParams array by the types in letterbox.cu, as the driver does."""
+    import re
+
+    source = device_module.PTX.with_suffix(".cu").read_text()
+    params = re.search(rf'extern "C" __global__ void {kernel}\(([^)]*)\)', source).group(1).split(",")
+    types = [re.sub(r"\w+\s*$", "", p.replace("__restrict__", "")).strip() for p in params]
+    unpacked = ", ".join(f"*({t} *)p[{i}]" for i, t in enumerate(types))
+    return (f'extern "C" void run_{kernel}(unsigned grid, unsigned block, void **p) {{ blockDim.x = block;\n'
+            f"  for (unsigned b = 0; b < grid; b++) for (unsigned t = 0; t < block; t++) {{\n"
+            f"    blockIdx.x = b; threadIdx.x = t; {kernel}({unpacked}); }} }}\n")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """letterbox.cu built with g++ (CUDA's built-ins shimmed: thread indices, __fmul_rn, the half conversion)."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to build letterbox.cu for the CPU")
+    folder = tmp_path_factory.mktemp("kernels")
+    code = SHIM + _launcher("resample_pass") + _launcher("letterbox_finish")
+    (folder / "host.cpp").write_text(code)
+    lib = folder / "letterbox_host.so"
+    proc = subprocess.run(["g++", "-O2", "-ffp-contract=off", "-shared", "-fPIC", "-I", str(device_module.PTX.parent),
+                           "-o", str(lib), str(folder / "host.cpp")], capture_output=True, text=True)
+    if proc.returncode and "_Float16" in proc.stderr:
+        pytest.skip(f"this g++ has no _Float16: {proc.stderr[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    return ctypes.CDLL(str(lib))
+
+
+class CompiledDriver(FakeDriver):
+    """Launches run letterbox.cu's own code (built for the CPU) on the fake stream, with the kernelParams given."""
+
+    def __init__(self, rt, lib):
+        super().__init__(rt)
+        self.rt, self.lib = rt, lib
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        import ctypes
+
+        count = len(_signature(fn))
+        slots = np.array([view_of(int(p), (1,), np.uint64)[0] for p in view_of(params, (count,), np.uint64)])
+        pointers = np.arange(count, dtype=np.uint64) * np.uint64(8) + np.uint64(slots.ctypes.data)  # the values now
+        run = getattr(self.lib, f"run_{fn}")
+        run.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+        self.launched.append((fn, gx, bx, params))
+
+        def op(slots=slots, pointers=pointers):  # the arrays live as long as the queued launch
+            run(gx, bx, int(pointers.ctypes.data))
+
+        self.rt.enqueue(stream, op)
+        return (0,)
+
+
+@pytest.mark.parametrize(("dtype", "layout"), [(np.uint8, "NHWC"), (np.float32, "NCHW"), (np.float16, "NCHW")])
+def test_the_kernel_source_gives_the_numpy_letterboxs_batches(fake, compiled, dtype, layout):
+    """letterbox.cu's kernels (compiled for the CPU, run thread by thread) launched by LetterboxKernels as on the
+    GPU: every pixel of every size, both pass orders, several slots of one batch, as the numpy letterbox has it."""
+    from trtkit.runtime.letterbox import LetterboxKernels
+
+    rt, cuda, stream = fake
+    kernels = LetterboxKernels(cuda, driver=CompiledDriver(rt, compiled))
+    gpu = DeviceLetterbox(cuda, stream, SIZE, dtype, kernels)
+    cpu = Letterbox(SIZE, dtype=np.uint8 if dtype == np.uint8 else np.float32, layout=layout)
+    try:
+        images = _images(4)
+        for batch in (images, images[3:4], images[::-1]):
+            ours, _ = gpu(batch)
+            cuda.stream_synchronize(stream)
+            np.testing.assert_array_equal(view_of(ours.ptr, ours.shape, ours.dtype), cpu(batch)[0].astype(dtype))
+    finally:
+        gpu.close()
+        kernels.close()
+
+
+def test_the_kernel_source_on_the_detection_sets_sizes(fake, compiled):
+    """The sample's case: 320 x 320 uint8 NHWC, every image size scripts/make_detection_data.py draws."""
+    from trtkit.runtime.letterbox import LetterboxKernels
+
+    rt, cuda, stream = fake
+    kernels = LetterboxKernels(cuda, driver=CompiledDriver(rt, compiled))
+    gpu = DeviceLetterbox(cuda, stream, (320, 320), np.uint8, kernels)
+    cpu = Letterbox((320, 320), dtype=np.uint8, layout="NHWC")
+    sides = (256, 288, 320, 352, 384, 416)
+    rng = np.random.default_rng(5)
+    try:
+        for w in sides:
+            batch = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h in sides]
+            ours, _ = gpu(batch)
+            cuda.stream_synchronize(stream)
+            np.testing.assert_array_equal(view_of(ours.ptr, ours.shape, ours.dtype), cpu(batch)[0])
+    finally:
+        gpu.close()
+        kernels.close()
