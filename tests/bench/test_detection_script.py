@@ -52,6 +52,8 @@ def test_the_sample_fast_path_is_timed_and_compared_with_the_plain_engine(tmp_pa
     agree = data["sample_fast_vs_plain"]  # the fake runs both in the reference evaluator: the same detections
     assert agree["boxes_compared"] > 0 and agree["only_fast"] == agree["only_plain"] == 0 and agree["min_iou"] == 1
     assert data["targets"]["sample_latency_1.5x"]["ratio"] == fast["ratio"]
+    same = data["sample_gpu_vs_numpy_letterbox"]
+    assert same["boxes_compared"] > 0 and same["only_gpu"] == same["only_numpy"] == 0 and same["min_iou"] == 1
 
 
 def test_detection_table_script_writes_every_row(tmp_path):
