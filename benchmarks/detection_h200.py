@@ -433,8 +433,9 @@ def main(argv=None) -> int:
     for folder in (args.cache, data, engines):
         folder.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    run.result.setdefault("calls", []).append({"started": started, "rows": rows, "argv": sys.argv[1:] if argv is None
-                                               else list(argv)})
+    run.result.setdefault("calls", []).append({"started": started, "rows": rows, "calib_images": args.calib,
+                                               "optimization_level": args.opt_level,
+                                               "argv": sys.argv[1:] if argv is None else list(argv)})
     run.result.update(model=str(args.model), profile=profile(), tactic_sources=list(TACTICS),
                       calib_images=args.calib, optimization_level=args.opt_level, started=started)
     run.guard("environment", lambda: run.result.update(environment=environment()))
@@ -493,7 +494,8 @@ def merge_into(run, earlier: dict, rows: list) -> None:
     run.result["rows"] = dict(earlier.get("rows", {}))
     if "calls" not in run.result:  # the earlier call, as its own keys describe it
         run.result["calls"] = [{"started": earlier.get("started"), "rows": [k for k in ROWS if k in earlier.get(
-            "rows", {})], "seconds": earlier.get("seconds")}]
+            "rows", {})], "seconds": earlier.get("seconds"), "calib_images": earlier.get("calib_images"),
+            "optimization_level": earlier.get("optimization_level")}]
 
 
 def input_size(model: Path) -> int:

@@ -14,8 +14,8 @@ from typing import Iterable
 import numpy as np
 
 from calibrators.histogram import DEFAULT_BINS, HistogramSet
-from trtkit.errors import CalibrationError, DependencyError
-from trtkit.model import with_outputs
+from trtkit.errors import CalibrationError
+from trtkit.model import onnxruntime_session, with_outputs
 
 
 def collect_histograms_cpu(model, tensors: list, feeds: Iterable[dict], *, bins: int = DEFAULT_BINS):
@@ -57,13 +57,8 @@ def collect_histograms_cpu(model, tensors: list, feeds: Iterable[dict], *, bins:
 
 
 def _session(model):
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise DependencyError(
-            "Calibration on the CPU runs the model in ONNX Runtime: pip install onnxruntime (or 'trtkit[eval]'); "
-            "or calibrate in TensorRT on a GPU machine."
-        ) from exc
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnxruntime_session(
+        model,
+        "Calibration on the CPU runs the model in ONNX Runtime: pip install onnxruntime (or 'trtkit[eval]'); "
+        "or calibrate in TensorRT on a GPU machine.",
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtkit.errors import ModelError
+from trtkit.errors import DependencyError, ModelError
 
 if TYPE_CHECKING:
     import onnx
@@ -186,3 +186,19 @@ def with_outputs(model, names: list):
         else:
             value.CopyFrom(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     return out
+
+
+def onnxruntime_session(model, missing: str):
+    """An ONNX Runtime CPU session that runs ``model`` (a ``ModelProto``) as written: graph optimizations fuse and
+    reorder float math (and Q/DQ pairs), so they are off.
+
+    Raises:
+        DependencyError: onnxruntime is not installed; ``missing`` is the message (what needs it, what to do).
+    """
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise DependencyError(missing) from exc
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

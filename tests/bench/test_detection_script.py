@@ -104,7 +104,9 @@ def test_missing_rows_are_measured_alone_and_merged_into_the_committed_table(tmp
     assert not {"int8_qdq/bench", "int8_qdq_heads/build"} & set(data["errors"]), data["errors"]
     assert set(data["notes"]["errors_resolved_by_later_calls"]) == {"int8_qdq/bench", "int8_qdq_heads/build"}
     assert data["nms_match"] == committed["nms_match"] and data["sample_latency"] == committed["sample_latency"]
-    assert [c["rows"] for c in data["calls"]][-1] == ["int8_qdq", "int8_qdq_heads"] and len(data["calls"]) == 2
+    first, this = data["calls"]  # the committed call, as its keys describe it, then this one
+    assert first["calib_images"] == committed["calib_images"] and first["started"] == committed["started"]
+    assert this["rows"] == ["int8_qdq", "int8_qdq_heads"] and this["calib_images"] == 8
     best = data["targets"]["best_int8"]
     int8 = {k: rows[k]["map"] for k in ("int8_calibrator", "int8_qdq", "int8_qdq_heads")}
     assert best["row"] == max(int8, key=int8.get)

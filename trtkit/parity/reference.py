@@ -12,7 +12,8 @@ from typing import Mapping
 
 import numpy as np
 
-from trtkit.errors import DependencyError, ModelError
+from trtkit.errors import ModelError
+from trtkit.model import onnxruntime_session
 
 BACKENDS = ("onnx-reference", "onnxruntime")
 
@@ -63,18 +64,10 @@ class OnnxReference:
 
     def _make_session(self):
         if self.backend == "onnxruntime":
-            try:
-                import onnxruntime
-            except ImportError as exc:
-                raise DependencyError(
-                    "The onnxruntime reference backend needs `pip install onnxruntime`; or use the default "
-                    "'onnx-reference' backend, which needs nothing more."
-                ) from exc
-            opts = onnxruntime.SessionOptions()
-            # Graph optimizations fuse and reorder float math; the reference should compute what the graph says.
-            opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-            return onnxruntime.InferenceSession(
-                self.model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+            return onnxruntime_session(
+                self.model,
+                "The onnxruntime reference backend needs `pip install onnxruntime`; or use the default "
+                "'onnx-reference' backend, which needs nothing more.",
             )
         from onnx.reference import ReferenceEvaluator
 
