@@ -12,7 +12,7 @@ it was before it) and named in the list with ``status="failed"``; it is never fa
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites import attributes, castlike, dims, functions, int64_io, narrow_io, opset
+from trtkit.builder.rewrites import attributes, castlike, decompose, dims, functions, int64_io, narrow_io, opset
 from trtkit.builder.rewrites.base import APPLIED, FAILED, SKIPPED, ParserTarget, Rewrite, main_opset
 
 __all__ = ["APPLIED", "FAILED", "SKIPPED", "ParserTarget", "Rewrite", "apply_rewrites", "default_steps", "main_opset"]
@@ -47,10 +47,12 @@ def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
 
 
 def default_steps() -> list:
-    """The rewrites in the order they run: names before shapes, functions before the opset changes and CastLike."""
+    """The rewrites in the order they run: names before shapes, functions and decompositions before the opset changes
+    and CastLike."""
     return [
         ("symbolic-dims", dims.rewrite),
         ("expand-function", functions.rewrite),
+        ("decompose", decompose.rewrite),
         ("castlike", castlike.rewrite),  # after expand-function: function bodies use CastLike
         ("opset", opset.rewrite),
         ("attribute-inputs", attributes.rewrite),
