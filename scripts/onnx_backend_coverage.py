@@ -17,6 +17,9 @@ What this cannot see: the parser's per-op restrictions (attributes it refuses, b
 TensorRT's numerics; the GPU run of ``onnx_backend_suite.py`` decides those.
 
     python scripts/onnx_backend_coverage.py --work-dir /tmp/onnx-cases --out /tmp/coverage.json
+
+``--gained-out FILE`` lists the cases trtkit is predicted to gain (the raw API stopped, trtkit clear, ONNX Runtime
+matching), for ``onnx_backend_suite.py --cases-file FILE`` to measure on the GPU host.
 """
 
 from __future__ import annotations
@@ -132,6 +135,33 @@ def ort_check(proto, inputs: dict, expected: dict, rtol: float, atol: float) -> 
     return ("mismatch", error) if error else ("match", None)
 
 
+def for_onnxruntime(proto):
+    """``proto`` as ONNX Runtime can run it: the opset-17 ``axes`` attributes that the ``attribute-inputs`` rewrite
+    gives opset-18+ Reduce nodes for TensorRT 8.6's parser put back as the inputs their opset has (ONNX Runtime
+    refuses the attribute at that opset); anything else is left as it is."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from trtkit.builder.rewrites.attributes import REDUCE_AXES_AT_18
+
+    if _opset(proto) < 18:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for index, node in enumerate(copy.graph.node):
+        axes = next((a for a in node.attribute if a.name == "axes"), None)
+        if node.op_type not in REDUCE_AXES_AT_18 or axes is None:
+            continue
+        name = f"{node.output[0]}__ort_axes_{index}"
+        copy.graph.initializer.append(numpy_helper.from_array(np.array(list(axes.ints), dtype=np.int64), name))
+        keep = [a for a in node.attribute if a.name != "axes"]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+        node.input.append(name)
+    return copy
+
+
 def _opset(proto) -> int:
     return max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
@@ -174,8 +204,8 @@ def check_case(case: dict, timeout_s: int = 60) -> dict:
         entry["trtkit_opset"] = _opset(prepared.proto)
         if not entry["trtkit"]:
             inputs, expected = suite.load_arrays(Path(case["dir"]))
-            entry["ort"], entry["ort_error"] = ort_check(prepared.proto, inputs, expected, case["rtol"],
-                                                         case["atol"])
+            entry["ort"], entry["ort_error"] = ort_check(for_onnxruntime(prepared.proto), inputs, expected,
+                                                         case["rtol"], case["atol"])
             if entry["ort"] != "match":  # is it the rewrite, or can ONNX Runtime not run the case at all?
                 entry["ort_original"] = ort_check(model, inputs, expected, case["rtol"], case["atol"])[0]
     except Exception as exc:  # noqa: BLE001 - recorded, never fatal to the run
@@ -198,10 +228,12 @@ def _work(case):
 
 
 def ranked(cases: dict, adapter: str) -> list:
-    """``[(reason, cases)]``, most cases first: every blocker a failing case has counts once for it."""
+    """``[(reason, cases)]``, most cases first: every blocker a failing case has counts once for it (an element type
+    once, wherever it is: ``dtype INT64`` for an INT64 input and output)."""
     counts: Counter = Counter()
     for entry in cases.values():
-        for reason in entry.get(adapter) or []:
+        reasons = {r if r.startswith("op ") else "dtype " + r.split(" ", 1)[1] for r in entry.get(adapter) or []}
+        for reason in reasons:
             counts[reason] += 1
         if adapter == "trtkit" and entry.get("ort") in ("mismatch", "error"):
             whose = "the case itself" if entry.get("ort_original") != "match" else "after prepare"
@@ -209,6 +241,11 @@ def ranked(cases: dict, adapter: str) -> list:
         if "failure" in entry:
             counts["check failed: " + entry["failure"].split(":")[0]] += 1
     return counts.most_common()
+
+
+def gained(cases: dict) -> list:
+    """Cases the raw API is stopped on and trtkit is not, ONNX Runtime matching the case's outputs, sorted."""
+    return sorted(n for n, e in cases.items() if e.get("raw") and e.get("ort") == "match")
 
 
 def summary(cases: dict) -> dict:
@@ -219,6 +256,7 @@ def summary(cases: dict) -> dict:
         "raw_clear": sum(1 for e in reached if not e["raw"]),
         "trtkit_clear": sum(1 for e in reached if "trtkit" in e and not e["trtkit"]),
         "trtkit_clear_ort_match": sum(1 for e in reached if e.get("ort") == "match"),
+        "gained": len(gained(cases)),
     }
 
 
@@ -230,6 +268,8 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", required=True, help="where cases are exported")
     parser.add_argument("--out", required=True, help="the coverage JSON")
     parser.add_argument("--top", type=int, default=15, help="reasons to print per adapter")
+    parser.add_argument("--gained-out", help="write the names of the cases trtkit clears and the raw API does not, "
+                        "ONNX Runtime matching (one a line; onnx_backend_suite.py --cases-file reads it)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     names = set(args.cases.split(",")) if args.cases else None
@@ -240,6 +280,8 @@ def main(argv=None) -> int:
     report = {"tensorrt": TRT_VERSION, "summary": summary(results),
               "ranked": {a: ranked(results, a) for a in ("raw", "trtkit")}, "cases": results}
     Path(args.out).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    if args.gained_out:
+        Path(args.gained_out).write_text("".join(f"{n}\n" for n in gained(results)))
     print(json.dumps(report["summary"], indent=1))
     for adapter in ("raw", "trtkit"):
         print(f"{adapter}: what stops the most cases")

@@ -111,6 +111,18 @@ def test_a_body_reading_an_attribute_the_node_leaves_at_its_default_is_expanded(
     np.testing.assert_allclose(got, np.sin(np.pi * np.arange(10) / 10) ** 2, atol=1e-6)
 
 
+def test_a_context_dependent_body_with_an_optional_input_left_out_is_expanded():
+    # an empty name for a left-out optional input (the Attention cases leave out past_key/past_value this way)
+    scale = numpy_helper.from_array(np.linspace(0.5, 1.5, 4).astype(np.float32), "scale")
+    model = _model([helper.make_node("LayerNormalization", ["x", "scale", ""], ["y"], name="ln", axis=-1)],
+                   [_vi("x", TensorProto.FLOAT, [2, 4])], [_vi("y", TensorProto.FLOAT, [2, 4])], [scale], opset=17)
+    target = ParserTarget("no-layernorm", 17, False, lambda op: op != "LayerNormalization")
+    rewritten, report = apply_rewrites(model, target, steps=[("expand-function", functions.rewrite)])
+    assert [r.status for r in report] == ["applied"] and "LayerNormalization" not in _ops(rewritten)
+    x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(run(rewritten, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
 # --- CastLike in subgraphs -------------------------------------------------------------------------------------------
 
 

@@ -65,6 +65,16 @@ def test_a_case_trtkit_clears_is_checked_with_onnxruntime_on_its_own_data(covera
     assert wrong["ort"] == "mismatch" and wrong["ort_original"] == "mismatch"
     ranked = dict(coverage.ranked({"a": entry, "b": wrong}, "trtkit"))
     assert ranked == {"onnxruntime mismatch (the case itself)": 1}
-    assert dict(coverage.ranked({"a": entry, "b": wrong}, "raw")) == {"op Hardmax": 2, "output INT64": 2}
+    assert dict(coverage.ranked({"a": entry, "b": wrong}, "raw")) == {"op Hardmax": 2, "dtype INT64": 2}
     assert coverage.summary({"a": entry, "b": wrong}) == {"cases": 2, "exported": 2, "raw_clear": 0,
-                                                          "trtkit_clear": 2, "trtkit_clear_ort_match": 1}
+                                                          "trtkit_clear": 2, "trtkit_clear_ort_match": 1,
+                                                          "gained": 1}
+    assert coverage.gained({"a": entry, "b": wrong}) == ["a"]
+
+
+def test_the_suite_reads_case_names_from_a_file(coverage, tmp_path):
+    names = tmp_path / "gained.txt"
+    names.write_text("test_hardmax_example\n\ntest_sce_mean\n")
+    assert coverage.suite.case_names(None, str(names)) == {"test_hardmax_example", "test_sce_mean"}
+    assert coverage.suite.case_names("test_abs", str(names)) == {"test_abs", "test_hardmax_example", "test_sce_mean"}
+    assert coverage.suite.case_names(None, None) is None

@@ -4,6 +4,12 @@ Newer normalization and activation ops (``Mish``, ``GroupNormalization``, ``Laye
 function body in their ONNX schema. Where the installed parser has no importer for such an op but has one for every
 op of its body, the node is replaced by the body: the schema's function becomes a model-local function that onnx's
 inliner then expands in place, so the result is what ONNX itself says the op means.
+
+A body may use other function-bodied ops the parser lacks (``SoftmaxCrossEntropyLoss`` uses
+``NegativeLogLikelihoodLoss``, ``SwiGLU`` uses ``Swish``): those are expanded in the next round, and if one is left
+that cannot be, the model is given back as it was. Attributes the node leaves at their schema default are written
+on it first, since a body reads them by reference (``HannWindow``'s ``Cast(to=@output_datatype)``). Nodes in later
+rounds are named by their index in the graph the earlier rounds made.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ def rewrite(proto, target) -> list:
     changes: list = []
     for _ in range(_MAX_ROUNDS):
         found = _expand_round(proto, target)
-        changes += found
+        changes += [c for c in found if c not in changes]  # a node left in one round is named once, not per round
         if not any(c.status == APPLIED for c in found):
             break
     opset = main_opset(proto)
@@ -159,6 +165,9 @@ def _context_function(schema, node, types: dict, opset: int):
 
     input_types = []
     for name in node.input:
+        if not name:  # an optional input left out: onnx's builders take an empty type for it
+            input_types.append(onnx.TypeProto().SerializeToString())
+            continue
         if name not in types:
             return None
         input_types.append(types[name].SerializeToString())
