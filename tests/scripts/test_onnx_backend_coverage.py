@@ -3,26 +3,11 @@ ranking of reasons over cases."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 from tests.models import _model
-
-REPO = Path(__file__).resolve().parent.parent.parent
-
-
-@pytest.fixture(scope="module")
-def coverage():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        yield importlib.import_module("onnx_backend_coverage")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
 
 
 def _vi(name, dtype, shape):
