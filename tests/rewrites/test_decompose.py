@@ -157,3 +157,25 @@ def test_a_converted_model_the_checker_refuses_is_not_used():
     rewritten, report = apply_rewrites(model, TARGET_86, steps=[("opset", opset.rewrite)])
     assert report[0].status == FAILED and "gave an invalid model" in report[0].what
     assert "dilations" in report[0].what and rewritten is model
+
+
+# --- attribute forms after folding -----------------------------------------------------------------------------------
+
+
+def test_reduce_axes_computed_from_constants_get_the_attribute_form_once_folded():
+    # opset 18: axes = [0] + [1], computed, so the version converter cannot bring ReduceMean down to 17; folding makes
+    # it an initializer, and then the opset-17 attribute form is possible
+    from trtkit.builder.prepare import prepare
+
+    zero = helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array([0], np.int64)))
+    one = helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array([1], np.int64)))
+    nodes = [zero, one, helper.make_node("Add", ["zero", "one"], ["axes"], name="axes"),
+             helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="mean", keepdims=0)]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.FLOAT, [2])], opset=18)
+    prepared = prepare(model, target=TARGET_86)
+    statuses = [(r.rewrite, r.status) for r in prepared.rewrites]
+    assert statuses.index(("fold-constants", "applied")) < statuses.index(("attribute-inputs", "applied"))
+    (mean,) = [n for n in prepared.proto.graph.node if n.op_type == "ReduceMean"]
+    assert list(mean.input) == ["x"] and [list(a.ints) for a in mean.attribute if a.name == "axes"] == [[1]]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(run(model, {"x": x})[0], x.mean(axis=1))

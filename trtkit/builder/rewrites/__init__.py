@@ -15,7 +15,17 @@ from __future__ import annotations
 from trtkit.builder.rewrites import attributes, castlike, decompose, dims, functions, int64_io, narrow_io, opset
 from trtkit.builder.rewrites.base import APPLIED, FAILED, SKIPPED, ParserTarget, Rewrite, main_opset
 
-__all__ = ["APPLIED", "FAILED", "SKIPPED", "ParserTarget", "Rewrite", "apply_rewrites", "default_steps", "main_opset"]
+__all__ = [
+    "APPLIED",
+    "FAILED",
+    "SKIPPED",
+    "ParserTarget",
+    "Rewrite",
+    "after_folding_steps",
+    "apply_rewrites",
+    "default_steps",
+    "main_opset",
+]
 
 
 def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
@@ -55,7 +65,14 @@ def default_steps() -> list:
         ("decompose", decompose.rewrite),
         ("castlike", castlike.rewrite),  # after expand-function: function bodies use CastLike
         ("opset", opset.rewrite),
-        ("attribute-inputs", attributes.rewrite),
         ("int64-io", int64_io.rewrite),
         ("narrow-int-io", narrow_io.rewrite),
     ]
+
+
+def after_folding_steps() -> list:
+    """The rewrites :func:`trtkit.prepare` runs after constant folding: the opset-17 attribute forms of opset-18
+    inputs. Folding evaluates Reduce/Pad/Split in the model's own opset (an opset-18 node with an ``axes`` attribute
+    is not valid ONNX, so nothing could fold it), and it turns computed ``axes``/``pads`` into the constants this
+    rewrite needs."""
+    return [("attribute-inputs", attributes.rewrite)]
