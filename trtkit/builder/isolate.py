@@ -263,13 +263,15 @@ def _payload(func, args, kwargs, options) -> bytes:
     return _HEADER.pack(len(path_part)) + path_part + rest
 
 
-def _start_child(write_fd: int) -> subprocess.Popen:
+def _start_child(write_fd: int, entry: str = "trtkit.builder.isolate:_child_main") -> subprocess.Popen:
+    """A new interpreter running ``entry`` (``module:function``, called with the channel's fd)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
+    module, _, function = entry.partition(":")
     # SIGINT ignored first of all: a Ctrl-C reaching the child while it starts must not kill it half-way (the parent
     # gets the same Ctrl-C and stops it)
     code = (
         f"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, {root!r}); "
-        f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})"
+        f"from {module} import {function}; {function}({write_fd})"
     )
     try:
         return subprocess.Popen(
