@@ -210,3 +210,11 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def test_a_large_answer_after_many_events_comes_back_whole():
+    events = []
+    assert worker.run(children.stream_then_return, 2000, on_event=events.append) == "done"
+    assert len([e for e in events if e["kind"] == "progress"]) == 2000
+    assert worker.run(children.big_result, 5_000_001) == b"\x01" * 5_000_001
+    assert worker.run(children.add, 1, 2) == 3  # the reader is back to small frames

@@ -107,7 +107,7 @@ class Worker:
     def __init__(self, warmup: tuple | None = None):
         self.pid_of_parent = os.getpid()
         self.calls = 0
-        self._read_fd, write_fd = os.pipe()
+        self._read_fd, write_fd = isolate.channel_pipe()
         try:
             self.proc = isolate._start_child(write_fd, entry="trtkit.builder.worker:serve")
         except BaseException:
