@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import isolation_children as children
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from test_isolate import _alive
 
 import trtkit.builder.isolate as isolate
 from trtkit.builder import worker
@@ -162,59 +161,3 @@ def test_the_parent_of_an_isolated_build_does_not_import_tensorrt(tmp_path):
     assert imported == "False" and int(parent) not in importers
     assert len(set(importers)) == 1
     assert (tmp_path / "a.engine").stat().st_size and (tmp_path / "b.engine").stat().st_size
-
-
-_PARENT = """
-import signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.path.insert(0, {children!r})
-import isolation_children
-from trtkit.builder import worker
-worker.run(isolation_children.pid)
-print("ready", flush=True)
-try:
-    worker.run(isolation_children.sleep_forever, {marker!r})
-except KeyboardInterrupt:
-    print("interrupted", flush=True)
-"""
-
-
-def test_ctrl_c_in_the_parent_stops_the_warm_worker(tmp_path):
-    marker = tmp_path / "pid"
-    script = _PARENT.format(children=str(Path(children.__file__).parent), marker=str(marker))
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout.readline().strip() == "ready"
-    _wait_for(marker.exists)
-    child = int(marker.read_text())
-    parent.send_signal(signal.SIGINT)
-    out, _ = parent.communicate(timeout=30)
-    assert "interrupted" in out and parent.returncode == 0
-    _wait_for(lambda: not _alive(child))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
-def test_a_large_answer_after_many_events_comes_back_whole():
-    events = []
-    assert worker.run(children.stream_then_return, 2000, on_event=events.append) == "done"
-    assert len([e for e in events if e["kind"] == "progress"]) == 2000
-    assert worker.run(children.big_result, 5_000_001) == b"\x01" * 5_000_001
-    assert worker.run(children.add, 1, 2) == 3  # the reader is back to small frames

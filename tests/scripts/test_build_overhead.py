@@ -3,23 +3,17 @@ asks for (the real run is on the GPU host)."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def overhead():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        yield importlib.import_module("build_overhead")
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    with script_module("benchmarks", "build_overhead") as module:
+        yield module
 
 
 def test_fake_run_times_raw_and_trtkit_builds_and_writes_the_json(overhead, tmp_path, capsys):
