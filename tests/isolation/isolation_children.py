@@ -226,3 +226,7 @@ def recording_crashing_fake_trt(record_path, version="8.6.0", crash_op="Where"):
     with open(record_path, "a") as f:
         f.write(f"{os.getpid()}\n")
     return crashing_fake_trt(version, crash_op)
+
+
+def env(name):
+    return os.environ.get(name)

@@ -161,3 +161,18 @@ def test_the_parent_of_an_isolated_build_does_not_import_tensorrt(tmp_path):
     assert imported == "False" and int(parent) not in importers
     assert len(set(importers)) == 1
     assert (tmp_path / "a.engine").stat().st_size and (tmp_path / "b.engine").stat().st_size
+
+
+def test_a_changed_environment_gets_a_new_worker(monkeypatch):
+    before = worker.run(children.pid)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert worker.run(children.env, "CUDA_VISIBLE_DEVICES") == "1"
+    assert worker.run(children.pid) != before
+
+
+def test_a_large_answer_after_many_events_comes_back_whole():
+    events = []
+    assert worker.run(children.stream_then_return, 2000, on_event=events.append) == "done"
+    assert len([e for e in events if e["kind"] == "progress"]) == 2000
+    assert worker.run(children.big_result, 5_000_001) == b"\x01" * 5_000_001
+    assert worker.run(children.add, 1, 2) == 3  # the reader is back to small frames

@@ -12,8 +12,9 @@ Crash containment is the same as :func:`~trtkit.builder.isolate.run_isolated`'s:
 worker in use.
 
 The process keeps at most one idle worker (:func:`acquire` / :func:`release`): a build takes it, or starts a new one
-when it is busy in another thread, dead, or was started by another process (after ``fork``); a finished build gives
-it back. The idle worker exits when this process exits (its stdin closes). :func:`stats` counts workers started and
+when it is busy in another thread, dead, was started by another process (after ``fork``) or with other environment
+variables than this process has now; a finished build gives it back. Each call runs in this process's current
+folder. The idle worker exits when this process exits (its stdin closes). :func:`stats` counts workers started and
 calls run, for the curious.
 
 Protocol (the child side is :func:`serve`): the parent writes one frame per call to the worker's stdin, each the same
@@ -106,6 +107,7 @@ class Worker:
 
     def __init__(self, warmup: tuple | None = None):
         self.pid_of_parent = os.getpid()
+        self.environment = dict(os.environ)  # the child's, fixed at its start
         self.calls = 0
         self._read_fd, write_fd = isolate.channel_pipe()
         try:
@@ -127,8 +129,14 @@ class Worker:
 
     @property
     def usable(self) -> bool:
-        """Alive, not stopped, and started by this process (a forked copy must not share its pipes)."""
-        return not self._closed and self.pid_of_parent == os.getpid() and self.proc.poll() is None
+        """Alive, not stopped, started by this process (a forked copy must not share its pipes), and this process's
+        environment variables are still those the worker started with (``CUDA_VISIBLE_DEVICES`` set since, say)."""
+        return (
+            not self._closed
+            and self.pid_of_parent == os.getpid()
+            and self.proc.poll() is None
+            and os.environ == self.environment
+        )
 
     def call(self, func, *args, on_event=None, timeout: float | None = None, crash_context=None, **kwargs):
         """Run ``func(*args, **kwargs)`` in the worker; same arguments, result and errors as
