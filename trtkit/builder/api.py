@@ -151,7 +151,7 @@ def check_inputs(model, config: BuildConfig):
     from trtkit.errors import CalibrationError
     from trtkit.model import load_model, model_inputs
 
-    loaded = load_model(model, check=False)
+    loaded = load_model(model, check=False, external_data=False)  # the graph is enough; weights stay on disk
     if config.input_uint8_nhwc:
         _check_uint8_profiles(loaded.proto, config.profiles)
     elif config.add_nms is None and not may_have_shape_inputs(loaded.proto):
