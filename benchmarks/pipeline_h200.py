@@ -13,7 +13,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
 5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. The stage
    is measured over at least 2.5 s of steady work (a pilot run sets the frame count); its start-up (engine load,
-   buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``).
+   buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The samples sit in the
+   stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every frame in.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -213,9 +214,31 @@ def preprocess_alone(engine_target, frames: list, count: int, workers: int) -> f
     return fps_of(report.frames_out, report.elapsed_s)
 
 
-def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict) -> dict:
+class SampleInto:
+    """``pre`` for pre-made samples, writing each into its row of the inference stage's pinned batch ring (as the
+    image preprocessing does). Rows are assigned by frame index and the sample list is as long as the ring has
+    rows, so a row always gets the same sample: with ``copy_always=False`` it is written once, and the stage is
+    measured on its own (batching, transfers in place, compute); with True every frame is copied in (the cost of
+    writing 600 KB samples on one thread)."""
+
+    def __init__(self, target, copy_always: bool):
+        self.target, self.copy_always = target, copy_always
+        self.shape = (target.channels, target.height, target.width)
+        self._held: dict = {}  # row address -> the sample it holds
+
+    def __call__(self, sample):
+        return sample, None
+
+    def into(self, sample, out):
+        key = out.ctypes.data
+        if self.copy_always or self._held.get(key) is not sample:
+            out[...] = sample
+            self._held[key] = sample
+
+
+def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict, pre=None) -> dict:
     """``count`` pre-made samples (whole batches of ``batch``) through the pipeline's batched inference stage (one
-    preprocess worker passes them on): the steady rate (the batches after the first, from the first batch's last
+    preprocess worker passes them on, through ``pre``): the steady rate (the batches after the first, from the first batch's last
     frame out to the last frame out) apart from the start-up (from the call to the first batch out: the runners'
     engine load, buffers, CUDA graph capture)."""
     from trtkit.pipeline import ArraySource, CallbackSink, Processing, run_engine
@@ -227,7 +250,7 @@ def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args:
             out_at["first_batch"] = time.perf_counter()
         out_at["last"] = time.perf_counter()
 
-    processing = Processing(pre=lambda sample: (sample, None))
+    processing = Processing(pre=pre or (lambda sample: (sample, None)))
     t0 = time.perf_counter()
     report = run_engine(engine, ArraySource(cycled(samples, count)), sinks=[CallbackSink(arrived)],
                         processing=processing, pre_workers=1, **runner_args)
@@ -239,14 +262,19 @@ def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args:
             "frames": report.frames_out, "stage": report.stages["infer"].to_json(), "batch": report.batch}
 
 
-def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runner_args: dict) -> dict:
-    """The inference stage measured over at least ``min_work_s`` of steady work: a pilot run of 20 batches sets the
-    frame count of the measured run (whole batches)."""
-    pilot = infer_once(engine, samples, 20 * batch, batch, runner_args)
+def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runner_args: dict, target) -> dict:
+    """The inference stage measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets
+    the frame count of the measured runs, whole batches), with the samples in place in the batch ring (``fps``:
+    the stage itself), then copied in frame by frame (``copying_samples``)."""
+    in_place = SampleInto(target, copy_always=False)
+    pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place)
     batches = max(20, int(np.ceil(pilot["fps"] * min_work_s / batch)) if pilot["fps"] else 20)
-    measured = infer_once(engine, samples, batches * batch, batch, runner_args)
+    measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place)
     measured["pilot"] = {k: pilot[k] for k in ("fps", "startup_s", "frames")}
     measured["min_work_s"] = min_work_s
+    copying = infer_once(engine, samples, batches * batch, batch, runner_args, SampleInto(target, copy_always=True))
+    measured["copying_samples"] = {k: copying[k] for k in ("fps", "startup_s", "steady_s", "frames")}
+    measured["samples"] = "in place in the batch ring (each ring row always holds the same sample)"
     return measured
 
 
@@ -487,10 +515,11 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         alone["preprocess"] = run.guard("preprocess_alone",
                                         lambda: preprocess_alone(target, frames, count, sizes.pre_workers))
         pre = ImagePreprocess(target)
-        samples = [pre(f)[0] for f in frames[:64]]
+        rows = (args.runners + 1) * sizes.max_batch  # the batch ring's rows (api.sample_ring)
+        samples = [pre(frames[i % len(frames)])[0] for i in range(rows)]
         run.store("stages_alone_fps", alone)
         infer = run.guard("infer_alone", lambda: infer_alone(engine, samples, sizes.max_batch, sizes.infer_work_s,
-                                                               runner_args))
+                                                               runner_args, target))
         alone["infer"] = infer["fps"] if infer else None
         run.store("infer_stage", {"fps": alone["infer"], "pipeline_stage": infer})
         alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work))
