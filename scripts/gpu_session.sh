@@ -46,7 +46,7 @@ for step in ${*:-env tests demo}; do
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
-               --doc "$W/onnx-support.md" > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
+               --doc "$W/onnx-support.md" ${BACKEND_ARGS:-} > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
     overhead) timeout ${OVERHEAD_TIMEOUT:-300} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
                 --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
               tail -15 "$W/overhead.log" ;;

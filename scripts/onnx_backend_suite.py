@@ -525,12 +525,23 @@ def support_markdown(report: dict, adapters) -> str:
     return "\n".join(lines) + "\n"
 
 
+def case_names(cases: str | None, cases_file: str | None) -> set | None:
+    """The case names ``--cases`` and ``--cases-file`` give (``None``: every case)."""
+    if not cases and not cases_file:
+        return None
+    names = {n for n in (cases or "").split(",") if n}
+    if cases_file:
+        names |= {line.strip() for line in Path(cases_file).read_text().splitlines() if line.strip()}
+    return names
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated suites")
     parser.add_argument("--adapters", default=",".join(ADAPTERS))
     parser.add_argument("--max-cases", type=int, help="at most N cases per suite")
     parser.add_argument("--cases", help="comma-separated case names (only these)")
+    parser.add_argument("--cases-file", help="a file of case names, one a line (only these; with --cases, both)")
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--budget-s", type=float, default=330.0, help="stop starting cases after this many seconds")
     parser.add_argument("--case-timeout-s", type=float, default=90.0)
@@ -547,8 +558,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     adapters = tuple(a for a in args.adapters.split(",") if a)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="onnx-backend-"))
-    cases = export(discover(args.kinds.split(","), args.max_cases, set(args.cases.split(",")) if args.cases
-                            else None), work)
+    cases = export(discover(args.kinds.split(","), args.max_cases, case_names(args.cases, args.cases_file)), work)
     print(f"{len(cases)} cases exported to {work} in {time.monotonic() - started:.1f} s", flush=True)
     trt_version = "fake-8.6.0" if args.fake else __import__("tensorrt").__version__
     budget = max(0.0, args.budget_s - (time.monotonic() - started))

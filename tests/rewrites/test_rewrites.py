@@ -184,7 +184,8 @@ def test_ops_the_parser_lacks_are_expanded_into_their_function_body():
 
 
 def test_an_op_whose_body_uses_unsupported_ops_is_named_and_left():
-    target = ParserTarget("picky", 17, False, lambda op: op not in ("Mish", "Softplus"))
+    # Softplus has a function body of its own (Exp, Log, Add): a parser without Exp cannot have it either
+    target = ParserTarget("picky", 17, False, lambda op: op not in ("Mish", "Softplus", "Exp"))
     model = _model([helper.make_node("Mish", ["x"], ["y"], name="mish")], [_vi("x", TensorProto.FLOAT, [4])],
                    [_vi("y", TensorProto.FLOAT, [4])], opset=18)
     report = functions.rewrite(model, target)
