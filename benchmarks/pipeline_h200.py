@@ -238,9 +238,9 @@ class SampleInto:
 
 def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict, pre=None) -> dict:
     """``count`` pre-made samples (whole batches of ``batch``) through the pipeline's batched inference stage (one
-    preprocess worker passes them on, through ``pre``): the steady rate (the batches after the first, from the first batch's last
-    frame out to the last frame out) apart from the start-up (from the call to the first batch out: the runners'
-    engine load, buffers, CUDA graph capture)."""
+    preprocess worker passes them on, through ``pre``): the steady rate (the batches after the first, from the first
+    batch's last frame out to the last frame out) apart from the start-up (from the call to the first batch out: the
+    runners' engine load, buffers, CUDA graph capture)."""
     from trtkit.pipeline import ArraySource, CallbackSink, Processing, run_engine
 
     out_at: dict = {}

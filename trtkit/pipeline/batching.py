@@ -179,7 +179,7 @@ class BatchRing:
         self._block = list(range(self.count))  # the block each buffer holds now
         self._released = [0] * self.count  # rows of that block collected so far
         self._cond = threading.Condition()
-        self.abort = None  # a threading.Event: set by the pipeline's inference stage (waits give up when it is set)
+        self.abort: threading.Event | None = None  # the pipeline's: waits give up once it is set
 
     def place(self, index: int) -> tuple:
         """Where frame ``index`` goes: ``(block, row)``."""
@@ -336,7 +336,7 @@ class InferStage:
                 break
             if item is END:
                 return frames, True
-            if block is not None and self._ring.place(item.index)[0] != block:
+            if self._ring is not None and self._ring.place(item.index)[0] != block:
                 self._carry = item  # the next block's first frame: it starts the next batch
                 break
             frames.append(item)
