@@ -101,7 +101,7 @@ def test_onnx_backend_cases_the_rewrites_reach_pass(tmp_path, name):
 
     from tests.scripts import script_module
 
-    with script_module("onnx_backend_suite") as suite:
+    with script_module("scripts", "onnx_backend_suite") as suite:
         (case,) = suite.export(suite.discover(("node",), None, {name}), tmp_path)
         model = Path(case["dir"]) / "model.onnx"
         with pytest.raises(TrtkitError):  # the model as it is: the parser refuses it

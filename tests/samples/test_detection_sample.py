@@ -77,7 +77,8 @@ def _detect_module():
 def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path, letterbox):
     """The sample on a fake-TensorRT engine built with input_uint8_nhwc (uint8 NHWC batches, a CUDA graph, output
     views; the letterbox in the fake GPU's kernels or in numpy) against the ONNX model on float batches: the same
-    detections, to the bit."""
+    detections (to the bit where both run on onnx's reference evaluator; within float rounding where the reference is
+    ONNX Runtime, which the eval extra installs)."""
     from trtkit.builder.api import build
     from trtkit.builder.config import BuildConfig
     from trtkit.builder.profiles import parse_shapes
@@ -106,8 +107,9 @@ def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path, letterb
         assert not float_detector.letterbox.raw
         theirs = [float_detector([image])[0] for image in images + images] + float_detector(images[:2])
     assert sum(len(d) for d in theirs) > 0
+    assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
-        np.testing.assert_array_equal(a.boxes, b.boxes)
-        np.testing.assert_array_equal(a.scores, b.scores)
+        np.testing.assert_allclose(a.boxes, b.boxes, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(a.classes, b.classes)
     assert len(detector.times["pre"]) == len(ours) - 1

@@ -1,4 +1,5 @@
-"""Tests of the scripts under scripts/, which are imported by name (:func:`script_module`)."""
+"""The scripts under test are imported by name from their folder (scripts/, benchmarks/), as their own spawned
+workers import them."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import importlib
 import sys
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent.parent.parent / "scripts"
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @contextlib.contextmanager
-def script_module(name: str):
-    """``scripts/<name>.py`` imported by name, as their pool's spawned workers import them."""
-    sys.path.insert(0, str(SCRIPTS))
+def script_module(folder: str, name: str):
+    """``folder/name.py`` imported as the module ``name``, its folder on ``sys.path`` meanwhile."""
+    sys.path.insert(0, str(REPO / folder))
     try:
         yield importlib.import_module(name)
     finally:
-        sys.path.remove(str(SCRIPTS))
+        sys.path.remove(str(REPO / folder))

@@ -9,11 +9,11 @@ from tests.scripts import script_module
 
 @pytest.fixture(scope="module")
 def suite():
-    with script_module("onnx_backend_suite") as module:
+    with script_module("scripts", "onnx_backend_suite") as module:
         yield module
 
 
 @pytest.fixture(scope="module")
 def coverage():
-    with script_module("onnx_backend_coverage") as module:
+    with script_module("scripts", "onnx_backend_coverage") as module:
         yield module

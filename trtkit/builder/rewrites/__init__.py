@@ -40,19 +40,29 @@ def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
     """
     import onnx
 
-    report: list = []
-    for name, step in steps if steps is not None else default_steps():
+    def copy(model):
         work = onnx.ModelProto()
-        work.CopyFrom(proto)
+        work.CopyFrom(model)
+        return work
+
+    report: list = []
+    work = None
+    for name, step in steps if steps is not None else default_steps():
+        # a copy that the previous step left as it was serves the next one (a large model's copy is not free;
+        # comparing costs a fraction of copying)
+        work = copy(proto) if work is None else work
         try:
             changes = step(work, target)
         except Exception as exc:  # noqa: BLE001 - a failing rewrite is named and skipped, never fatal by itself
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             report.append(Rewrite(name, "model", "not applied: the rewrite raised", first[:300], FAILED))
+            work = None
             continue
         report += changes
         if any(c.status == APPLIED for c in changes):
-            proto = work
+            proto, work = work, None
+        elif work != proto:  # changed without applying anything: dropped, like a failed step's
+            work = None
     return proto, report
 
 
