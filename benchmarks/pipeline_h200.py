@@ -11,7 +11,10 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    the pipeline's batched stage) and encode (PyAV, H.264) each measured alone; then
    ``decode → preprocess → infer → encode`` as one pipeline. Target: end-to-end FPS >= 0.9 x the slowest stage's.
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
-5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x.
+5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. The stage
+   is measured over at least 2.5 s of steady work (a pilot run sets the frame count); its start-up (engine load,
+   buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The samples sit in the
+   stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every frame in.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -19,9 +22,12 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
    before/after it. Target: 0 bytes of growth; frames in = frames out.
 8. If time is left: the detection sample's detector (FP16, 320x320) on the 1080p video with the detection
-   postprocessing and drawing (``detection``: its build time, end-to-end FPS, stages).
+   postprocessing and drawing (``detection``: its build time, end-to-end FPS, stages), only when its estimate (the
+   detector's build time measured by the detection benchmark + the video pipeline's time) fits in what is left of
+   ``--budget-s``; ``notes.detection`` gives the figures either way.
 
-Every part is guarded: a failure is recorded under ``errors`` and the rest goes on.
+Every part is guarded: a failure is recorded under ``errors`` and the rest goes on; the JSON is rewritten after
+every stored result, so a call cut by its time limit keeps everything measured until then.
 
     python3 benchmarks/pipeline_h200.py --out "$OUT"        # on the GPU host: bash .gpu/bin/gpu-run python3 ...
     python3 benchmarks/pipeline_h200.py --fake --out /tmp/p # on a CPU: fake TensorRT/CUDA, tiny sizes (a dry run)
@@ -65,6 +71,7 @@ class Sizes:
         self.leak_video = (64, 48) if fake else (320, 240)
         self.pre_workers = 2 if fake else 6
         self.decode_workers = 2 if fake else 8
+        self.infer_work_s = 0.3 if fake else 2.5  # steady work the inference stage is measured over, at least
 
 
 def log(msg: str) -> None:
@@ -82,6 +89,12 @@ class Run:
             partial = dict(self.result, complete=False)
             text = json.dumps(partial, indent=2, sort_keys=True, default=str) + "\n"
             (self.out / "pipeline-h200.json").write_text(text)
+
+    def store(self, key: str, value):
+        """``result[key] = value``, written out at once (a call cut later keeps it); returns ``value``."""
+        self.result[key] = value
+        self.checkpoint()
+        return value
 
     def guard(self, key: str, fn):
         t0 = time.perf_counter()
@@ -201,14 +214,68 @@ def preprocess_alone(engine_target, frames: list, count: int, workers: int) -> f
     return fps_of(report.frames_out, report.elapsed_s)
 
 
-def infer_alone(engine: Path, samples: list, count: int, runner_args: dict) -> dict:
-    """Pre-made samples through the pipeline's batched inference stage (the preprocess stage passes them on)."""
-    from trtkit.pipeline import ArraySource, Processing, run_engine
+class SampleInto:
+    """``pre`` for pre-made samples, writing each into its row of the inference stage's pinned batch ring (as the
+    image preprocessing does). Rows are assigned by frame index and the sample list is as long as the ring has
+    rows, so a row always gets the same sample: with ``copy_always=False`` it is written once, and the stage is
+    measured on its own (batching, transfers in place, compute); with True every frame is copied in (the cost of
+    writing 600 KB samples on one thread)."""
 
-    processing = Processing(pre=lambda sample: (sample, None))
-    report = run_engine(engine, ArraySource(cycled(samples, count)), processing=processing, **runner_args)
-    return {"fps": fps_of(report.frames_out, report.elapsed_s), "frames": report.frames_out,
-            "stage": report.stages["infer"].to_json(), "batch": report.batch}
+    def __init__(self, target, copy_always: bool):
+        self.target, self.copy_always = target, copy_always
+        self.shape = (target.channels, target.height, target.width)
+        self._held: dict = {}  # row address -> the sample it holds
+
+    def __call__(self, sample):
+        return sample, None
+
+    def into(self, sample, out):
+        key = out.ctypes.data
+        if self.copy_always or self._held.get(key) is not sample:
+            out[...] = sample
+            self._held[key] = sample
+
+
+def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict, pre=None) -> dict:
+    """``count`` pre-made samples (whole batches of ``batch``) through the pipeline's batched inference stage (one
+    preprocess worker passes them on, through ``pre``): the steady rate (the batches after the first, from the first
+    batch's last frame out to the last frame out) apart from the start-up (from the call to the first batch out: the
+    runners' engine load, buffers, CUDA graph capture)."""
+    from trtkit.pipeline import ArraySource, CallbackSink, Processing, run_engine
+
+    out_at: dict = {}
+
+    def arrived(frame):
+        if frame.index == batch - 1:
+            out_at["first_batch"] = time.perf_counter()
+        out_at["last"] = time.perf_counter()
+
+    processing = Processing(pre=pre or (lambda sample: (sample, None)))
+    t0 = time.perf_counter()
+    report = run_engine(engine, ArraySource(cycled(samples, count)), sinks=[CallbackSink(arrived)],
+                        processing=processing, pre_workers=1, **runner_args)
+    total_s = time.perf_counter() - t0
+    first = out_at.get("first_batch")
+    steady_s = out_at["last"] - first if first is not None else 0.0
+    return {"fps": fps_of(report.frames_out - batch, steady_s), "fps_with_startup": fps_of(report.frames_out, total_s),
+            "startup_s": round(first - t0, 3) if first is not None else None, "steady_s": round(steady_s, 3),
+            "frames": report.frames_out, "stage": report.stages["infer"].to_json(), "batch": report.batch}
+
+
+def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runner_args: dict, target) -> dict:
+    """The inference stage measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets
+    the frame count of the measured runs, whole batches), with the samples in place in the batch ring (``fps``:
+    the stage itself), then copied in frame by frame (``copying_samples``)."""
+    in_place = SampleInto(target, copy_always=False)
+    pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place)
+    batches = max(20, int(np.ceil(pilot["fps"] * min_work_s / batch)) if pilot["fps"] else 20)
+    measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place)
+    measured["pilot"] = {k: pilot[k] for k in ("fps", "startup_s", "frames")}
+    measured["min_work_s"] = min_work_s
+    copying = infer_once(engine, samples, batches * batch, batch, runner_args, SampleInto(target, copy_always=True))
+    measured["copying_samples"] = {k: copying[k] for k in ("fps", "startup_s", "steady_s", "frames")}
+    measured["samples"] = "in place in the batch ring (each ring row always holds the same sample)"
+    return measured
 
 
 def encode_alone(frames: list, count: int, work: Path, codec: str | None = None) -> float:
@@ -285,7 +352,29 @@ def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda)
 
 
 DETECTOR = ROOT / "samples" / "detection" / "model" / "detector.onnx"
-DETECTION_AFTER_S = 150  # start the detector's build only if the rest left time for it (the call fits ~4 min)
+DETECTION_RESULTS = ROOT / "benchmarks" / "results" / "detection-h200.json"
+DETECTOR_BUILD_FALLBACK_S = 120.0  # used when the detection benchmark's results hold no FP16 build time
+
+
+def detector_build_estimate_s(results: Path = DETECTION_RESULTS) -> tuple:
+    """The detector's FP16 build time on the GPU host as the detection benchmark measured it, and where it came
+    from (the fallback when that file or its ``rows.fp16.build_s`` is missing)."""
+    try:
+        value = json.loads(results.read_text())["rows"]["fp16"]["build_s"]
+        return float(value), f"{results.name} rows.fp16.build_s"
+    except (OSError, ValueError, KeyError, TypeError):
+        return DETECTOR_BUILD_FALLBACK_S, "fallback (no measured build time found)"
+
+
+def detection_plan(elapsed_s: float, budget_s: float, run_estimate_s: float, results: Path = DETECTION_RESULTS):
+    """Whether the optional detection part fits in what is left of ``budget_s``: its estimate is the detector's
+    measured build time plus ``run_estimate_s`` (the video pipeline's time on the same video). Returns
+    ``(run, note)``; the note gives the figures either way."""
+    build_s, origin = detector_build_estimate_s(results)
+    need, left = build_s + run_estimate_s, budget_s - elapsed_s
+    note = (f"estimate {need:.0f} s (build {build_s:.0f} s from {origin}, run {run_estimate_s:.0f} s), "
+            f"{left:.0f} s of the {budget_s:.0f} s budget left")
+    return need <= left, ("run: " if need <= left else "skipped: ") + note
 
 
 def detection_pipeline(video: Path, work: Path, runner_args: dict, sizes: Sizes, trt=None) -> dict:
@@ -376,6 +465,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=".", help="folder for pipeline-h200.json (e.g. $OUT)")
     parser.add_argument("--fake", action="store_true", help="fake TensorRT and CUDA, tiny sizes: a CPU dry run")
     parser.add_argument("--runners", type=int, default=2, help="runners in the pool (batches in flight)")
+    parser.add_argument("--budget-s", type=float, default=200.0,
+                        help="seconds this call may take; the optional detection part runs only if its estimate "
+                             "(measured build time + run) fits in what is left")
     args = parser.parse_args(argv)
     sizes = Sizes(args.fake)
     ALONE_KEEP[0] = sizes.alone_frames
@@ -423,23 +515,26 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         alone["preprocess"] = run.guard("preprocess_alone",
                                         lambda: preprocess_alone(target, frames, count, sizes.pre_workers))
         pre = ImagePreprocess(target)
-        samples = [pre(f)[0] for f in frames[:64]]
-        infer = run.guard("infer_alone", lambda: infer_alone(engine, samples, max(count, 20 * sizes.max_batch),
-                                                               runner_args))
+        rows = (args.runners + 1) * sizes.max_batch  # the batch ring's rows (api.sample_ring)
+        samples = [pre(frames[i % len(frames)])[0] for i in range(rows)]
+        run.store("stages_alone_fps", alone)
+        infer = run.guard("infer_alone", lambda: infer_alone(engine, samples, sizes.max_batch, sizes.infer_work_s,
+                                                               runner_args, target))
         alone["infer"] = infer["fps"] if infer else None
+        run.store("infer_stage", {"fps": alone["infer"], "pipeline_stage": infer})
         alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work))
-        result["nvenc"] = nvenc_part(frames, count, work, alone["encode"])
+        run.store("nvenc", nvenc_part(frames, count, work, alone["encode"]))
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
-        result["infer_stage"] = {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
-                                 "ratio": _ratio(alone["infer"], bench["items_per_s"] if bench else None),
-                                 "pipeline_stage": infer, "bench": bench}
+        run.store("infer_stage", {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
+                                  "ratio": _ratio(alone["infer"], bench["items_per_s"] if bench else None),
+                                  "pipeline_stage": infer, "bench": bench})
     e2e = run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args, sizes))
-    result["stages_alone_fps"] = alone
-    result["video"] = video_result(e2e, alone)
+    run.store("stages_alone_fps", alone)
+    run.store("video", video_result(e2e, alone))
     folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
     if folder:
-        result["folder"] = run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes))
-    nvdec = result["nvdec"] = run.guard("nvdec", lambda: nvdec_part(video, pyav_fps))
+        run.store("folder", run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes)))
+    nvdec = run.store("nvdec", run.guard("nvdec", lambda: nvdec_part(video, pyav_fps)))
     if nvdec and nvdec["available"]:
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
@@ -448,18 +543,22 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                                  "gpu": with_nvdec["gpu"], "stages": with_nvdec["stages"],
                                  "note": "NVDEC frames copied to host memory for the CPU preprocessing"}
             nvdec["gpu_idle_between_batches_pct"] = (with_nvdec["gpu"] or {}).get("idle_between_batches_pct")
+            run.store("nvdec", nvdec)
     leak_video = run.guard("make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames,
                                                                  sizes.leak_video, "mpeg4"))
     if leak_video:
-        memory = run.guard("memory_run", lambda: memory_run(engine, leak_video, runner_args, sizes, cuda))
-        result["memory_run"] = memory
-        result["leak_bytes_device"] = memory["growth_during_run_bytes"] if memory else None
+        memory = run.store("memory_run", run.guard("memory_run",
+                                                   lambda: memory_run(engine, leak_video, runner_args, sizes, cuda)))
+        run.store("leak_bytes_device", memory["growth_during_run_bytes"] if memory else None)
     if sizes.fake:
         result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
-    elif time.perf_counter() - STARTED > DETECTION_AFTER_S:
-        result["notes"]["detection"] = f"skipped: more than {DETECTION_AFTER_S} s had passed"
-    else:
-        result["detection"] = run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes))
+        return
+    fits, note = detection_plan(time.perf_counter() - STARTED, args.budget_s, result["timings_s"].get(
+        "video_pipeline", 0.0))
+    result["notes"]["detection"] = note
+    run.checkpoint()
+    if fits:
+        run.store("detection", run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes)))
 
 
 def _ratio(a, b):

@@ -30,15 +30,15 @@ def install_fakes() -> None:
 def slow_down_preprocessing(seconds: float, started: str | None) -> None:
     from trtkit.pipeline.preprocess import ImagePreprocess
 
-    call = ImagePreprocess.__call__
+    into = ImagePreprocess.into  # what the pipeline calls (``__call__`` goes through it too)
 
-    def slow(self, image):
+    def slow(self, image, out):
         if started and not os.path.exists(started):
             Path(started).touch()
         time.sleep(seconds)
-        return call(self, image)
+        return into(self, image, out)
 
-    ImagePreprocess.__call__ = slow
+    ImagePreprocess.into = slow
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert {"avg_ms", "min_ms", "max_ms", "p99_ms"} <= set(video["stages"]["infer"])
     assert data["folder"]["images_per_s"] > 0, context
     assert data["infer_stage"]["fps"] > 0 and data["infer_stage"]["bench_fps"] > 0, context
+    stage = data["infer_stage"]["pipeline_stage"]
+    assert stage["startup_s"] > 0 and stage["steady_s"] > 0 and stage["frames"] >= 20 * stage["batch"], context
     assert set(data["nvdec"]) >= {"available", "reason", "decode_fps", "pyav_decode_fps"}
     assert set(data["nvenc"]) >= {"available", "encode_fps", "libx264_encode_fps"}
     assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300, context
@@ -36,3 +38,37 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
     assert data["video"]["gpu"]["batches"] > 0, context
+
+
+def _script():
+    import importlib
+
+    return importlib.import_module("benchmarks.pipeline_h200")  # the repository root is on sys.path
+
+
+def test_every_stored_result_is_on_disk_before_the_next_part_starts(tmp_path):
+    script = _script()
+    run = script.Run(tmp_path)
+    run.store("video", {"e2e_fps": 1.0})
+    seen = {}
+
+    def next_part():  # what a call cut here would have left behind
+        seen.update(json.loads((tmp_path / "pipeline-h200.json").read_text()))
+        raise RuntimeError("cut")
+
+    run.guard("memory_run", next_part)
+    assert seen["video"] == {"e2e_fps": 1.0} and seen["complete"] is False
+    saved = json.loads((tmp_path / "pipeline-h200.json").read_text())
+    assert saved["errors"]["memory_run"] == "RuntimeError: cut" and saved["video"] == {"e2e_fps": 1.0}
+
+
+def test_detection_runs_only_when_its_measured_estimate_fits_the_budget(tmp_path):
+    script = _script()
+    results = tmp_path / "detection-h200.json"
+    results.write_text(json.dumps({"rows": {"fp16": {"build_s": 107.4}}}))
+    fits, note = script.detection_plan(elapsed_s=94.0, budget_s=200.0, run_estimate_s=10.0, results=results)
+    assert not fits and note.startswith("skipped:") and "build 107 s" in note and "106 s of the 200 s" in note
+    fits, note = script.detection_plan(elapsed_s=60.0, budget_s=200.0, run_estimate_s=10.0, results=results)
+    assert fits and note.startswith("run:")
+    assert script.detector_build_estimate_s(tmp_path / "missing.json") == (
+        script.DETECTOR_BUILD_FALLBACK_S, "fallback (no measured build time found)")

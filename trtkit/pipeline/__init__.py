@@ -22,6 +22,7 @@ _EXPORTS = {
     "Stage": "trtkit.pipeline.stages",
     "Frame": "trtkit.pipeline.stages",
     "BatchPlan": "trtkit.pipeline.batching",
+    "BatchRing": "trtkit.pipeline.batching",
     "ArraySource": "trtkit.pipeline.sources",
     "ImageFolderSource": "trtkit.pipeline.sources",
     "VideoSource": "trtkit.pipeline.sources",

@@ -44,11 +44,17 @@ class Processing:
         return ImagePreprocess(target, resize=resize)
 
 
-def stage_functions(processing: Processing, pre) -> dict:
-    """The stage callables (``frame -> None``) for ``pre``, ``processing.post`` and ``processing.draw``."""
+def stage_functions(processing: Processing, pre, ring=None) -> dict:
+    """The stage callables (``frame -> None``) for ``pre``, ``processing.post`` and ``processing.draw``; with a
+    :class:`~trtkit.pipeline.batching.BatchRing`, ``pre.into`` writes each sample straight into the frame's row."""
 
     def preprocess(frame):
         frame.sample, frame.meta = pre(frame.image)
+
+    def preprocess_into_ring(frame):
+        row = ring.acquire(frame.index)
+        frame.meta = pre.into(frame.image, row)
+        frame.sample = row
 
     def postprocess(frame):
         frame.result = processing.post(frame.outputs, frame.meta, frame.image)
@@ -57,7 +63,7 @@ def stage_functions(processing: Processing, pre) -> dict:
         frame.image = processing.draw(frame.image, frame.result)
 
     return {
-        "preprocess": preprocess,
+        "preprocess": preprocess if ring is None else preprocess_into_ring,
         "postprocess": postprocess if processing.post else None,
         "annotate": annotate if processing.draw else None,
     }
@@ -138,18 +144,36 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
-        fns = stage_functions(processing, processing.preprocess_for(target, settings.resize))
-        stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan)]
-        for name in ("postprocess", "annotate"):
-            if fns[name]:
-                stages.append(Stage(name, fns[name], settings.post_workers))
-        report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
+        pre = processing.preprocess_for(target, settings.resize)
+        ring = sample_ring(pool, pre, plan)
+        try:
+            fns = stage_functions(processing, pre, ring)
+            stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
+            for name in ("postprocess", "annotate"):
+                if fns[name]:
+                    stages.append(Stage(name, fns[name], settings.post_workers))
+            report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
+        finally:
+            if ring is not None:
+                ring.close()
     report.source = {
         **report.source,
         "engine_input": target.name,
         "input_shape": [target.channels, target.height, target.width],
     }
     return report
+
+
+def sample_ring(pool, pre, plan: BatchPlan):
+    """The pinned :class:`~trtkit.pipeline.batching.BatchRing` ``pre`` writes its samples into (one buffer per
+    runner and one more), when ``pre`` can write into a given array (``into`` and ``shape``, as
+    :class:`ImagePreprocess` does); None otherwise (its samples are copied into each batch)."""
+    from trtkit.pipeline.batching import BatchRing
+
+    cuda = getattr(pool.runners[0], "cuda", None)
+    if cuda is None or not callable(getattr(pre, "into", None)) or getattr(pre, "shape", None) is None:
+        return None
+    return BatchRing(cuda, plan.max_batch, pre.shape, pre.target.dtype, len(pool.runners) + 1)
 
 
 def batch_plan(target, batch: int | None, max_wait_ms: float, in_flight: int) -> BatchPlan:

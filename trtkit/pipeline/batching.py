@@ -143,6 +143,97 @@ class DeviceBatches:
         self._buffers, self._events = {}, {}
 
 
+class BatchRing:
+    """A small ring of pinned batch buffers that preprocessing writes samples straight into, each frame into the
+    row its index gives it: frame ``i`` goes to row ``i % batch`` of block ``i // batch``, block ``b`` to buffer
+    ``b % count``. The inference stage sends rows of one buffer as they are (a view of pinned memory: the transfer
+    reads it in place, no host copy), and a buffer takes the next block's frames only once every row of its
+    current block was collected, so the transfers and compute of one batch overlap the assembly of the next.
+
+    Args:
+        cuda: a :class:`~trtkit.runtime.cuda.Cuda` (the runners').
+        batch: rows per buffer (the plan's ``max_batch``).
+        sample_shape: one sample's shape, e.g. ``(3, 224, 224)``.
+        dtype: the samples' dtype.
+        count: buffers in the ring: batches in flight + 1, so one is being filled while the others are on the GPU.
+    """
+
+    def __init__(self, cuda, batch: int, sample_shape: tuple, dtype, count: int):
+        import threading
+
+        from trtkit.runtime.buffers import HostBuffer
+
+        if batch < 1 or count < 2:
+            raise InputError(f"A batch ring needs a batch of at least 1 and 2 or more buffers; got {batch}, {count}")
+        self.batch, self.count = int(batch), int(count)
+        self.sample_shape, self.dtype = tuple(sample_shape), np.dtype(dtype)
+        row = int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+        self._buffers: list = []
+        try:
+            for _ in range(self.count):
+                self._buffers.append(HostBuffer(cuda, row * self.batch))
+        except BaseException:
+            self.close()
+            raise
+        self._arrays = [b.view(self.dtype, (self.batch, *self.sample_shape)) for b in self._buffers]
+        self._block = list(range(self.count))  # the block each buffer holds now
+        self._released = [0] * self.count  # rows of that block collected so far
+        self._cond = threading.Condition()
+        self.abort: threading.Event | None = None  # the pipeline's: waits give up once it is set
+
+    def place(self, index: int) -> tuple:
+        """Where frame ``index`` goes: ``(block, row)``."""
+        return divmod(int(index), self.batch)
+
+    def acquire(self, index: int) -> np.ndarray:
+        """The row of frame ``index``, to write its sample into; waits until its buffer holds the frame's block.
+
+        Raises:
+            Aborted: the pipeline aborted while waiting.
+        """
+        block, row = self.place(index)
+        k = block % self.count
+        with self._cond:
+            while self._block[k] != block:
+                if self.abort is not None and self.abort.is_set():
+                    raise Aborted
+                self._cond.wait(0.05)
+        return self._arrays[k][row]
+
+    def rows(self, frames: list):
+        """The rows holding ``frames`` (consecutive indices, one block) as one view; None if they are not that."""
+        block, first = self.place(frames[0].index)
+        if frames[-1].index - frames[0].index != len(frames) - 1 or first + len(frames) > self.batch:
+            return None
+        array = self._arrays[block % self.count]
+        for frame, row in ((frames[0], first), (frames[-1], first + len(frames) - 1)):  # still in their rows
+            sample = frame.sample
+            if not isinstance(sample, np.ndarray) or sample.ctypes.data != array[row].ctypes.data:
+                return None
+        return array[first : first + len(frames)]
+
+    def release(self, frames: list) -> None:
+        """``frames`` were collected: their rows may be refilled (a buffer passes to its next block once every row
+        of the current one is released). Their ``sample`` is set to None (the row will hold another frame)."""
+        with self._cond:
+            for frame in frames:
+                block, _ = self.place(frame.index)
+                k = block % self.count
+                if self._block[k] != block:
+                    continue
+                frame.sample = None
+                self._released[k] += 1
+                if self._released[k] == self.batch:
+                    self._block[k], self._released[k] = block + self.count, 0
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Free the buffers (after the calls that read them have completed)."""
+        for buffer in self._buffers:
+            buffer.free()
+        self._buffers, self._arrays = [], []
+
+
 def split_outputs(outputs: dict, frames: list) -> None:
     """Give each frame its row of every output (padding rows are dropped)."""
     for i, frame in enumerate(frames):
@@ -153,10 +244,12 @@ class InferStage:
     """Batches frames from ``inp``, runs them through ``infer`` (anything with ``infer_async(feed)``: a
     :class:`~trtkit.runtime.runner.TrtRunner` or a :class:`~trtkit.runtime.pool.RunnerPool`), puts them in ``out``.
 
-    With runners (a pool's ``runners``, or one runner), each batch is assembled straight in the pinned input buffer
-    of the runner that runs it (``host_inputs``): no host copy between the frames and the transfer. The runners
-    take turns, and a runner's buffer is refilled only after its previous call was collected (at most one batch in
-    flight per runner).
+    With a :class:`BatchRing` (``ring``), preprocessing has written the samples into rows of its pinned buffers:
+    a batch is those rows as they are (a batch ends where a buffer's block ends), sent without any host copy, and
+    its rows are released once it is collected. Otherwise, with runners (a pool's ``runners``, or one runner),
+    each batch is assembled in the pinned input buffer of the runner that runs it (``host_inputs``, one copy per
+    sample). The runners take turns, and a runner's buffer is refilled only after its previous call was collected
+    (at most one batch in flight per runner).
 
     The timer records, per batch, the time this thread spends in the call (filling the batch, starting it, then
     waiting for its outputs), shared among its frames: while the engine keeps up, the wait is short; when it sets
@@ -165,9 +258,13 @@ class InferStage:
 
     name = "infer"
 
-    def __init__(self, infer, plan: BatchPlan, inp: Channel, out: Channel, fail):
+    def __init__(self, infer, plan: BatchPlan, inp: Channel, out: Channel, fail, ring: BatchRing | None = None):
         self.infer = infer
         self.plan = plan
+        self._ring = ring
+        if ring is not None:
+            ring.abort = inp._abort
+        self._carry = None  # a frame of the next block, gathered after a batch that ended with its block
         self.inp, self.out = inp, out
         self.timer = StageTimer(self.name)
         self._fail = fail
@@ -222,13 +319,16 @@ class InferStage:
     def _gather(self) -> tuple:
         """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
         comes within ``max_wait_s``, the oldest batch is collected first (its frames go on instead of waiting)."""
-        first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        first, self._carry = self._carry, None
+        if first is None:
+            first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
         while first is None:
             self._finish()
             first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
         if first is END:
             return [], True
         frames = [first]
+        block = self._ring.place(first.index)[0] if self._ring is not None else None
         deadline = time.perf_counter() + self.plan.max_wait_s
         while len(frames) < self.plan.max_batch:
             item = self.inp.get(timeout=max(0.0, deadline - time.perf_counter()))
@@ -236,6 +336,9 @@ class InferStage:
                 break
             if item is END:
                 return frames, True
+            if self._ring is not None and self._ring.place(item.index)[0] != block:
+                self._carry = item  # the next block's first frame: it starts the next batch
+                break
             frames.append(item)
         return frames, False
 
@@ -254,7 +357,9 @@ class InferStage:
                 "a TrtRunner or RunnerPool"
             )
         else:
-            handle, events = self.infer.infer_async({name: stack_samples(frames, self.plan)}), None
+            rows = self._ring_rows(frames)
+            batch = rows if rows is not None else stack_samples(frames, self.plan)
+            handle, events = self.infer.infer_async({name: batch}), None
         self._pending.append((handle, frames, time.perf_counter() - t0, events))
         self.batches += 1
 
@@ -265,17 +370,28 @@ class InferStage:
         if on_device:
             feed = {name: self._device.batch(runner, frames)}
         else:
-            buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
-            feed = {name: fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)}
+            rows = self._ring_rows(frames)
+            if rows is None:
+                buffer = runner.host_inputs({name: batch_shape(frames, self.plan)})[name]
+                rows = fill_batch(buffer, frames, self._fill_pool, self.plan.fill_threads)
+            feed = {name: rows}
             start = gpu.begin(runner.stream) if gpu else None
         handle = runner.infer_async(feed)
         return handle, (gpu.end(runner.stream, start) if gpu and start is not None else None)
+
+    def _ring_rows(self, frames: list):
+        """The ring's rows holding ``frames``, to send as they are (None: copy them into a batch instead)."""
+        if self._ring is None or len(frames) < self.plan.min_batch:
+            return None
+        return self._ring.rows(frames)
 
     def _finish(self) -> None:
         handle, frames, start_s, events = self._pending.popleft()
         self._working = frames
         t0 = time.perf_counter()
         outputs = handle.wait()
+        if self._ring is not None:
+            self._ring.release(frames)
         self.timer.add(start_s + time.perf_counter() - t0, len(frames))
         if events is not None and self.gpu is not None:
             self.gpu.collect(events)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trtkit.errors import PipelineError, TrtkitError
-from trtkit.pipeline.batching import BatchPlan, InferStage
+from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
 from trtkit.pipeline.stages import END, Aborted, Channel, Frame, StageRunner
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
 
@@ -34,10 +34,13 @@ class InferStep:
     Args:
         infer: anything with ``infer_async(feed)`` returning a handle with ``wait()`` (a runner or a pool).
         plan: how frames are batched (:class:`~trtkit.pipeline.batching.BatchPlan`).
+        ring: the pinned batch buffers an earlier stage writes the samples into
+            (:class:`~trtkit.pipeline.batching.BatchRing`; None: samples are copied into each batch).
     """
 
     infer: object
     plan: BatchPlan
+    ring: BatchRing | None = None
 
 
 class Pipeline:
@@ -75,7 +78,7 @@ class Pipeline:
         for i, stage in enumerate(self.stages):
             inp, out = self.channels[i], self.channels[i + 1]
             if isinstance(stage, InferStep):
-                self.runners.append(InferStage(stage.infer, stage.plan, inp, out, self._fail))
+                self.runners.append(InferStage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
             else:
                 self.runners.append(StageRunner(stage, inp, out, self._fail))
 
