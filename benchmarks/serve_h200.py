@@ -260,12 +260,12 @@ STOP_RESERVE_S = 20.0
 
 
 def level_seconds(args, levels: int, soak: bool) -> float:
-    """Seconds of load per concurrency level: ``--duration-s``, shortened (to 2 s at least) so that the levels, then
+    """Seconds of load per concurrency level: ``--duration-s``, shortened (to no less than 2 s) so that the levels, then
     the soak's ``--soak-s`` (when ``soak``) end before ``--deadline-s``."""
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
     if soak:
         left -= args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
-    return round(max(2.0, min(args.duration_s, left / max(levels, 1) - LOAD_OVERHEAD_S)), 1)
+    return round(min(args.duration_s, max(2.0, left / max(levels, 1) - LOAD_OVERHEAD_S)), 1)
 
 
 def soak_run(url: str, args, workdir: Path) -> dict:
