@@ -10,12 +10,20 @@ On the GPU host (ResNet-50 is exported there first, random weights, with PyTorch
 
     bash .gpu/bin/gpu-run bash -c '/opt/torch/.venv/bin/python3 scripts/export_torchvision.py resnet50 \
         /tmp/resnet50.onnx && python3 benchmarks/build_overhead.py --resnet50 /tmp/resnet50.onnx'
+
+``--variants no-isolate,no-prepare,no-detail,bare`` also times `trtkit build` with those defaults off (isolation;
+the rewrites, folding and op check; per-layer detail; all of them), under ``variants`` in each model's entry.
+
+On a CPU, ``--fake`` runs the same commands against trtkit's fake TensorRT (a ``tensorrt`` package put first on
+both processes' ``PYTHONPATH``): a dry run of the harness, whose seconds measure process starts, imports and trtkit's
+own work, not TensorRT's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -56,6 +64,15 @@ open(output, "wb").write(engine)
 '''
 
 
+# --variants: `trtkit build` again with some of its defaults off, to see where a gap to the raw script comes from
+VARIANTS = {
+    "no-isolate": ["--no-isolate"],
+    "no-prepare": ["--no-sanitize", "--no-fold-constants", "--no-check"],
+    "no-detail": ["--profiling-verbosity", "NONE"],
+    "bare": ["--no-isolate", "--no-sanitize", "--no-fold-constants", "--no-check", "--profiling-verbosity", "NONE"],
+}
+
+
 def shapes_arg(model: Path, batch: tuple) -> str:
     """``--shapes`` for trtkit: each input with its dynamic batch at min/opt/max, like the raw script's profile."""
     from trtkit.model import load_model, model_inputs
@@ -69,16 +86,34 @@ def shapes_arg(model: Path, batch: tuple) -> str:
     return " ".join(parts)
 
 
-def run(cmd: list, cwd: Path) -> float:
+# --fake: `import tensorrt` gives trtkit's fake, in the raw script's process and in trtkit's (parent and build worker)
+FAKE_TENSORRT = """
+import sys
+from trtkit.testing.fake_trt import make_fake_trt
+sys.modules[__name__] = make_fake_trt("8.6.0")
+"""
+
+
+def fake_environment(work: Path) -> dict:
+    """The environment of a ``--fake`` run: a ``tensorrt`` package that is trtkit's fake, first on the path."""
+    package = work / "fake-tensorrt" / "tensorrt"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(FAKE_TENSORRT)
+    path = [str(package.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def run(cmd: list, cwd: Path, env: dict | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({done.returncode}): {(done.stderr or done.stdout)[-800:]}")
     return seconds
 
 
-def measure(model: Path, batch: tuple, repeats: int, work: Path, python: str) -> dict:
+def measure(model: Path, batch: tuple, repeats: int, work: Path, python: str, env: dict | None = None,
+            variants=()) -> dict:
     raw_script = work / "raw_build.py"
     raw_script.write_text(RAW_SCRIPT)
     batch_arg = ",".join(str(b) for b in batch)
@@ -88,12 +123,19 @@ def measure(model: Path, batch: tuple, repeats: int, work: Path, python: str) ->
     trtkit_cmd = [python, "-c", entry, "build", str(model), "-o", str(work / "trtkit.engine"),
                   "--shapes", shapes_arg(model, batch), "--tactic-sources", TACTICS]
     raw_runs, trtkit_runs = [], []
+    variant_runs: dict = {name: [] for name in variants}
     for _ in range(repeats):
-        raw_runs.append(round(run(raw_cmd, work), 2))
-        trtkit_runs.append(round(run(trtkit_cmd, work), 2))
+        raw_runs.append(round(run(raw_cmd, work, env), 2))
+        trtkit_runs.append(round(run(trtkit_cmd, work, env), 2))
+        for name in variants:
+            variant_runs[name].append(round(run(trtkit_cmd + VARIANTS[name], work, env), 2))
     raw_s, trtkit_s = statistics.median(raw_runs), statistics.median(trtkit_runs)
-    return {"raw_s": raw_s, "trtkit_s": trtkit_s, "ratio": round(trtkit_s / raw_s, 3), "raw_runs": raw_runs,
-            "trtkit_runs": trtkit_runs, "batch": list(batch), "model": str(model)}
+    result = {"raw_s": raw_s, "trtkit_s": trtkit_s, "ratio": round(trtkit_s / raw_s, 3), "raw_runs": raw_runs,
+              "trtkit_runs": trtkit_runs, "batch": list(batch), "model": str(model)}
+    if variants:
+        result["variants"] = {name: {"flags": VARIANTS[name], "s": statistics.median(runs), "runs": runs}
+                              for name, runs in variant_runs.items()}
+    return result
 
 
 def main(argv=None) -> int:
@@ -102,18 +144,31 @@ def main(argv=None) -> int:
     parser.add_argument("--resnet50", help="ResNet-50 ONNX (scripts/export_torchvision.py resnet50 ...)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "build-overhead-h200.json"))
+    parser.add_argument("--fake", action="store_true", help="dry run on trtkit's fake TensorRT (CPU)")
+    parser.add_argument("--variants", default="", help="also time `trtkit build` with these defaults off, comma "
+                        f"separated ({', '.join(VARIANTS)})")
     args = parser.parse_args(argv)
-    import tensorrt
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown --variants {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    if args.fake:
+        version = "fake 8.6.0"
+    else:
+        import tensorrt
+
+        version = tensorrt.__version__
 
     models = {"digits_cnn": (Path(args.digits), (1, 32, 64))}
     if args.resnet50:
         models["resnet50"] = (Path(args.resnet50), (1, 32, 32))
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        env = fake_environment(Path(tmp)) if args.fake else None
         for name, (path, batch) in models.items():
-            results[name] = measure(path.resolve(), batch, args.repeats, Path(tmp), sys.executable)
+            results[name] = measure(path.resolve(), batch, args.repeats, Path(tmp), sys.executable, env, variants)
             print(name, json.dumps(results[name]), flush=True)
-    report = {"models": results, "tensorrt": tensorrt.__version__, "python": platform.python_version(),
+    report = {"models": results, "tensorrt": version, "python": platform.python_version(),
               "tactic_sources": TACTICS, "repeats": args.repeats,
               "note": "wall time of a fresh process per build (imports included), median of the repeats"}
     Path(args.out).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

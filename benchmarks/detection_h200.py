@@ -12,9 +12,12 @@
    reference row), times it with ``trtkit.bench`` (GPU compute at batch 1 and 8, plain and CUDA graph; images/s at
    batch 8), builds FP32 with ``--add-nms`` and compares its detections with the numpy NMS of the FP32 engine on
    every val image, and times the sample's per-image path at batch 1 against the plain FP16 engine's own
-   end-to-end latency: on that engine (float NCHW input, numpy decode: ``sample_latency_plain``) and on the fast
-   engine built in the same call with ``--input-uint8-nhwc --add-nms`` (``sample_latency``, and
-   ``sample_latency_pre_threads4`` with four resize threads), with how far their detections agree.
+   end-to-end latency: on that engine (float NCHW input, numpy decode: ``sample_latency_plain`` with the numpy
+   letterbox, ``sample_latency_plain_gpu_letterbox`` with the GPU one) and on the fast engine built in the same call
+   with ``--input-uint8-nhwc --add-nms`` against that engine's own e2e latency (``sample_latency``: the GPU
+   letterbox where its kernels load, the JSON says which ran and why; ``sample_latency_cpu_letterbox`` and
+   ``sample_latency_pre_threads4``: the numpy letterbox, with one and four resize threads), with how far their
+   detections agree.
 
 Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on; parts past ``--budget``
 seconds are skipped (recorded). Engines and data stay under ``--work``; only the JSON and the caches go to ``--out``.
@@ -202,17 +205,19 @@ def decoded_val_arrays(data: Path, images: int = 300) -> list:
     return arrays
 
 
-def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads: int = 1) -> list:
-    """The sample's Detector (as ``detect.py`` runs it: CUDA graph, output views) at batch 1 on decoded images
-    against the plain FP16 engine's e2e latency alone (``trtkit bench``); returns the detections of each image."""
+def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads: int = 1,
+                   letterbox: str = "auto", comparator: tuple | None = None) -> list:
+    """The sample's Detector (as ``detect.py`` runs it: CUDA graph, output views, the letterbox where ``letterbox``
+    says) at batch 1 on decoded images against an engine's e2e latency alone (``trtkit bench``; ``comparator``:
+    ``(ms, what)``, default the plain FP16 engine's); returns the detections of each image."""
     from detect import RUNNER_OPTIONS, Detector
 
     from trtkit.eval.models import open_model
 
     with open_model(str(engine), runner_options=RUNNER_OPTIONS) as model:
-        detector = Detector(model, threads=threads)
+        detector = Detector(model, threads=threads, letterbox=letterbox)
         try:
-            for array in arrays:  # warm-up: every image size's resize pass order is found once, graphs captured
+            for array in arrays:  # warm-up: every image size's resize pass order (and taps) found once, graphs made
                 detector([array])
             detector.times = {k: [] for k in detector.times}
             found = [detector([array])[0] for array in arrays]
@@ -220,15 +225,22 @@ def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads
             detector.close()
     parts = {k: statistics.median(v) * 1e3 for k, v in detector.times.items()}
     total = sum(parts.values())
-    e2e = run.result["rows"]["fp16"].get("b1_e2e_ms")
+    fp16_e2e = run.result["rows"]["fp16"].get("b1_e2e_ms")
+    e2e, against = comparator or (fp16_e2e, "trtkit bench's end-to-end TrtRunner.infer of the plain FP16 engine at "
+                                            "batch 1 (rows.fp16)")
+    where = detector.letterbox.where
     run.result[key] = {
         "engine": engine.name, "images": len(arrays), "input": f"{model.layout} {np.dtype(model.input_dtype)}",
+        "letterbox": where, "letterbox_reason": detector.letterbox_reason,
         "pre_threads": threads, "pre_ms": round(parts["pre"], 4), "infer_ms": round(parts["infer"], 4),
         "post_ms": round(parts["post"], 4), "total_ms": round(total, 4), "engine_e2e_ms": e2e,
         "ratio": round(total / e2e, 3) if e2e else None,
+        "ratio_vs_fp16_e2e": round(total / fp16_e2e, 3) if fp16_e2e else None,
         "what": f"median per-image ms of samples/detection/detect.py's Detector at batch 1 on {what} (decoded RGB "
-                "arrays in, detections in original pixels out, conf 0.25, after one warm-up pass over the images) "
-                "vs trtkit bench's end-to-end TrtRunner.infer of the plain FP16 engine at batch 1 (rows.fp16)"}
+                f"arrays in, detections in original pixels out, conf 0.25, letterbox on the {where.upper()}"
+                + (": its kernels run in the engine's stream, so pre_ms is the host's part and the GPU's is in "
+                   "infer_ms" if where == "gpu" else "")
+                + f", after one warm-up pass over the images) vs {against}"}
     log(f"{key}: {run.result[key]}")
     return found
 
@@ -245,27 +257,48 @@ def build_fast(run, model: Path, engines: Path, cache: Path, data: Path, opt_lev
 
 
 def fast_path(run, fp16_engine: Path, fast_engine: Path | None, data: Path, seconds: float) -> None:
-    """The sample on the plain FP16 engine (float NCHW in, numpy decode) and on the fast engine (one and four
-    resize threads); the fast engine's own e2e latency; how far their detections agree."""
+    """The sample on the plain FP16 engine (float NCHW in, numpy decode; numpy and GPU letterbox) and on the fast
+    engine (GPU letterbox where it loads: ``sample_latency``, against the fast engine's own e2e; numpy letterbox with
+    one and four resize threads); the fast engine's own e2e latency; how far their detections agree."""
     arrays = decoded_val_arrays(data)
-    plain = sample_latency(run, "sample_latency_plain", fp16_engine, arrays,
-                           "the plain FP16 engine (float NCHW input made on the CPU, numpy decode and NMS)")
+    plain_what = "the plain FP16 engine (float NCHW input, numpy decode and NMS)"
+    plain = sample_latency(run, "sample_latency_plain", fp16_engine, arrays, plain_what, letterbox="cpu")
+    # the GPU letterbox's runs are guarded one by one: a failure there keeps the numpy figures
+    run.guard("sample_latency_plain_gpu_letterbox",
+              lambda: sample_latency(run, "sample_latency_plain_gpu_letterbox", fp16_engine, arrays, plain_what))
     if fast_engine is None:
         return
     nms = run.result["fast_engine"].get("add_nms", True)
     what = ("the FP16 engine built with --input-uint8-nhwc --add-nms (uint8 NHWC pixels in, EfficientNMS out)" if nms
             else "the FP16 engine built with --input-uint8-nhwc (uint8 NHWC pixels in, numpy decode and NMS)")
-    fast = sample_latency(run, "sample_latency", fast_engine, arrays, what)
-    sample_latency(run, "sample_latency_pre_threads4", fast_engine, arrays, what, threads=4)
     own = bench(fast_engine, 1, False, seconds, nhwc=True, e2e=True)
-    run.result["fast_engine"]["b1_e2e_ms"] = round(own.e2e.median, 4) if own.e2e else None
-    compared, ious, only_fast, only_plain = pair_detections(fast, plain)
+    own_e2e = round(own.e2e.median, 4) if own.e2e else None
+    run.result["fast_engine"]["b1_e2e_ms"] = own_e2e
+    comparator = (own_e2e, "trtkit bench's end-to-end TrtRunner.infer of that engine itself at batch 1 "
+                           "(fast_engine.b1_e2e_ms)") if own_e2e else None
+    numpy_fast = sample_latency(run, "sample_latency_cpu_letterbox", fast_engine, arrays, what, letterbox="cpu",
+                                comparator=comparator)
+    fast = run.guard("sample_latency/gpu_letterbox",
+                     lambda: sample_latency(run, "sample_latency", fast_engine, arrays, what, comparator=comparator))
+    sample_latency(run, "sample_latency_pre_threads4", fast_engine, arrays, what, threads=4, letterbox="cpu",
+                   comparator=comparator)
+    compared, ious, only_fast, only_plain = pair_detections(numpy_fast if fast is None else fast, plain)
     run.result["sample_fast_vs_plain"] = {
         "images": len(arrays), "boxes_compared": compared, "only_fast": only_fast, "only_plain": only_plain,
         "min_iou": round(min(ious), 5) if ious else None, "mean_iou": round(float(np.mean(ious)), 6) if ious else None,
-        "what": "the sample's detections on the fast engine vs on the plain FP16 engine (numpy decode, single-label; "
-                "the plugin is multi-label), boxes paired by class and IoU >= 0.5"}
+        "fast_letterbox": "cpu" if fast is None else run.result["sample_latency"]["letterbox"],
+        "what": "the sample's detections on the fast engine (letterbox: fast_letterbox) vs on the plain FP16 "
+                "engine (numpy letterbox and decode, single-label; the plugin is multi-label), boxes paired by class "
+                "and IoU >= 0.5"}
     log(f"fast vs plain: {run.result['sample_fast_vs_plain']}")
+    if fast is not None:
+        compared, ious, only_gpu, only_numpy = pair_detections(fast, numpy_fast)
+        run.result["sample_gpu_vs_numpy_letterbox"] = {
+            "images": len(arrays), "boxes_compared": compared, "only_gpu": only_gpu, "only_numpy": only_numpy,
+            "min_iou": round(min(ious), 5) if ious else None, "letterbox": run.result["sample_latency"]["letterbox"],
+            "what": "the sample's detections on the fast engine with its letterbox (sample_latency) vs with the numpy "
+                    "letterbox (sample_latency_cpu_letterbox): the same pixels in, so the same boxes out"}
+        log(f"gpu vs numpy letterbox: {run.result['sample_gpu_vs_numpy_letterbox']}")
 
 
 # --- NMS plugin vs numpy ---------------------------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from calibrators.histogram import HistogramSet
-from trtkit._lazy import cuda_driver
 from trtkit.errors import CudaError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer
-from trtkit.runtime.cuda import check
+from trtkit.runtime.ptx import PtxModule, grid_for
+from trtkit.runtime.ptx import load_kernels as load_ptx_kernels
 
 logger = logging.getLogger("trtkit")
 
@@ -42,44 +42,27 @@ class PtxKernels:
     """
 
     def __init__(self, cuda, driver=None):
-        if driver is None:
-            driver = cuda_driver()
-        self._driver, self._check = driver, check
-        check(cuda.rt.cudaFree(0), "cudaFree(0)")  # makes the runtime's primary context current on this thread
-        image = np.frombuffer(PTX.read_bytes() + b"\0", dtype=np.uint8)  # NUL-terminated text, passed by address
-        self._module = check(driver.cuModuleLoadData(image.ctypes.data), f"cuModuleLoadData({PTX.name})")
-        self._absmax = check(driver.cuModuleGetFunction(self._module, b"absmax_f32"), "cuModuleGetFunction")
-        self._histogram = check(driver.cuModuleGetFunction(self._module, b"histogram_f32"), "cuModuleGetFunction")
+        self._module = PtxModule(cuda, PTX, ("absmax_f32", "histogram_f32"), driver)
 
     def absmax(self, ptr: int, n: int, out: int, stream: int) -> None:
         """``*out = max(*out, float bits of max |x|)`` over the ``n`` float32 values at ``ptr`` (finite ones)."""
-        self._launch(self._absmax, n, 0, stream, [(ptr, np.uint64), (n, np.uint64), (out, np.uint64)])
+        self._launch("absmax_f32", n, 0, stream, [(ptr, np.uint64), (n, np.uint64), (out, np.uint64)])
 
     def histogram(self, ptr: int, n: int, scale: np.float32, counts: int, bins: int, stream: int) -> None:
         """``counts[b] += #{x : min(int(|x| * scale), bins - 1) == b}`` over finite ``x`` (``counts``: uint64)."""
         self._launch(
-            self._histogram,
+            "histogram_f32",
             n,
             4 * bins,
             stream,
             [(ptr, np.uint64), (n, np.uint64), (scale, np.float32), (counts, np.uint64), (bins, np.int32)],
         )
 
-    def _launch(self, function, n: int, shared: int, stream: int, args: list) -> None:
-        values = [np.array([value], dtype=dtype) for value, dtype in args]
-        params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
-        grid = max(1, min(MAX_BLOCKS, -(-n // BLOCK)))
-        self._check(
-            self._driver.cuLaunchKernel(
-                function, grid, 1, 1, BLOCK, 1, 1, shared, self._driver.CUstream(int(stream)), params.ctypes.data, 0
-            ),
-            "cuLaunchKernel",
-        )
+    def _launch(self, name: str, n: int, shared: int, stream: int, args: list) -> None:
+        self._module.launch(name, grid_for(n, BLOCK, MAX_BLOCKS), stream, args, block=BLOCK, shared=shared)
 
     def close(self) -> None:
-        if self._module is not None:
-            self._check(self._driver.cuModuleUnload(self._module), "cuModuleUnload")
-            self._module = None
+        self._module.close()
 
 
 class DeviceHistograms:
@@ -152,10 +135,4 @@ def load_kernels(cuda):
     Returns:
         ``(kernels, None)``, or ``(None, reason)`` when the GPU path is unavailable (the caller bins on the CPU).
     """
-    own = getattr(cuda.rt, "histogram_kernels", None)
-    if own is not None:
-        return own(), None
-    try:
-        return PtxKernels(cuda), None
-    except Exception as exc:  # noqa: BLE001 - any failure means: bin on the CPU, and say why
-        return None, f"{type(exc).__name__}: {exc}"
+    return load_ptx_kernels(cuda, "histogram_kernels", PtxKernels)

@@ -46,9 +46,12 @@ for step in ${*:-env tests demo}; do
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
-               --doc "$W/onnx-support.md" > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
-    overhead) timeout ${OVERHEAD_TIMEOUT:-300} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
-                --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
+               --doc "$W/onnx-support.md" ${BACKEND_ARGS:-} > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
+    overhead) # the two models: the digits CNN and ResNet-50 (exported once into the cache, random weights)
+              R=$TRTKIT_GPU_CACHE/resnet50.onnx
+              [ -f "$R" ] || /opt/torch/.venv/bin/python3 scripts/export_torchvision.py resnet50 "$R" > "$W/overhead-export.log" 2>&1
+              timeout ${OVERHEAD_TIMEOUT:-540} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
+                --resnet50 "$R" --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
               tail -15 "$W/overhead.log" ;;
     precision) cp benchmarks/results/precision-h200.json "$W/precision-h200.before.json"
                timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \

@@ -6,7 +6,8 @@ and the same tolerances (each case's rtol/atol):
 
 - ``raw``: a minimal raw-API script: parse, build FP32 with TF32 off (TensorRT's own tactic sources), run with
   cuda-python, no conversions of its own.
-- ``trtkit``: ``trtkit.build`` (prepare, check, parse, build) then ``TrtRunner.infer``.
+- ``trtkit``: ``trtkit.build`` with the library's defaults, isolated (prepare, check, parse, build in the pool
+  worker's warm build worker, a child process reused from case to case) then ``TrtRunner.infer``.
 
 Each (case, adapter) runs in a worker process of a pool (``--jobs``); a worker that dies takes only its case with
 it (``crash``), one that runs past ``--case-timeout-s`` is stopped (``timeout``); cases not reached within
@@ -284,8 +285,9 @@ def _error_text(error) -> str:
 
 
 def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | None = None) -> dict:
-    """``trtkit.build`` (in this worker: the pool is the isolation), the engine and manifest written, then
-    ``TrtRunner.infer``; ``load`` is ``trtkit.build``'s own checks before its first phase."""
+    """``trtkit.build`` as a user calls it (isolated: in this worker's warm build worker), the engine and manifest
+    written, then ``TrtRunner.infer``; ``load`` is ``trtkit.build``'s own checks (and, in a worker's first case, the
+    build worker's start) before its first phase."""
     import trtkit
     from trtkit.builder import BuildConfig, shape_tensor_inputs
     from trtkit.builder.api import save
@@ -305,7 +307,7 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | No
     config = BuildConfig(tf32=False, tactic_sources=TACTIC_SOURCES, profiling_verbosity="NONE", profiles=profiles)
     engine = model_path.with_suffix(".trtkit.engine")
     clock.start("load")
-    result = trtkit.build(str(model_path), config, isolate=False, trt=trt, on_phase=clock.start)
+    result = trtkit.build(str(model_path), config, on_phase=clock.start)
     clock.start("write")
     save(result, engine, config)
     clock.start("open")
@@ -339,10 +341,14 @@ def compare(outputs: dict, expected: dict, rtol: float, atol: float) -> str | No
 
 def _backend(fake: bool):
     if fake:
+        import functools
+
+        from trtkit.builder import isolate
         from trtkit.runtime.cuda import Cuda
         from trtkit.testing.fake_cuda import FakeCudart
         from trtkit.testing.fake_trt import make_fake_trt
 
+        isolate.DEFAULT_TRT_FACTORY = functools.partial(make_fake_trt, "8.6.0")  # what the build worker imports
         rt = FakeCudart()
         return make_fake_trt("8.6.0"), rt, Cuda(rt)
     import tensorrt as trt
@@ -525,12 +531,23 @@ def support_markdown(report: dict, adapters) -> str:
     return "\n".join(lines) + "\n"
 
 
+def case_names(cases: str | None, cases_file: str | None) -> set | None:
+    """The case names ``--cases`` and ``--cases-file`` give (``None``: every case)."""
+    if not cases and not cases_file:
+        return None
+    names = {n for n in (cases or "").split(",") if n}
+    if cases_file:
+        names |= {line.strip() for line in Path(cases_file).read_text().splitlines() if line.strip()}
+    return names
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated suites")
     parser.add_argument("--adapters", default=",".join(ADAPTERS))
     parser.add_argument("--max-cases", type=int, help="at most N cases per suite")
     parser.add_argument("--cases", help="comma-separated case names (only these)")
+    parser.add_argument("--cases-file", help="a file of case names, one a line (only these; with --cases, both)")
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--budget-s", type=float, default=330.0, help="stop starting cases after this many seconds")
     parser.add_argument("--case-timeout-s", type=float, default=90.0)
@@ -547,8 +564,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     adapters = tuple(a for a in args.adapters.split(",") if a)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="onnx-backend-"))
-    cases = export(discover(args.kinds.split(","), args.max_cases, set(args.cases.split(",")) if args.cases
-                            else None), work)
+    cases = export(discover(args.kinds.split(","), args.max_cases, case_names(args.cases, args.cases_file)), work)
     print(f"{len(cases)} cases exported to {work} in {time.monotonic() - started:.1f} s", flush=True)
     trt_version = "fake-8.6.0" if args.fake else __import__("tensorrt").__version__
     budget = max(0.0, args.budget_s - (time.monotonic() - started))

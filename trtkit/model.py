@@ -8,7 +8,6 @@ needs a model's input shapes reads them here.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +17,24 @@ if TYPE_CHECKING:
     import onnx
 
 
-@dataclass
 class LoadedModel:
-    """An ONNX model with its serialized bytes (what TensorRT's parser reads) and where it came from."""
+    """An ONNX model with its serialized bytes (what TensorRT's parser reads) and where it came from.
 
-    proto: onnx.ModelProto
-    data: bytes
-    path: Path | None = None
+    ``data`` is serialized from ``proto`` on first use when not given (checking a model's inputs needs only the
+    proto; a large model's serialization is not free).
+    """
+
+    def __init__(self, proto: onnx.ModelProto, data: bytes | None = None, path: Path | None = None):
+        self.proto, self._data, self.path = proto, data, path
+
+    def __repr__(self) -> str:
+        return f"LoadedModel(proto=<{self.name}>, path={self.path!r})"
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = self.proto.SerializeToString()
+        return self._data
 
     @property
     def sha256(self) -> str:
@@ -67,8 +77,9 @@ def load_model(model, *, check: bool = True, external_data: bool = True) -> Load
     else:
         raise ModelError(f"Expected an ONNX path, bytes or onnx.ModelProto; got {type(model).__name__}")
     where = f"'{path}'" if path else "the model"
-    _check_structure(proto, where, check and not has_external_data(proto))
-    return LoadedModel(proto, proto.SerializeToString(), path)
+    loaded = LoadedModel(proto, None, path)
+    _check_structure(loaded, where, check and not has_external_data(proto))
+    return loaded
 
 
 def has_external_data(proto) -> bool:
@@ -126,16 +137,17 @@ def _decode(data: bytes, where: str):
         ) from exc
 
 
-def _check_structure(proto, where: str, check: bool) -> None:
+def _check_structure(loaded: LoadedModel, where: str, check: bool) -> None:
     import onnx
 
+    proto = loaded.proto
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"{where} has an empty graph (no nodes, no outputs); is it truncated or not ONNX?")
     if not proto.opset_import:
         raise ModelError(f"{where} declares no opset; it is not a complete ONNX model")
     if check:
         try:
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(loaded.data)  # the bytes the model's users read too: serialized once
         except (onnx.checker.ValidationError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"{where} fails ONNX's checker: {first}") from exc

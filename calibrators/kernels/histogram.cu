@@ -4,7 +4,7 @@
 // float32, non-finite values skipped. The host grows each histogram's range to the batch's max |x| first (from
 // absmax_f32), so |x| * scale never exceeds bins.
 //
-// The PTX next to this file is made from it by scripts/make_histogram_ptx.py (NVRTC, compute_60); edit this file,
+// The PTX next to this file is made from it by scripts/make_ptx.py (NVRTC, compute_60); edit this file,
 // then run that script.
 
 #define FLT_MAX_BITS 0x7f7fffffu

@@ -5,9 +5,13 @@
 The engine may return the YOLOv8 head (decoded here with numpy NMS) or, built with ``trtkit build --add-nms``, the
 EfficientNMS plugin's ``num_dets, boxes, scores, classes``. An engine built with ``--input-uint8-nhwc`` takes the
 letterboxed pixels as they are (uint8 NHWC: the cast, scale and transpose run on the GPU); the sample sees that from
-the engine's input dtype. An ``.onnx`` model runs on the CPU instead (onnxruntime where installed), for a first look
-without a GPU. Images pillow cannot read are named and skipped; the count is given at the end. ``--timing`` prints
-the median per-image pre-processing, inference and post-processing times.
+the engine's input dtype. With an engine the letterbox itself runs on the GPU where its kernels load (the decoded
+pixels go to the device once; two small kernels resize, pad and convert them into the engine's input, in its
+stream): ``--letterbox cpu`` keeps it in numpy, and the sample says which one runs and why. An ``.onnx`` model runs
+on the CPU instead (onnxruntime where installed), for a first look without a GPU. Images pillow cannot read are
+named and skipped; the count is given at the end. ``--timing`` prints the median per-image pre-processing,
+inference and post-processing times (with the GPU letterbox, ``pre`` is the host's part: its kernels run in the
+engine's stream and finish within ``infer``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ RUNNER_OPTIONS = {"cuda_graph": True, "copy_outputs": False}
 class Detector:
     """Letterbox → model → decode → map back, for one batch of pillow images or RGB arrays; times each step."""
 
-    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, threads: int = 1):
+    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, threads: int = 1,
+                 letterbox: str = "auto"):
         self.model = model
-        # one batch array, page-locked by the runner; each image resized by `threads` threads
-        self.letterbox = model.letterbox(reuse=True, threads=threads)
+        # on the GPU where it loads (into the engine's input, in its stream); else one numpy batch array, page-locked
+        # by the runner, each image resized by `threads` threads. `letterbox_reason`: why numpy, or None.
+        self.letterbox, self.letterbox_reason = model.pick_letterbox(letterbox, reuse=True, threads=threads)
         self.input_name = model.input_name
         self.decode = {"conf_threshold": conf, "iou_threshold": iou, "max_detections": max_det}
         self.times = {"pre": [], "infer": [], "post": []}
@@ -88,7 +94,9 @@ def run(args) -> int:
     names = class_names(args.names, args.model)
     skipped: list = []
     with open_model(str(args.model), runner_options=RUNNER_OPTIONS if args.cuda_graph else None) as model:
-        detector = Detector(model, args.conf, args.iou, args.max_det, args.pre_threads)
+        detector = Detector(model, args.conf, args.iou, args.max_det, args.pre_threads, args.letterbox)
+        print(f"letterbox: {detector.letterbox.where}"
+              + (f" ({detector.letterbox_reason})" if detector.letterbox_reason else ""), file=sys.stderr)
         try:
             for group in batches(files, min(args.batch, model.max_batch), skipped):
                 for (path, image), det in zip(group, detector([image for _, image in group])):
@@ -118,6 +126,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timing", action="store_true", help="print median per-image pre/infer/post times")
     parser.add_argument("--pre-threads", type=int, default=1, metavar="N",
                         help="threads resizing each image (the same pixels as one; 1)")
+    parser.add_argument("--letterbox", choices=("auto", "gpu", "cpu"), default="auto",
+                        help="where the letterbox runs: on the GPU where its kernels load (auto), or always (gpu), "
+                             "or in numpy (cpu)")
     parser.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                         help="replay the engine and its copies as one CUDA graph per batch size (default: on)")
     args = parser.parse_args(argv)

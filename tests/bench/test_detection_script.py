@@ -36,14 +36,24 @@ def test_the_sample_fast_path_is_timed_and_compared_with_the_plain_engine(tmp_pa
     assert not data["errors"], data["errors"]
     fast, threaded, plain = (data[k] for k in ("sample_latency", "sample_latency_pre_threads4",
                                                "sample_latency_plain"))
+    numpy_fast, gpu_plain = data["sample_latency_cpu_letterbox"], data["sample_latency_plain_gpu_letterbox"]
     assert fast["input"] == "NHWC uint8" and plain["input"] == "NCHW float32" and threaded["pre_threads"] == 4
-    assert fast["engine_e2e_ms"] == plain["engine_e2e_ms"] == data["rows"]["fp16"]["b1_e2e_ms"]
+    # the new path (the fake GPU's letterbox kernels) and the old numpy one, both recorded with which ran and why
+    assert fast["letterbox"] == gpu_plain["letterbox"] == "gpu" and fast["letterbox_reason"] is None
+    assert plain["letterbox"] == numpy_fast["letterbox"] == threaded["letterbox"] == "cpu"
+    assert plain["letterbox_reason"] == "asked for the numpy letterbox"
+    # the fast engine against its own e2e latency, the plain engine's runs against the plain FP16 engine's
+    assert fast["engine_e2e_ms"] == numpy_fast["engine_e2e_ms"] == data["fast_engine"]["b1_e2e_ms"]
+    assert plain["engine_e2e_ms"] == gpu_plain["engine_e2e_ms"] == data["rows"]["fp16"]["b1_e2e_ms"]
+    assert fast["ratio_vs_fp16_e2e"] == pytest.approx(fast["total_ms"] / plain["engine_e2e_ms"], abs=2e-3)
     # total_ms is stored rounded to 4 places and the ratio from the unrounded total: equal to within that rounding
     assert fast["ratio"] == pytest.approx(fast["total_ms"] / fast["engine_e2e_ms"], abs=2e-3)
     assert data["fast_engine"]["input_uint8_nhwc"] and data["fast_engine"]["b1_e2e_ms"] > 0
     agree = data["sample_fast_vs_plain"]  # the fake runs both in the reference evaluator: the same detections
     assert agree["boxes_compared"] > 0 and agree["only_fast"] == agree["only_plain"] == 0 and agree["min_iou"] == 1
     assert data["targets"]["sample_latency_1.5x"]["ratio"] == fast["ratio"]
+    same = data["sample_gpu_vs_numpy_letterbox"]
+    assert same["boxes_compared"] > 0 and same["only_gpu"] == same["only_numpy"] == 0 and same["min_iou"] == 1
 
 
 def test_detection_table_script_writes_every_row(tmp_path):

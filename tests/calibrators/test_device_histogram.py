@@ -85,7 +85,7 @@ def test_kernels_fall_back_to_none_with_the_reason(monkeypatch):
 
 
 def test_shipped_ptx_was_made_from_the_current_kernel_source():
-    """An edited histogram.cu without a new PTX fails here: run scripts/make_histogram_ptx.py."""
+    """An edited histogram.cu without a new PTX fails here: run scripts/make_ptx.py."""
     source = Path(device_histogram.__file__).with_name("kernels") / "histogram.cu"
     first = device_histogram.PTX.read_text().splitlines()[0]
     recorded = re.search(r"source sha256 ([0-9a-f]{64})", first).group(1)

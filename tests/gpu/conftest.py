@@ -16,3 +16,14 @@ def cache_dir(tmp_path_factory):
         Path(folder).mkdir(parents=True, exist_ok=True)
         return Path(folder)
     return tmp_path_factory.mktemp("gpu-cache")
+
+
+@pytest.fixture(scope="module")
+def cuda_stream():
+    """The process's :class:`~trtkit.runtime.cuda.Cuda` and a stream of the module's own (destroyed after it)."""
+    from trtkit.runtime.cuda import default_cuda
+
+    cuda = default_cuda()
+    stream = cuda.stream_create()
+    yield cuda, stream
+    cuda.stream_destroy(stream)

@@ -19,14 +19,10 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    from trtkit.runtime.cuda import default_cuda
-
-    cuda = default_cuda()
+def gpu(cuda_stream):
+    cuda, stream = cuda_stream
     kernels = PtxKernels(cuda)
-    stream = cuda.stream_create()
     yield cuda, kernels, stream
-    cuda.stream_destroy(stream)
     kernels.close()
 
 

@@ -5,6 +5,8 @@ Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q tests/gpu/test_pre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -77,3 +79,33 @@ def test_an_opset_18_function_op_builds_expanded():
     with TrtRunner(result.engine) as runner:
         got = runner.infer({"x": x})["y"]
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+# ONNX backend cases the raw parser cannot take and trtkit's rewrites bring within reach (scripts/
+# onnx_backend_coverage.py): Hardmax decomposed, a body that uses another function-bodied op (SoftmaxCrossEntropyLoss
+# -> NegativeLogLikelihoodLoss, SwiGLU -> Swish), a context-dependent body with optional inputs left out (Attention).
+# HannWindow and AffineGrid, whose sizes come from input values, are left to the backend suite's run.
+REWRITTEN_CASES = [
+    "test_hardmax_example",
+    "test_hardmax_axis_1",
+    "test_sce_mean",
+    "test_sce_NCd1_mean_weight_negative_ii",
+    "test_swiglu",
+    "test_attention_4d_causal_with_past_and_present",
+]
+
+
+@pytest.mark.parametrize("name", REWRITTEN_CASES)
+def test_onnx_backend_cases_the_rewrites_reach_pass(tmp_path, name):
+    import tensorrt as trt
+
+    from tests.scripts import script_module
+
+    with script_module("scripts", "onnx_backend_suite") as suite:
+        (case,) = suite.export(suite.discover(("node",), None, {name}), tmp_path)
+        model = Path(case["dir"]) / "model.onnx"
+        with pytest.raises(TrtkitError):  # the model as it is: the parser refuses it
+            build(str(model), _config(sanitize=False))
+        inputs, expected = suite.load_arrays(Path(case["dir"]))
+        outputs = suite.run_trtkit(model, inputs, trt, None)
+        assert suite.compare(outputs, expected, case["rtol"], case["atol"]) is None

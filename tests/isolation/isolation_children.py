@@ -200,3 +200,33 @@ def fake_trt_with_support_query(version="8.6.0", crash_op=None, unsupported=("No
 
     trt.OnnxParser = Parser
     return trt
+
+
+def pid():
+    return os.getpid()
+
+
+def print_then_return(text):
+    print(text, flush=True)
+    return text
+
+
+def cwd():
+    return os.getcwd()
+
+
+def recording_fake_trt(record_path, version="8.6.0"):
+    """``fake_trt``, appending the pid of the process that asked for it to ``record_path`` (one line per call)."""
+    with open(record_path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return fake_trt(version)
+
+
+def recording_crashing_fake_trt(record_path, version="8.6.0", crash_op="Where"):
+    with open(record_path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return crashing_fake_trt(version, crash_op)
+
+
+def env(name):
+    return os.environ.get(name)

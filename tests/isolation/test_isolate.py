@@ -125,17 +125,23 @@ import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {children!r})
 import isolation_children
+from trtkit.builder import worker
 from trtkit.builder.isolate import run_isolated
+{setup}
 print("ready", flush=True)
 try:
-    run_isolated(isolation_children.sleep_forever, {marker!r})
+    {runner}(isolation_children.sleep_forever, {marker!r})
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """
+# the one-shot child, and the warm worker (started by a first call before the one interrupted)
+RUNNERS = {"one-shot": ("", "run_isolated"), "warm worker": ("worker.run(isolation_children.pid)", "worker.run")}
 
 
-def _start_parent(tmp_path, marker):
-    script = _PARENT.format(children=str(Path(children.__file__).parent), marker=str(marker))
+def _start_parent(tmp_path, marker, runner="one-shot"):
+    setup, call = RUNNERS[runner]
+    script = _PARENT.format(children=str(Path(children.__file__).parent), marker=str(marker), setup=setup,
+                            runner=call)
     token = f"trtkit-ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "TRTKIT_TEST_TOKEN": token})
@@ -143,9 +149,10 @@ def _start_parent(tmp_path, marker):
     return parent, token
 
 
-def test_ctrl_c_in_parent_stops_the_child(tmp_path):
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_ctrl_c_in_parent_stops_the_child(tmp_path, runner):
     marker = tmp_path / "pid"
-    parent, token = _start_parent(tmp_path, marker)
+    parent, token = _start_parent(tmp_path, marker, runner)
     _wait_for(marker.exists)
     child_pid = int(marker.read_text())
     parent.send_signal(signal.SIGINT)

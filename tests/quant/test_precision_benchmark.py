@@ -82,3 +82,14 @@ def test_unknown_raw_keys_are_refused_before_anything_runs(tmp_path, capsys):
         bench.main(["--out", str(tmp_path / "out"), "--raw-keys", "int8_qdq,int9"])
     assert "--raw-keys: unknown int9" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_unprepared_fp16_build_is_asked_for_by_name_only(tmp_path, capsys):
+    bench = _load()
+    import pytest
+
+    assert "fp16_unprepared" not in bench.RESNET_KEYS  # not in a default run
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path / "out"), "--resnet-keys", "fp16_unprepared,fp17"])
+    err = capsys.readouterr().err
+    assert "--resnet-keys: unknown fp17;" in err and "fp16_unprepared" in err.split("expected some of")[1]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from PIL import Image
 
 from tests import models
@@ -34,6 +35,7 @@ def test_annotates_each_readable_image_and_counts_the_rest(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "2 image(s) annotated" in proc.stdout and "1 skipped (unreadable)" in proc.stdout
     assert "c.jpg" in proc.stderr and "per image, median ms: pre" in proc.stdout
+    assert "letterbox: cpu (" in proc.stderr and "does not run through TensorRT)" in proc.stderr
     out = Image.open(tmp_path / "out" / "a.jpg")
     assert out.size == (64, 32)
     # the box (input 11..21 x 12..20 in a 32x32 letterbox of a 64x32 image: scale 0.5, pad_y 8) drawn from x = 22,
@@ -71,9 +73,11 @@ def _detect_module():
     return detect
 
 
-def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path):
+@pytest.mark.parametrize("letterbox", ["gpu", "cpu"], ids=["device-letterbox", "numpy-letterbox"])
+def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path, letterbox):
     """The sample on a fake-TensorRT engine built with input_uint8_nhwc (uint8 NHWC batches, a CUDA graph, output
-    views) against the ONNX model on float batches: the same detections, to the bit."""
+    views; the letterbox in the fake GPU's kernels or in numpy) against the ONNX model on float batches: the same
+    detections, to the bit."""
     from trtkit.builder.api import build
     from trtkit.builder.config import BuildConfig
     from trtkit.builder.profiles import parse_shapes
@@ -91,8 +95,10 @@ def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path):
     images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((48, 64), (30, 20), (32, 32), (70, 50))]
     options = dict(detect.RUNNER_OPTIONS, trt=trt, cuda=Cuda(FakeCudart()))
     with open_model(str(tmp_path / "det.engine"), runner_options=options) as engine:
-        detector = detect.Detector(engine, conf=0.3)
-        assert detector.letterbox.raw and engine.input_dtype == np.uint8
+        detector = detect.Detector(engine, conf=0.3, letterbox=letterbox)
+        assert detector.letterbox.where == letterbox and engine.input_dtype == np.uint8
+        assert (detector.letterbox_reason is None) == (letterbox == "gpu")
+        assert letterbox == "gpu" or detector.letterbox.raw
         ours = [detector([image])[0] for image in images + images]  # the second round replays the graph
         ours += detector(images[:2])
     with open_model(model) as reference:

@@ -3,24 +3,7 @@ per-op markdown (the real run is on the GPU host)."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
-
-import pytest
-
-REPO = Path(__file__).resolve().parent.parent.parent
-
-
-@pytest.fixture(scope="module")
-def suite():
-    # imported by name from scripts/: the pool's spawned workers import it the same way
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        yield importlib.import_module("onnx_backend_suite")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
 
 
 def test_three_cases_end_to_end_on_the_fake_backend(suite, tmp_path, capsys):

@@ -13,7 +13,7 @@ _EXPORTS = {
     "CalibrationSettings": "trtkit.builder.config",
     "Profile": "trtkit.builder.profiles",
     "parse_shapes": "trtkit.builder.profiles",
-    "BuildResult": "trtkit.builder.builder",
+    "BuildResult": "trtkit.builder.result",
     "shape_tensor_inputs": "trtkit.builder.builder",
 }
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Callable
 
 from trtkit._atomic import check_outputs, write_files_atomic
-from trtkit.builder import isolate
-from trtkit.builder.builder import BuildResult, build_serialized
+from trtkit.builder import isolate, worker
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.crash_report import model_crash_context
 from trtkit.builder.progress import BuildProgress
+from trtkit.builder.result import BuildResult
 from trtkit.errors import UsageError
 from trtkit.log import logger
 from trtkit.manifest import manifest_path
@@ -39,7 +39,9 @@ def build(
         output: where to write the engine (its manifest goes beside it as ``<output>.manifest.json``); nothing is
             written when ``None``. Files are written only after a successful build, atomically.
         isolate: parse and build in a child process, so a crash inside TensorRT raises an error here instead of
-            killing this process.
+            killing this process. The child is a warm worker (:mod:`trtkit.builder.worker`) that this process
+            reuses for its next isolated build: tensorrt is imported and CUDA initialized there once, not in this
+            process; a worker that crashed or timed out is replaced.
         trt: the ``tensorrt`` module (tests pass a fake; implies ``isolate=False``).
         on_log: receives ``(severity, message)`` for TensorRT's log lines.
         on_phase: receives the name of each build phase as it starts.
@@ -67,6 +69,8 @@ def build(
         on_progress=on_progress,
     )
     config = config or BuildConfig()
+    if isolate and trt is None:  # the worker starts and warms up while this process checks the files and the model
+        worker.prestart(_warmup())
     check_outputs(output_files(config, output), input_files(model, config))
     check_inputs(model, config)
     if on_progress is not None:
@@ -75,6 +79,8 @@ def build(
         # callbacks stay in this process; the child streams log lines and phases back to them
         result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     else:
+        from trtkit.builder.builder import build_serialized
+
         result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
     if output is not None:
         save(result, output, config)
@@ -145,7 +151,7 @@ def check_inputs(model, config: BuildConfig):
     from trtkit.errors import CalibrationError
     from trtkit.model import load_model, model_inputs
 
-    loaded = load_model(model, check=False)
+    loaded = load_model(model, check=False, external_data=False)  # the graph is enough; weights stay on disk
     if config.input_uint8_nhwc:
         _check_uint8_profiles(loaded.proto, config.profiles)
     elif config.add_nms is None and not may_have_shape_inputs(loaded.proto):
@@ -237,8 +243,11 @@ def build_isolated(
 ):
     """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
 
-    The child always listens to TensorRT at VERBOSE, so the parent knows which ONNX node the parser was importing
-    if it crashes; ``on_log`` still receives only lines at ``log_severity`` and above.
+    The child is this process's warm build worker (:mod:`trtkit.builder.worker`): started, with tensorrt imported and
+    a builder created, by the first isolated build, and reused by the next ones; one that crashed, timed out or was
+    interrupted is replaced by a new one. The child always listens to TensorRT at VERBOSE, so the parent knows which
+    ONNX node the parser was importing if it crashes; ``on_log`` still receives only lines at ``log_severity`` and
+    above.
 
     Args:
         model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).
@@ -268,19 +277,48 @@ def build_isolated(
             on_phase(*event.get("args", [event.get("name")]))
 
     factory = trt_factory or isolate.DEFAULT_TRT_FACTORY  # read at call time (CPU tests set it)
-    return isolate.run_isolated(
+    return worker.run(
         _build_in_child,
         model,
         config,
         factory,
         log_severity,
+        warmup=_warmup(factory),
         on_event=on_event,
         timeout=timeout,
         crash_context=lambda: model_crash_context(model, "the build"),
     )
 
 
+def _warmup(trt_factory=None) -> tuple:
+    """The warm-up call of a new build worker (``trt_factory`` default: :data:`isolate.DEFAULT_TRT_FACTORY`)."""
+    return (_warm_up_in_child, (trt_factory or isolate.DEFAULT_TRT_FACTORY,))
+
+
+def _warm_up_in_child(trt_factory) -> None:
+    """What every build needs first, done before the first build arrives: the build's modules (onnx, numpy, the
+    folding's graph editor and shape inference), tensorrt, a builder (CUDA's context) and the GPU's description. A
+    failure here is dropped: the build itself meets it again and reports it."""
+    import importlib
+
+    from trtkit._device import device_info
+    from trtkit._lazy import tensorrt
+    from trtkit.builder.builder import _create_builder
+    from trtkit.log import make_trt_logger
+
+    for name in ("onnx_graphsurgeon", "onnx.shape_inference"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    trt = trt_factory() if trt_factory is not None else tensorrt()
+    _create_builder(trt, make_trt_logger(trt, min_severity="ERROR"))
+    device_info()  # the manifest's GPU fields: cuda-python imported, the driver asked once
+
+
 def _build_in_child(model, config, trt_factory, log_severity):
+    from trtkit.builder.builder import build_serialized
+
     trt = trt_factory() if trt_factory is not None else None
     return build_serialized(
         model,

@@ -10,17 +10,16 @@ import dataclasses
 import logging
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
 from trtkit._lazy import tensorrt
-from trtkit.builder import constraints, precision, precision_report
+from trtkit.builder import constraints, opcheck, precision, precision_report
 from trtkit.builder.config import BuildConfig
-from trtkit.builder.opcheck import check_with_parser
 from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
+from trtkit.builder.result import BuildResult
 from trtkit.builder.rewrites import ParserTarget
 from trtkit.errors import BuildError, DependencyError, ParseError, UsageError
 from trtkit.log import make_trt_logger
@@ -30,25 +29,6 @@ from trtkit.runtime.engine import engine_information
 
 # the log lines kept in a BuildResult (VERBOSE is streamed but not kept: it can be hundreds of MB)
 _KEPT_SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO")
-
-
-@dataclass
-class BuildResult:
-    """What a build produces.
-
-    Attributes:
-        engine: the serialized engine.
-        manifest: how it was built (a :class:`trtkit.manifest.Manifest`).
-        timing_cache: the serialized timing cache after the build, or ``None``.
-        log: TensorRT's log lines ``(severity, message)`` at INFO and above.
-        precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
-    """
-
-    engine: bytes
-    manifest: Manifest
-    timing_cache: bytes | None = None
-    log: list = field(default_factory=list)
-    precision_report: dict | None = None
 
 
 def build_serialized(
@@ -112,7 +92,7 @@ def build_serialized(
     check = None
     if config.check:
         phase("check")
-        check = check_with_parser(loaded, trt, query)
+        check = opcheck.check_with_parser(loaded, trt, query)
     inputs = model_inputs(loaded.proto)
     if not may_have_shape_inputs(loaded.proto):  # the common case: profile errors before any other work
         resolve_profiles(inputs, config.profiles)

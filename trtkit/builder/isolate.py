@@ -41,6 +41,8 @@ from trtkit.builder.crash_report import (
 from trtkit.errors import IsolationError, TrtkitError
 
 _HEADER = struct.Struct("!Q")
+_PIPE_BYTES = 1 << 20
+_LARGE_FRAME = 1 << 20
 _TERMINATE_GRACE_S = 5.0
 
 # --- child side ------------------------------------------------------------------------------------------------------
@@ -94,8 +96,9 @@ class local_events:
 
 def _send(fd: int, message) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    with _channel_lock:
-        _write_all(fd, _HEADER.pack(len(data)) + data)
+    with _channel_lock:  # header and data written apart: an engine's bytes are not copied once more to join them
+        _write_all(fd, _HEADER.pack(len(data)))
+        _write_all(fd, data)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -226,7 +229,7 @@ def run_isolated(
     options = {"memory_limit": memory_limit}
     payload = _payload(func, args, kwargs, options)
     tracker = Tracker()
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = channel_pipe()
     proc: subprocess.Popen | None = None
     # Ctrl-C (KeyboardInterrupt) may arrive at any line from here on: every path out stops the child once it exists,
     # and the child, which ignores SIGINT, also exits by itself when its stdin closes (see _exit_when_parent_goes).
@@ -251,6 +254,19 @@ def run_isolated(
             _close_quietly(proc.stdout)
 
 
+def channel_pipe() -> tuple:
+    """``(read_fd, write_fd)`` of a new pipe for a child's frames, its buffer enlarged where Linux allows (fewer
+    round trips between the two processes for a large answer such as an engine)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(read_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+    except (ImportError, OSError):  # not Linux, or over /proc/sys/fs/pipe-max-size: the default size works too
+        pass
+    return read_fd, write_fd
+
+
 def _payload(func, args, kwargs, options) -> bytes:
     path_part = pickle.dumps([p for p in sys.path if p], protocol=pickle.HIGHEST_PROTOCOL)
     try:
@@ -263,13 +279,15 @@ def _payload(func, args, kwargs, options) -> bytes:
     return _HEADER.pack(len(path_part)) + path_part + rest
 
 
-def _start_child(write_fd: int) -> subprocess.Popen:
+def _start_child(write_fd: int, entry: str = "trtkit.builder.isolate:_child_main") -> subprocess.Popen:
+    """A new interpreter running ``entry`` (``module:function``, called with the channel's fd)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
+    module, _, function = entry.partition(":")
     # SIGINT ignored first of all: a Ctrl-C reaching the child while it starts must not kill it half-way (the parent
     # gets the same Ctrl-C and stops it)
     code = (
         f"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, {root!r}); "
-        f"from trtkit.builder.isolate import _child_main; _child_main({write_fd})"
+        f"from {module} import {function}; {function}({write_fd})"
     )
     try:
         return subprocess.Popen(
@@ -319,35 +337,60 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
 
 
 class _FrameReader:
+    """Frames from a pipe. Small frames (events) gather in one buffer; a large one (an answer holding an engine) is
+    read straight into a buffer of its own size, and unpickled from there without a copy."""
+
     def __init__(self, fd: int):
         self.fd, self.buffer = fd, bytearray()
+        self.large: bytearray | None = None
+        self.filled = 0
 
     def fill(self) -> bool:
-        chunk = os.read(self.fd, 1 << 20)
+        if self.large is not None:
+            with memoryview(self.large) as view:
+                count = os.readv(self.fd, [view[self.filled :]])
+            self.filled += count
+            return bool(count)
+        chunk = os.read(self.fd, _PIPE_BYTES)
         self.buffer += chunk
+        if len(self.buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self.buffer)
+            if size >= _LARGE_FRAME and len(self.buffer) < _HEADER.size + size:
+                self.large = bytearray(size)
+                self.filled = len(self.buffer) - _HEADER.size
+                self.large[: self.filled] = self.buffer[_HEADER.size :]
+                self.buffer.clear()
         return bool(chunk)
 
     def take(self) -> list:
-        items = []
+        items: list = []
+        if self.large is not None:
+            if self.filled < len(self.large):
+                return items
+            frame, self.large = self.large, None
+            items.append(_loads(frame))
         while len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack(self.buffer[: _HEADER.size])
+            (size,) = _HEADER.unpack_from(self.buffer)
             if len(self.buffer) < _HEADER.size + size:
                 break
-            frame = bytes(self.buffer[_HEADER.size : _HEADER.size + size])
+            with memoryview(self.buffer) as view:
+                item = _loads(view[_HEADER.size : _HEADER.size + size])
             del self.buffer[: _HEADER.size + size]
-            try:
-                items.append(pickle.loads(frame))
-            except Exception as exc:  # e.g. the answer's class cannot be imported here
-                items.append(
-                    (
-                        "error",
-                        None,
-                        "",
-                        "trtkit.errors.IsolationError",
-                        f"The worker process answered, but its answer cannot be read here: {exc}",
-                    )
-                )
+            items.append(item)
         return items
+
+
+def _loads(frame):
+    try:
+        return pickle.loads(frame)
+    except Exception as exc:  # e.g. the answer's class cannot be imported here
+        return (
+            "error",
+            None,
+            "",
+            "trtkit.errors.IsolationError",
+            f"The worker process answered, but its answer cannot be read here: {exc}",
+        )
 
 
 class _LineReader:

@@ -1,9 +1,10 @@
 """``trtkit.prepare``: the ONNX half of a build, on a CPU and without TensorRT.
 
 Load once -> compatibility rewrites (:mod:`trtkit.builder.rewrites`) -> constant folding
-(:mod:`trtkit.builder.sanitize`). Every entry point that builds (``trtkit.build``, ``trtkit build``, ``trtkit bench
-model.onnx``, ``trtkit parity --localize``, the demo) goes through it, so one ONNX model gives one engine whichever
-way it is built; ``trtkit sanitize`` shows and saves what it does.
+(:mod:`trtkit.builder.sanitize`) -> the rewrites that want folded constants (opset-17 attribute forms). Every entry
+point that builds (``trtkit.build``, ``trtkit build``, ``trtkit bench model.onnx``, ``trtkit parity --localize``, the
+demo) goes through it, so one ONNX model gives one engine whichever way it is built; ``trtkit sanitize`` shows and
+saves what it does.
 
 Models with external data (over 2 GB) are loaded without their weights: the rewrites touch only the graph, the
 prepared model keeps pointing at the original data files, and TensorRT's parser reads them beside the original
@@ -16,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, apply_rewrites
+from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, after_folding_steps, apply_rewrites
 from trtkit.errors import ModelError
 from trtkit.model import LoadedModel, external_data_files, has_external_data, load_model
 
@@ -185,6 +186,9 @@ def prepare(
         )
     elif fold_constants:
         proto, fold, rewrites = _fold(proto, rewrites)
+    if sanitize:  # after folding, which evaluates the opset's own forms and can make their inputs constants
+        proto, late = apply_rewrites(proto, target, steps=after_folding_steps())
+        rewrites = [*rewrites, *late]
     if nms is not None:
         proto, rewrites = _append_nms(proto, nms, rewrites)
     if input_uint8_nhwc:

@@ -53,10 +53,16 @@ class LetterboxMeta:
 
 def letterbox_meta(width: int, height: int, size: tuple[int, int]) -> LetterboxMeta:
     """The letterbox geometry of a ``width`` x ``height`` image in an input of ``size = (H, W)``."""
+    return placement(width, height, size)[0]
+
+
+def placement(width: int, height: int, size: tuple[int, int]) -> tuple[LetterboxMeta, tuple[int, int]]:
+    """``(geometry, (new_w, new_h))``: where a ``width`` x ``height`` image goes in an input of ``size = (H, W)``
+    and the size it is resized to."""
     in_h, in_w = size
     scale = min(in_w / width, in_h / height)
     new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
-    return LetterboxMeta(width, height, scale, (in_w - new_w) // 2, (in_h - new_h) // 2)
+    return LetterboxMeta(width, height, scale, (in_w - new_w) // 2, (in_h - new_h) // 2), (new_w, new_h)
 
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -83,6 +89,8 @@ class Letterbox:
     ``(batch, metas)``: the batch and one :class:`LetterboxMeta` per image. :meth:`for_input` picks the settings
     from a model input's shape and dtype.
     """
+
+    where = "cpu"  # where the work runs (trtkit.runtime.letterbox.DeviceLetterbox: "gpu")
 
     def __init__(
         self,
@@ -168,8 +176,7 @@ class Letterbox:
             image = Image.fromarray(_as_rgb_array(image))
         elif image.mode != "RGB":
             image = image.convert("RGB")
-        meta = letterbox_meta(image.width, image.height, self.size)
-        new_w, new_h = max(1, round(image.width * meta.scale)), max(1, round(image.height * meta.scale))
+        meta, (new_w, new_h) = placement(image.width, image.height, self.size)
         self._resize.into(image, (new_w, new_h), out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w])
         return meta
 
@@ -186,6 +193,20 @@ class Letterbox:
         else:
             np.multiply(source, self.dtype.type(self.scale), out=out, casting="unsafe")
         return out
+
+
+def rgb_array(image) -> np.ndarray:
+    """An image (pillow image, HxW or HxWx3 uint8 array, or path) as an ``(H, W, 3)`` uint8 RGB array (arrays that
+    already are one are returned as they are).
+
+    Raises:
+        ImageReadError: a path pillow cannot read.
+        InputError: an array of another shape or dtype.
+    """
+    image = open_image(image) if isinstance(image, (str, Path)) else image
+    if isinstance(image, np.ndarray):
+        return _as_rgb_array(image)
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
 
 
 def _as_rgb_array(array: np.ndarray) -> np.ndarray:

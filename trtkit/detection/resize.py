@@ -12,6 +12,7 @@ positions in floating point from each band's start, which need not round to the 
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -40,7 +41,6 @@ class SplitResize:
         self.threads = threads
         self._pool = None
         self._lock = threading.Lock()
-        self._orders: dict = {}
 
     def pool(self):
         """The worker threads (``threads - 1``), started on first use and stopped by :meth:`close` or when this
@@ -69,22 +69,13 @@ class SplitResize:
         if (width, height) == image.size:
             out[...] = np.asarray(image)
             return
-        order = "" if self.threads == 1 or width * height < MIN_SPLIT_PIXELS else self._order(image.size, size)
+        order = "" if self.threads == 1 or width * height < MIN_SPLIT_PIXELS else cached_pass_order(image.size, size)
         if not order:
             out[...] = np.asarray(image.resize((width, height), Image.Resampling.BILINEAR))
         elif order == "hv":
             self._pass(self._pass(image, width, horizontal=True), height, horizontal=False, out=out)
         else:
             self._pass(self._pass(image, height, horizontal=False), width, horizontal=True, out=out)
-
-    def _order(self, in_size: tuple[int, int], out_size: tuple[int, int]) -> str:
-        key = (in_size, out_size)
-        order = self._orders.get(key)
-        if order is None:
-            if len(self._orders) >= MAX_ORDERS:
-                self._orders.clear()
-            order = self._orders[key] = pass_order(in_size, out_size)
-        return order
 
     def _bands(self, length: int) -> list[tuple[int, int]]:
         cuts = [length * k // self.threads for k in range(self.threads + 1)]
@@ -115,6 +106,12 @@ class SplitResize:
         for (a, _), part in zip(bands, parts):
             whole.paste(part, (0, a) if horizontal else (a, 0))
         return whole
+
+
+@functools.lru_cache(maxsize=MAX_ORDERS)
+def cached_pass_order(in_size: tuple[int, int], out_size: tuple[int, int]) -> str:
+    """:func:`pass_order`, remembered for the last :data:`MAX_ORDERS` pairs of sizes."""
+    return pass_order(in_size, out_size)
 
 
 def pass_order(in_size: tuple[int, int], out_size: tuple[int, int]) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 from trtkit.errors import InputError
 
 DEFAULT_MAX_BATCH = 64
+LETTERBOX_PLACES = ("auto", "gpu", "cpu")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Model:
         kind: ``"engine"``, ``"onnx"`` or ``"callable"``.
         description: for reports (a path, usually).
         input_dtype: the numpy dtype the image input takes (``None``: float32, or whatever ``infer`` casts from).
+        runner: the engine's ``TrtRunner`` (``None`` for other kinds): what the GPU letterbox queues its work on.
     """
 
     infer: Callable
@@ -42,6 +44,7 @@ class Model:
     kind: str = "callable"
     description: str = "<callable>"
     input_dtype: Any = None
+    runner: Any = None
 
     @property
     def layout(self) -> str:
@@ -75,6 +78,38 @@ class Model:
         # float batches are made in float32 whatever the input's float type (``infer`` casts), as they always were
         dtype = np.uint8 if self.layout == "NHWC" else np.float32
         return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, threads=threads)
+
+    def pick_letterbox(self, where: str = "auto", *, reuse: bool = False, threads: int = 1):
+        """The letterbox for this model's input and why it is that one: ``(letterbox, reason)``.
+
+        Args:
+            where: ``"gpu"``: :class:`trtkit.runtime.letterbox.DeviceLetterbox` (resize, pad and conversion on the
+                GPU, in the engine's stream; its batches are device arrays); ``"cpu"``: :meth:`letterbox` (numpy);
+                ``"auto"``: the GPU one where it can load, else the numpy one.
+            reuse, threads: for the numpy letterbox (:meth:`letterbox`).
+
+        The chosen letterbox's ``where`` is ``"gpu"`` or ``"cpu"``; ``reason`` says why the numpy one was taken
+        (``None`` for the GPU one).
+
+        Raises:
+            InputError: ``where`` is unknown; ``"gpu"`` was asked for and cannot be had (the message says why); the
+                input is not an image input (:meth:`letterbox`).
+        """
+        if where not in LETTERBOX_PLACES:
+            raise InputError(f"Letterbox place '{where}' is not known; use one of: {', '.join(LETTERBOX_PLACES)}.")
+        reason = "asked for the numpy letterbox"
+        if where != "cpu":
+            if self.runner is None:
+                reason = f"{self.description} does not run through TensorRT"
+            else:
+                from trtkit.runtime.letterbox import device_letterbox
+
+                gpu, reason = device_letterbox(self.runner, self.input_name)
+                if gpu is not None:
+                    return gpu, None
+            if where == "gpu":
+                raise InputError(f"The GPU letterbox cannot run for {self.description}: {reason}.")
+        return self.letterbox(reuse=reuse, threads=threads), reason
 
 
 def is_onnx(target) -> bool:
@@ -157,4 +192,13 @@ def engine_model(target, runner_options: dict):
             )
         name, (_, _, max_shape) = next(iter(profile.items()))
         dtype = (session.input_dtypes or {}).get(name)
-        yield Model(session.infer, name, tuple(max_shape), int(max_shape[0]), "engine", describe_engine(target), dtype)
+        yield Model(
+            session.infer,
+            name,
+            tuple(max_shape),
+            int(max_shape[0]),
+            "engine",
+            describe_engine(target),
+            dtype,
+            session.runner,
+        )

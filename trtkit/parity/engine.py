@@ -31,6 +31,7 @@ class EngineSession:
         input_dtypes: {input name: numpy dtype} the engine takes, or None when unknown.
         shape_values: {shape-tensor input name: the profile's opt values}, or None when it has none (random values
             would rarely make a valid shape, so random feeds give these).
+        runner: the :class:`TrtRunner` behind ``infer``, when there is one (its stream and device buffers).
     """
 
     infer: Callable
@@ -38,6 +39,7 @@ class EngineSession:
     precision: str | None = None
     input_dtypes: dict | None = None
     shape_values: dict | None = None
+    runner: TrtRunner | None = None
 
 
 def describe_engine(engine) -> str:
@@ -80,6 +82,7 @@ def open_engine(engine, *, profile_index: int = 0, runner_options: dict | None =
         profile=runner_profile(engine, index),
         input_dtypes=input_dtypes(engine),
         shape_values=shape_values(engine, index),
+        runner=engine if isinstance(engine, TrtRunner) else None,
     )
 
 
@@ -100,6 +103,7 @@ def _open_runner(engine, profile_index: int, runner_options: dict):
             precision=precision_from_manifest(manifest),
             input_dtypes=input_dtypes(runner),
             shape_values=shape_values(runner, profile_index),
+            runner=runner,
         )
 
 
@@ -157,6 +161,13 @@ def _casting(infer: Callable, runner) -> Callable:
         return infer
 
     def cast_and_infer(feed):
-        return infer({n: a.astype(dtypes[n], copy=False) for n, a in feed.items() if n in dtypes})
+        # device arrays go as they are (the runner checks their dtype)
+        return infer(
+            {
+                n: a if hasattr(a, "__cuda_array_interface__") else a.astype(dtypes[n], copy=False)
+                for n, a in feed.items()
+                if n in dtypes
+            }
+        )
 
     return cast_and_infer

@@ -112,7 +112,8 @@ class FakeCudart:
         free_bytes: device memory reported by ``cudaMemGetInfo`` before any allocation.
         fail_capture: make ``cudaStreamEndCapture`` report an invalidated capture (tests the graph fallback).
         no_device: every call fails with ``cudaErrorInsufficientDriver`` (a machine without a driver).
-        kernels: offer :class:`FakeHistogramKernels` to the GPU calibration histograms.
+        kernels: offer :class:`FakeHistogramKernels` to the GPU calibration histograms and
+            :class:`FakeLetterboxKernels` to the GPU letterbox.
         devices: how many GPUs there are. Each thread has a current device (``cudaSetDevice``, 0 at first); memory
             and streams belong to the device current when they were made, and work queued on a stream of another
             device than the calling thread's fails with ``cudaErrorInvalidResourceHandle``, as kernel launches do.
@@ -144,6 +145,8 @@ class FakeCudart:
         self._stream_device: dict[int, int] = {}
         # What calibrators.device_histogram launches; None: it tries the real PTX kernels (and falls back).
         self.histogram_kernels = (lambda: FakeHistogramKernels(self)) if kernels else None
+        # What trtkit.runtime.letterbox launches; None: it tries the real PTX kernels (and falls back).
+        self.letterbox_kernels = (lambda: FakeLetterboxKernels(self)) if kernels else None
         self.fail_capture = fail_capture
         self.no_device = no_device
         self.calls: Counter = Counter()
@@ -248,6 +251,8 @@ class FakeCudart:
         return OK, ptr
 
     def cudaFree(self, ptr):
+        if int(ptr) == 0:  # CUDA's no-op, used to make the runtime's context current
+            return self._call("cudaFree", lambda: (OK,))
         return self._call("cudaFree", self._release, self._device, ptr)
 
     def cudaFreeHost(self, ptr):
@@ -604,6 +609,83 @@ class FakeHistogramKernels:
             view_of(counts, (bins,), np.uint64)[:] += np.bincount(index, minlength=bins).astype(np.uint64)
 
         self._queue(stream, ptr, n, counts, 8 * bins, op)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeLetterboxKernels:
+    """numpy stand-ins for the kernels of ``trtkit/runtime/kernels/letterbox.cu``, queued on the stream like a
+    launch. They read the taps from "device" memory and run Pillow's integer arithmetic
+    (:func:`trtkit.detection.pillow_resample.resample_axis`), so a wrong table, size or offset shows in the pixels;
+    a launch whose grid does not cover its output is an error, as the GPU would leave pixels unwritten.
+
+    Attributes:
+        launches: ``(kernel name, grid)`` of every launch.
+    """
+
+    BLOCK = 256
+
+    def __init__(self, cuda: FakeCudart):
+        self.cuda = cuda
+        self.launches: list = []
+
+    def _taps(self, taps, ksize: int, length: int):
+        from trtkit.detection.pillow_resample import Taps
+
+        first, lengths, weights = taps
+        return Taps(
+            view_of(first, (length,), np.int32).copy(),
+            view_of(lengths, (length,), np.int32).copy(),
+            view_of(weights, (length, ksize), np.int32).copy(),
+        )
+
+    def _check(self, name: str, grid: int, threads: int, spans) -> None:
+        if grid * self.BLOCK < threads:
+            raise ValueError(f"{name}: {grid} blocks of {self.BLOCK} cover fewer than its {threads} output pixels")
+        for where, nbytes in spans:
+            if not self.cuda.device_range(where, nbytes):
+                raise ValueError(f"{name} touches {nbytes} bytes at {where:#x}, not inside one device allocation")
+        self.launches.append((name, grid))
+
+    def resample_pass(self, src, src_cols, dst, rows, cols, taps, ksize, horizontal, grid, stream) -> None:
+        from trtkit.detection.pillow_resample import resample_axis
+
+        length = cols if horizontal else rows
+        src_rows = rows if horizontal else None
+
+        def run():
+            t = self._taps(taps, ksize, length)
+            n_rows = src_rows if src_rows is not None else int((t.first + t.lengths).max())
+            image = view_of(src, (n_rows, src_cols, 3), np.uint8)
+            view_of(dst, (rows, cols, 3), np.uint8)[...] = resample_axis(image, t, 1 if horizontal else 0)
+
+        self._check("resample_pass", grid, rows * cols, [(dst, rows * cols * 3)])
+        self.cuda.enqueue(stream, run)
+
+    def letterbox_finish(
+        self, tmp, tmp_cols, taps, ksize, horizontal, region, out_hw, pad_value, out, fmt, scale, grid, stream
+    ) -> None:
+        from trtkit.detection.pillow_resample import resample_axis
+
+        new_w, new_h, pad_x, pad_y = region
+        out_h, out_w = out_hw
+        dtype = {0: np.uint8, 1: np.float32, 2: np.float16}[fmt]
+
+        def run():
+            t = self._taps(taps, ksize, new_w if horizontal else new_h)
+            tmp_rows = new_h if horizontal else int((t.first + t.lengths).max())
+            resized = resample_axis(view_of(tmp, (tmp_rows, tmp_cols, 3), np.uint8), t, 1 if horizontal else 0)
+            canvas = np.full((out_h, out_w, 3), pad_value, np.uint8)
+            canvas[pad_y : pad_y + new_h, pad_x : pad_x + new_w] = resized
+            if fmt == 0:
+                view_of(out, (out_h, out_w, 3), np.uint8)[...] = canvas
+            else:
+                values = np.multiply(canvas.transpose(2, 0, 1), np.float32(scale), dtype=np.float32)
+                view_of(out, (3, out_h, out_w), dtype)[...] = values.astype(dtype)
+
+        self._check("letterbox_finish", grid, out_h * out_w, [(out, out_h * out_w * 3 * np.dtype(dtype).itemsize)])
+        self.cuda.enqueue(stream, run)
 
     def close(self) -> None:
         pass

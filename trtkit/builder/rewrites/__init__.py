@@ -12,10 +12,20 @@ it was before it) and named in the list with ``status="failed"``; it is never fa
 
 from __future__ import annotations
 
-from trtkit.builder.rewrites import attributes, castlike, dims, functions, int64_io, narrow_io, opset
+from trtkit.builder.rewrites import attributes, castlike, decompose, dims, functions, int64_io, narrow_io, opset
 from trtkit.builder.rewrites.base import APPLIED, FAILED, SKIPPED, ParserTarget, Rewrite, main_opset
 
-__all__ = ["APPLIED", "FAILED", "SKIPPED", "ParserTarget", "Rewrite", "apply_rewrites", "default_steps", "main_opset"]
+__all__ = [
+    "APPLIED",
+    "FAILED",
+    "SKIPPED",
+    "ParserTarget",
+    "Rewrite",
+    "after_folding_steps",
+    "apply_rewrites",
+    "default_steps",
+    "main_opset",
+]
 
 
 def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
@@ -30,30 +40,49 @@ def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
     """
     import onnx
 
-    report: list = []
-    for name, step in steps if steps is not None else default_steps():
+    def copy(model):
         work = onnx.ModelProto()
-        work.CopyFrom(proto)
+        work.CopyFrom(model)
+        return work
+
+    report: list = []
+    work = None
+    for name, step in steps if steps is not None else default_steps():
+        # a copy that the previous step left as it was serves the next one (a large model's copy is not free;
+        # comparing costs a fraction of copying)
+        work = copy(proto) if work is None else work
         try:
             changes = step(work, target)
         except Exception as exc:  # noqa: BLE001 - a failing rewrite is named and skipped, never fatal by itself
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             report.append(Rewrite(name, "model", "not applied: the rewrite raised", first[:300], FAILED))
+            work = None
             continue
         report += changes
         if any(c.status == APPLIED for c in changes):
-            proto = work
+            proto, work = work, None
+        elif work != proto:  # changed without applying anything: dropped, like a failed step's
+            work = None
     return proto, report
 
 
 def default_steps() -> list:
-    """The rewrites in the order they run: names before shapes, functions before the opset changes and CastLike."""
+    """The rewrites in the order they run: names before shapes, functions and decompositions before the opset changes
+    and CastLike."""
     return [
         ("symbolic-dims", dims.rewrite),
         ("expand-function", functions.rewrite),
+        ("decompose", decompose.rewrite),
         ("castlike", castlike.rewrite),  # after expand-function: function bodies use CastLike
         ("opset", opset.rewrite),
-        ("attribute-inputs", attributes.rewrite),
         ("int64-io", int64_io.rewrite),
         ("narrow-int-io", narrow_io.rewrite),
     ]
+
+
+def after_folding_steps() -> list:
+    """The rewrites :func:`trtkit.prepare` runs after constant folding: the opset-17 attribute forms of opset-18
+    inputs. Folding evaluates Reduce/Pad/Split in the model's own opset (an opset-18 node with an ``axes`` attribute
+    is not valid ONNX, so nothing could fold it), and it turns computed ``axes``/``pads`` into the constants this
+    rewrite needs."""
+    return [("attribute-inputs", attributes.rewrite)]

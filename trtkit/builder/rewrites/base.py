@@ -22,9 +22,9 @@ class Rewrite:
     """One change made to the model (or one that was tried and skipped).
 
     Attributes:
-        rewrite: which rewrite (``symbolic-dims``, ``int64-io``, ``float64-io``, ``expand-function``, ``castlike``,
-            ``opset``, ``attribute-inputs``, ``int8-io``/``int16-io``/``uint16-io``/``uint32-io``/``uint64-io``,
-            ``external-data``, ``fold-constants``).
+        rewrite: which rewrite (``symbolic-dims``, ``int64-io``, ``float64-io``, ``expand-function``, ``decompose``,
+            ``castlike``, ``opset``, ``attribute-inputs``, ``int8-io``/``int16-io``/``uint16-io``/``uint32-io``/
+            ``uint64-io``, ``external-data``, ``fold-constants``).
         where: the node or tensor changed.
         what: what was done.
         why: which parser limit it works around.
@@ -128,17 +128,25 @@ def main_opset(proto) -> int:
     return max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
-def value_types(proto) -> dict:
+def value_types(proto, subgraphs: bool = False) -> dict:
     """``{tensor: onnx.TypeProto}`` for every value onnx shape inference, the graph's declarations and its
-    initializers know (inference that fails leaves the declared types)."""
+    initializers know (inference that fails leaves the declared types); ``subgraphs``: the values of ``If``/``Loop``/
+    ``Scan`` bodies too."""
     import onnx
 
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception:  # noqa: BLE001 - without inference, the declared types are all there is
         inferred = proto
-    graph = inferred.graph
-    types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
-    for init in graph.initializer:
-        types.setdefault(init.name, onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims)))
+    types: dict = {}
+    graphs = [inferred.graph]
+    while graphs:
+        graph = graphs.pop()
+        for v in [*graph.input, *graph.value_info, *graph.output]:
+            types.setdefault(v.name, v.type)
+        for init in graph.initializer:
+            types.setdefault(init.name, onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims)))
+        if subgraphs:
+            graphs += [a.g for n in graph.node for a in n.attribute if a.HasField("g")]
+            graphs += [g for n in graph.node for a in n.attribute for g in a.graphs]
     return types

@@ -4,7 +4,9 @@
 and ONNX's own function bodies use it (the expanded ``AffineGrid``, for one). TensorRT 8.6's parser has no importer for
 it. Where the target's element type is known (an initializer, a graph input, a declared value, or onnx shape
 inference), the node becomes ``Cast(x, to=<that type>)``, which means the same: the target's values were never read.
-Nodes inside functions that :mod:`~trtkit.builder.rewrites.functions` expanded are in the graph by the time this runs.
+Nodes inside functions that :mod:`~trtkit.builder.rewrites.functions` expanded are in the graph by the time this runs,
+those in ``If``/``Loop``/``Scan`` bodies too (the expanded ``AffineGrid`` has them in an ``If``): a node in a subgraph
+is named ``<index of the node holding it>/<index in the subgraph>``.
 """
 
 from __future__ import annotations
@@ -13,19 +15,15 @@ from trtkit.builder.rewrites.base import SKIPPED, Rewrite, main_opset, value_typ
 
 
 def rewrite(proto, target) -> list:
-    """Replace each main-graph ``CastLike`` whose target type is known by a ``Cast``; name the others."""
+    """Replace each ``CastLike`` (subgraphs too) whose target type is known by a ``Cast``; name the others."""
     import onnx
 
     opset = main_opset(proto)
-    nodes = [
-        (i, n)
-        for i, n in enumerate(proto.graph.node)
-        if n.op_type == "CastLike" and (n.domain or "") in ("", "ai.onnx")
-    ]
+    nodes = [(i, n) for i, n in _nodes(proto.graph) if n.op_type == "CastLike" and (n.domain or "") in ("", "ai.onnx")]
     if not nodes or target.supported("CastLike", opset):
         return []
     why = f"{target.label}'s parser has no importer for CastLike"
-    types = value_types(proto)
+    types = value_types(proto, subgraphs=True)
     changes: list = []
     for index, node in nodes:
         where = f"node '{node.name or f'#{index}'}' (CastLike)"
@@ -46,3 +44,12 @@ def rewrite(proto, target) -> list:
         name = onnx.TensorProto.DataType.Name(elem)
         changes.append(Rewrite("castlike", where, f"replaced by Cast(to={name}), the type of '{like}'", why))
     return changes
+
+
+def _nodes(graph, prefix: str = ""):
+    """``(where, node)`` for every node of ``graph`` and of the subgraphs of its nodes."""
+    for index, node in enumerate(graph.node):
+        yield f"{prefix}{index}", node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _nodes(sub, f"{prefix}{index}/")

@@ -2,7 +2,8 @@
 
 Above the range (a newer exporter), the model is converted down to the highest opset the parser documents. Below it
 (opset 1-6 models, from exporters that wrote the old ``broadcast`` attribute), it is converted up to the lowest opset
-the parser reads (the converter turns the old forms, such as ``broadcast=1``, into the newer ones).
+the parser reads (the converter turns the old forms, such as ``broadcast=1``, into the newer ones). A converted model
+that onnx's checker refuses where it took the original is not used: the original is kept and the step named failed.
 """
 
 from __future__ import annotations
@@ -34,8 +35,33 @@ def _convert(proto, opset: int, to: int, why: str, advice: str) -> Rewrite:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         what = f"could not convert opset {opset} to {to} with onnx's version converter ({first[:200]}); {advice}"
         return Rewrite("opset", "model", what, why, FAILED)
+    invalid = _newly_invalid(proto, converted)
+    if invalid:
+        what = (
+            f"could not convert opset {opset} to {to}: onnx's version converter gave an invalid model "
+            f"({invalid}); {advice}"
+        )
+        return Rewrite("opset", "model", what, why, FAILED)
     functions = list(proto.functions)
     proto.CopyFrom(converted)
     if functions and not proto.functions:  # the converter drops model-local functions
         proto.functions.extend(functions)
     return Rewrite("opset", "model", f"converted from opset {opset} to {to} with onnx's version converter", why)
+
+
+def _newly_invalid(original, converted) -> str | None:
+    """What onnx's checker finds wrong in ``converted`` when it finds nothing wrong in ``original``: the converter
+    keeps attributes the older opset does not have (AveragePool-19's ``dilations``, Cast-19's ``saturate``), which
+    a parser of that opset would silently ignore."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(converted)
+        return None
+    except Exception as exc:  # noqa: BLE001 - onnx raises ValidationError or its C++ types
+        problem = " ".join(str(exc).split())
+    try:
+        onnx.checker.check_model(original)
+    except Exception:  # noqa: BLE001 - the model was not valid to begin with: nothing to compare with
+        return None
+    return problem[:200]

@@ -1,0 +1,92 @@
+"""Pillow's bilinear resize as integer tables, so code other than Pillow's (a GPU kernel) gives its very pixels.
+
+Pillow resamples an 8-bit image in two separable passes. For each pass it computes, per output pixel, the first
+input pixel it reads and a row of weights (a triangle filter widened by the scale when shrinking, normalized, then
+turned into fixed point with 22 fraction bits); each output value is ``clip8((2**21 + sum(w * x)) >> 22)``, and the
+first pass's output is rounded to uint8 before the second reads it. :func:`coefficients` computes those tables with
+the same float64 operations in the same order as Pillow's ``precompute_coeffs`` and ``normalize_coeffs_8bpc``
+(``src/libImaging/Resample.c``), so they are Pillow's integers exactly; :func:`resample` is the integer arithmetic
+in numpy (the reference a kernel is checked against, and the tests' proof that the tables are Pillow's).
+
+Which pass Pillow runs first is found by :func:`trtkit.detection.resize.cached_pass_order`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from trtkit.errors import InputError
+
+PRECISION_BITS = 22  # Pillow's: 32 - 8 bits of result - 2 bits of headroom
+SUPPORT = 1.0  # the bilinear (triangle) filter's support
+
+
+class Taps(NamedTuple):
+    """One pass's tables: output pixel ``j`` reads ``lengths[j]`` input pixels from ``first[j]`` on, with the weights
+    ``weights[j, :lengths[j]]`` (int32 fixed point, :data:`PRECISION_BITS` fraction bits; the rest are 0)."""
+
+    first: np.ndarray  # (out,) int32
+    lengths: np.ndarray  # (out,) int32
+    weights: np.ndarray  # (out, ksize) int32
+
+    @property
+    def ksize(self) -> int:
+        return int(self.weights.shape[1])
+
+
+def coefficients(in_size: int, out_size: int) -> Taps:
+    """Pillow's bilinear taps resizing ``in_size`` pixels to ``out_size`` along one axis (the whole input: Pillow's
+    default box). Equal sizes give the identity (one tap of weight 1.0), which the integer arithmetic keeps exact:
+    the pass Pillow would skip changes nothing."""
+    if in_size < 1 or out_size < 1:
+        raise InputError(f"A resize needs sizes of at least 1 pixel; got {in_size} -> {out_size}.")
+    if in_size == out_size:
+        return Taps(
+            np.arange(out_size, dtype=np.int32),
+            np.ones(out_size, np.int32),
+            np.full((out_size, 1), 1 << PRECISION_BITS, np.int32),
+        )
+    scale = float(np.float32(in_size) - np.float32(0.0)) / out_size  # the box (0, in) is float in Pillow
+    filterscale = max(scale, 1.0)
+    support = SUPPORT * filterscale
+    ksize = int(np.ceil(support)) * 2 + 1
+    center = 0.0 + (np.arange(out_size, dtype=np.float64) + 0.5) * scale
+    xmin = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.int64)
+    xmax = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), in_size) - xmin
+    ss = 1.0 / filterscale
+    taps = np.zeros((out_size, ksize), np.float64)
+    total = np.zeros(out_size, np.float64)
+    for x in range(ksize):  # tap by tap, as Pillow sums them (the order of a float sum matters)
+        arg = (((x + xmin) - center) + 0.5) * ss
+        w = np.where(x < xmax, np.maximum(1.0 - np.abs(arg), 0.0), 0.0)
+        taps[:, x] = w
+        total += w
+    taps = np.divide(taps, total[:, None], out=taps, where=total[:, None] != 0.0)
+    fixed = taps * float(1 << PRECISION_BITS)
+    weights = np.trunc(np.where(taps < 0, fixed - 0.5, fixed + 0.5)).astype(np.int32)
+    return Taps(xmin.astype(np.int32), np.maximum(xmax, 0).astype(np.int32), weights)
+
+
+def resample_axis(pixels: np.ndarray, taps: Taps, axis: int) -> np.ndarray:
+    """One pass over ``axis`` (0: rows, 1: columns) of an ``(H, W, C)`` uint8 array, in Pillow's integer
+    arithmetic."""
+    moved = np.moveaxis(pixels, axis, 0).astype(np.int64)
+    acc = np.full((len(taps.first),) + moved.shape[1:], 1 << (PRECISION_BITS - 1), np.int64)
+    for k in range(taps.ksize):
+        index = np.minimum(taps.first + k, moved.shape[0] - 1)
+        weight = np.where(k < taps.lengths, taps.weights[:, k], 0).astype(np.int64)
+        acc += moved[index] * weight.reshape((-1,) + (1,) * (moved.ndim - 1))
+    out = np.clip(acc >> PRECISION_BITS, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, 0, axis)
+
+
+def resample(pixels: np.ndarray, size: tuple[int, int], order: str = "hv") -> np.ndarray:
+    """``(H, W, 3)`` uint8 resized to ``size = (width, height)`` as Pillow's bilinear ``resize`` does, passes in
+    ``order`` (``"hv"``: columns first, then rows; ``"vh"``: the other way)."""
+    height, width = pixels.shape[:2]
+    horizontal, vertical = coefficients(width, size[0]), coefficients(height, size[1])
+    if order == "vh":
+        return resample_axis(resample_axis(pixels, vertical, 0), horizontal, 1)
+    return resample_axis(resample_axis(pixels, horizontal, 1), vertical, 0)
