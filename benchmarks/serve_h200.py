@@ -11,9 +11,14 @@ In one call:
    the command's start.
 4. ``grpc``: load over gRPC at concurrency 1, 8 and 64, one request of batch 1 at a time per worker, from
    ``--client-procs`` client processes (one Python client cannot make the requests/s of a batch-32 engine); their
-   latencies are merged before the percentiles are taken.
-5. ``soak``: ``--soak-requests`` (100 000) requests at concurrency 64; ``leak_bytes_device``: the GPU's free memory
-   (cudaMemGetInfo, device-wide, so the server's allocations count) after a warm-up load minus after the soak.
+   latencies are merged before the percentiles are taken. With ``--shared-memory system`` (the default) the server
+   is started with ``--shared-memory`` and each client writes its input once into system shared memory, so requests
+   carry only the region's name (perf_analyzer's ``--shared-memory system``); ``none`` sends the input in every
+   request. Each level runs ``--duration-s``, shortened where the soak's share would not fit before the deadline
+   (``level_s`` says how long they ran).
+5. ``soak``: ``--soak-requests`` (100 000) requests at concurrency 64, given ``--soak-s`` of its own (reserved before
+   the levels run); ``leak_bytes_device``: the GPU's free memory (cudaMemGetInfo, device-wide, so the server's
+   allocations count) after a warm-up load minus after the soak.
 6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
 7. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
@@ -113,7 +118,8 @@ class ServeProcess:
         self.output = workdir / f"serve-{tag}.out"
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
-        cmd = [sys.executable, *launcher, "serve", str(engine), "--instances", str(args.instances),
+        shared = ["--shared-memory"] if args.shared_memory == "system" else []
+        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--instances", str(args.instances),
                "--max-batch", str(MAX_BATCH), "--max-queue-delay-us", str(args.max_queue_delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
                str(args.port + 2), "--json", str(self.status), "--log-file", str(self.log_file)]
@@ -153,18 +159,20 @@ class ServeProcess:
 
 
 def client_main(argv: list) -> int:
-    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON``."""
+    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY``."""
     from trtkit.bench.serving import LoadSettings, load_test
 
-    url, model, concurrency, duration_s, max_requests, out = argv
+    url, model, concurrency, duration_s, max_requests, out, shared_memory = argv
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
-                            max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True)
+                            max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True,
+                            shared_memory=shared_memory)
     (result,) = load_test(url, model, settings)
     Path(out).write_text(json.dumps(result.to_json()))
     return 0
 
 
-def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path) -> dict:
+def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path,
+         shared_memory: str = "none") -> dict:
     """``concurrency`` workers spread over up to ``procs`` client processes; their results merged."""
     import numpy as np
 
@@ -173,7 +181,8 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     caps = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
     outs = [workdir / f"client-{concurrency}-{i}-{time.monotonic_ns()}.json" for i in range(n)]
     clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
-                                 str(cap), str(out)], cwd=ROOT) for c, cap, out in zip(shares, caps, outs)]
+                                 str(cap), str(out), shared_memory], cwd=ROOT)
+               for c, cap, out in zip(shares, caps, outs)]
     for c in clients:
         c.wait(timeout=duration_s + 300)
     parts = [json.loads(o.read_text()) for o in outs if o.exists()]
@@ -222,11 +231,12 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         out.update(ready_s=round(status["ready_s"], 3), load_s=round(status["load_s"], 3),
                    start_s=status["start_s"], instances=status["models"][0]["instances"])
         url = f"127.0.0.1:{args.port + 1}"
-        out["grpc"] = {"concurrency": {}}
+        out["grpc"] = {"concurrency": {}, "shared_memory": args.shared_memory}
+        out["level_s"] = level_s = level_seconds(args, len(levels), soak)
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
-            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}",
-                                      lambda c=c: load(url, c, args.client_procs, args.duration_s, 10**9, workdir))
+            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: load(
+                url, c, args.client_procs, level_s, 10**9, workdir, args.shared_memory))
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
@@ -243,11 +253,28 @@ def copy_to(path: Path, folder: Path) -> None:
     write_bytes_atomic(folder / path.name, path.read_bytes())
 
 
+# seconds a load step takes besides its load: client processes starting (imports, connecting) and their warm-up
+LOAD_OVERHEAD_S = 2.5
+# seconds kept after the soak: stopping the server, copying its logs, writing the results
+STOP_RESERVE_S = 20.0
+
+
+def level_seconds(args, levels: int, soak: bool) -> float:
+    """Seconds of load per concurrency level: ``--duration-s``, shortened (to no less than 2 s) so that the levels, then
+    the soak's ``--soak-s`` (when ``soak``) end before ``--deadline-s``."""
+    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
+    if soak:
+        left -= args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
+    return round(min(args.duration_s, max(2.0, left / max(levels, 1) - LOAD_OVERHEAD_S)), 1)
+
+
 def soak_run(url: str, args, workdir: Path) -> dict:
-    load(url, 64, args.client_procs, 2.0, 5000, workdir)  # warm-up: every batch size's graph captured
+    # warm-up: every batch size's graph captured before the memory is read
+    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory)
     before = device_free_bytes()
-    left = max(30.0, args.deadline_s - (time.monotonic() - STARTED) - 90)
-    result = load(url, 64, args.client_procs, left, args.soak_requests, workdir)
+    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - LOAD_OVERHEAD_S
+    result = load(url, 64, args.client_procs, max(5.0, min(args.soak_s, left)), args.soak_requests, workdir,
+                  args.shared_memory)
     after = device_free_bytes()
     return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
             "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
@@ -261,12 +288,16 @@ def main() -> int:
     ap.add_argument("--out", help="also copy the results JSON and logs here (e.g. $OUT)")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/trtkit-bench"))
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "serve-h200.json"))
-    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--instances", type=int, default=4, help="model instances (default 4: each is its own Python "
+                    "backend stub and handler thread, the serial part of a batch's way through pytriton)")
     ap.add_argument("--max-queue-delay-us", type=int, default=100)
     ap.add_argument("--client-procs", type=int, default=4)
     ap.add_argument("--duration-s", type=float, default=8.0, help="seconds of load per concurrency level")
     ap.add_argument("--bench-s", type=float, default=5.0, help="seconds of trtkit bench --streams 2")
     ap.add_argument("--soak-requests", type=int, default=100_000)
+    ap.add_argument("--soak-s", type=float, default=60.0, help="the soak's own seconds, reserved before the levels")
+    ap.add_argument("--shared-memory", choices=("system", "none"), default="system",
+                    help="system: clients send inputs through system shared memory (default); none: in each request")
     ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
     ap.add_argument("--ready-timeout-s", type=float, default=180)
     ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
@@ -320,7 +351,8 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
     results["bench_streams2_ips"] = step(results, "bench_streams2", lambda: bench_streams2(engine, args.bench_s))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
                                                          True)) or {}
-    results.update({k: one.get(k) for k in ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop")})
+    keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s")
+    results.update({k: one.get(k) for k in keys})
     ips64 = ((one.get("grpc") or {}).get("concurrency", {}).get("64") or {}).get("ips")
     if ips64 and results.get("bench_streams2_ips"):
         results["grpc64_vs_bench_streams2"] = round(ips64 / results["bench_streams2_ips"], 3)

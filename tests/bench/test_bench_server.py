@@ -19,6 +19,8 @@ from trtkit.cli import main as cli_main
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "0"], "levels of 1 or more"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--requests", "0"], "--requests must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--batch", "0"], "--batch must be 1 or more, not 0"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "posix"],
+     "--shared-memory posix: give one of none, system"),
 ])
 def test_refused_before_any_load(args, says, capsys):
     assert cli_main.main(args) == 2  # usage errors
@@ -93,3 +95,51 @@ def test_an_answer_without_its_output_data_counts_as_failed():
     assert (result.requests, result.failed) == (5, 5)
     assert result.errors == ["ServeError: Output 'y' came back without its data (cannot reshape array of size 0 into "
                              "shape (3,4,1,1))"]
+
+
+class _ShmClient:
+    """Takes shared-memory regions (``refuse``: refuses them, as a server with the protocol closed does)."""
+
+    def __init__(self, refuse: bool):
+        self.refuse, self.registered, self.unregistered = refuse, [], []
+
+    async def register_system_shared_memory(self, name, key, byte_size):
+        if self.refuse:
+            raise RuntimeError("This protocol is restricted")
+        self.registered.append((name, key, byte_size))
+
+    async def unregister_system_shared_memory(self, name):
+        self.unregistered.append(name)
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_inputs_in_shared_memory_are_registered_then_freed(refuse):
+    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+    shm = pytest.importorskip("tritonclient.utils.shared_memory", reason="tritonclient is not installed")
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    item = grpc.InferInput("x", [2, 3, 4], "FP32")
+    item.set_data_from_numpy(x)
+    client, regions = _ShmClient(refuse), []
+
+    async def run():
+        try:
+            await serving._inputs_in_shared_memory(client, [(item, x)], regions, "host:1")
+            (name, handle, _), = regions
+            np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [2, 3, 4]), x)
+            return name
+        finally:
+            await serving._release_regions(client, regions)
+
+    if refuse:
+        says = (r"The server at host:1 did not take the system shared-memory region of input 'x' .*restricted.*"
+                r"ServeSettings\(shared_memory=True\)\); leave shared_memory='none' otherwise")
+        with pytest.raises(serving.ServeError, match=says):
+            asyncio.run(run())
+        assert client.unregistered == []  # never registered: only freed here
+    else:
+        name = asyncio.run(run())
+        assert client.registered == [(name, "/" + name, x.nbytes)] and client.unregistered == [name]
+        request = item._get_tensor()
+        assert request.parameters["shared_memory_region"].string_param == name  # the request names the region
+        assert item._get_content() is None  # and carries no data
+    assert regions == [] and shm.mapped_shared_memory_regions() == []

@@ -24,7 +24,8 @@ def _run(tmp_path, *extra, timeout=240):
     return subprocess.run(
         [sys.executable, str(wrapper), "--onnx", str(tmp_path / "m.onnx"), "--cache", str(tmp_path / "cache"),
          "--bench-s", "0.2", "--duration-s", "0.5", "--client-procs", "1", "--soak-requests", "50",
-         "--ready-timeout-s", "90", *extra], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+         "--ready-timeout-s", "90", "--instances", "2", *extra],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def test_results_come_back_when_serving_fails_and_out_does_not_exist(tmp_path):
@@ -57,6 +58,7 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
         assert figures["failed"] == 0 and figures["requests"] > 0 and figures["ips"] > 0, (level, figures)
         assert figures["p50_ms"] <= figures["p99_ms"]
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
+    assert data["grpc"]["shared_memory"] == "system" and data["level_s"] == 0.5  # inputs through shared memory
     assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
     assert data["two_gpus"] == "not run: this host has 1 GPU(s)"
     assert {"serve-gpu0.out", "triton-gpu0.log"} <= {p.name for p in out.iterdir()}

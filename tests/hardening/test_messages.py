@@ -81,6 +81,8 @@ def test_the_scan_finds_a_flag_in_a_message(tmp_path):
     ("pass e.g. shapes={'x': (1, 3, 8, 8)}, or", "pass e.g. --shapes x:1x3x8x8, or"),
     ("qdq_keep_heads=False place Q/DQ nodes", "--qdq-quantize-heads place Q/DQ nodes"),
     ("an engine with shape=(1, 2) and dims=3", "an engine with shape=(1, 2) and dims=3"),  # not arguments: unchanged
+    ("one served with ServeSettings(shared_memory=True)); leave shared_memory='none' otherwise",
+     "one served with `trtkit serve --shared-memory`); leave --shared-memory none otherwise"),
 ])
 def test_cli_words(library, cli):
     assert cli_words(library) == cli

@@ -21,7 +21,7 @@ import pytest
 from tests import models
 from tests.runtime.fakes import fake_engine_bytes
 from tests.serve.net import free_ports
-from trtkit.errors import DependencyError
+from trtkit.errors import DependencyError, ServeError
 
 CHILD = Path(__file__).with_name("serve_child.py")
 ROOT = Path(__file__).parents[2]
@@ -161,6 +161,10 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
             results = load_test(f"127.0.0.1:{port}", "tiny", load)
             assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)]
             assert all(r.p50_ms <= r.p90_ms <= r.p99_ms and r.ips > 0 for r in results)
+        # pytriton keeps the shared-memory protocol closed unless trtkit serve --shared-memory opens it
+        with pytest.raises(ServeError, match="did not take the system shared-memory region of input 'x'.*restricted"):
+            load_test(f"127.0.0.1:{grpc_port}", "tiny", LoadSettings(concurrency=(1,), max_requests=2, warmup_s=0,
+                                                                     grpc=True, shared_memory="system"))
 
         http.close()  # Triton's shutdown waits for open connections (up to --exit-timeout-s)
         grpc.close()
@@ -182,6 +186,46 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
     assert "stopping: finishing requests in flight" in out and "stopped" in out
     fake = json.loads(out.split("FAKE_CUDA ", 1)[1].splitlines()[0])
     assert fake["devices"] == [0, 1] and fake["live"]["device"] == 0 and fake["live"]["streams"] == 0
+
+
+def test_inputs_through_system_shared_memory(tmp_path, engines):
+    import tritonclient.grpc as tgrpc
+    import tritonclient.utils.shared_memory as shm
+
+    from trtkit.bench.serving import LoadSettings, load_test
+
+    good, _ = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    child = Child(tmp_path, [str(good), "--shared-memory", "--http-port", str(http_port), "--grpc-port",
+                             str(grpc_port), "--metrics-port", str(metrics_port)])
+    try:
+        child.wait_ready()
+        for use_grpc, port in ((True, grpc_port), (False, http_port)):
+            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
+                                grpc=use_grpc, shared_memory="system")
+            results = load_test(f"127.0.0.1:{port}", "tiny", load)
+            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)], results
+        with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+            # the load generator's regions are gone from the server (and from this host) once it is done
+            assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+            assert shm.mapped_shared_memory_regions() == []
+            # an answer computed from an input the server read from shared memory
+            x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+            handle = shm.create_shared_memory_region("t-in", "/t-in", x.nbytes)
+            try:
+                shm.set_shared_memory_region(handle, [x])
+                client.register_system_shared_memory("t-in", "/t-in", x.nbytes)
+                inp = tgrpc.InferInput("x", list(x.shape), "FP32")
+                inp.set_shared_memory("t-in", x.nbytes)
+                got = client.infer("tiny", [inp]).as_numpy("y")
+                client.unregister_system_shared_memory("t-in")
+            finally:
+                shm.destroy_shared_memory_region(handle)
+        np.testing.assert_allclose(got, expected_outputs(good, x), rtol=1e-6)
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.finish() == 0
+    finally:
+        child.kill()
 
 
 @pytest.mark.parametrize("extra, code, says", [

@@ -17,7 +17,15 @@ from trtkit.export.triton import triton_model
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.runner import TrtRunner
 from trtkit.serve import backend, ports
-from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model, run_requests
+from trtkit.serve.server import (
+    ServeSettings,
+    batch_limit,
+    close_model,
+    instance_callable,
+    joined_inputs,
+    load_model,
+    run_requests,
+)
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 
@@ -99,6 +107,19 @@ def test_requests_joined_into_one_batch_and_split_back(engine):
         assert [o["y"].shape[0] for o in outs] == [1, 2, 1]
         for req, out in zip(reqs, outs):
             np.testing.assert_allclose(out["y"], runner.infer(req)["y"], rtol=1e-6)
+
+
+def test_requests_joined_straight_into_the_runners_pinned_buffers(engine):
+    with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart())) as runner:
+        rng = np.random.default_rng(3)
+        reqs = [{"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)} for n in (2, 1)]
+        feed = joined_inputs(runner, reqs, ["x"])
+        assert feed["x"] is runner.host_inputs({"x": (3, 3, 8, 8)})["x"]  # the runner's own buffer: no copy into it
+        np.testing.assert_array_equal(feed["x"], np.concatenate([r["x"] for r in reqs]))
+        # another dtype than the engine's: joined into a new array, which the runner converts as any input
+        halves = [{"x": r["x"].astype(np.float16)} for r in reqs]
+        other = joined_inputs(runner, halves, ["x"])
+        assert other["x"].dtype == np.float16 and other["x"] is not feed["x"] and other["x"].shape == (3, 3, 8, 8)
 
 
 def test_port_in_use_is_named_with_its_process():

@@ -6,11 +6,17 @@ first. Latency is each request's round trip seen by the client. Inputs are rando
 (from the server's model metadata) at ``batch`` rows per request. A request counts as answered only when every output
 the model's metadata lists comes back with its data (a server can answer with an output's shape and no bytes: pytriton
 under numpy 2 does); otherwise it counts as failed.
+
+Each input is encoded once and the same encoded input goes with every request. With ``shared_memory="system"`` (as
+perf_analyzer's ``--shared-memory system``), each input is written once into a system shared-memory region that the
+server is told about, and requests carry only the region's name: the server reads the input from there instead of the
+request (a server on this host only). Outputs come back in the answers either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -31,6 +37,10 @@ _DTYPES = {
 }
 
 
+# where requests carry their inputs: in the request, or in system shared memory on the server's host
+SHARED_MEMORY = ("none", "system")
+
+
 @dataclass(frozen=True)
 class LoadSettings:
     """How much load: concurrency levels, how long or how many requests each, rows per request."""
@@ -43,8 +53,15 @@ class LoadSettings:
     grpc: bool = False
     timeout_s: float = 30.0
     keep_latencies: bool = False  # LoadResult.latencies_ms (to merge the levels of several client processes)
+    shared_memory: str = "none"  # "system": inputs in system shared-memory regions (a server on this host only)
 
     def check(self) -> None:
+        if self.shared_memory not in SHARED_MEMORY:
+            raise UsageError(
+                f"shared_memory={self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
+                field="shared_memory",
+                accepted=", ".join(SHARED_MEMORY),
+            )
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
             raise UsageError(
                 f"concurrency={','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. (1, 8, 64)",
@@ -111,8 +128,11 @@ def _client(url: str, grpc: bool):
 
 async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
     module, client = _client(_strip_scheme(url), settings.grpc)
+    regions: list = []
     try:
         inputs, outputs = await _inputs(client, module, model, settings, url)
+        if settings.shared_memory == "system":
+            await _inputs_in_shared_memory(client, inputs, regions, url)
         results = []
         for level in settings.concurrency:
             warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
@@ -121,7 +141,59 @@ async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
             results.append(await _level(client, model, inputs, int(level), settings, settings.max_requests, outputs))
         return results
     finally:
-        await client.close()
+        try:
+            await _release_regions(client, regions)
+        finally:
+            await client.close()
+
+
+def _shared_memory_module():
+    try:
+        import tritonclient.utils.shared_memory as shm
+    except ImportError as exc:
+        raise DependencyError(
+            f"shared_memory='system' needs tritonclient's shared-memory utilities ({exc}); install them with pip "
+            'install "trtkit[serve]"'
+        ) from exc
+    return shm
+
+
+async def _inputs_in_shared_memory(client, inputs: list, regions: list, url: str) -> None:
+    """Write each input's data once into its own system shared-memory region, register the region with the server
+    and point the input at it (requests then carry only the region's name). ``regions`` collects what was made, for
+    :func:`_release_regions`, as it is made."""
+    shm = _shared_memory_module()
+    for item, array in inputs:
+        name = f"trtkit-{os.getpid()}-{len(regions)}"
+        handle = shm.create_shared_memory_region(name, "/" + name, array.nbytes)
+        regions.append([name, handle, False])
+        shm.set_shared_memory_region(handle, [array])
+        try:
+            await client.register_system_shared_memory(name, "/" + name, array.nbytes)
+        except Exception as exc:  # tritonclient's InferenceServerException
+            raise ServeError(
+                f"The server at {url} did not take the system shared-memory region of input '{item.name()}' ({exc}); "
+                "shared memory works only with a server on this host that lets clients use it (one served with "
+                "ServeSettings(shared_memory=True)); leave shared_memory='none' otherwise"
+            ) from exc
+        regions[-1][2] = True
+        item.set_shared_memory(name, array.nbytes)
+
+
+async def _release_regions(client, regions: list) -> None:
+    """Unregister (from the server) and free the shared-memory regions of :func:`_inputs_in_shared_memory`."""
+    if not regions:
+        return
+    shm = _shared_memory_module()
+    for name, handle, registered in regions:
+        try:
+            if registered:
+                await client.unregister_system_shared_memory(name)
+        except Exception:  # noqa: BLE001 - a server gone away keeps nothing registered; the region is still freed
+            pass
+        finally:
+            shm.destroy_shared_memory_region(handle)
+    regions.clear()
 
 
 def _strip_scheme(url: str) -> str:
@@ -132,7 +204,8 @@ def _strip_scheme(url: str) -> str:
 
 
 async def _inputs(client, module, model: str, settings: LoadSettings, url: str) -> tuple:
-    """``(inputs to send, names of the outputs every answer must carry)`` from the model's metadata."""
+    """``(inputs to send, names of the outputs every answer must carry)`` from the model's metadata; each input is
+    ``(tritonclient InferInput, its numpy data)``."""
     try:
         ready = await client.is_model_ready(model)
     except Exception as exc:  # tritonclient raises its own error types and connection errors
@@ -158,9 +231,10 @@ async def _inputs(client, module, model: str, settings: LoadSettings, url: str) 
         if dtype is None:
             raise ServeError(f"Input '{spec['name']}': data type {spec['datatype']} is not one trtkit can make up")
         data = rng.standard_normal(shape) if dtype in (np.float32, np.float16) else rng.integers(0, 2, shape)
+        array: np.ndarray = np.ascontiguousarray(data.astype(dtype))
         item = module.InferInput(spec["name"], shape, spec["datatype"])
-        item.set_data_from_numpy(np.ascontiguousarray(data.astype(dtype)))
-        inputs.append(item)
+        item.set_data_from_numpy(array)
+        inputs.append((item, array))
     return inputs, [spec["name"] for spec in meta.get("outputs", [])]
 
 
@@ -179,6 +253,7 @@ def check_outputs(result, names) -> None:
 async def _level(
     client, model: str, inputs: list, concurrency: int, settings: LoadSettings, cap: int, outputs=()
 ) -> LoadResult:
+    inputs = [item for item, _ in inputs]
     latencies: list = []
     errors: list = []
     budget = [cap]

@@ -24,6 +24,13 @@ def add_server_options(parser) -> None:
         help="at most N requests per level (with --duration-s, whichever comes first; default 100000)",
     )
     g.add_argument("--batch", type=int, default=1, metavar="B", help="rows per request (default 1)")
+    g.add_argument(
+        "--shared-memory",
+        default="none",
+        metavar="KIND",
+        help="none (default): inputs in every request; system: inputs written once into system shared memory, "
+        "requests carry only its name (a server on this host, started with trtkit serve --shared-memory)",
+    )
 
 
 def run_server_load(args, console) -> int:
@@ -44,6 +51,7 @@ def run_server_load(args, console) -> int:
         warmup_s=args.warmup_ms / 1000,
         batch=args.batch,
         grpc=args.grpc,
+        shared_memory=args.shared_memory,
     )
     results = load_test(args.server, args.server_model, settings)
     protocol = "gRPC" if args.grpc else "HTTP"
@@ -58,6 +66,7 @@ def run_server_load(args, console) -> int:
                 "model": args.server_model,
                 "protocol": protocol,
                 "batch": args.batch,
+                "shared_memory": args.shared_memory,
                 "concurrency": {str(r.concurrency): r.to_json() for r in results},
             },
         )

@@ -400,6 +400,7 @@ FLAGS = {
     "http_port": "--http-port",
     "grpc_port": "--grpc-port",
     "metrics_port": "--metrics-port",
+    "shared_memory": "--shared-memory",
 }
 
 
@@ -425,7 +426,10 @@ SWITCHES = {
     "e2e": ("no --no-e2e", "--no-e2e"),
 }
 # what a library message says -> what the CLI user types
-PHRASES = {"preflight(model)": "`trtkit inspect MODEL --check`"}
+PHRASES = {
+    "preflight(model)": "`trtkit inspect MODEL --check`",
+    "ServeSettings(shared_memory=True)": "`trtkit serve --shared-memory`",
+}
 _ASSIGNED = re.compile(r"(?<![\w.-])([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)?)=('([^']*)'|[\w+-]+(?:\.\d+)?)")
 
 
@@ -444,16 +448,15 @@ def cli_words(text: str) -> str:
             return f"{FLAGS[name]} {value}"
         return m.group(0)
 
+    for api, cli in PHRASES.items():  # before the assignments, which a phrase may hold
+        text = text.replace(api, cli)
     text = re.sub(r"profiles=\[parse_shapes\(('[^']*')\)\]", r"--shapes \1", text)
     text = re.sub(
         r"shapes=\{'([^']+)': \(([\d, ]+)\)\}",
         lambda m: f"--shapes {m.group(1)}:{'x'.join(d.strip() for d in m.group(2).split(','))}",
         text,
     )
-    text = _ASSIGNED.sub(flag, text)
-    for api, cli in PHRASES.items():
-        text = text.replace(api, cli)
-    return text
+    return _ASSIGNED.sub(flag, text)
 
 
 def flag_message(exc) -> str:

@@ -54,6 +54,12 @@ def add_arguments(parser) -> None:
         help="on SIGTERM, how long to wait for requests in flight (default 30)",
     )
     g.add_argument("--log-file", metavar="PATH", help="keep Triton's own log there")
+    g.add_argument(
+        "--shared-memory",
+        action="store_true",
+        help="let clients send inputs through system shared memory (trtkit bench --shared-memory system; clients on "
+        "this host; keep --host on loopback)",
+    )
     options.add_json_option(parser)
 
 
@@ -74,6 +80,7 @@ def run(args, console) -> int:
         cuda_graph=args.cuda_graph,
         exit_timeout_s=args.exit_timeout_s,
         log_file=args.log_file,
+        shared_memory=args.shared_memory,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

@@ -48,6 +48,10 @@ class ServeSettings:
         cuda_graph: replay each batch shape from a CUDA graph.
         exit_timeout_s: how long stopping waits for requests in flight.
         log_file: where Triton's own log goes (default: a file in a temporary folder, quoted on failures).
+        shared_memory: open Triton's system shared-memory protocol to clients (``trtkit bench --shared-memory
+            system``: requests carry a region's name, not their inputs). pytriton closes it by default (with its
+            other administrative endpoints, behind a token it makes up); opened, any client that reaches the ports
+            can have the server map shared memory of this host, so keep ``host`` on loopback then.
     """
 
     instances: int = 1
@@ -62,6 +66,7 @@ class ServeSettings:
     cuda_graph: bool = True
     exit_timeout_s: int = 30
     log_file: str | None = None
+    shared_memory: bool = False
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
@@ -183,7 +188,8 @@ def run_requests(runner, requests: list, batched: bool) -> list:
     """Run Triton's gathered ``requests`` (each a mapping of input name to array) on ``runner``.
 
     A batched model's requests are joined along the batch dimension into one call and each gets its rows of the
-    outputs back; an unbatched model runs them one by one.
+    outputs back; an unbatched model runs them one by one. The rows are joined straight into the runner's pinned
+    input buffers where the inputs' dtypes are the engine's (:func:`joined_inputs`).
     """
     if not batched:
         return [runner.infer({name: req[name] for name in req}) for req in requests]
@@ -192,10 +198,29 @@ def run_requests(runner, requests: list, batched: bool) -> list:
         return [runner.infer({name: req[name] for name in req})]
     names = list(requests[0])
     sizes = [len(req[names[0]]) for req in requests]
-    outputs = runner.infer({name: np.concatenate([req[name] for req in requests]) for name in names})
+    outputs = runner.infer(joined_inputs(runner, requests, names))
     cuts = np.cumsum(sizes)[:-1]
     split = {name: np.split(value, cuts) for name, value in outputs.items()}
     return [{name: parts[i] for name, parts in split.items()} for i in range(len(requests))]
+
+
+def joined_inputs(runner, requests: list, names: list) -> dict:
+    """The inputs of ``requests`` joined along the batch dimension, into the runner's pinned input buffers
+    (:meth:`~trtkit.runtime.runner.TrtRunner.host_inputs`: the join is then the only host copy, and the buffers are
+    sent from where they are) when every input is one of the engine's, in its dtype; else into new arrays, which the
+    runner converts and copies as it does any input."""
+    parts = {name: [req[name] for req in requests] for name in names}
+    specs = {spec.name: spec for spec in runner.input_specs}
+    direct = set(parts) == set(specs) and all(
+        np.dtype(p.dtype) == np.dtype(specs[name].dtype) for name, group in parts.items() for p in group
+    )
+    if not direct:
+        return {name: np.concatenate(group) for name, group in parts.items()}
+    shapes = {name: (sum(len(p) for p in group), *group[0].shape[1:]) for name, group in parts.items()}
+    views = runner.host_inputs(shapes)
+    for name, group in parts.items():
+        np.concatenate(group, out=views[name])
+    return views
 
 
 def instance_callable(runner, device: int, cuda, batched: bool):
@@ -321,7 +346,7 @@ class Server:
             exit_timeout_secs=int(s.exit_timeout_s),
             log_file=self.log_file,
         )
-        self._triton = Triton(config=config)
+        self._triton = Triton(config=config, security_config=_security_config(s.shared_memory))
         for model in self.models:
             batched = model.max_batch > 0
             batcher = DynamicBatcher(
@@ -388,6 +413,15 @@ class Server:
     def _close_models(self) -> None:
         for model in self.models:
             close_model(model, self._cuda)
+
+
+def _security_config(shared_memory: bool):
+    """pytriton's token-protected endpoints: its defaults, less ``shared-memory`` when clients may use it."""
+    from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, TritonSecurityConfig
+
+    if not shared_memory:
+        return None
+    return TritonSecurityConfig(restricted_endpoints=[e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "shared-memory"])
 
 
 @contextlib.contextmanager
