@@ -86,6 +86,11 @@ def test_detection_table_script_writes_every_row(tmp_path):
 def test_missing_rows_are_measured_alone_and_merged_into_the_committed_table(tmp_path):
     onnx.save(models.conv_detector(size=32, classes=8, opset=19), tmp_path / "det.onnx")
     committed = json.loads((ROOT / "benchmarks" / "results" / "detection-h200.json").read_text())
+    # as a single call that ran out of budget leaves it: two rows' errors, no call list yet
+    committed["errors"] = {"int8_qdq/bench": "skipped: 10 s left of the 490 s budget",
+                           "int8_qdq_heads/build": "skipped: 10 s left of the 490 s budget"}
+    committed.pop("calls", None)
+    committed.setdefault("notes", {}).pop("errors_resolved_by_later_calls", None)
     merge = tmp_path / "committed.json"
     merge.write_text(json.dumps(committed))
     proc = _run(tmp_path, "--rows", "int8_qdq,int8_qdq_heads", "--merge", str(merge))
