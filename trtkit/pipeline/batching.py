@@ -264,7 +264,8 @@ class InferStage:
         self._ring = ring
         if ring is not None:
             ring.abort = inp._abort
-        self._carry = None  # a frame of the next block, gathered after a batch that ended with its block
+        self._carry: list = []  # frames of the next block, gathered after a batch that ended with its block
+        self._ended = False  # the queue gave END (frames may still be in _carry)
         self.inp, self.out = inp, out
         self.timer = StageTimer(self.name)
         self._fail = fail
@@ -318,29 +319,49 @@ class InferStage:
 
     def _gather(self) -> tuple:
         """Up to ``max_batch`` frames and whether the source has ended. While batches are in flight and no frame
-        comes within ``max_wait_s``, the oldest batch is collected first (its frames go on instead of waiting)."""
-        first, self._carry = self._carry, None
-        if first is None:
-            first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+        comes within ``max_wait_s``, the oldest batch is collected first (its frames go on instead of waiting).
+        Frames come from the queue in groups (all those waiting, up to what the batch still takes); frames taken
+        beyond the batch (past the end of a ring block) are kept for the next one."""
+        wait = self.plan.max_wait_s
+        first = self._take(self.plan.max_batch, wait if self._pending else None)
         while first is None:
             self._finish()
-            first = self.inp.get(timeout=self.plan.max_wait_s if self._pending else None)
+            first = self._take(self.plan.max_batch, wait if self._pending else None)
         if first is END:
             return [], True
-        frames = [first]
-        block = self._ring.place(first.index)[0] if self._ring is not None else None
-        deadline = time.perf_counter() + self.plan.max_wait_s
+        frames = first
+        deadline = time.perf_counter() + wait
         while len(frames) < self.plan.max_batch:
-            item = self.inp.get(timeout=max(0.0, deadline - time.perf_counter()))
-            if item is None:
+            more = self._take(self.plan.max_batch - len(frames), max(0.0, deadline - time.perf_counter()))
+            if more is None:
                 break
-            if item is END:
-                return frames, True
-            if self._ring is not None and self._ring.place(item.index)[0] != block:
-                self._carry = item  # the next block's first frame: it starts the next batch
+            if more is END:
                 break
-            frames.append(item)
-        return frames, False
+            frames += more
+        frames = self._cut(frames)
+        return frames, self._ended and not self._carry
+
+    def _take(self, limit: int, timeout):
+        """Frames kept from the last gathering, else up to ``limit`` from the queue (see ``Channel.get_many``)."""
+        if self._carry:
+            got, self._carry = self._carry[:limit], self._carry[limit:]
+            return got
+        if self._ended:
+            return END
+        got = self.inp.get_many(limit, timeout)
+        self._ended = got is END
+        return got
+
+    def _cut(self, frames: list) -> list:
+        """``frames`` up to the end of the first one's ring block (the rest kept for the next batch)."""
+        if self._ring is None:
+            return frames
+        block = self._ring.place(frames[0].index)[0]
+        for i, frame in enumerate(frames):
+            if self._ring.place(frame.index)[0] != block:
+                self._carry = frames[i:] + self._carry
+                return frames[:i]
+        return frames
 
     def _start(self, frames: list) -> None:
         self._working = frames
@@ -396,8 +417,7 @@ class InferStage:
         if events is not None and self.gpu is not None:
             self.gpu.collect(events)
         split_outputs(outputs, frames)
-        for frame in frames:
-            self.out.put(frame)
+        self.out.put_many(frames)
 
 
 def _on_device(name: str, frame):

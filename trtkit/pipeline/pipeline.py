@@ -20,7 +20,7 @@ from typing import Any
 
 from trtkit.errors import PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
-from trtkit.pipeline.stages import END, Aborted, Channel, Frame, StageRunner
+from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
 
 MONITOR_INTERVAL_S = 0.25
@@ -75,12 +75,17 @@ class Pipeline:
         names = [self.source_timer.name] + [_name_of(s) for s in self.stages] + [sink_name]
         self.channels = [Channel(f"{a} -> {b}", self.queue_size, self.abort) for a, b in zip(names, names[1:])]
         self.runners: list = []
+        rings = [s.ring for s in self.stages if isinstance(s, InferStep) and s.ring is not None]
+        # a stage writing into a batch ring waits for a block's buffer until earlier blocks were collected: its
+        # groups hold frames of one block only (a frame it held back could be one that collection waits for)
+        self._group = min([MAX_GROUP] + [ring.batch for ring in rings])
+        key = (lambda frame, batch=rings[0].batch: frame.index // batch) if rings else None
         for i, stage in enumerate(self.stages):
             inp, out = self.channels[i], self.channels[i + 1]
             if isinstance(stage, InferStep):
                 self.runners.append(InferStage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
             else:
-                self.runners.append(StageRunner(stage, inp, out, self._fail))
+                self.runners.append(StageRunner(stage, inp, out, self._fail, self._group, key))
 
     # --- running ---------------------------------------------------------------------------------------------------
 
@@ -150,7 +155,11 @@ class Pipeline:
         self.abort.set()
 
     def _read(self) -> None:
-        out, index = self.channels[0], 0
+        """Read frames into groups: a group goes on once it holds as many frames as the queue takes (at most
+        ``MAX_GROUP``, one batch with a batch ring) or the next stage has nothing left to do (so a frame waits here
+        only while the stages after it are busy with earlier ones)."""
+        out, index, group = self.channels[0], 0, []
+        most = min(self._group, out.capacity)
         frames = iter(self.source)
         try:
             while not self.drain.is_set():
@@ -160,9 +169,13 @@ class Pipeline:
                     break
                 self.source_timer.add(time.perf_counter() - t0)
                 name, image = item
-                out.put(Frame(index, image, name))
+                group.append(Frame(index, image, name))
                 index += 1
                 self.frames_in = index
+                if len(group) >= most or out.depth() == 0:
+                    out.put_many(group)
+                    group = []
+            out.put_many(group)
             out.put(END)
         except Aborted:
             return
@@ -170,18 +183,20 @@ class Pipeline:
             self._fail(self.source_timer.name, index, exc)
 
     def _write(self) -> None:
+        """Write frames as they come, the frames waiting taken together (the sink's timer shares a group's time
+        among its frames)."""
         inp, frame = self.channels[-1], None
         try:
             while True:
-                item = inp.get()
+                item = inp.get_many(MAX_GROUP)
                 if item is END:
                     break
-                frame = item
                 t0 = time.perf_counter()
-                for sink in self.sinks:
-                    sink.write(frame)
-                self.sink_timer.add(time.perf_counter() - t0)
-                self.frames_out += 1
+                for frame in item:
+                    for sink in self.sinks:
+                        sink.write(frame)
+                self.sink_timer.add(time.perf_counter() - t0, len(item))
+                self.frames_out += len(item)
             frame = None
             for sink in self.sinks:
                 sink.close()
