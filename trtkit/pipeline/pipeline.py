@@ -155,11 +155,9 @@ class Pipeline:
         self.abort.set()
 
     def _read(self) -> None:
-        """Read frames into groups: a group goes on once it holds as many frames as the queue takes (at most
-        ``MAX_GROUP``, one batch with a batch ring) or the next stage has nothing left to do (so a frame waits here
-        only while the stages after it are busy with earlier ones)."""
-        out, index, group = self.channels[0], 0, []
-        most = min(self._group, out.capacity)
+        """Read frames, each put in the first queue as soon as it is read (a frame held back to make a group would
+        wait for the source's next one, however long that takes); the next stage takes them in groups."""
+        out, index = self.channels[0], 0
         frames = iter(self.source)
         try:
             while not self.drain.is_set():
@@ -169,13 +167,9 @@ class Pipeline:
                     break
                 self.source_timer.add(time.perf_counter() - t0)
                 name, image = item
-                group.append(Frame(index, image, name))
+                out.put(Frame(index, image, name))
                 index += 1
                 self.frames_in = index
-                if len(group) >= most or out.depth() == 0:
-                    out.put_many(group)
-                    group = []
-            out.put_many(group)
             out.put(END)
         except Aborted:
             return

@@ -193,7 +193,13 @@ class StageRunner:
     """
 
     def __init__(
-        self, stage: Stage, inp: Channel, out: Channel, fail: Callable, group: int = MAX_GROUP, key: Callable | None = None
+        self,
+        stage: Stage,
+        inp: Channel,
+        out: Channel,
+        fail: Callable,
+        group: int = MAX_GROUP,
+        key: Callable | None = None,
     ):
         self.stage = stage
         self.inp, self.out = inp, out
