@@ -177,3 +177,9 @@ def test_frame_order_and_counts_hold_with_groups_of_every_size():
     assert [f.index for f in sink.frames] == list(range(600))
     assert all(np.array_equal(f.outputs["y"], 2 * np.full(2, f.index % 256, np.float32)) for f in sink.frames)
     assert all(q["max_depth"] <= q["capacity"] for q in report.queues.values())
+
+
+def test_the_cpu_hand_off_benchmark_counts_every_frame_through():
+    from benchmarks.pipeline_handoff_cpu import instant
+
+    assert instant(500, 8) > 0  # it checks frames out == frames in itself
