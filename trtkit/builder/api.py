@@ -324,7 +324,7 @@ def _build_in_child(model, config, trt_factory, log_severity):
         model,
         config,
         trt=trt,
-        on_log=isolate._ChildLog(log_severity),
+        on_log=isolate.ChildLog(log_severity),
         on_phase=isolate.phase_sink,
         log_severity="VERBOSE",
     )

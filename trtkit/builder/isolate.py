@@ -40,14 +40,14 @@ from trtkit.builder.crash_report import (
 )
 from trtkit.errors import IsolationError, TrtkitError
 
-_HEADER = struct.Struct("!Q")
+HEADER = struct.Struct("!Q")
 _PIPE_BYTES = 1 << 20
 _LARGE_FRAME = 1 << 20
 _TERMINATE_GRACE_S = 5.0
 
 # --- child side ------------------------------------------------------------------------------------------------------
 
-_channel_fd: int | None = None
+child_channel_fd: int | None = None
 _channel_lock = threading.Lock()
 _local_sink: Callable[[dict], None] | None = None
 
@@ -59,8 +59,8 @@ def emit(event: dict) -> None:
     sink installed by :func:`local_events`, or nowhere. Never raises (it is called from TensorRT's logger).
     """
     try:
-        if _channel_fd is not None:
-            _send(_channel_fd, ("event", dict(event)))
+        if child_channel_fd is not None:
+            send(child_channel_fd, ("event", dict(event)))
         elif _local_sink is not None:
             _local_sink(dict(event))
     except Exception:  # an event lost is better than an exception inside TensorRT's callback
@@ -94,10 +94,10 @@ class local_events:
         return False
 
 
-def _send(fd: int, message) -> None:
+def send(fd: int, message) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     with _channel_lock:  # header and data written apart: an engine's bytes are not copied once more to join them
-        _write_all(fd, _HEADER.pack(len(data)))
+        _write_all(fd, HEADER.pack(len(data)))
         _write_all(fd, data)
 
 
@@ -108,7 +108,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _read_exact(stream, size: int) -> bytes:
+def read_exact(stream, size: int) -> bytes:
     data = b""
     while len(data) < size:
         chunk = stream.read(size - len(data))
@@ -120,33 +120,33 @@ def _read_exact(stream, size: int) -> bytes:
 
 def _child_main(channel_fd: int) -> None:
     """Entry point of the child interpreter (see the module docstring for the protocol)."""
-    global _channel_fd
+    global child_channel_fd
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop us (Ctrl-C reaches both)
     import faulthandler
 
     faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
     stdin = sys.stdin.buffer
-    (size,) = _HEADER.unpack(_read_exact(stdin, _HEADER.size))
-    data = _read_exact(stdin, size)
-    _channel_fd = channel_fd
+    (size,) = HEADER.unpack(read_exact(stdin, HEADER.size))
+    data = read_exact(stdin, size)
+    child_channel_fd = channel_fd
     threading.Thread(target=_exit_when_parent_goes, args=(stdin,), daemon=True).start()
     try:
-        func, args, kwargs, options = _unpickle_payload(data)
+        func, args, kwargs, options = unpickle_payload(data)
         del data
         _apply_limits(options)
         message = ("result", func(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        message = _error_message(exc)
+        message = error_message(exc)
     _finish(channel_fd, message)
 
 
-def _unpickle_payload(data: bytes):
+def unpickle_payload(data: bytes):
     # sys.path first: the callable's module may live in a folder only the parent had on its path (tests, scripts)
-    (size,) = _HEADER.unpack_from(data, 0)
-    for entry in reversed(pickle.loads(data[_HEADER.size : _HEADER.size + size])):
+    (size,) = HEADER.unpack_from(data, 0)
+    for entry in reversed(pickle.loads(data[HEADER.size : HEADER.size + size])):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    return pickle.loads(data[_HEADER.size + size :])
+    return pickle.loads(data[HEADER.size + size :])
 
 
 def _exit_when_parent_goes(stdin) -> None:
@@ -166,7 +166,7 @@ def _apply_limits(options: dict) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
 
 
-def _error_message(exc: BaseException):
+def error_message(exc: BaseException):
     import traceback
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -180,9 +180,9 @@ def _error_message(exc: BaseException):
 
 def _finish(channel_fd: int, message) -> None:
     try:
-        _send(channel_fd, message)
+        send(channel_fd, message)
     except Exception as exc:  # the result itself cannot be pickled
-        _send(channel_fd, ("error", None, "", "TypeError", f"the result could not be sent to the parent: {exc}"))
+        send(channel_fd, ("error", None, "", "TypeError", f"the result could not be sent to the parent: {exc}"))
     sys.stdout.flush()
     sys.stderr.flush()
     # skip interpreter teardown: TensorRT objects destroyed at exit have crashed processes that already succeeded
@@ -227,7 +227,7 @@ def run_isolated(
         KeyboardInterrupt: Ctrl-C; the child is stopped first.
     """
     options = {"memory_limit": memory_limit}
-    payload = _payload(func, args, kwargs, options)
+    payload = make_payload(func, args, kwargs, options)
     tracker = Tracker()
     read_fd, write_fd = channel_pipe()
     proc: subprocess.Popen | None = None
@@ -235,23 +235,23 @@ def run_isolated(
     # and the child, which ignores SIGINT, also exits by itself when its stdin closes (see _exit_when_parent_goes).
     try:
         try:
-            proc = _start_child(write_fd)
+            proc = start_child(write_fd)
         finally:
             os.close(write_fd)
         stdin = cast(IO[bytes], proc.stdin)  # the child is started with stdin=PIPE
-        stdin.write(_HEADER.pack(len(payload)) + payload)
+        stdin.write(HEADER.pack(len(payload)) + payload)
         stdin.flush()
         outcome = _pump(proc, read_fd, tracker, on_event, timeout)
         return _resolve(outcome, proc, tracker, crash_context)
     except BaseException:
         if proc is not None:
-            _stop(proc)
+            stop_child(proc)
         raise
     finally:
         os.close(read_fd)
         if proc is not None:
-            _close_quietly(proc.stdin)
-            _close_quietly(proc.stdout)
+            close_quietly(proc.stdin)
+            close_quietly(proc.stdout)
 
 
 def channel_pipe() -> tuple:
@@ -267,7 +267,7 @@ def channel_pipe() -> tuple:
     return read_fd, write_fd
 
 
-def _payload(func, args, kwargs, options) -> bytes:
+def make_payload(func, args, kwargs, options) -> bytes:
     path_part = pickle.dumps([p for p in sys.path if p], protocol=pickle.HIGHEST_PROTOCOL)
     try:
         rest = pickle.dumps((func, args, kwargs, options), protocol=pickle.HIGHEST_PROTOCOL)
@@ -276,10 +276,10 @@ def _payload(func, args, kwargs, options) -> bytes:
             f"Cannot run {getattr(func, '__qualname__', func)!r} in a child process: its function or arguments "
             f"cannot be pickled ({exc}). Pass module-level functions and plain data, or build with isolate=False."
         ) from exc
-    return _HEADER.pack(len(path_part)) + path_part + rest
+    return HEADER.pack(len(path_part)) + path_part + rest
 
 
-def _start_child(write_fd: int, entry: str = "trtkit.builder.isolate:_child_main") -> subprocess.Popen:
+def start_child(write_fd: int, entry: str = "trtkit.builder.isolate:_child_main") -> subprocess.Popen:
     """A new interpreter running ``entry`` (``module:function``, called with the channel's fd)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(trtkit.__file__)))
     module, _, function = entry.partition(":")
@@ -305,8 +305,8 @@ def _start_child(write_fd: int, entry: str = "trtkit.builder.isolate:_child_main
 def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
     """Deliver events until the child answers or both its pipes close; returns the answer or ``None``."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    frames, lines = _FrameReader(read_fd), _LineReader(proc.stdout.fileno())
-    open_fds: dict[int, _FrameReader | _LineReader] = {read_fd: frames, proc.stdout.fileno(): lines}
+    frames, lines = FrameReader(read_fd), LineReader(proc.stdout.fileno())
+    open_fds: dict[int, FrameReader | LineReader] = {read_fd: frames, proc.stdout.fileno(): lines}
     answer = None
     while open_fds:
         wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
@@ -325,7 +325,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
                 else:
                     answer = item
         if deadline is not None and time.monotonic() >= deadline and answer is None:
-            _stop(proc)
+            stop_child(proc)
             raise timeout_error(timeout, tracker)
         if answer is not None and read_fd not in open_fds:
             break
@@ -336,7 +336,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
     return answer
 
 
-class _FrameReader:
+class FrameReader:
     """Frames from a pipe. Small frames (events) gather in one buffer; a large one (an answer holding an engine) is
     read straight into a buffer of its own size, and unpickled from there without a copy."""
 
@@ -353,12 +353,12 @@ class _FrameReader:
             return bool(count)
         chunk = os.read(self.fd, _PIPE_BYTES)
         self.buffer += chunk
-        if len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer)
-            if size >= _LARGE_FRAME and len(self.buffer) < _HEADER.size + size:
+        if len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if size >= _LARGE_FRAME and len(self.buffer) < HEADER.size + size:
                 self.large = bytearray(size)
-                self.filled = len(self.buffer) - _HEADER.size
-                self.large[: self.filled] = self.buffer[_HEADER.size :]
+                self.filled = len(self.buffer) - HEADER.size
+                self.large[: self.filled] = self.buffer[HEADER.size :]
                 self.buffer.clear()
         return bool(chunk)
 
@@ -369,13 +369,13 @@ class _FrameReader:
                 return items
             frame, self.large = self.large, None
             items.append(_loads(frame))
-        while len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < _HEADER.size + size:
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < HEADER.size + size:
                 break
             with memoryview(self.buffer) as view:
-                item = _loads(view[_HEADER.size : _HEADER.size + size])
-            del self.buffer[: _HEADER.size + size]
+                item = _loads(view[HEADER.size : HEADER.size + size])
+            del self.buffer[: HEADER.size + size]
             items.append(item)
         return items
 
@@ -393,7 +393,7 @@ def _loads(frame):
         )
 
 
-class _LineReader:
+class LineReader:
     def __init__(self, fd: int):
         self.fd, self.buffer = fd, b""
 
@@ -411,7 +411,7 @@ class _LineReader:
         return [rest.decode("utf-8", "replace")] if rest.strip() else []
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_child(proc: subprocess.Popen) -> None:
     """Terminate the child: SIGTERM, then SIGKILL if it does not exit within a few seconds, or at once if this wait
     is itself interrupted (a second Ctrl-C must not leave the child running)."""
     if proc.poll() is not None:
@@ -429,7 +429,7 @@ def _stop(proc: subprocess.Popen) -> None:
             raise
 
 
-def _close_quietly(stream) -> None:
+def close_quietly(stream) -> None:
     try:
         if stream is not None:
             stream.close()
@@ -442,11 +442,11 @@ def _resolve(outcome, proc: subprocess.Popen, tracker: Tracker, crash_context):
     if outcome is not None and outcome[0] == "result":
         return outcome[1]  # answered; a crash while tearing down afterwards does not matter
     if outcome is not None and outcome[0] == "error":
-        raise _rebuild_exception(outcome, tracker, crash_context)
-    raise crash_error(tracker.crash_info(returncode, _context(crash_context)))
+        raise rebuild_exception(outcome, tracker, crash_context)
+    raise crash_error(tracker.crash_info(returncode, crash_details(crash_context)))
 
 
-def _context(crash_context) -> dict:
+def crash_details(crash_context) -> dict:
     try:
         value = crash_context() if callable(crash_context) else crash_context
     except Exception:  # wording a crash must not fail
@@ -461,18 +461,18 @@ class ChildTraceback(Exception):
         return "\n" + (self.args[0] if self.args else "")
 
 
-def _rebuild_exception(outcome, tracker: Tracker, crash_context) -> BaseException:
+def rebuild_exception(outcome, tracker: Tracker, crash_context) -> BaseException:
     exc, text = outcome[1], outcome[2]
     if exc is None:
         exc = _from_name(outcome[3], outcome[4])
     if isinstance(exc, MemoryError):
-        info = tracker.crash_info(0, _context(crash_context))
+        info = tracker.crash_info(0, crash_details(crash_context))
         error = IsolationError(memory_message(info))
         error.crash = info
         return error
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt...: the child stopped, not a failure mode
         error = IsolationError(f"The worker process stopped with {type(exc).__name__}({exc}) before answering.")
-        error.crash = tracker.crash_info(0, _context(crash_context))
+        error.crash = tracker.crash_info(0, crash_details(crash_context))
         return error
     if text:
         exc.__cause__ = ChildTraceback(text)
@@ -503,7 +503,7 @@ DEFAULT_TRT_FACTORY: Callable[[], object] | None = None
 _SEVERITY_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_ERROR": 4}
 
 
-class _ChildLog:
+class ChildLog:
     """TensorRT log sink in the child: node lines become compact ``node`` events, the rest is filtered by severity."""
 
     def __init__(self, min_severity: str):

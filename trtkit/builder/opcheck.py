@@ -15,7 +15,7 @@ from trtkit._lazy import tensorrt
 from trtkit._version_compat import ParserIssue
 from trtkit.builder import isolate
 from trtkit.builder.crash_report import model_crash_context
-from trtkit.builder.isolate import _ChildLog, phase_sink, run_isolated
+from trtkit.builder.isolate import ChildLog, phase_sink, run_isolated
 from trtkit.builder.op_support import max_documented_opset, op_table, table_status
 from trtkit.builder.rewrites.dims import describe_ambiguity
 from trtkit.builder.sanitize import fold_constants
@@ -211,7 +211,7 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
     """
     trt = trt or tensorrt()
     # VERBOSE so that, in a child, the node being imported reaches the parent before any crash
-    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
+    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=ChildLog("WARNING"))
     builder = _create_builder(trt, logger)
     network = builder.create_network(compat.network_flags(trt))
     return _ask(trt, trt.OnnxParser(network, logger), model_bytes, path, op_types)
@@ -246,7 +246,7 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
     trt = trt or tensorrt()
-    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=_ChildLog("WARNING"))
+    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=ChildLog("WARNING"))
     network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     parsed = bool(parser.parse(model_bytes, path) if path else parser.parse(model_bytes))

@@ -49,7 +49,7 @@ def serve(channel_fd: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop us (Ctrl-C reaches both)
     faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
-    isolate._channel_fd = channel_fd
+    isolate.child_channel_fd = channel_fd
     calls: queue.Queue = queue.Queue()
     # reading stdin in a thread: EOF (the parent is gone) ends the worker even in the middle of a call
     threading.Thread(target=_read_calls, args=(sys.stdin.buffer, calls), daemon=True).start()
@@ -60,8 +60,8 @@ def serve(channel_fd: int) -> None:
 def _read_calls(stdin, calls: queue.Queue) -> None:
     try:
         while True:
-            (size,) = isolate._HEADER.unpack(isolate._read_exact(stdin, isolate._HEADER.size))
-            calls.put(isolate._read_exact(stdin, size))
+            (size,) = isolate.HEADER.unpack(isolate.read_exact(stdin, isolate.HEADER.size))
+            calls.put(isolate.read_exact(stdin, size))
     except (EOFError, OSError):
         pass
     os._exit(70)  # the parent died or gave up on us: stop working for nobody
@@ -69,19 +69,19 @@ def _read_calls(stdin, calls: queue.Queue) -> None:
 
 def _answer(channel_fd: int, data: bytes) -> None:
     try:
-        func, args, kwargs, options = isolate._unpickle_payload(data)
+        func, args, kwargs, options = isolate.unpickle_payload(data)
         del data
         _enter(options.get("cwd"))
         message = ("result", func(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        message = isolate._error_message(exc)
+        message = isolate.error_message(exc)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        isolate._send(channel_fd, message)
+        isolate.send(channel_fd, message)
     except Exception as exc:  # the result itself cannot be pickled
         text = f"the result could not be sent to the parent: {exc}"
-        isolate._send(channel_fd, ("error", None, "", "TypeError", text))
+        isolate.send(channel_fd, ("error", None, "", "TypeError", text))
     del message
     gc.collect()  # what the call built (TensorRT builders, networks, engine bytes) is freed before the next
 
@@ -111,20 +111,20 @@ class Worker:
         self.calls = 0
         self._read_fd, write_fd = isolate.channel_pipe()
         try:
-            self.proc = isolate._start_child(write_fd, entry="trtkit.builder.worker:serve")
+            self.proc = isolate.start_child(write_fd, entry="trtkit.builder.worker:serve")
         except BaseException:
             os.close(self._read_fd)
             raise
         finally:
             os.close(write_fd)
         self.pid = self.proc.pid
-        self._frames = isolate._FrameReader(self._read_fd)
-        self._lines = isolate._LineReader(cast(IO[bytes], self.proc.stdout).fileno())
+        self._frames = isolate.FrameReader(self._read_fd)
+        self._lines = isolate.LineReader(cast(IO[bytes], self.proc.stdout).fileno())
         self._closed = False
         self._warming = False
         if warmup is not None:
             func, args = warmup
-            self._write(isolate._payload(func, tuple(args), {}, {}))
+            self._write(isolate.make_payload(func, tuple(args), {}, {}))
             self._warming = True
 
     @property
@@ -145,7 +145,7 @@ class Worker:
         A crash, a timeout (counted from this call, warm-up included), Ctrl-C or a MemoryError stops the worker.
         """
         # the worker may have been started in another folder: relative paths resolve against this process's
-        payload = isolate._payload(func, args, kwargs, {"cwd": os.getcwd()})
+        payload = isolate.make_payload(func, args, kwargs, {"cwd": os.getcwd()})
         deadline = None if timeout is None else time.monotonic() + timeout
         tracker = Tracker()
         try:
@@ -160,7 +160,7 @@ class Worker:
                 return self._crashed(tracker, crash_context)
             if answer[0] == "result":
                 return answer[1]
-            error = isolate._rebuild_exception(answer, tracker, crash_context)
+            error = isolate.rebuild_exception(answer, tracker, crash_context)
             if isinstance(error, IsolationError):  # out of memory or stopped: the worker's state is not to be trusted
                 self.stop()
             raise error
@@ -178,16 +178,16 @@ class Worker:
             return
         self._closed = True
         try:
-            isolate._stop(self.proc)
+            isolate.stop_child(self.proc)
         finally:
             os.close(self._read_fd)
-            isolate._close_quietly(self.proc.stdin)
-            isolate._close_quietly(self.proc.stdout)
+            isolate.close_quietly(self.proc.stdin)
+            isolate.close_quietly(self.proc.stdout)
 
     def _write(self, payload: bytes) -> None:
         stdin = cast(IO[bytes], self.proc.stdin)
         try:
-            stdin.write(isolate._HEADER.pack(len(payload)) + payload)
+            stdin.write(isolate.HEADER.pack(len(payload)) + payload)
             stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the worker is gone: _pump sees its pipes close and words the crash
@@ -195,7 +195,7 @@ class Worker:
     def _pump(self, tracker: Tracker, on_event, deadline, timeout):
         """Deliver events until the answer; ``None`` when the worker died first."""
         frames, lines = self._frames, self._lines
-        open_fds: dict[int, isolate._FrameReader | isolate._LineReader] = {self._read_fd: frames, lines.fd: lines}
+        open_fds: dict[int, isolate.FrameReader | isolate.LineReader] = {self._read_fd: frames, lines.fd: lines}
         while open_fds:
             wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
             ready, _, _ = select.select(list(open_fds), [], [], wait)
@@ -228,7 +228,7 @@ class Worker:
 
         returncode = self.proc.wait()
         self.stop()
-        raise crash_error(tracker.crash_info(returncode, isolate._context(crash_context)))
+        raise crash_error(tracker.crash_info(returncode, isolate.crash_details(crash_context)))
 
 
 def _deliver(event: dict, tracker: Tracker, on_event) -> None:
