@@ -27,3 +27,11 @@ def cuda_stream():
     stream = cuda.stream_create()
     yield cuda, stream
     cuda.stream_destroy(stream)
+
+
+def kernels_on_stream(cuda_stream, make):
+    """Fixture body: ``(cuda, kernels, stream)`` with ``make(cuda)``'s kernels, closed afterwards."""
+    cuda, stream = cuda_stream
+    kernels = make(cuda)
+    yield cuda, kernels, stream
+    kernels.close()

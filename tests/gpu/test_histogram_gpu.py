@@ -12,6 +12,7 @@ import pytest
 
 from calibrators.device_histogram import DeviceHistograms, PtxKernels
 from calibrators.histogram import HistogramSet
+from tests.gpu.conftest import kernels_on_stream
 
 pytestmark = pytest.mark.gpu
 
@@ -20,10 +21,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def gpu(cuda_stream):
-    cuda, stream = cuda_stream
-    kernels = PtxKernels(cuda)
-    yield cuda, kernels, stream
-    kernels.close()
+    yield from kernels_on_stream(cuda_stream, PtxKernels)
 
 
 def _upload(cuda, stream, arrays: dict) -> tuple[dict, list]:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import GPU_TACTIC_SOURCES
+from tests.gpu.conftest import kernels_on_stream
 from trtkit.detection import Letterbox
 
 pytestmark = pytest.mark.gpu
@@ -30,10 +31,7 @@ SIZES = [(w, h) for w in DATA_SIZES for h in DATA_SIZES] + OTHER_SIZES
 def gpu(cuda_stream):
     from trtkit.runtime.letterbox import LetterboxKernels
 
-    cuda, stream = cuda_stream
-    kernels = LetterboxKernels(cuda)
-    yield cuda, kernels, stream
-    kernels.close()
+    yield from kernels_on_stream(cuda_stream, LetterboxKernels)
 
 
 def _images(sizes, seed=0):
