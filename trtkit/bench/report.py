@@ -90,15 +90,28 @@ def render_layers(profile, console, *, top: int = 15, title: str = "trtkit bench
     from rich.table import Table
 
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col, justify in (("ms", "right"), ("share", "right"), ("precision", "left"), ("type", "left"),
-                         ("layer", "left"), ("tactic", "left")):
+    for col, justify in (
+        ("ms", "right"),
+        ("share", "right"),
+        ("precision", "left"),
+        ("type", "left"),
+        ("layer", "left"),
+        ("tactic", "left"),
+    ):
         table.add_column(col, justify=justify, overflow="fold")
     for layer in profile.top(top):
         flag = " reformat" if layer.reformat else " high" if layer.high_precision else ""
         precision = (layer.precision or "?") + flag
         style = "yellow" if flag else None
-        table.add_row(f"{layer.ms:.4f}", f"{layer.share:.1%}", precision, escape(layer.layer_type or "?"),
-                      escape(layer.name), escape(layer.tactic or ""), style=style)
+        table.add_row(
+            f"{layer.ms:.4f}",
+            f"{layer.share:.1%}",
+            precision,
+            escape(layer.layer_type or "?"),
+            escape(layer.name),
+            escape(layer.tactic or ""),
+            style=style,
+        )
     console.print(table)
     s = profile.summary()
     console.print(

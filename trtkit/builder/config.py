@@ -133,8 +133,15 @@ class BuildConfig:
             "a level name such as 'AMPERE_PLUS'",
             optional=True,
         )
-        for name in ("version_compatible", "strongly_typed", "require_precision", "qdq_keep_heads",
-                     "qdq_residual_activations", "qdq_concat_shared_scale", "qdq_kept_fp16"):
+        for name in (
+            "version_compatible",
+            "strongly_typed",
+            "require_precision",
+            "qdq_keep_heads",
+            "qdq_residual_activations",
+            "qdq_concat_shared_scale",
+            "qdq_kept_fp16",
+        ):
             _check.boolean(name, getattr(self, name))
         _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
         self.qdq_exclude = _check.names("qdq_exclude", self.qdq_exclude)

@@ -52,9 +52,7 @@ def add_arguments(parser) -> None:
         "and formats; reformats and FP32/TF32 layers flagged",
     )
     g.add_argument("--top", type=int, default=15, metavar="N", help="with --layers, the N slowest layers (15)")
-    g.add_argument(
-        "--runs", type=int, default=50, metavar="N", help="with --layers, runs averaged over (default 50)"
-    )
+    g.add_argument("--runs", type=int, default=50, metavar="N", help="with --layers, runs averaged over (default 50)")
     g.add_argument(
         "--cache-dir",
         metavar="DIR",
