@@ -60,13 +60,16 @@ def test_concat_inputs_are_quantized_with_one_scale_shared_with_the_output():
     plan = plan_qdq(yolo_like(), QdqOptions(concat_shared_scale=True))
     assert plan.consumers["up"] == [("concat", 0)]
     assert ("concat", 1) in plan.consumers["stem_act"]  # the stem's feature: also read by down_conv, one Q for both
-    assert plan.scale_groups == {"up": "cat", "stem_act": "cat", "cat": "cat"}
+    # the Resize making "up" reads its input in the Concat's scale too (it runs in INT8 without a requantization)
+    assert plan.consumers["down_act"] == [("upsample", 0)]
+    assert plan.scale_groups == {"up": "cat", "down_act": "cat", "stem_act": "cat", "cat": "cat"}
     assert "1 shared-scale concat group(s)" in plan.summary()
     amax = {t: 1.0 for t in plan.activations} | {"up": 2.0, "stem_act": 5.0, "cat": 4.0}
     qdq, _ = insert_qdq(yolo_like(), amax, plan)
     onnx.checker.check_model(qdq, full_check=True)
     assert _inputs_of(qdq, "concat") == ["DequantizeLinear", "DequantizeLinear"]
-    scales = {t: _scale_of(qdq, f"{t}_dequantized") for t in ("up", "stem_act", "cat")}
+    assert _inputs_of(qdq, "upsample")[0] == "DequantizeLinear"
+    scales = {t: _scale_of(qdq, f"{t}_dequantized") for t in ("up", "down_act", "stem_act", "cat")}
     assert scales == pytest.approx(dict.fromkeys(scales, np.float32(5.0 / 127)))  # the largest amax of the group
     # tensors outside a group keep their own scale
     assert _scale_of(qdq, "neck_act_dequantized") == pytest.approx(1.0 / 127)

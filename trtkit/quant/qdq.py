@@ -12,8 +12,9 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
 - Optional (:class:`QdqOptions`, off by default until measured): ``residual_through_activation`` counts a
   convolution followed by its pointwise activation (ReLU, SiLU as ``x * Sigmoid(x)``, ...) as fusable with a residual
   add, so the skip input of such an add is quantized too; ``concat_shared_scale`` quantizes every input of a Concat
-  whose output is quantized with one scale shared by the inputs and the output (the larger amax), so the Concat (and
-  the Resize/MaxPool it reads through) runs in INT8 without a requantization.
+  whose output is quantized with one scale shared by the inputs and the output (the largest amax), and the input of
+  a Resize/MaxPool feeding it in that scale too, so the Concat and the Resize/MaxPool run in INT8 without a
+  requantization.
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
   than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
   compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
@@ -419,9 +420,14 @@ def _activation_source(g: _Graph, node):
     return g.producer.get(source)
 
 
+# ops that move values without changing them: an INT8 tensor in gives the same INT8 tensor out, in one scale
+SCALE_PRESERVING = frozenset({"Resize", "MaxPool", "Upsample"})
+
+
 def _plan_concats(g: _Graph, plan: QdqPlan) -> None:
     """Each Concat whose output is quantized: its activation inputs quantized too, one scale for them and it (a
-    tensor in two such Concats joins their groups)."""
+    tensor in two such Concats joins their groups). An input made by a Resize or MaxPool brings that op's input into
+    the group, quantized for it, so the op runs in INT8 in the Concat's scale."""
     parent: dict = {}
 
     def root(t: str) -> str:
@@ -429,14 +435,21 @@ def _plan_concats(g: _Graph, plan: QdqPlan) -> None:
             t = parent[t]
         return t
 
+    def join(tensor: str, reader: str, index: int, group: str) -> None:
+        plan.add_activation(tensor, reader, index)
+        parent[root(tensor)] = root(group)
+
     for node in g.nodes:
         if node.op_type != "Concat" or node.output[0] not in plan.consumers:
             continue
         for index, name in enumerate(node.input):
             made = g.producer_op(name) not in (None, "Constant")  # a graph input, or computed
-            if name and not g.is_weight(name) and (made or _is_input(g, name)):
-                plan.add_activation(name, node.name, index)
-                parent[root(name)] = root(node.output[0])
+            if not name or g.is_weight(name) or not (made or _is_input(g, name)):
+                continue
+            join(name, node.name, index, node.output[0])
+            mover = g.producer.get(name)
+            if mover is not None and mover.op_type in SCALE_PRESERVING and not g.is_weight(mover.input[0]):
+                join(mover.input[0], mover.name, 0, node.output[0])
     for tensor in list(parent):
         plan.scale_groups[tensor] = root(tensor)
 
