@@ -164,3 +164,29 @@ def test_placement_options_on_a_calibrator_build_are_refused():
     trt = with_calibrators(make_fake_trt("8.6.0"))
     with pytest.raises(UnsupportedError, match="qdq_concat_shared_scale place Q/DQ nodes.*add int8_mode='qdq'"):
         plan_precision(trt, load_model(silu_residual()), config, capabilities(trt))
+
+
+def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_leaves_no_mixed_reader():
+    """What benchmarks/qdq_placement_h200.py relies on (one calibration: the union's tensors hold every variant's),
+    and the analysis of issue 15: by default 12 quantized tensors are also read unquantized (10 by residual adds, 2
+    by Concats), so TensorRT must keep a float copy of each; with both options none is."""
+    from pathlib import Path
+
+    model = onnx.load(Path(__file__).resolve().parents[2] / "samples" / "detection" / "model" / "detector.onnx")
+    union = plan_qdq(model, QdqOptions(residual_through_activation=True, concat_shared_scale=True,
+                                       keep_output_layers=False))
+    for options in (QdqOptions(), QdqOptions(residual_through_activation=True), QdqOptions(concat_shared_scale=True),
+                    QdqOptions(keep_output_layers=False)):
+        assert set(plan_qdq(model, options).activations) <= set(union.activations)
+
+    def mixed(plan):
+        readers = {}
+        for node in model.graph.node:
+            for name in node.input:
+                readers.setdefault(name, []).append(node)
+        return sorted(r.op_type for t in plan.activations for r in readers[t]
+                      if r.name not in {n for n, _ in plan.consumers[t]})
+
+    assert mixed(plan_qdq(model)) == ["Add"] * 10 + ["Concat"] * 2
+    assert mixed(plan_qdq(model, QdqOptions(residual_through_activation=True, concat_shared_scale=True))) == []
+    assert len(union.residual) == 10 and len(set(union.scale_groups.values())) == 2
