@@ -92,3 +92,10 @@ def test_cli_top_must_be_positive(tmp_path, capsys, fake_gpu):  # noqa: F811 - f
     engine.write_bytes(fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]))
     code, _, err = run_cli(["bench", str(engine), "--layers", "--top", "0"], capsys)
     assert code != 0 and "top" in err
+
+
+def test_cli_layer_options_without_layers_are_refused(tmp_path, capsys, fake_gpu):  # noqa: F811 - fixture
+    engine = tmp_path / "conv.engine"
+    engine.write_bytes(fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]))
+    code, _, err = run_cli(["bench", str(engine), "--runs", "3"], capsys)
+    assert code != 0 and "--runs apply with --layers" in err

@@ -83,7 +83,7 @@ def _ms(value: float) -> str:
     return f"{value:.3f}" if value < 100 else f"{value:.1f}"
 
 
-def render_layers(profile, console, *, top: int = 15, title: str = "trtkit bench --layers") -> None:
+def render_layers(profile, console, *, top: int = 15, title: str = "per-layer GPU time") -> None:
     """Print the ``top`` slowest layers of a :class:`~trtkit.bench.layers.LayerProfile` and its summary."""
     from rich import box
     from rich.markup import escape

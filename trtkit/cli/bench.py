@@ -51,8 +51,12 @@ def add_arguments(parser) -> None:
         help="per-layer GPU time (TensorRT's profiler, without a CUDA graph) with each layer's precision, tactic "
         "and formats; reformats and FP32/TF32 layers flagged",
     )
-    g.add_argument("--top", type=int, default=15, metavar="N", help="with --layers, the N slowest layers (15)")
-    g.add_argument("--runs", type=int, default=50, metavar="N", help="with --layers, runs averaged over (default 50)")
+    g.add_argument(
+        "--top", type=options.positive_int, default=15, metavar="N", help="with --layers, the N slowest layers (15)"
+    )
+    g.add_argument(
+        "--runs", type=options.positive_int, default=50, metavar="N", help="with --layers, runs averaged over (50)"
+    )
     g.add_argument(
         "--cache-dir",
         metavar="DIR",
@@ -99,6 +103,15 @@ def run(args, console) -> int:
     from trtkit.cli.options import check_files
 
     check_files(args, {}, {"model": args.model})
+    unused = [
+        flag
+        for flag, dest, default in (("--top", "top", 15), ("--runs", "runs", 50))
+        if not args.layers and getattr(args, dest) != default
+    ]
+    if unused:
+        from trtkit.errors import UsageError
+
+        raise UsageError(f"{' and '.join(unused)} apply with --layers (the per-layer profile)")
     engine = engine_for(args, console)
     if args.layers:
         return _run_layers(args, console, engine, settings)
@@ -111,12 +124,10 @@ def run(args, console) -> int:
 
 
 def _run_layers(args, console, engine: Path, settings) -> int:
-    from trtkit import _check
     from trtkit.bench.layers import profile_layers
     from trtkit.bench.report import render_layers
     from trtkit.cli.render import write_json
 
-    _check.integer("top", args.top, low=1)
     profile = profile_layers(_engine_arg(engine, args), settings.shapes, runs=args.runs, profile=settings.profile)
     render_layers(profile, console, top=args.top, title=f"trtkit bench --layers {engine.name}")
     if args.json:
