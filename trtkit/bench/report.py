@@ -90,15 +90,10 @@ def render_layers(profile, console, *, top: int = 15, title: str = "per-layer GP
     from rich.table import Table
 
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col, justify in (
-        ("ms", "right"),
-        ("share", "right"),
-        ("precision", "left"),
-        ("type", "left"),
-        ("layer", "left"),
-        ("tactic", "left"),
-    ):
-        table.add_column(col, justify=justify, overflow="fold")
+    for col in ("ms", "share"):
+        table.add_column(col, justify="right")
+    for col in ("precision", "type", "layer", "tactic"):
+        table.add_column(col, overflow="fold")
     for layer in profile.top(top):
         flag = " reformat" if layer.reformat else " high" if layer.high_precision else ""
         precision = (layer.precision or "?") + flag
