@@ -135,19 +135,10 @@ def save(run, args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON")
-    parser.add_argument("--cache", type=Path, required=True, help="timing and calibration caches (keep them)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/trtkit-detection"), help="data and engines")
-    parser.add_argument("--calib", type=int, default=512, help="train images to calibrate on (512)")
-    parser.add_argument("--budget", type=float, default=280, help="seconds; later parts are skipped past it (280)")
-    parser.add_argument("--bench-seconds", type=float, default=1.0, help="measuring time of each bench run")
+    det.add_run_arguments(parser, 280)
     parser.add_argument("--layer-runs", type=int, default=50, help="runs averaged for the per-layer profile (50)")
     parser.add_argument("--opt-level", type=int, default=1, help="builder optimization level (1)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
-    parser.add_argument("--model", type=Path, default=det.MODEL, help="the detector (default: the sample's)")
-    parser.add_argument("--val-images", type=int, default=2000, help="val images to generate and score (2000)")
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
-                        help="the repository's copy of the JSON goes in this folder")
     parser.add_argument("--fake", action="store_true", help="dry run on trtkit's fake TensorRT and CUDA (CPU)")
     args = parser.parse_args(argv)
     if args.fake:
