@@ -133,6 +133,13 @@ def save(run, args) -> None:
         os.replace(tmp, folder / NAME)
 
 
+def merge_into(run, earlier: dict, rows: list) -> None:
+    """Keep an earlier call's rows and errors except those of ``rows`` (measured again now) and its list of calls."""
+    run.result["rows"] = {k: v for k, v in earlier.get("rows", {}).items() if k not in rows}
+    run.result["errors"] = {k: v for k, v in earlier.get("errors", {}).items() if k.split("/")[0] not in rows}
+    run.result["calls"] = earlier.get("calls") or [{"started": earlier.get("started"), "argv": earlier.get("argv")}]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     det.add_run_arguments(parser, 280)
@@ -140,12 +147,16 @@ def main(argv=None) -> int:
     parser.add_argument("--opt-level", type=int, default=1, help="builder optimization level (1)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     parser.add_argument("--fake", action="store_true", help="dry run on trtkit's fake TensorRT and CUDA (CPU)")
+    parser.add_argument("--merge", type=Path, help="results JSON of an earlier call: its rows are kept unless "
+                        "measured again (with the same --cache, so the calibration is the same)")
     args = parser.parse_args(argv)
     if args.fake:
         install_fakes()
     det.SIZE = det.input_size(args.model)
     rows = [k for k in ROWS if k in args.rows.split(",")]
     run = det.new_run(args.budget)
+    if args.merge:
+        merge_into(run, json.loads(args.merge.read_text()), rows)
     data, engines = args.work / "data", args.work / "engines"
     for folder in (args.cache, data, engines):
         folder.mkdir(parents=True, exist_ok=True)
@@ -154,6 +165,8 @@ def main(argv=None) -> int:
                       started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), fake=args.fake,
                       argv=sys.argv[1:] if argv is None else list(argv), variants=VARIANTS,
                       calibration="one: the first Q/DQ row calibrates, the others read its cache")
+    run.result.setdefault("calls", []).append({"started": run.result["started"], "argv": run.result["argv"],
+                                               "rows": rows})
     run.guard("environment", lambda: run.result.update(environment=det.environment()))
     run.guard("data", lambda: det.ensure_data(data, args.val_images, args.calib, os.cpu_count() or 1))
     val = run.guard("val_letterbox", lambda: det.ValSet(data))

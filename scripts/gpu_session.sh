@@ -41,7 +41,8 @@ for step in ${*:-env tests demo}; do
             echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
     detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
                  --budget ${DETECTION_BUDGET:-420} ${DETECTION_ARGS:-} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
-    qdq) timeout ${QDQ_TIMEOUT:-560} python3 benchmarks/qdq_placement_h200.py --out "$W/qdq" --cache "$TRTKIT_GPU_CACHE/det" \
+    qdq) # caches at the top of $TRTKIT_GPU_CACHE: caches.tar carries them to the next call (timing cache, calibration)
+         timeout ${QDQ_TIMEOUT:-560} python3 benchmarks/qdq_placement_h200.py --out "$W/qdq" --cache "$TRTKIT_GPU_CACHE" \
            --budget ${QDQ_BUDGET:-280} ${QDQ_ARGS:-} > "$W/qdq.log" 2>&1; echo "qdq rc=$?"; tail -30 "$W/qdq.log" ;;
     pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" ${PIPELINE_ARGS:-} \
                 > "$W/pipeline.log" 2>&1;

@@ -59,3 +59,19 @@ def test_the_budget_skips_and_records_what_would_not_fit(tmp_path):
     data = json.loads((tmp_path / "out" / "qdq-placement-h200.json").read_text())
     assert data["errors"]["fp16/build"].startswith("skipped: ") and "of the 20 s budget" in data["errors"]["fp16/build"]
     assert "int8_qdq/build" in data["errors"] and data["rows"] == {}
+
+
+def test_merge_keeps_the_earlier_rows_and_measures_the_asked_ones_again(tmp_path):
+    first = _run(tmp_path, "--rows", "fp16,int8_qdq_union")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text((tmp_path / "out" / "qdq-placement-h200.json").read_text())
+    second = _run(tmp_path, "--rows", "int8_qdq_union,int8_qdq", "--merge", str(earlier))
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "qdq-placement-h200.json").read_text())
+    assert set(data["rows"]) == {"fp16", "int8_qdq_union", "int8_qdq"}
+    assert data["rows"]["fp16"] == json.loads(earlier.read_text())["rows"]["fp16"]
+    # the second call's union row read the first call's calibration cache
+    assert "from calibration cache" in " ".join(data["rows"]["int8_qdq_union"]["precision_notes"])
+    assert [c["rows"] for c in data["calls"]] == [["fp16", "int8_qdq_union"], ["int8_qdq_union", "int8_qdq"]]
+    assert data["vs_fp16"]["int8_qdq"]["b8_images_per_s_vs_fp16"] > 0
