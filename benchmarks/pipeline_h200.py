@@ -17,6 +17,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    load, buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The batches sit in
    the stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every batch in;
    ``frame_path`` is the frame pipeline (one item per frame) on the same samples.
+   ``video_encoder_process``: the same pipeline with the encoder in a child process (``VideoSink(in_process=True)``,
+   frames through shared memory), and the encoder alone in a child process.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -310,10 +312,15 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
     return measured
 
 
-def encode_alone(frames: list, count: int, work: Path, codec: str | None = None) -> float:
+def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False) -> float:
+    """Frames/s of the encoder on ``frames`` (``in_process``: in a child process, its start-up excluded)."""
+    from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
-    writer = VideoWriter(work / f"encode_alone_{codec or 'default'}.mp4", fps=30, codec=codec)
+    path = work / f"encode_alone_{codec or 'default'}{'_child' if in_process else ''}.mp4"
+    writer = (ProcessVideoWriter if in_process else VideoWriter)(path, fps=30, codec=codec)
+    if in_process:
+        writer.ready()
     t0 = time.perf_counter()
     try:
         for image in cycled(frames, count):
@@ -340,13 +347,17 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 # --- whole pipelines -------------------------------------------------------------------------------------------------
 
 def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
-                   decoder: str = "pyav") -> dict:
+                   decoder: str = "pyav", in_process: bool = False) -> dict:
+    """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
+    ``in_process``, frames through shared memory; started, and waited for, before the run)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder)
-    out = work / f"video_out_{decoder}.mp4"
-    report = run_engine(engine, source, sinks=[VideoSink(out, fps=source.fps)], pre_workers=sizes.pre_workers,
-                        **runner_args)
+    out = work / f"video_out_{decoder}{'_child' if in_process else ''}.mp4"
+    sink = VideoSink(out, fps=source.fps, in_process=in_process)
+    if in_process:
+        sink.writer.ready()
+    report = run_engine(engine, source, sinks=[sink], pre_workers=sizes.pre_workers, **runner_args)
     return report.to_json()
 
 
@@ -563,6 +574,14 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     e2e = run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args, sizes))
     run.store("stages_alone_fps", alone)
     run.store("video", video_result(e2e, alone))
+    if frames:
+        child_alone = run.guard("encode_alone_child", lambda: encode_alone(frames, count, work, in_process=True))
+        child = run.guard("video_pipeline_encoder_process",
+                          lambda: video_pipeline(engine, video, work, runner_args, sizes, in_process=True))
+        if child:
+            run.store("video_encoder_process", {**video_result(child, alone), "encode_alone_fps_child": child_alone,
+                                                "note": "VideoSink(in_process=True): libx264 in a child process; "
+                                                        "ratio_to_slowest against the stages alone above"})
     folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
     if folder:
         run.store("folder", run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes)))
