@@ -244,3 +244,29 @@ def test_a_block_made_of_a_frame_for_a_block_sink_in_a_frame_pipeline():
     Pipeline(ArraySource([np.zeros((2, 2, 3), np.uint8)] * 3), [], [BlockCallbackSink(blocks.append)]).run()
     assert [(b.count, b.index) for b in blocks] == [(1, 0), (1, 1), (1, 2)]
     assert isinstance(blocks[0], Block) and blocks[0].images[0].shape == (2, 2, 3)
+
+
+def test_a_device_resident_block_is_sent_as_it_is_and_a_short_one_refused(engine_file, backends):
+    from trtkit.runtime.buffers import DeviceArray
+
+    cuda, blocks, uploaded = backends["cuda"], [], []
+    samples = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+
+    def upload(block):
+        host = np.ascontiguousarray(block.images)
+        ptr = cuda.malloc(host.nbytes)
+        cuda.memcpy_htod_async(ptr, host.ctypes.data, host.nbytes, 0)
+        uploaded.append(ptr)
+        block.samples = DeviceArray(ptr, host.shape, host.dtype, cuda=cuda)
+
+    with TrtRunner(engine_file, **backends) as runner:
+        want = runner.infer({"x": samples})["y"]
+        Pipeline(BlockSource([samples, samples[:2]]), [Stage("upload", upload), InferStep(runner, BatchPlan("x", 4))],
+                 [BlockCallbackSink(blocks.append)]).run()
+        np.testing.assert_allclose(blocks[0].outputs["y"], want, rtol=1e-6)
+        np.testing.assert_allclose(blocks[1].outputs["y"], want[:2], rtol=1e-6)
+        with pytest.raises(PipelineError, match=r"block of 1 device-resident frames \(frames 4\.\.4\).*at least 2"):
+            Pipeline(BlockSource([samples, samples[:1]]),
+                     [Stage("upload", upload), InferStep(runner, BatchPlan("x", 4, min_batch=2))]).run()
+    for ptr in uploaded:
+        cuda.free(ptr)

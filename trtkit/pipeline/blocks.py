@@ -190,6 +190,11 @@ class BlockInferStage(InferStage):
             or (self._ring is not None and self._ring.holds(block.seq, samples))
         ):
             return samples
+        if hasattr(samples, "__cuda_array_interface__"):
+            raise InputError(
+                f"A block of {n} device-resident frames (frames {block.index}..{block.index + n - 1}); the engine "
+                f"takes at least {self.plan.min_batch} per call: make the source's batches that size"
+            )
         samples = np.asarray(samples)
         shape = (max(n, self.plan.min_batch), *samples.shape[1:])
         buffer = runner.host_inputs({self.plan.input_name: shape})[self.plan.input_name]
