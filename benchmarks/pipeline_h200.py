@@ -294,15 +294,15 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
     batches, each written into a batch ring buffer in one step, sent from there, one sink call per batch),
     measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets the frame count of the
     measured runs, whole batches), with the batches in place in the ring (``fps``: the stage itself), then copied
-    in batch by batch (``copying_samples``); and the frame pipeline (one item per frame) over 100 batches
-    (``frame_path``)."""
+    in batch by batch (``copying_samples``, at most 250 batches); and the frame pipeline (one item per frame) over
+    100 batches (``frame_path``)."""
     in_place = BlockSamplesInto(target, copy_always=False)
     pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place, blocks=True)
     batches = max(20, int(np.ceil(pilot["fps"] * min_work_s / batch)) if pilot["fps"] else 20)
     measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place, blocks=True)
     measured["pilot"] = {k: pilot[k] for k in ("fps", "startup_s", "frames")}
     measured["min_work_s"] = min_work_s
-    copying = infer_once(engine, samples, batches * batch, batch, runner_args,
+    copying = infer_once(engine, samples, min(batches, 250) * batch, batch, runner_args,  # bounded: copies are slow
                          BlockSamplesInto(target, copy_always=True), blocks=True)
     measured["copying_samples"] = {k: copying[k] for k in ("fps", "startup_s", "steady_s", "frames")}
     frames = infer_once(engine, samples, 100 * batch, batch, runner_args, SampleInto(target, copy_always=False))
