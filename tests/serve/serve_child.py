@@ -18,6 +18,9 @@ def main(argv: list) -> int:
     from trtkit.testing.fake_cuda import FakeCudart
     from trtkit.testing.fake_trt import make_fake_trt
 
+    # trtkit serve --backend stub: each Triton backend stub puts the same fakes in place
+    os.environ.setdefault("TRTKIT_SERVE_STUB_PRELUDE", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                    "stub_prelude.py"))
     rt = FakeCudart(devices=int(os.environ.get("TRTKIT_FAKE_GPUS", "1")))
     sys.modules["tensorrt"] = make_fake_trt("8.6.0")
     sys.modules["cuda.bindings.runtime"] = rt

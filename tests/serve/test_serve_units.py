@@ -72,7 +72,7 @@ def test_bad_settings(kwargs, message):
 def test_instances_spread_over_gpus_each_called_on_its_own(engine):
     rt = FakeCudart(devices=3)
     cuda, trt = Cuda(rt), make_fake_trt("8.6.0")
-    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2)), trt=trt, cuda=cuda)
+    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2), backend="pytriton"), trt=trt, cuda=cuda)
     assert [d for d, _ in model.runners] == [0, 0, 2, 2]
     assert sorted(set(rt.allocation_device.values())) == [0, 2]
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
@@ -92,7 +92,7 @@ def test_instances_spread_over_gpus_each_called_on_its_own(engine):
 def test_load_model_frees_what_it_made_when_a_gpu_is_missing(engine):
     rt = FakeCudart(devices=1)
     with pytest.raises(CudaError, match=r"cudaSetDevice\(1\)"):
-        load_model(engine, ServeSettings(gpus=(0, 1)), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+        load_model(engine, ServeSettings(gpus=(0, 1), backend="pytriton"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
     assert rt.live_allocations()["device"] == 0
 
 

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from trtkit.export.triton import TritonModel
 
 logger = logging.getLogger("trtkit")
+# how long the stub backend's tritonserver may take to load every model (each instance's stub loads its engine)
+STUB_LOAD_TIMEOUT_S = 300.0
+
+
+# where the runners run: in this process behind pytriton's proxy, or inside Triton's Python backend stubs
+BACKENDS = ("pytriton", "stub")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,10 @@ class ServeSettings:
             system``: requests carry a region's name, not their inputs). pytriton closes it by default (with its
             other administrative endpoints, behind a token it makes up); opened, any client that reaches the ports
             can have the server map shared memory of this host, so keep ``host`` on loopback then.
+        backend: where the runners run. ``"stub"`` (default): inside Triton's Python backend stubs themselves, one
+            runner per stub process, on a model repository trtkit writes (:mod:`trtkit.serve.stub`), with no hop to
+            this process; ``"pytriton"``: in this process, behind pytriton's proxy (each batch goes from Triton's
+            backend stub to this process and back through ZeroMQ and pytriton's tensor store).
     """
 
     instances: int = 1
@@ -67,9 +77,16 @@ class ServeSettings:
     exit_timeout_s: int = 30
     log_file: str | None = None
     shared_memory: bool = False
+    backend: str = "stub"
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
+        if self.backend not in BACKENDS:
+            raise UsageError(
+                f"backend={self.backend!r}: give one of {', '.join(BACKENDS)}",
+                field="backend",
+                accepted=", ".join(BACKENDS),
+            )
         if int(self.instances) < 1:
             raise UsageError(
                 f"instances must be 1 or more, not {self.instances}", field="instances", accepted="1 or more"
@@ -109,12 +126,14 @@ class LoadFailure:
 
 @dataclass
 class LoadedModel:
-    """One engine ready to serve: its Triton description, batch limit and one ``(gpu, runner)`` per instance."""
+    """One engine ready to serve: its Triton description, batch limit, the GPU of each instance and (the pytriton
+    backend: in this process) one ``(gpu, runner)`` per instance."""
 
     engine: str
     spec: TritonModel
     max_batch: int
     preferred_batch_sizes: tuple
+    devices: list = field(default_factory=list)
     runners: list = field(default_factory=list)
 
     @property
@@ -150,7 +169,8 @@ def batch_limit(spec, max_batch: int | None, engine) -> tuple:
 
 
 def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> LoadedModel:
-    """Describe ``engine`` for Triton and make one runner per instance, each on its GPU.
+    """Describe ``engine`` for Triton and (the pytriton backend) make one runner per instance, each on its GPU; the
+    stub backend's runners are made in Triton's backend stubs.
 
     Raises:
         EngineError / ProfileError / CudaError: the engine cannot be loaded or served as asked (nothing is left
@@ -163,7 +183,9 @@ def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> Loade
     cuda = cuda or Cuda()
     spec = triton_model(engine, trt=trt)
     max_batch, preferred = batch_limit(spec, settings.max_batch, engine)
-    model = LoadedModel(str(engine), spec, max_batch, preferred)
+    model = LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
+    if settings.backend == "stub":
+        return model
     try:
         for device in settings.devices():
             cuda.set_device(device)
@@ -259,6 +281,8 @@ class Server:
         self._triton: Any = None  # pytriton's Triton, once started
         self._stop = threading.Event()
         self._log_dir: tempfile.TemporaryDirectory | None = None
+        self._stub: Any = None  # the stub backend's tritonserver (trtkit.serve.stub.StubTriton), once started
+        self._work_dir: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> "Server":
         self.start()
@@ -297,7 +321,10 @@ class Server:
         self._log_dir = None if self.settings.log_file else tempfile.TemporaryDirectory(prefix="trtkit-serve-")
         started = time.monotonic()
         try:
-            self._start_triton(env)
+            if self.settings.backend == "stub":
+                self._start_stub(env)
+            else:
+                self._start_triton(env)
         except BaseException:
             self.stop()
             raise
@@ -367,6 +394,26 @@ class Server:
         except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
             raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){self._log_tail()}") from exc
 
+    def _start_stub(self, env: dict) -> None:
+        from trtkit.serve import stub
+
+        self._work_dir = tempfile.TemporaryDirectory(prefix="trtkit-serve-stub-")
+        work = Path(self._work_dir.name)
+        repo = stub.write_repository(self.models, self.settings, work / "models")
+        try:
+            self._stub = stub.StubTriton(repo, self.settings, work, self.log_file, stub.server_environment(env))
+            failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
+        except ServeError as exc:
+            raise ServeError(f"Triton did not start ({exc}){self._log_tail()}") from exc
+        for model in [m for m in self.models if m.name in failed]:
+            self.models.remove(model)
+            self.failures.append(LoadFailure(model.engine, f"Triton could not load it: {failed[model.name]}"))
+            logger.warning("Not serving '%s': %s", model.engine, failed[model.name])
+        if failed and (self.settings.strict or not self.models):
+            listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
+            why = "strict=True: every engine must load" if self.settings.strict else "nothing to serve"
+            raise ServeError(f"{why}; could not load {listed}{self._log_tail()}")
+
     def _log_tail(self, lines: int = 8) -> str:
         try:
             tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
@@ -384,6 +431,8 @@ class Server:
         }
 
     def is_alive(self) -> bool:
+        if self._stub is not None:
+            return self._stub.is_alive()
         return self._triton is not None and self._triton.is_alive()
 
     def request_stop(self) -> None:
@@ -405,7 +454,13 @@ class Server:
         if self._triton is not None:
             triton, self._triton = self._triton, None
             triton.stop()
+        if self._stub is not None:
+            server, self._stub = self._stub, None
+            server.stop()
         self._close_models()
+        if self._work_dir is not None:
+            self._work_dir.cleanup()
+            self._work_dir = None
         if self._log_dir is not None:
             self._log_dir.cleanup()
             self._log_dir = None
