@@ -17,15 +17,8 @@ from trtkit.export.triton import triton_model
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.runner import TrtRunner
 from trtkit.serve import backend, ports
-from trtkit.serve.server import (
-    ServeSettings,
-    batch_limit,
-    close_model,
-    instance_callable,
-    joined_inputs,
-    load_model,
-    run_requests,
-)
+from trtkit.serve.batching import joined_inputs, run_requests
+from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 

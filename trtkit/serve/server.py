@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
+from trtkit.serve.batching import run_requests
 
 if TYPE_CHECKING:
     from trtkit.export.triton import TritonModel
@@ -204,45 +205,6 @@ def close_model(model: LoadedModel, cuda) -> None:
             cuda.set_device(device)
         runner.close()
     model.runners.clear()
-
-
-def run_requests(runner, requests: list, batched: bool) -> list:
-    """Run Triton's gathered ``requests`` (each a mapping of input name to array) on ``runner``.
-
-    A batched model's requests are joined along the batch dimension into one call and each gets its rows of the
-    outputs back; an unbatched model runs them one by one. The rows are joined straight into the runner's pinned
-    input buffers where the inputs' dtypes are the engine's (:func:`joined_inputs`).
-    """
-    if not batched:
-        return [runner.infer({name: req[name] for name in req}) for req in requests]
-    if len(requests) == 1:
-        req = requests[0]
-        return [runner.infer({name: req[name] for name in req})]
-    names = list(requests[0])
-    sizes = [len(req[names[0]]) for req in requests]
-    outputs = runner.infer(joined_inputs(runner, requests, names))
-    cuts = np.cumsum(sizes)[:-1]
-    split = {name: np.split(value, cuts) for name, value in outputs.items()}
-    return [{name: parts[i] for name, parts in split.items()} for i in range(len(requests))]
-
-
-def joined_inputs(runner, requests: list, names: list) -> dict:
-    """The inputs of ``requests`` joined along the batch dimension, into the runner's pinned input buffers
-    (:meth:`~trtkit.runtime.runner.TrtRunner.host_inputs`: the join is then the only host copy, and the buffers are
-    sent from where they are) when every input is one of the engine's, in its dtype; else into new arrays, which the
-    runner converts and copies as it does any input."""
-    parts = {name: [req[name] for req in requests] for name in names}
-    specs = {spec.name: spec for spec in runner.input_specs}
-    direct = set(parts) == set(specs) and all(
-        np.dtype(p.dtype) == np.dtype(specs[name].dtype) for name, group in parts.items() for p in group
-    )
-    if not direct:
-        return {name: np.concatenate(group) for name, group in parts.items()}
-    shapes = {name: (sum(len(p) for p in group), *group[0].shape[1:]) for name, group in parts.items()}
-    views = runner.host_inputs(shapes)
-    for name, group in parts.items():
-        np.concatenate(group, out=views[name])
-    return views
 
 
 def instance_callable(runner, device: int, cuda, batched: bool):

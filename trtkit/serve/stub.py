@@ -113,24 +113,24 @@ class StubTriton:
         s = settings
         restricted = [*RESTRICTED, *(() if s.shared_memory else ("shared-memory",))]
         rule = f"{','.join(restricted)}:{TOKEN_HEADER}={self._token}"
-        self.command = [
-            str(root / "bin" / "tritonserver"),
-            f"--model-repository={repo}",
-            f"--backend-directory={root / 'backends'}",
-            f"--cache-directory={root / 'caches'}",
-            f"--http-address={s.host}",
-            f"--http-port={int(s.http_port)}",
-            f"--grpc-address={s.host}",
-            f"--grpc-port={int(s.grpc_port)}",
-            f"--metrics-address={s.host}",
-            f"--metrics-port={int(s.metrics_port)}",
-            f"--exit-timeout-secs={int(s.exit_timeout_s)}",
-            "--exit-on-error=false",
-            "--strict-readiness=false",
-            f"--log-file={self.log_file}",
-            f"--grpc-restricted-protocol={rule}",
-            f"--http-restricted-api={rule}",
-        ]
+        options = {  # tritonserver's own options (its command line, not trtkit's)
+            "model-repository": repo,
+            "backend-directory": root / "backends",
+            "cache-directory": root / "caches",
+            "http-address": s.host,
+            "http-port": int(s.http_port),
+            "grpc-address": s.host,
+            "grpc-port": int(s.grpc_port),
+            "metrics-address": s.host,
+            "metrics-port": int(s.metrics_port),
+            "exit-timeout-secs": int(s.exit_timeout_s),
+            "exit-on-error": "false",  # a model that fails to load is named; the others are served
+            "strict-readiness": "false",
+            "log-file": self.log_file,
+            "grpc-restricted-protocol": rule,
+            "http-restricted-api": rule,
+        }
+        self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
         self._proc = subprocess.Popen(
             self.command,
             env=env,

@@ -5,7 +5,7 @@ Python backend starts one stub process per model instance, and the stub runs :cl
 instance loads the engine named by the model's ``engine`` parameter into one
 :class:`~trtkit.runtime.runner.TrtRunner` on its GPU (``devices``: the GPU of each instance, in instance order). The
 dynamic batcher's requests reach :meth:`TritonPythonModel.execute` as one list; their inputs are read in place from
-Triton's shared memory, joined into the runner's pinned input buffers (:func:`trtkit.serve.server.run_requests`) and
+Triton's shared memory, joined into the runner's pinned input buffers (:func:`trtkit.serve.batching.run_requests`) and
 each request gets its rows of the outputs back. Requests and answers go between Triton and the stub only, with no hop
 to another process.
 
@@ -37,7 +37,7 @@ def instance_device(instance_name: str) -> int:
     if match is None:
         raise ServeError(
             f"Model instance '{instance_name}' is not in an instance group named {GROUP_PREFIX}<GPU>; serve the "
-            "model from the repository trtkit serve --backend stub writes"
+            "model from the repository trtkit.serve.stub.write_repository writes"
         )
     return int(match.group(1))
 
@@ -69,7 +69,7 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         from trtkit.errors import TrtkitError
-        from trtkit.serve.server import run_requests
+        from trtkit.serve.batching import run_requests
 
         pb = self._pb
         feeds = [{name: pb.get_input_tensor_by_name(req, name).as_numpy() for name in self._inputs} for req in requests]
