@@ -402,24 +402,30 @@ def environment() -> dict:
     return asdict(env(tensorrt()))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_arguments(parser, budget: float) -> None:
+    """The options this script shares with the benchmarks built on it (``qdq_placement_h200.py``)."""
     parser.add_argument("--out", type=Path, required=True, help="folder for the JSON")
     parser.add_argument("--cache", type=Path, required=True, help="timing and calibration caches (keep them)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/trtkit-detection"), help="data and engines")
     parser.add_argument("--calib", type=int, default=512, help="train images to calibrate on (512)")
-    parser.add_argument("--budget", type=float, default=540, help="seconds; later parts are skipped past it")
+    parser.add_argument("--budget", type=float, default=budget,
+                        help=f"seconds; later parts are skipped past it ({budget:g})")
     parser.add_argument("--bench-seconds", type=float, default=1.0, help="measuring time of each bench run")
+    parser.add_argument("--model", type=Path, default=MODEL, help="the detector (default: the sample's)")
+    parser.add_argument("--val-images", type=int, default=2000, help="val images to generate and score (2000)")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
+                        help="the repository's copy of the JSON goes in this folder")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(parser, 540)
     parser.add_argument("--opt-level", type=int, default=None, help="builder optimization level (TensorRT's)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     parser.add_argument("--merge", type=Path, help="results JSON of an earlier call: its figures are kept unless "
                         "measured again (the ONNX row is not re-scored), the targets recomputed")
-    parser.add_argument("--model", type=Path, default=MODEL, help="the detector (default: the sample's)")
     parser.add_argument("--fast-nms", action=argparse.BooleanOptionalAction, default=True,
                         help="build the sample's fast engine with --add-nms as well as --input-uint8-nhwc (on)")
-    parser.add_argument("--val-images", type=int, default=2000, help="val images to generate and score (2000)")
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
-                        help="the repository's copy of the JSON goes in this folder")
     args = parser.parse_args(argv)
     global SIZE
     SIZE = input_size(args.model)

@@ -11,10 +11,14 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    the pipeline's batched stage) and encode (PyAV, H.264) each measured alone; then
    ``decode → preprocess → infer → encode`` as one pipeline. Target: end-to-end FPS >= 0.9 x the slowest stage's.
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
-5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. The stage
-   is measured over at least 2.5 s of steady work (a pilot run sets the frame count); its start-up (engine load,
-   buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The samples sit in the
-   stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every frame in.
+5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. Run as a
+   block pipeline (``BlockSource`` of stacked batches: one item per batch through every stage and the sink). The
+   stage is measured over at least 2.5 s of steady work (a pilot run sets the frame count); its start-up (engine
+   load, buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The batches sit in
+   the stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every batch in;
+   ``frame_path`` is the frame pipeline (one item per frame) on the same samples.
+   ``video_encoder_process``: the same pipeline with the encoder in a child process (``VideoSink(in_process=True)``,
+   frames through shared memory), and the encoder alone in a child process.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -236,12 +240,26 @@ class SampleInto:
             self._held[key] = sample
 
 
-def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict, pre=None) -> dict:
+class BlockSamplesInto(SampleInto):
+    """``SampleInto`` for a block pipeline: ``into_block`` writes a whole stacked batch into its batch ring buffer
+    in one step (with ``copy_always=False`` only when the buffer does not hold that batch already: the source
+    cycles through as many batches as the ring has buffers, so each buffer is written once)."""
+
+    def into_block(self, batch, out):
+        key = out.ctypes.data
+        if self.copy_always or self._held.get(key) is not batch:
+            out[...] = batch
+            self._held[key] = batch
+
+
+def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args: dict, pre=None,
+               blocks: bool = False) -> dict:
     """``count`` pre-made samples (whole batches of ``batch``) through the pipeline's batched inference stage (one
     preprocess worker passes them on, through ``pre``): the steady rate (the batches after the first, from the first
     batch's last frame out to the last frame out) apart from the start-up (from the call to the first batch out: the
-    runners' engine load, buffers, CUDA graph capture)."""
-    from trtkit.pipeline import ArraySource, CallbackSink, Processing, run_engine
+    runners' engine load, buffers, CUDA graph capture). ``blocks``: the samples stacked into batches of ``batch``
+    and run as a block pipeline (``BlockSource``; one item per batch through every stage and the sink)."""
+    from trtkit.pipeline import ArraySource, BlockCallbackSink, BlockSource, CallbackSink, Processing, run_engine
 
     out_at: dict = {}
 
@@ -250,10 +268,19 @@ def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args:
             out_at["first_batch"] = time.perf_counter()
         out_at["last"] = time.perf_counter()
 
+    def arrived_block(block):
+        if block.index == 0:
+            out_at["first_batch"] = time.perf_counter()
+        out_at["last"] = time.perf_counter()
+
     processing = Processing(pre=pre or (lambda sample: (sample, None)))
+    if blocks:
+        stacked = [np.stack(samples[i : i + batch]) for i in range(0, len(samples) - batch + 1, batch)]
+        source, sink = BlockSource(cycled(stacked, count // batch)), BlockCallbackSink(arrived_block)
+    else:
+        source, sink = ArraySource(cycled(samples, count)), CallbackSink(arrived)
     t0 = time.perf_counter()
-    report = run_engine(engine, ArraySource(cycled(samples, count)), sinks=[CallbackSink(arrived)],
-                        processing=processing, pre_workers=1, **runner_args)
+    report = run_engine(engine, source, sinks=[sink], processing=processing, pre_workers=1, **runner_args)
     total_s = time.perf_counter() - t0
     first = out_at.get("first_batch")
     steady_s = out_at["last"] - first if first is not None else 0.0
@@ -263,25 +290,37 @@ def infer_once(engine: Path, samples: list, count: int, batch: int, runner_args:
 
 
 def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runner_args: dict, target) -> dict:
-    """The inference stage measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets
-    the frame count of the measured runs, whole batches), with the samples in place in the batch ring (``fps``:
-    the stage itself), then copied in frame by frame (``copying_samples``)."""
-    in_place = SampleInto(target, copy_always=False)
-    pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place)
+    """The inference stage as a user with pre-made batches runs it: a block pipeline (``BlockSource`` of stacked
+    batches, each written into a batch ring buffer in one step, sent from there, one sink call per batch),
+    measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets the frame count of the
+    measured runs, whole batches), with the batches in place in the ring (``fps``: the stage itself), then copied
+    in batch by batch (``copying_samples``, at most 250 batches); and the frame pipeline (one item per frame) over
+    100 batches (``frame_path``)."""
+    in_place = BlockSamplesInto(target, copy_always=False)
+    pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place, blocks=True)
     batches = max(20, int(np.ceil(pilot["fps"] * min_work_s / batch)) if pilot["fps"] else 20)
-    measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place)
+    measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place, blocks=True)
     measured["pilot"] = {k: pilot[k] for k in ("fps", "startup_s", "frames")}
     measured["min_work_s"] = min_work_s
-    copying = infer_once(engine, samples, batches * batch, batch, runner_args, SampleInto(target, copy_always=True))
+    copying = infer_once(engine, samples, min(batches, 250) * batch, batch, runner_args,  # bounded: copies are slow
+                         BlockSamplesInto(target, copy_always=True), blocks=True)
     measured["copying_samples"] = {k: copying[k] for k in ("fps", "startup_s", "steady_s", "frames")}
-    measured["samples"] = "in place in the batch ring (each ring row always holds the same sample)"
+    frames = infer_once(engine, samples, 100 * batch, batch, runner_args, SampleInto(target, copy_always=False))
+    measured["frame_path"] = {k: frames[k] for k in ("fps", "startup_s", "steady_s", "frames")}
+    measured["samples"] = ("blocks of a batch (BlockSource), in place in the batch ring (each ring buffer always "
+                           "holds the same batch)")
     return measured
 
 
-def encode_alone(frames: list, count: int, work: Path, codec: str | None = None) -> float:
+def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False) -> float:
+    """Frames/s of the encoder on ``frames`` (``in_process``: in a child process, its start-up excluded)."""
+    from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
-    writer = VideoWriter(work / f"encode_alone_{codec or 'default'}.mp4", fps=30, codec=codec)
+    path = work / f"encode_alone_{codec or 'default'}{'_child' if in_process else ''}.mp4"
+    writer = (ProcessVideoWriter if in_process else VideoWriter)(path, fps=30, codec=codec)
+    if in_process:
+        writer.ready()
     t0 = time.perf_counter()
     try:
         for image in cycled(frames, count):
@@ -308,13 +347,17 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 # --- whole pipelines -------------------------------------------------------------------------------------------------
 
 def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
-                   decoder: str = "pyav") -> dict:
+                   decoder: str = "pyav", in_process: bool = False) -> dict:
+    """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
+    ``in_process``, frames through shared memory; started, and waited for, before the run)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder)
-    out = work / f"video_out_{decoder}.mp4"
-    report = run_engine(engine, source, sinks=[VideoSink(out, fps=source.fps)], pre_workers=sizes.pre_workers,
-                        **runner_args)
+    out = work / f"video_out_{decoder}{'_child' if in_process else ''}.mp4"
+    sink = VideoSink(out, fps=source.fps, in_process=in_process)
+    if in_process:
+        sink.writer.ready()
+    report = run_engine(engine, source, sinks=[sink], pre_workers=sizes.pre_workers, **runner_args)
     return report.to_json()
 
 
@@ -531,6 +574,14 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     e2e = run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args, sizes))
     run.store("stages_alone_fps", alone)
     run.store("video", video_result(e2e, alone))
+    if frames:
+        child_alone = run.guard("encode_alone_child", lambda: encode_alone(frames, count, work, in_process=True))
+        child = run.guard("video_pipeline_encoder_process",
+                          lambda: video_pipeline(engine, video, work, runner_args, sizes, in_process=True))
+        if child:
+            run.store("video_encoder_process", {**video_result(child, alone), "encode_alone_fps_child": child_alone,
+                                                "note": "VideoSink(in_process=True): libx264 in a child process; "
+                                                        "ratio_to_slowest against the stages alone above"})
     folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
     if folder:
         run.store("folder", run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes)))

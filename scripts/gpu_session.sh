@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests int64 demo crasher runner precision detection pipeline backend overhead serve (default: env tests demo).
+# Steps: env tests int64 demo crasher runner precision detection qdq pipeline backend overhead serve (default: env tests demo).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -41,6 +41,9 @@ for step in ${*:-env tests demo}; do
             echo "compare rc=$?"; tail -30 "$W/runner-compare.txt" ;;
     detection) timeout ${DETECTION_TIMEOUT:-560} python3 benchmarks/detection_h200.py --out "$W/det" --cache "$TRTKIT_GPU_CACHE/det" \
                  --budget ${DETECTION_BUDGET:-420} ${DETECTION_ARGS:-} > "$W/detection.log" 2>&1; echo "detection rc=$?"; tail -30 "$W/detection.log" ;;
+    qdq) # caches at the top of $TRTKIT_GPU_CACHE: caches.tar carries them to the next call (timing cache, calibration)
+         timeout ${QDQ_TIMEOUT:-560} python3 benchmarks/qdq_placement_h200.py --out "$W/qdq" --cache "$TRTKIT_GPU_CACHE" \
+           --budget ${QDQ_BUDGET:-280} ${QDQ_ARGS:-} > "$W/qdq.log" 2>&1; echo "qdq rc=$?"; tail -30 "$W/qdq.log" ;;
     pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" ${PIPELINE_ARGS:-} \
                 > "$W/pipeline.log" 2>&1;
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;

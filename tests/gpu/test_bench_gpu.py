@@ -46,3 +46,21 @@ def test_cli_bench_json(engine_path, tmp_path, capsys):
     assert data["shapes"] == {"x": [4, 3, 8, 8]}
     assert data["gpu_compute_ms"]["median"] > 0 and data["throughput"]["qps"] > 0
     print(captured.out)
+
+
+def test_layer_profile_joins_every_timed_layer_with_the_inspector(engine_path, tmp_path, capsys):
+    """TensorRT's IProfiler reports arrive after each run (enqueue_emits_profile off, report_to_profiler), and each
+    reported name is one the engine inspector lists (the engine is built with DETAILED verbosity)."""
+    from trtkit.bench.layers import profile_layers
+    from trtkit.cli import main as cli_main
+
+    profile = profile_layers(engine_path, {"x": (4, 3, 8, 8)}, runs=10, warmup=2)
+    assert profile.layers and profile.total_ms > 0 and all(layer.ms >= 0 for layer in profile.layers)
+    assert all(layer.layer_type is not None for layer in profile.layers), [lay.name for lay in profile.layers]
+    assert profile.layers == sorted(profile.layers, key=lambda layer: layer.ms, reverse=True)
+    out = tmp_path / "layers.json"
+    code = cli_main.main(["bench", str(engine_path), "--layers", "--runs", "5", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(out.read_text())["summary"]["layers"] == len(profile.layers)
+    print(captured.out)

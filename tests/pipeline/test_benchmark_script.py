@@ -38,6 +38,22 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
     assert data["video"]["gpu"]["batches"] > 0, context
+    assert stage["samples"].startswith("blocks of a batch") and stage["frame_path"]["frames"] == 100 * stage["batch"]
+    assert stage["copying_samples"]["fps"] > 0, context
+    child = data["video_encoder_process"]
+    assert child["frames_in"] == child["frames_out"] == data["settings"]["video_frames"] and child["e2e_fps"] > 0
+    assert child["encode_alone_fps_child"] > 0, context
+
+
+def test_the_encoder_contention_benchmark_measures_every_variant():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "encode_contention_cpu.py"), "--frames", "12",
+                           "--size", "64x48", "--repeat", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert set(data["encode_alone_ms"]) == {"thread", "process"} and set(data["encode_next_to_ms"]) == {
+        "python", "process"}
+    for run in data["pipeline"].values():
+        assert run["frames_out"] == 12 and run["e2e_fps"] > 0 and run["ratio_to_slowest_alone"] > 0
 
 
 def _script():

@@ -165,3 +165,26 @@ def capture_trtkit_log(caplog, level):
     finally:
         log.removeHandler(caplog.handler)
         log.setLevel(old_level)
+
+
+def silu_residual(seed=0, *, shared_stem: bool = False):
+    """stem Conv → SiLU (``stem_act``) → Conv a → SiLU → Conv b → SiLU (``b_act``) → Add(stem_act, b_act) → Conv out
+    (the head). As YOLO-style blocks export: the residual add reads the activation, not the convolution. With
+    ``shared_stem`` the stem Conv's output is also read by a second branch (a 1x1 Conv), so its SiLU is not alone."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w_stem", (16, 3, 3, 3)), _init(rng, "w_a", (16, 16, 3, 3)), _init(rng, "w_b", (16, 16, 3, 3)),
+             _init(rng, "w_out", (16, 16, 1, 1)), _init(rng, "w_side", (16, 16, 1, 1))]
+    pad = {"pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "w_stem"], ["stem"], name="stem_conv", **pad)]
+    stem = _silu(nodes, "stem", "stem")
+    nodes.append(helper.make_node("Conv", [stem, "w_a"], ["a"], name="conv_a", **pad))
+    a = _silu(nodes, "a", "a")
+    nodes.append(helper.make_node("Conv", [a, "w_b"], ["b"], name="conv_b", **pad))
+    b = _silu(nodes, "b", "b")
+    nodes += [helper.make_node("Add", [stem, b], ["res"], name="add_res"),
+              helper.make_node("Conv", ["res", "w_out"], ["y"], name="conv_out")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])]
+    if shared_stem:
+        nodes.append(helper.make_node("Conv", ["b", "w_side"], ["side"], name="conv_side"))
+        outputs.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, ["N", 16, 8, 8]))
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])], outputs, inits)

@@ -252,6 +252,6 @@ def test_cli_qdq_options_reach_the_config():
 def test_qdq_options_on_a_calibrator_build_are_refused_before_calibrating(fake_gpu):  # noqa: F811
     trt, _ = fake_gpu
     settings = CalibrationSettings(source=_data(4), algorithm="entropy")
-    with pytest.raises(UnsupportedError, match="qdq_exclude and qdq_keep_heads=False place Q/DQ nodes.*"
+    with pytest.raises(UnsupportedError, match="qdq_keep_heads=False place Q/DQ nodes.*"
                                                "add int8_mode='qdq'"):
         _plan(trt, "int8", int8_mode="calibrator", calibration=settings, qdq_keep_heads=False)

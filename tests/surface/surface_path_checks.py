@@ -341,3 +341,30 @@ def inspect_engine(ctx: Context) -> dict:
     fail_on_gaps(log, "then the inspection succeeded")
     assert [t["name"] for t in info["io"]] == ["x", "y"] and info["profiles"][0]["x"]["max"] == [4, 3, 8, 8], info
     return {"layers": len(info["layers"]), "device_memory_bytes": info["device_memory_bytes"]}
+
+
+@check
+def bench_layer_profile(ctx: Context) -> dict:
+    """`trtkit bench --layers`: IProfiler subclassed from the real class, and profile_layers' context calls
+    (profiler, enqueue_emits_profile, report_to_profiler) on the fake backend through real names."""
+    from trtkit.bench.layers import _collector, profile_layers
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+
+    real = _collector(ctx.real)  # the real binding's trampoline: a Python subclass it will call back
+    real.report_layer_time("conv", 0.5)
+    assert isinstance(real, ctx.real.IProfiler) and real.times == {"conv": 0.5}, real.times
+    trt, log = ctx.fake_surface()
+    model = tiny_conv_model()
+    io = [{"name": "x", "mode": "INPUT", "dtype": "float32", "shape": [1, 3, 8, 8]},
+          {"name": "y", "mode": "OUTPUT", "dtype": "float32", "shape": [1, 4, 8, 8]}]
+    engine = serialize_fake_engine(model.SerializeToString(), io, [], ctx.version)
+    try:
+        profile = profile_layers(engine, runs=2, warmup=1, trt=trt, cuda=Cuda(FakeCudart()))
+    except Exception as exc:  # noqa: BLE001 - a missing name wins over what it caused
+        raise_surface_problem(exc, log)
+        raise
+    fail_on_gaps(log, "then the profile succeeded")
+    assert [layer.name for layer in profile.layers], profile
+    return {"layers": len(profile.layers), "used": log.used()}

@@ -81,3 +81,38 @@ def render(result, console, *, title: str = "trtkit bench") -> None:
 def _ms(value: float) -> str:
     """Milliseconds with 4 significant digits at most, so the table fits 80 columns."""
     return f"{value:.3f}" if value < 100 else f"{value:.1f}"
+
+
+def render_layers(profile, console, *, top: int = 15, title: str = "per-layer GPU time") -> None:
+    """Print the ``top`` slowest layers of a :class:`~trtkit.bench.layers.LayerProfile` and its summary."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("ms", "share"):
+        table.add_column(col, justify="right")
+    for col in ("precision", "type", "layer", "tactic"):
+        table.add_column(col, overflow="fold")
+    for layer in profile.top(top):
+        flag = " reformat" if layer.reformat else " high" if layer.high_precision else ""
+        precision = (layer.precision or "?") + flag
+        style = "yellow" if flag else None
+        table.add_row(
+            f"{layer.ms:.4f}",
+            f"{layer.share:.1%}",
+            precision,
+            escape(layer.layer_type or "?"),
+            escape(layer.name),
+            escape(layer.tactic or ""),
+            style=style,
+        )
+    console.print(table)
+    s = profile.summary()
+    console.print(
+        f"{s['layers']} layers, {s['total_ms']:.4f} ms summed per run (mean of {profile.runs} runs without a CUDA "
+        f"graph); reformats: {s['reformat_layers']} layer(s), {s['reformat_ms']:.4f} ms; FP32/TF32: "
+        f"{s['fp32_tf32_layers']} layer(s), {s['fp32_tf32_ms']:.4f} ms"
+    )
+    by = ", ".join(f"{k} {v:.4f}" for k, v in sorted(s["ms_by_precision"].items(), key=lambda kv: -kv[1]))
+    console.print(f"ms by precision: {by}")

@@ -129,6 +129,11 @@ def build_serialized(
             f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
             f"matrix multiply layer(s) set to {config.precision.upper()}"
         )
+    pinned = constraints.pin_half(trt, network, bconfig, plan.half_layers)
+    if plan.half_layers:
+        plan.notes.append(
+            f"kept layers pinned to FP16 (prefer): {len(pinned)} of {len(plan.half_layers)} found in the network"
+        )
     cache = _load_timing_cache(bconfig, config.timing_cache, config.timing_cache_reset)
     phase("build")
     try:

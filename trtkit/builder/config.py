@@ -61,6 +61,14 @@ class BuildConfig:
         qdq_keep_heads: with ``int8_mode=qdq``, keep the final compute layers (detection heads, the classifier) in
             higher precision (the default; docs/performance.md says why); False quantizes them too.
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
+        qdq_residual_activations: with ``int8_mode=qdq``, quantize the skip input of residual adds whose other input
+            is a quantized convolution through its activation (SiLU, ReLU, ...), not only a bare convolution
+            (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``).
+        qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
+            with one scale for them and the output (``QdqOptions.concat_shared_scale``).
+        qdq_kept_fp16: with ``int8_mode=qdq`` and the FP16 flag (TensorRT < 11, not strongly typed), pin the
+            convolutions/matmuls the Q/DQ plan kept out of INT8 to FP16 (``PREFER_PRECISION_CONSTRAINTS``) instead
+            of leaving TensorRT free to run them in FP32/TF32.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
         sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
         fold_constants: fold constant subgraphs into initializers before parsing.
@@ -91,6 +99,9 @@ class BuildConfig:
     precision_constraints: str = "none"
     qdq_keep_heads: bool = True
     qdq_exclude: tuple = ()
+    qdq_residual_activations: bool = False
+    qdq_concat_shared_scale: bool = False
+    qdq_kept_fp16: bool = False
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
     sanitize: bool = True
@@ -122,7 +133,15 @@ class BuildConfig:
             "a level name such as 'AMPERE_PLUS'",
             optional=True,
         )
-        for name in ("version_compatible", "strongly_typed", "require_precision", "qdq_keep_heads"):
+        for name in (
+            "version_compatible",
+            "strongly_typed",
+            "require_precision",
+            "qdq_keep_heads",
+            "qdq_residual_activations",
+            "qdq_concat_shared_scale",
+            "qdq_kept_fp16",
+        ):
             _check.boolean(name, getattr(self, name))
         _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
         self.qdq_exclude = _check.names("qdq_exclude", self.qdq_exclude)

@@ -50,6 +50,7 @@ class PrecisionPlan:
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
         notes: what was decided, for the build summary and manifest.
         calibration: facts about calibration for the manifest (path, algorithm, samples, cache reuse).
+        half_layers: names of math layers to pin to FP16 (the layers a Q/DQ plan kept, with ``qdq_kept_fp16``).
     """
 
     model: object
@@ -58,6 +59,7 @@ class PrecisionPlan:
     calibrator: object = None
     notes: list = field(default_factory=list)
     calibration: dict = field(default_factory=dict)
+    half_layers: tuple = ()
 
     def finish(self) -> None:
         """Call after ``build_serialized_network``: re-raises an error recorded by the calibrator, frees its buffers."""
@@ -230,11 +232,22 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
                 field="int8_mode",
             )
         mode = "qdq"
-    if mode == "calibrator" and (config.qdq_exclude or not config.qdq_keep_heads):
+    placement = [
+        name
+        for name, used in (
+            ("qdq_exclude", bool(config.qdq_exclude)),
+            ("qdq_keep_heads=False", not config.qdq_keep_heads),
+            ("qdq_residual_activations", config.qdq_residual_activations),
+            ("qdq_concat_shared_scale", config.qdq_concat_shared_scale),
+            ("qdq_kept_fp16", config.qdq_kept_fp16),
+        )
+        if used
+    ]
+    if mode == "calibrator" and placement:
         raise UnsupportedError(
-            "qdq_exclude and qdq_keep_heads=False place Q/DQ nodes, which this build does not "
+            f"{' and '.join(placement)} place Q/DQ nodes, which this build does not "
             "make (INT8 through TensorRT's calibrator); add int8_mode='qdq', or drop them",
-            field="qdq_exclude",
+            field=placement[0].split("=")[0],
         )
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
@@ -264,7 +277,7 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
             "INT8 Q/DQ calibration builds an FP32 statistics engine: plan_precision needs "
             "build_statistics_engine (trtkit.builder.builder.statistics_engine_builder)"
         )
-    options = QdqOptions(keep_output_layers=config.qdq_keep_heads, exclude_nodes=frozenset(config.qdq_exclude))
+    options = qdq_options(config)
     result = make_qdq_model(trt, model.proto, session, build_statistics_engine, options)
     source = (
         "calibration cache"
@@ -281,7 +294,19 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         _save_model(qdq, config.save_qdq_onnx)
     plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
+    if config.qdq_kept_fp16 and "FP16" in plan.flags and not plan.strongly_typed:
+        plan.half_layers = tuple(result.plan.skipped)
     return plan
+
+
+def qdq_options(config) -> QdqOptions:
+    """The Q/DQ placement a :class:`~trtkit.builder.config.BuildConfig` asks for."""
+    return QdqOptions(
+        keep_output_layers=config.qdq_keep_heads,
+        exclude_nodes=frozenset(config.qdq_exclude),
+        residual_through_activation=config.qdq_residual_activations,
+        concat_shared_scale=config.qdq_concat_shared_scale,
+    )
 
 
 def _fp16_rest(qdq):

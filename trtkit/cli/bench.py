@@ -46,6 +46,18 @@ def add_arguments(parser) -> None:
     options.add_profile_index_option(g)
     g.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end TrtRunner.infer latency")
     g.add_argument(
+        "--layers",
+        action="store_true",
+        help="per-layer GPU time (TensorRT's profiler, without a CUDA graph) with each layer's precision, tactic "
+        "and formats; reformats and FP32/TF32 layers flagged",
+    )
+    g.add_argument(
+        "--top", type=options.positive_int, default=15, metavar="N", help="with --layers, the N slowest layers (15)"
+    )
+    g.add_argument(
+        "--runs", type=options.positive_int, default=50, metavar="N", help="with --layers, runs averaged over (50)"
+    )
+    g.add_argument(
         "--cache-dir",
         metavar="DIR",
         help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or ~/.cache/trtkit/engines)",
@@ -91,12 +103,35 @@ def run(args, console) -> int:
     from trtkit.cli.options import check_files
 
     check_files(args, {}, {"model": args.model})
+    unused = [
+        flag
+        for flag, dest, default in (("--top", "top", 15), ("--runs", "runs", 50))
+        if not args.layers and getattr(args, dest) != default
+    ]
+    if unused:
+        from trtkit.errors import UsageError
+
+        raise UsageError(f"{' and '.join(unused)} apply with --layers (the per-layer profile)")
     engine = engine_for(args, console)
+    if args.layers:
+        return _run_layers(args, console, engine, settings)
     result = benchmark(_engine_arg(engine, args), settings)
     result.warnings = [options.cli_words(w) for w in result.warnings]  # the library's advice in flags
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
         write_json(args.json, {**to_json(result, engine=str(engine)), "environment": _environment()})
+    return 0
+
+
+def _run_layers(args, console, engine: Path, settings) -> int:
+    from trtkit.bench.layers import profile_layers
+    from trtkit.bench.report import render_layers
+    from trtkit.cli.render import write_json
+
+    profile = profile_layers(_engine_arg(engine, args), settings.shapes, runs=args.runs, profile=settings.profile)
+    render_layers(profile, console, top=args.top, title=f"trtkit bench --layers {engine.name}")
+    if args.json:
+        write_json(args.json, {**profile.to_json(), "engine": str(engine), "environment": _environment()})
     return 0
 
 

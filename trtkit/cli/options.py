@@ -106,6 +106,25 @@ def add_precision_options(parser) -> None:
         "higher precision",
     )
     g.add_argument(
+        "--qdq-residual-activations",
+        dest="qdq_residual_activations",
+        action="store_true",
+        help="--int8-mode qdq: also quantize the skip input of residual adds fed by a convolution through its "
+        "activation (SiLU, ReLU)",
+    )
+    g.add_argument(
+        "--qdq-concat-shared-scale",
+        dest="qdq_concat_shared_scale",
+        action="store_true",
+        help="--int8-mode qdq: quantize Concat inputs with one scale shared with the Concat's output",
+    )
+    g.add_argument(
+        "--qdq-kept-fp16",
+        dest="qdq_kept_fp16",
+        action="store_true",
+        help="--int8-mode qdq with the FP16 flag: pin the layers kept out of INT8 to FP16 (not FP32/TF32)",
+    )
+    g.add_argument(
         "--qdq-exclude",
         metavar="NODES",
         default="",
@@ -266,6 +285,9 @@ def check_option_use(args) -> None:
             ("--int8-mode", getattr(args, "int8_mode", "auto") != "auto"),
             ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
             ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
+            ("--qdq-residual-activations", bool(getattr(args, "qdq_residual_activations", False))),
+            ("--qdq-concat-shared-scale", bool(getattr(args, "qdq_concat_shared_scale", False))),
+            ("--qdq-kept-fp16", bool(getattr(args, "qdq_kept_fp16", False))),
         )
         if used
     ]
@@ -324,6 +346,9 @@ def config_from_args(args) -> BuildConfig:
         precision_constraints=args.precision_constraints,
         save_qdq_onnx=args.save_qdq_onnx,
         qdq_keep_heads=args.qdq_keep_heads,
+        qdq_residual_activations=getattr(args, "qdq_residual_activations", False),
+        qdq_concat_shared_scale=getattr(args, "qdq_concat_shared_scale", False),
+        qdq_kept_fp16=getattr(args, "qdq_kept_fp16", False),
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
     )
@@ -413,6 +438,9 @@ SWITCHES = {
     "fold_constants": ("--fold-constants", "--no-fold-constants"),
     "input_uint8_nhwc": ("--input-uint8-nhwc", "no --input-uint8-nhwc"),
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
+    "qdq_residual_activations": ("--qdq-residual-activations", "no --qdq-residual-activations"),
+    "qdq_concat_shared_scale": ("--qdq-concat-shared-scale", "no --qdq-concat-shared-scale"),
+    "qdq_kept_fp16": ("--qdq-kept-fp16", "no --qdq-kept-fp16"),
     "tf32": ("no --no-tf32", "--no-tf32"),
     "isolate": ("no --no-isolate", "--no-isolate"),
     "cuda_graph": ("--cuda-graph", "--no-cuda-graph"),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trtkit.pipeline.batching import BatchPlan
+from trtkit.pipeline.blocks import block_stage_functions
 from trtkit.pipeline.pipeline import InferStep, Pipeline
 from trtkit.pipeline.preprocess import ImagePreprocess, image_input
 from trtkit.pipeline.stages import Stage
@@ -89,7 +90,8 @@ def run_engine(
 
     Args:
         engine: an engine path or bytes.
-        source: see :mod:`trtkit.pipeline.sources`.
+        source: see :mod:`trtkit.pipeline.sources`; a :class:`~trtkit.pipeline.blocks.BlockSource` (batches of
+            frames) runs every stage once per batch (:mod:`trtkit.pipeline.blocks`).
         sinks: see :mod:`trtkit.pipeline.sinks`.
         processing: pre/post/draw callables (default: the engine's image preprocessing, raw outputs).
         batch: most frames per engine call (default and upper bound: the profile's max batch).
@@ -147,7 +149,8 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         pre = processing.preprocess_for(target, settings.resize)
         ring = sample_ring(pool, pre, plan)
         try:
-            fns = stage_functions(processing, pre, ring)
+            blocks = getattr(source, "blocks", False)  # a BlockSource: batches move as one item
+            fns = (block_stage_functions if blocks else stage_functions)(processing, pre, ring)
             stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:

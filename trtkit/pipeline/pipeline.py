@@ -3,7 +3,9 @@
     report = Pipeline(source, [Stage("preprocess", pre, workers=2), InferStep(pool, plan),
                                Stage("postprocess", post)], sinks=[VideoSink("out.mp4")]).run()
 
-``run`` blocks until the last frame has reached the sinks. Ctrl-C (``KeyboardInterrupt`` in the thread that called
+``run`` blocks until the last frame has reached the sinks. A source with ``blocks = True``
+(:class:`~trtkit.pipeline.blocks.BlockSource`) makes a block pipeline: batches of frames move as one item
+(:mod:`trtkit.pipeline.blocks`). Ctrl-C (``KeyboardInterrupt`` in the thread that called
 ``run``) stops reading the source; the frames already read still go through every stage and the sinks close their
 files properly (a second Ctrl-C aborts). A stage that raises stops every thread, the sinks discard their partial
 output, and ``run`` raises :class:`~trtkit.errors.PipelineError` naming the stage and the frame.
@@ -20,7 +22,8 @@ from typing import Any
 
 from trtkit.errors import PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
-from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner
+from trtkit.pipeline.blocks import BlockInferStage, write_block
+from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner, index_of
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
 
 MONITOR_INTERVAL_S = 0.25
@@ -50,7 +53,7 @@ class Pipeline:
         source: an iterable of ``(name, image)`` (see :mod:`trtkit.pipeline.sources`).
         stages: :class:`Stage` s and at most one :class:`InferStep`, in order.
         sinks: where frames go, in order (see :mod:`trtkit.pipeline.sinks`).
-        queue_size: capacity of each queue between two stages, in frames.
+        queue_size: capacity of each queue between two stages, in frames (in blocks, in a block pipeline).
         monitor: called with a :class:`PipelineReport` snapshot about every 0.25 s while running (a live view).
     """
 
@@ -66,6 +69,7 @@ class Pipeline:
         self._error_lock = threading.Lock()
         self._clock = Clock()
         self.frames_in = self.frames_out = 0
+        self.blocks = bool(getattr(source, "blocks", False))
         self._build()
 
     def _build(self) -> None:
@@ -78,12 +82,14 @@ class Pipeline:
         rings = [s.ring for s in self.stages if isinstance(s, InferStep) and s.ring is not None]
         # a stage writing into a batch ring waits for a block's buffer until earlier blocks were collected: its
         # groups hold frames of one block only (a frame it held back could be one that collection waits for)
-        self._group = min([MAX_GROUP] + [ring.batch for ring in rings])
-        key = (lambda frame, batch=rings[0].batch: frame.index // batch) if rings else None
+        # (in a block pipeline: one block per group, as a block is one ring buffer)
+        self._group = 1 if self.blocks else min([MAX_GROUP] + [ring.batch for ring in rings])
+        key = (lambda frame, batch=rings[0].batch: frame.index // batch) if rings and not self.blocks else None
+        infer_stage = BlockInferStage if self.blocks else InferStage
         for i, stage in enumerate(self.stages):
             inp, out = self.channels[i], self.channels[i + 1]
             if isinstance(stage, InferStep):
-                self.runners.append(InferStage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
+                self.runners.append(infer_stage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
             else:
                 self.runners.append(StageRunner(stage, inp, out, self._fail, self._group, key))
 
@@ -157,7 +163,7 @@ class Pipeline:
     def _read(self) -> None:
         """Read frames, each put in the first queue as soon as it is read (a frame held back to make a group would
         wait for the source's next one, however long that takes); the next stage takes them in groups."""
-        out, index = self.channels[0], 0
+        out, index, seq = self.channels[0], 0, 0
         frames = iter(self.source)
         try:
             while not self.drain.is_set():
@@ -165,10 +171,15 @@ class Pipeline:
                 item: Any = next(frames, END)
                 if item is END:
                     break
-                self.source_timer.add(time.perf_counter() - t0)
-                name, image = item
-                out.put(Frame(index, image, name))
-                index += 1
+                if self.blocks:
+                    item.index, item.seq, count = index, seq, item.count
+                    seq += 1
+                else:
+                    name, image = item
+                    item, count = Frame(index, image, name), 1
+                self.source_timer.add(time.perf_counter() - t0, count)
+                out.put(item)
+                index += count
                 self.frames_in = index
             out.put(END)
         except Aborted:
@@ -187,17 +198,21 @@ class Pipeline:
                     break
                 t0 = time.perf_counter()
                 for frame in item:
-                    for sink in self.sinks:
-                        sink.write(frame)
-                self.sink_timer.add(time.perf_counter() - t0, len(item))
-                self.frames_out += len(item)
+                    if self.blocks:
+                        write_block(self.sinks, frame)
+                    else:
+                        for sink in self.sinks:
+                            sink.write(frame)
+                count = sum(f.count for f in item) if self.blocks else len(item)
+                self.sink_timer.add(time.perf_counter() - t0, count)
+                self.frames_out += count
             frame = None
             for sink in self.sinks:
                 sink.close()
         except Aborted:
             return
         except BaseException as exc:  # noqa: BLE001 - reported naming the stage and frame
-            self._fail(self.sink_timer.name, getattr(frame, "index", None), exc)
+            self._fail(self.sink_timer.name, index_of(frame), exc)
 
     # --- figures ---------------------------------------------------------------------------------------------------
 

@@ -37,14 +37,23 @@ class CallbackSink:
 
 class VideoSink:
     """Frames (their ``image``, as drawn by an annotate stage if there is one) encoded into a video file with PyAV;
-    the file appears under its name only once it is complete (see :class:`~trtkit.pipeline.video.VideoWriter`)."""
+    the file appears under its name only once it is complete (see :class:`~trtkit.pipeline.video.VideoWriter`).
+
+    Args:
+        path, fps, codec: the output file, its frame rate and encoder (None: H.264 where FFmpeg has it).
+        in_process: encode in a child process (:class:`~trtkit.pipeline.encoder_process.ProcessVideoWriter`:
+            frames through shared memory; the encoder and the pipeline's threads then do not share a GIL).
+            With it, the stage's time is the hand-off to the child, which includes waiting for a free slot: when
+            the encoder sets the pace, those waits add up to its time per frame.
+    """
 
     name = "encode"
 
-    def __init__(self, path, fps=30, codec: str | None = None):
+    def __init__(self, path, fps=30, codec: str | None = None, in_process: bool = False):
+        from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
 
-        self.writer = VideoWriter(path, fps=fps, codec=codec)
+        self.writer = (ProcessVideoWriter if in_process else VideoWriter)(path, fps=fps, codec=codec)
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

@@ -230,7 +230,7 @@ def host_array(frame) -> np.ndarray:
         ) from exc
 
 
-def _even(image: np.ndarray) -> np.ndarray:
+def even_frame(image: np.ndarray) -> np.ndarray:
     """Pad an odd height or width by repeating the last row/column (4:2:0 encoders need even sizes)."""
     pad_h, pad_w = image.shape[0] % 2, image.shape[1] % 2
     if not (pad_h or pad_w):
@@ -248,6 +248,15 @@ def default_codec(path) -> str:
         except Exception:  # noqa: BLE001 - FFmpeg built without x264
             logger.debug("libx264 is not in this FFmpeg; encoding MPEG-4 part 2", exc_info=True)
     return "mpeg4"
+
+
+def check_encoder(codec: str) -> None:
+    """Raises InputError if this FFmpeg has no encoder ``codec``."""
+    av = pyav()
+    try:
+        av.codec.Codec(codec, "w")
+    except Exception as exc:  # noqa: BLE001 - PyAV raises UnknownCodecError (a ValueError) or FFmpeg errors
+        raise InputError(f"This FFmpeg has no encoder '{codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
 
 
 class VideoWriter:
@@ -274,10 +283,10 @@ class VideoWriter:
         self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
         self.codec = codec or default_codec(self.path)
         try:
-            av.codec.Codec(self.codec, "w")
-        except Exception as exc:  # noqa: BLE001 - PyAV raises UnknownCodecError (a ValueError) or FFmpeg errors
+            check_encoder(self.codec)
+        except InputError:
             self._tmp.unlink(missing_ok=True)
-            raise InputError(f"This FFmpeg has no encoder '{self.codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
+            raise
         try:
             self._container = av.open(str(self._tmp), "w")
         except (av.error.FFmpegError, ValueError) as exc:
@@ -286,9 +295,14 @@ class VideoWriter:
         self._stream: Any = None  # added with the first frame, whose size it takes
         self.frames = 0
 
+    @property
+    def partial_path(self) -> Path:
+        """The hidden file frames go to until :meth:`close` renames it."""
+        return self._tmp
+
     def write(self, image: np.ndarray) -> None:
         av = pyav()
-        image = _even(np.ascontiguousarray(image, dtype=np.uint8))
+        image = even_frame(np.ascontiguousarray(image, dtype=np.uint8))
         if self._stream is None:
             self._stream = self._container.add_stream(self.codec, rate=self.fps)
             self._stream.height, self._stream.width = image.shape[:2]

@@ -9,6 +9,12 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
   activations per tensor. Symmetric, zero point 0.
 - On a residual ``Add`` whose one input is a quantized convolution's only output, the *other* (skip) input is
   quantized too, so the convolution can fuse with the add (conv + add + relu in INT8).
+- Optional (:class:`QdqOptions`, off by default until measured): ``residual_through_activation`` counts a
+  convolution followed by its pointwise activation (ReLU, SiLU as ``x * Sigmoid(x)``, ...) as fusable with a residual
+  add, so the skip input of such an add is quantized too; ``concat_shared_scale`` quantizes every input of a Concat
+  whose output is quantized with one scale shared by the inputs and the output (the largest amax), and the input of
+  a Resize/MaxPool feeding it in that scale too, so the Concat and the Resize/MaxPool run in INT8 without a
+  requantization.
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
   than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
   compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
@@ -68,6 +74,11 @@ class QdqOptions:
             an upsampled deep feature joined to a shallow one) in higher precision.
         min_weight_elements: convolutions/GEMMs with fewer weights stay in higher precision.
         exclude_nodes: node names never quantized.
+        residual_through_activation: with ``quantize_residual``, an add's input made by a quantized convolution
+            through a pointwise activation alone (Relu, LeakyRelu, Clip, SiLU ``x * Sigmoid(x)``, HardSwish) counts
+            as the convolution's output: the other (skip) input is quantized.
+        concat_shared_scale: quantize the activation inputs of every Concat whose output is quantized, all of them
+            and the output with one scale (:attr:`QdqPlan.scale_groups`).
     """
 
     per_channel: bool = True
@@ -79,6 +90,8 @@ class QdqOptions:
     keep_concat_outputs: bool = False
     min_weight_elements: int = 256
     exclude_nodes: frozenset = frozenset()
+    residual_through_activation: bool = False
+    concat_shared_scale: bool = False
 
     def __post_init__(self):
         if not isinstance(self.output_depth, int) or isinstance(self.output_depth, bool) or self.output_depth < 1:
@@ -108,6 +121,8 @@ class QdqPlan:
         quantized: names of compute nodes whose inputs are quantized.
         skipped: compute node name → why it stays in higher precision.
         residual: ``(add node name, skip tensor name)`` pairs.
+        scale_groups: activation tensor → the name of its group (``concat_shared_scale``): the tensors of one group
+            share one scale, from the largest amax among them.
     """
 
     activations: list = field(default_factory=list)
@@ -116,6 +131,7 @@ class QdqPlan:
     quantized: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)
     residual: list = field(default_factory=list)
+    scale_groups: dict = field(default_factory=dict)
 
     def add_activation(self, tensor: str, node: str, index: int) -> None:
         if tensor not in self.consumers:
@@ -132,10 +148,19 @@ class QdqPlan:
             kind = next((k for prefix, k in SKIP_KINDS.items() if reason.startswith(prefix)), reason.split(" (")[0])
             reasons[kind] = reasons.get(kind, 0) + 1
         why = f" ({', '.join(f'{n} {k}' for k, n in reasons.items())})" if reasons else ""
+        shared = len(set(self.scale_groups.values()))
         return (
             f"{len(self.quantized)} layer(s) quantized, {len(self.skipped)} kept in higher precision{why}, "
-            f"{len(self.residual)} residual add(s)"
+            f"{len(self.residual)} residual add(s)" + (f", {shared} shared-scale concat group(s)" if shared else "")
         )
+
+    def shared_amax(self, amax: dict) -> dict:
+        """``amax`` with each tensor of a scale group raised to the largest amax of its group."""
+        largest: dict = {}
+        for tensor, group in self.scale_groups.items():
+            if tensor in amax:
+                largest[group] = max(largest.get(group, 0.0), float(amax[tensor]))
+        return {t: largest.get(self.scale_groups.get(t), a) if t in self.scale_groups else a for t, a in amax.items()}
 
 
 class _Graph:
@@ -199,7 +224,9 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
             continue
         _plan_compute(g, node, options, plan)
     if options.quantize_residual:
-        _plan_residuals(g, plan)
+        _plan_residuals(g, plan, options.residual_through_activation)
+    if options.concat_shared_scale:
+        _plan_concats(g, plan)
     return plan
 
 
@@ -340,30 +367,95 @@ def _sources(g: _Graph, tensor: str) -> set:
     return found
 
 
-def _plan_residuals(g: _Graph, plan: QdqPlan) -> None:
+def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False) -> None:
     quantized = set(plan.quantized)
     for node in g.nodes:
         if node.op_type != "Add" or len(node.input) != 2 or any(g.is_weight(i) for i in node.input):
             continue
-        fusable = [i for i, name in enumerate(node.input) if _fusable_conv_output(g, name, quantized)]
-        if not fusable:
+        convs = {
+            i: conv
+            for i, name in enumerate(node.input)
+            if (conv := _fusable_conv(g, name, quantized, through_activation)) is not None
+        }
+        if not convs:
             continue
         # The add fuses into the convolution that runs last; the other input is the skip branch.
-        main = max(fusable, key=lambda i: g.order[g.producer[node.input[i]].name])
+        main = max(convs, key=lambda i: g.order[convs[i].name])
         skip = 1 - main
         plan.add_activation(node.input[skip], node.name, skip)
         plan.residual.append((node.name, node.input[skip]))
 
 
-def _fusable_conv_output(g: _Graph, name: str, quantized: set) -> bool:
+def _fusable_conv(g: _Graph, name: str, quantized: set, through_activation: bool):
+    """The quantized convolution whose only output ``name`` is (or, with ``through_activation``, whose pointwise
+    activation alone makes it), else ``None``."""
+    if len(g.consumers.get(name, [])) != 1 or name in g.outputs:
+        return None
     node = g.producer.get(name)
-    return (
-        node is not None
-        and node.op_type == "Conv"
-        and node.name in quantized
-        and len(g.consumers.get(name, [])) == 1
-        and name not in g.outputs
-    )
+    if node is not None and through_activation and node.op_type != "Conv":
+        node = _activation_source(g, node)
+    if node is not None and node.op_type == "Conv" and node.name in quantized:
+        return node
+    return None
+
+
+POINTWISE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh"})
+
+
+def _activation_source(g: _Graph, node):
+    """The node whose output ``node`` activates, pointwise and alone: ``act(y)`` or SiLU ``y * Sigmoid(y)``, where
+    nothing but the activation reads ``y``; else ``None``."""
+    if node.op_type in POINTWISE_ACTIVATIONS:
+        source = node.input[0]
+        readers = {node.name}
+    elif node.op_type == "Mul" and len(node.input) == 2:
+        sigmoid = next((g.producer.get(i) for i in node.input if g.producer_op(i) == "Sigmoid"), None)
+        if sigmoid is None or sigmoid.input[0] not in node.input or len(g.consumers.get(sigmoid.output[0], [])) != 1:
+            return None
+        source, readers = sigmoid.input[0], {node.name, sigmoid.name}
+    else:
+        return None
+    if {c.name for c in g.consumers.get(source, [])} != readers or source in g.outputs:
+        return None
+    return g.producer.get(source)
+
+
+# ops that move values without changing them: an INT8 tensor in gives the same INT8 tensor out, in one scale
+SCALE_PRESERVING = frozenset({"Resize", "MaxPool", "Upsample"})
+
+
+def _plan_concats(g: _Graph, plan: QdqPlan) -> None:
+    """Each Concat whose output is quantized: its activation inputs quantized too, one scale for them and it (a
+    tensor in two such Concats joins their groups). An input made by a Resize or MaxPool brings that op's input into
+    the group, quantized for it, so the op runs in INT8 in the Concat's scale."""
+    parent: dict = {}
+
+    def root(t: str) -> str:
+        while parent.setdefault(t, t) != t:
+            t = parent[t]
+        return t
+
+    def join(tensor: str, reader: str, index: int, group: str) -> None:
+        plan.add_activation(tensor, reader, index)
+        parent[root(tensor)] = root(group)
+
+    for node in g.nodes:
+        if node.op_type != "Concat" or node.output[0] not in plan.consumers:
+            continue
+        for index, name in enumerate(node.input):
+            made = g.producer_op(name) not in (None, "Constant")  # a graph input, or computed
+            if not name or g.is_weight(name) or not (made or _is_input(g, name)):
+                continue
+            join(name, node.name, index, node.output[0])
+            mover = g.producer.get(name)
+            if mover is not None and mover.op_type in SCALE_PRESERVING and not g.is_weight(mover.input[0]):
+                join(mover.input[0], mover.name, 0, node.output[0])
+    for tensor in list(parent):
+        plan.scale_groups[tensor] = root(tensor)
+
+
+def _is_input(g: _Graph, name: str) -> bool:
+    return name in {i.name for i in g.graph.input} and name not in g.inits
 
 
 # --- insertion -----------------------------------------------------------------------------------------------------
@@ -408,7 +500,7 @@ def insert_qdq(
         logger.warning(
             "No calibration range for %d tensor(s); left unquantized: %s", len(missing), ", ".join(missing[:10])
         )
-    _Inserter(out).apply(plan, amax)
+    _Inserter(out).apply(plan, plan.shared_amax(amax))
     return out, plan
 
 

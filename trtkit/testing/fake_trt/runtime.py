@@ -108,6 +108,7 @@ def make_runtime_classes(trt) -> dict:
         "ICudaEngine": _engine_class(trt, major),
         "IExecutionContext": _FakeContext,
         "EngineInspector": _FakeInspector,
+        "IProfiler": IProfiler,
     }
     if major >= 10:
         classes["ExecutionContextAllocationStrategy"] = enum.IntEnum(
@@ -326,11 +327,29 @@ def _engine_class(trt, major: int):
     return type("ICudaEngine", (_EngineBase,), attrs)
 
 
+class IProfiler:
+    """Fake ``IProfiler``: a subclass overrides ``report_layer_time``."""
+
+    def report_layer_time(self, layer_name: str, ms: float) -> None:
+        raise NotImplementedError("IProfiler.report_layer_time must be overridden")
+
+
+# the fake GPU time of each layer (one per ONNX node, named as the fake inspector names it): its position, in 1/1000 ms
+FAKE_LAYER_MS = 0.001
+
+
 class _FakeContext:
-    """Fake ``IExecutionContext``. ``calls`` counts each method call (tests assert on the hot path's work)."""
+    """Fake ``IExecutionContext``. ``calls`` counts each method call (tests assert on the hot path's work).
+
+    With a ``profiler`` set, each ``execute_async_v3`` is reported to it (layer ``i`` of the ONNX graph takes
+    ``(i + 1) * FAKE_LAYER_MS``): at once with ``enqueue_emits_profile`` (the default), else at ``report_to_profiler``.
+    """
 
     def __init__(self, engine):
         self.engine = engine
+        self.profiler = None
+        self.enqueue_emits_profile = True
+        self._unreported = 0
         self.calls: Counter = Counter()
         self.shapes: dict = {}
         self.addresses: dict = {}
@@ -464,6 +483,21 @@ class _FakeContext:
             self._log_error("execute_async_v3: a tensor address is not device memory large enough for it")
             return False
         cuda.enqueue(stream_handle, lambda: self._kernel(inputs, outputs, addresses, values))
+        if self.profiler is not None:
+            self._unreported += 1
+            if self.enqueue_emits_profile:
+                self.report_to_profiler()
+        return True
+
+    def report_to_profiler(self) -> bool:
+        self.calls["report_to_profiler"] += 1
+        if self.profiler is None:
+            return False
+        nodes = self.engine._model().graph.node
+        for _ in range(self._unreported):
+            for i, node in enumerate(nodes):
+                self.profiler.report_layer_time(node.name or node.op_type, (i + 1) * FAKE_LAYER_MS)
+        self._unreported = 0
         return True
 
     def _kernel(self, inputs: dict, outputs: dict, addresses: dict, values: dict) -> None:
