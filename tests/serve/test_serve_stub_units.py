@@ -11,7 +11,6 @@ import types
 import numpy as np
 import pytest
 
-from tests import models
 from tests.runtime.fakes import fake_engine_bytes, fake_gpu  # noqa: F401 - a fixture
 from trtkit.errors import ServeError, UsageError
 from trtkit.runtime.cuda import Cuda
@@ -20,15 +19,6 @@ from trtkit.serve import stub, stub_model
 from trtkit.serve.server import ServeSettings, load_model
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
-
-PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
-
-
-@pytest.fixture
-def engine(tmp_path):
-    path = tmp_path / "tiny.engine"
-    path.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
-    return path
 
 
 def _parse(text: str):

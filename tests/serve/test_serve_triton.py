@@ -18,14 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import models
-from tests.runtime.fakes import fake_engine_bytes
+from tests.serve.conftest import tiny_engine_bytes
 from tests.serve.net import free_ports
 from trtkit.errors import DependencyError, ServeError
 
 CHILD = Path(__file__).with_name("serve_child.py")
 ROOT = Path(__file__).parents[2]
-PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
 START_TIMEOUT_S = 90
 
 
@@ -103,7 +101,7 @@ class Child:
 @pytest.fixture
 def engines(tmp_path):
     good = tmp_path / "tiny.engine"
-    good.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
+    good.write_bytes(tiny_engine_bytes())
     junk = tmp_path / "junk.engine"
     junk.write_bytes(b"this is not an engine")
     return good, junk

@@ -22,15 +22,6 @@ from trtkit.serve.server import ServeSettings, batch_limit, close_model, instanc
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
 
-PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
-
-
-@pytest.fixture
-def engine(tmp_path):
-    path = tmp_path / "tiny.engine"
-    path.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
-    return path
-
 
 def test_batch_limit_from_profile_and_max_batch(engine):
     spec = triton_model(engine, trt=make_fake_trt("8.6.0"))
