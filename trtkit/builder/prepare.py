@@ -38,7 +38,8 @@ class PreparedModel:
         target: the :class:`~trtkit.builder.rewrites.ParserTarget` prepared for.
         fold: the constant folding report, or ``None`` when folding was off or not possible.
         hazards: every :class:`~trtkit.builder.rewrites.semantics.Hazard`: a node the parser would import with
-            other semantics than the model's (a build refuses them: :meth:`require_same_semantics`).
+            other semantics than the model's, or one with a tensor type TensorRT lacks
+            (:mod:`~trtkit.builder.rewrites.dtypes`); a build refuses them (:meth:`require_same_semantics`).
     """
 
     loaded: LoadedModel
@@ -102,8 +103,7 @@ class PreparedModel:
         more = f"; and {len(self.hazards) - 4} more" if len(self.hazards) > 4 else ""
         parser = self.target.label if self.target else "TensorRT"
         raise ModelError(
-            f"{parser}'s parser would import {len(self.hazards)} node(s) of '{self.loaded.name}' with other "
-            f"semantics than the model's (the engine would build and give wrong results): {listed}{more}"
+            f"{parser} cannot take {len(self.hazards)} node(s) of '{self.loaded.name}' as they are: {listed}{more}"
         )
 
     def save(self, path) -> Path:
@@ -216,11 +216,11 @@ def prepare(
 
         proto, record = add_uint8_nhwc_input(proto)
         rewrites = [*rewrites, record]
-    from trtkit.builder.rewrites import semantics
+    from trtkit.builder.rewrites import dtypes, semantics
     from trtkit.builder.rewrites.int64_io import original_dtypes
 
     loaded = source if proto is source.proto else LoadedModel(proto, proto.SerializeToString(), source.path)
-    hazards = semantics.find(proto, target)
+    hazards = [*dtypes.find(proto, target), *semantics.find(proto, target)]
     return PreparedModel(loaded, rewrites, source.sha256, original_dtypes(rewrites), target, fold, hazards)
 
 

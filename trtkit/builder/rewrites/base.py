@@ -60,6 +60,8 @@ class ParserTarget:
         int64_io: engines can take and return INT64 tensors.
         supports_op: ``op_type -> bool | None`` (``None``: unknown); the installed parser's answer where there is
             one, else the static support tables.
+        data_types: the ONNX element type names (``FLOAT``, ``BFLOAT16``...) a network can hold (``None``: unknown,
+            not checked); see :mod:`trtkit.builder.rewrites.dtypes`.
     """
 
     label: str
@@ -67,6 +69,7 @@ class ParserTarget:
     int64_io: bool
     supports_op: Callable | None = field(compare=False, repr=False, default=None)
     min_opset: int | None = MIN_PARSER_OPSET  # after supports_op: keeps positional construction as it was
+    data_types: frozenset | None = None
 
     def supported(self, op_type: str, opset: int) -> bool:
         """Whether the parser is known to import ``op_type`` (unknown counts as supported: never rewrite blindly)."""
@@ -85,6 +88,7 @@ class ParserTarget:
             max_documented_opset(version),
             compat.has_int64_io(trt),
             ask if ask is not None else (lambda op: _statically_supported_for(op, version)),
+            data_types=_data_types(trt),
         )
 
     @classmethod
@@ -95,7 +99,27 @@ class ParserTarget:
             max_documented_opset(_ASSUMED_VERSION),
             False,
             lambda op: _statically_supported_for(op, _ASSUMED_VERSION),
+            data_types=_data_types(None),
         )
+
+
+def _data_types(trt) -> frozenset:
+    return ALWAYS_TYPES if trt is None else types_of(trt)
+
+
+# ONNX element types every TensorRT trtkit supports can hold (INT64: 8.6's parser narrows it to INT32; DOUBLE: its
+# weights become FLOAT32, and float64 graph I/O is rewritten)
+ALWAYS_TYPES = frozenset({"FLOAT", "FLOAT16", "INT8", "INT32", "INT64", "BOOL", "UINT8", "DOUBLE"})
+# ONNX element type -> trt.DataType member that holds it, from TensorRT 10 (8.6's parser converts none of them)
+TYPES_FROM_10 = {"BFLOAT16": "BF16", "FLOAT8E4M3FN": "FP8", "INT4": "INT4", "FLOAT4E2M1": "FP4", "FLOAT8E8M0": "E8M0"}
+
+
+def types_of(trt) -> frozenset:
+    """The ONNX element type names a network of the ``tensorrt`` module ``trt`` can hold."""
+    if compat.version(trt)[:1] < (10,):
+        return ALWAYS_TYPES
+    members = getattr(trt, "DataType", None)
+    return ALWAYS_TYPES | {onnx_name for onnx_name, member in TYPES_FROM_10.items() if hasattr(members, member)}
 
 
 def _statically_supported_for(op_type: str, version: tuple):

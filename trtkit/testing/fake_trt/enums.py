@@ -63,6 +63,11 @@ def common_enums(version: str) -> dict:
     data_types = ["FLOAT", "HALF", "INT8", "INT32", "BOOL", "UINT8", "FP8"]
     if _major(version) >= 10:
         data_types += ["BF16", "INT64", "INT4"]
+    parts = tuple(int(p) for p in version.split(".")[:2])
+    if parts >= (10, 8):  # the real bindings: FP4 from 10.8, E8M0 from 10.16 (tests/surface checks them)
+        data_types += ["FP4"]
+    if parts >= (10, 16):
+        data_types += ["E8M0"]
     return {
         "BuilderFlag": make("BuilderFlag", builder_flags(version)),
         "TacticSource": make("TacticSource", tactic_sources(version)),
