@@ -26,7 +26,8 @@ class ProgressEvent:
     """Where a build is.
 
     Attributes:
-        phase: the build phase (``prepare``, ``check``, ``parse``, ``configure``, ``build``, ``inspect``).
+        phase: the build phase (``prepare``, ``parse``, ``configure``, ``build``, ``inspect``; ``check`` after a
+            failed parse).
         elapsed_s: seconds since the build started.
         layers_done: layers whose kernels are chosen (``None`` before TensorRT's log says anything).
         layers_total: layers to choose kernels for (``None`` until TensorRT has said).
