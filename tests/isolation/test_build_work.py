@@ -3,6 +3,7 @@ happen once, in the build worker only, and the build's phase log (``timings_s``)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -11,12 +12,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import isolation_children as children
 import pytest
 from onnx import TensorProto, helper
 
-from trtkit.builder import timeline, warm
+import trtkit.builder.isolate as isolate
+from trtkit.builder import timeline, warm, worker
+from trtkit.builder.api import build, build_isolated
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig
+from trtkit.builder.progress import counted
 from trtkit.errors import ParseError
 from trtkit.log import make_trt_logger
 from trtkit.manifest import read_manifest
@@ -60,9 +65,9 @@ def test_a_fresh_trtkit_build_does_the_heavy_work_once_and_only_in_its_worker(tm
     assert len(per_process) == 1  # one process did TensorRT work: the build worker (the caller made no fake)
     (calls,) = per_process.values()
     # the raw script's one import, one Builder and one parse per build; no op-check parse; the layer detail's
-    # deserialize and inspector per build
+    # deserialize, inspector and (dynamic shapes: formats need them set) execution context per build
     assert dict(calls) == {"import": 1, "Builder": 1, "parse": 2, "Runtime": 2, "deserialize_cuda_engine": 2,
-                           "create_engine_inspector": 2}
+                           "create_engine_inspector": 2, "create_execution_context": 2}
 
     first = json.loads((tmp_path / "a.json").read_text())["timings_s"]
     assert set(first) == set(CALLER + WORKER) and first["process_start"] == 0.0
@@ -135,3 +140,21 @@ def test_process_start_is_when_the_process_began():
     assert 0.0 < age <= wall + 0.02  # imports took some time; no more than the process lived (10 ms ticks)
     assert timeline.relative({"b": 12.5, "a": 10.0, "c": None}) == {"a": 0.0, "b": 2.5}
     assert timeline.relative({"process_start": 9.0, "x": 10.25}) == {"process_start": 0.0, "x": 1.25}
+
+
+def test_an_isolated_build_sends_of_the_verbose_lines_only_those_its_progress_counts(monkeypatch):
+    monkeypatch.setattr(isolate, "DEFAULT_TRT_FACTORY", functools.partial(children.fake_trt, "8.6.0"))
+    worker.shutdown()
+    try:
+        lines: list = []
+        build_isolated(_model(), on_log=lambda s, m: lines.append((s, m)), log_severity="WARNING", progress_lines=True)
+        verbose = [m for s, m in lines if s == "VERBOSE"]
+        assert verbose and all(counted(m) for m in verbose)  # the fake also logs "Fastest Tactic" lines: not sent
+        lines.clear()
+        build_isolated(_model(), on_log=lambda s, m: lines.append((s, m)), log_severity="WARNING")
+        assert not [m for s, m in lines if s == "VERBOSE"]
+        events: list = []
+        build(_model(), on_progress=events.append)
+        assert events[-1].phase == "inspect" and events[-1].layers_done == events[-1].layers_total == 1
+    finally:
+        worker.shutdown()

@@ -75,15 +75,25 @@ def build(
     check_outputs(output_files(config, output), input_files(model, config))
     check_inputs(model, config)
     marks["inputs_checked"] = timeline.now()
-    if on_progress is not None:
-        on_log, on_phase, log_severity = _with_progress(on_progress, on_log, on_phase, log_severity)
+    severity = log_severity
+    if on_progress is not None:  # the tracker reads VERBOSE lines; on_log still gets log_severity and above
+        on_log, on_phase, severity = _with_progress(on_progress, on_log, on_phase, log_severity)
     if isolate and trt is None:
-        # callbacks stay in this process; the child streams log lines and phases back to them
-        result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity, marks=marks)
+        # callbacks stay in this process; the child streams log lines and phases back to them: those at
+        # log_severity and above, and of the VERBOSE ones only what the progress tracker counts
+        result = build_isolated(
+            model,
+            config,
+            on_log=on_log,
+            on_phase=on_phase,
+            log_severity=log_severity,
+            progress_lines=on_progress is not None,
+            marks=marks,
+        )
     else:
         from trtkit.builder.builder import build_serialized
 
-        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
+        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=severity)
     result.marks = {**marks, **result.marks}
     result.manifest = replace(result.manifest, timings_s=timeline.relative(result.marks))
     if output is not None:
@@ -246,6 +256,7 @@ def build_isolated(
     log_severity: str = "INFO",
     timeout: float | None = None,
     trt_factory: Callable[[], object] | None = None,
+    progress_lines: bool = False,
     marks: dict | None = None,
 ):
     """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
@@ -264,6 +275,8 @@ def build_isolated(
         log_severity: lowest severity passed to ``on_log``.
         timeout: seconds before the build is stopped (``None``: no limit).
         trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
+        progress_lines: also send the VERBOSE lines below ``log_severity`` that build progress counts
+            (:func:`trtkit.builder.progress.counted`), for an ``on_log`` that feeds a progress tracker.
         marks: a dict that gets this process's :mod:`~trtkit.builder.timeline` marks of the call (the child's are in
             the result's ``marks``).
 
@@ -292,6 +305,7 @@ def build_isolated(
         config,
         factory,
         log_severity,
+        progress_lines,
         warmup=_warmup(factory),
         on_event=on_event,
         timeout=timeout,
@@ -332,7 +346,7 @@ def _warm_up_in_child(trt_factory) -> None:
     warm.mark("worker_ready")
 
 
-def _build_in_child(model, config, trt_factory, log_severity):
+def _build_in_child(model, config, trt_factory, log_severity, progress_lines=False):
     from trtkit.builder import warm
     from trtkit.builder.builder import build_serialized
 
@@ -342,7 +356,7 @@ def _build_in_child(model, config, trt_factory, log_severity):
         model,
         config,
         trt=trt,
-        on_log=isolate.ChildLog(log_severity),
+        on_log=isolate.ChildLog(log_severity, progress=progress_lines),
         on_phase=isolate.phase_sink,
         log_severity="VERBOSE",
     )

@@ -233,6 +233,7 @@ class _EngineBase:
     # --- contexts, serialization, inspection ----------------------------------------------------------------------
 
     def _new_context(self):
+        record(self._trt, "create_execution_context")
         context = _FakeContext(self)
         self.live_contexts.add(context)
         return context

@@ -2,10 +2,11 @@
 
 Each fake module counts its heavy calls in ``trt.calls`` (a ``Counter``): ``import`` (the module made), ``Builder``,
 ``Runtime``, ``parse`` (an ONNX parse), ``supports_model`` (a parse of its own in the real parser),
-``deserialize_cuda_engine`` and ``create_engine_inspector``. Where ``$TRTKIT_FAKE_TRT_TRACE`` names a file, every
-such call also appends ``<pid> <call>`` to it, so a test sees which process (the caller or a build worker) did what;
-:func:`read_trace` reads it back. :func:`write_package` makes a ``tensorrt`` package that is the fake, for processes
-started with ``PYTHONPATH`` (a fresh ``trtkit build``, its build worker, a raw-API script).
+``deserialize_cuda_engine``, ``create_execution_context`` and ``create_engine_inspector``. Where
+``$TRTKIT_FAKE_TRT_TRACE`` names a file, every such call also appends ``<pid> <call>`` to it, so a test sees which
+process (the caller or a build worker) did what; :func:`read_trace` reads it back. :func:`write_package` makes a
+``tensorrt`` package that is the fake, for processes started with ``PYTHONPATH`` (a fresh ``trtkit build``, its
+build worker, a raw-API script).
 """
 
 from __future__ import annotations
