@@ -15,9 +15,9 @@ On the GPU host (ResNet-50 is exported there first, random weights, with PyTorch
     bash .gpu/bin/gpu-run bash -c '/opt/torch/.venv/bin/python3 scripts/export_torchvision.py resnet50 \
         /tmp/resnet50.onnx && python3 benchmarks/build_overhead.py --resnet50 /tmp/resnet50.onnx'
 
-``--variants no-isolate,no-prepare,no-detail,bare`` also times `trtkit build` with those defaults off (isolation;
-the rewrites, folding and op check; per-layer detail; all of them), under ``variants`` in each model's entry (each
-run's phase log too).
+``--models digits_cnn`` measures only that one of the models given. ``--variants no-isolate,no-prepare,no-detail,bare``
+also times `trtkit build` with those defaults off (isolation; the rewrites, folding and op check; per-layer detail;
+all of them), under ``variants`` in each model's entry (each run's phase log too).
 
 On a CPU, ``--fake`` runs the same commands against trtkit's fake TensorRT (a ``tensorrt`` package put first on
 both processes' ``PYTHONPATH``): a dry run of the harness, whose seconds measure process starts, imports and trtkit's
@@ -151,6 +151,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--digits", default=str(ROOT / "tests" / "data" / "digits_cnn.onnx"))
     parser.add_argument("--resnet50", help="ResNet-50 ONNX (scripts/export_torchvision.py resnet50 ...)")
+    parser.add_argument("--models", default="", help="only these of the models given, comma separated (digits_cnn, "
+                        "resnet50)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "build-overhead-h200.json"))
     parser.add_argument("--fake", action="store_true", help="dry run on trtkit's fake TensorRT (CPU)")
@@ -171,6 +173,12 @@ def main(argv=None) -> int:
     models = {"digits_cnn": (Path(args.digits), (1, 32, 64))}
     if args.resnet50:
         models["resnet50"] = (Path(args.resnet50), (1, 32, 32))
+    if args.models:
+        chosen = [m for m in args.models.split(",") if m]
+        missing = [m for m in chosen if m not in models]
+        if missing:
+            parser.error(f"--models {', '.join(missing)}: not given; known here: {', '.join(models)}")
+        models = {name: models[name] for name in chosen}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = fake_environment(Path(tmp)) if args.fake else None
