@@ -6,9 +6,10 @@ In one call:
 1. ResNet-50 (torchvision, random weights, seed 0) exported by the torch venv; built FP16 with trtkit (TensorRT's own
    tactic sources: the GPU bundle stubs cuBLAS/cuDNN), profile batch 1/32/32; cached by ONNX sha256 in ``--cache``.
 2. ``bench_streams2_ips``: ``trtkit bench --streams 2`` on that engine at batch 32 (CUDA graphs, copies included).
-3. ``trtkit serve`` on that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``) in a child process;
-   ``ready_s``: from the engines loaded to Triton ready with the model (the server's own figure), ``start_s`` from
-   the command's start.
+3. ``trtkit serve --backend`` (``--backend``, default ``stub``: the runners inside Triton's Python backend stubs) on
+   that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``) in a child process; ``ready_s``: from
+   the engines described to Triton ready with the model (the server's own figure; the stub backend's runners load
+   inside it), ``start_s`` from the command's start.
 4. ``grpc``: load over gRPC at concurrency 1, 8 and 64, one request of batch 1 at a time per worker, from
    ``--client-procs`` client processes (one Python client cannot make the requests/s of a batch-32 engine); their
    latencies are merged before the percentiles are taken. With ``--shared-memory system`` (the default) the server
@@ -20,6 +21,8 @@ In one call:
    the levels run); ``leak_bytes_device``: the GPU's free memory (cudaMemGetInfo, device-wide, so the server's
    allocations count) after a warm-up load minus after the soak.
 6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
+6b. ``compare``: with ``--compare pytriton`` (the default when the main run is the stub backend), steps 3-4 again
+   with that backend, given what is left before the deadline, and ``grpc64_main_over_this``.
 7. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
 Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
@@ -113,13 +116,14 @@ def bench_streams2(engine: Path, duration_s: float) -> float:
 
 
 class ServeProcess:
-    def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str):
+    def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str):
         self.status = workdir / f"status-{tag}.json"
         self.output = workdir / f"serve-{tag}.out"
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
         shared = ["--shared-memory"] if args.shared_memory == "system" else []
-        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--instances", str(args.instances),
+        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend,
+               "--instances", str(args.instances),
                "--max-batch", str(MAX_BATCH), "--max-queue-delay-us", str(args.max_queue_delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
                str(args.port + 2), "--json", str(self.status), "--log-file", str(self.log_file)]
@@ -223,16 +227,18 @@ def served_as(engine: Path, workdir: Path, name: str = "resnet50") -> Path:
     return link
 
 
-def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, tag: str, levels, soak: bool) -> dict:
-    out: dict = {"gpus": gpus}
-    server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag)
+def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, tag: str, levels, soak: bool,
+                   backend: str | None = None) -> dict:
+    backend = backend or args.backend
+    out: dict = {"gpus": gpus, "backend": backend}
+    server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag, backend)
     try:
         status = server.wait_ready(args.ready_timeout_s)
         out.update(ready_s=round(status["ready_s"], 3), load_s=round(status["load_s"], 3),
                    start_s=status["start_s"], instances=status["models"][0]["instances"])
         url = f"127.0.0.1:{args.port + 1}"
         out["grpc"] = {"concurrency": {}, "shared_memory": args.shared_memory}
-        out["level_s"] = level_s = level_seconds(args, len(levels), soak)
+        out["level_s"] = level_s = level_seconds(args, len(levels), soak, args.compare_levels_s)
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: load(
@@ -259,10 +265,11 @@ LOAD_OVERHEAD_S = 2.5
 STOP_RESERVE_S = 20.0
 
 
-def level_seconds(args, levels: int, soak: bool) -> float:
+def level_seconds(args, levels: int, soak: bool, reserved_s: float = 0.0) -> float:
     """Seconds of load per concurrency level: ``--duration-s``, shortened (to no less than 2 s) so that the levels, then
-    the soak's ``--soak-s`` (when ``soak``) end before ``--deadline-s``."""
-    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
+    the soak's ``--soak-s`` (when ``soak``) and ``reserved_s`` (the comparison run after it) end before
+    ``--deadline-s``."""
+    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - reserved_s
     if soak:
         left -= args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
     return round(min(args.duration_s, max(2.0, left / max(levels, 1) - LOAD_OVERHEAD_S)), 1)
@@ -298,12 +305,23 @@ def main() -> int:
     ap.add_argument("--soak-s", type=float, default=60.0, help="the soak's own seconds, reserved before the levels")
     ap.add_argument("--shared-memory", choices=("system", "none"), default="system",
                     help="system: clients send inputs through system shared memory (default); none: in each request")
+    ap.add_argument("--backend", choices=("stub", "pytriton"), default="stub",
+                    help="trtkit serve --backend for the main run (default stub: the runners inside Triton's Python "
+                    "backend stubs)")
+    ap.add_argument("--compare", choices=("pytriton", "stub", "none"), default="pytriton",
+                    help="after the main run, serve with this backend too and load it at 1/8/64 (no soak): "
+                    "results['compare'] (default pytriton, the older path)")
+    ap.add_argument("--compare-levels-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
     ap.add_argument("--ready-timeout-s", type=float, default=180)
     ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
     ap.add_argument("--onnx", help="serve this ONNX model instead of exporting ResNet-50 (input 'images')")
     ap.add_argument("--serve-with", help="run trtkit serve through this script (same arguments)")
     args = ap.parse_args()
+    if args.compare == args.backend:
+        args.compare = "none"
+    # the comparison's share of the deadline: its server's start and stop, and three levels of --duration-s
+    args.compare_levels_s = 0.0 if args.compare == "none" else 3 * (args.duration_s + LOAD_OVERHEAD_S) + 15.0
     results: dict = {"errors": {}, "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     RESULT_PATHS[:] = [Path(args.results)] + ([Path(args.out, "serve-h200.json")] if args.out else [])
@@ -351,11 +369,22 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
     results["bench_streams2_ips"] = step(results, "bench_streams2", lambda: bench_streams2(engine, args.bench_s))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
                                                          True)) or {}
-    keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s")
+    keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend")
     results.update({k: one.get(k) for k in keys})
     ips64 = ((one.get("grpc") or {}).get("concurrency", {}).get("64") or {}).get("ips")
     if ips64 and results.get("bench_streams2_ips"):
         results["grpc64_vs_bench_streams2"] = round(ips64 / results["bench_streams2_ips"], 3)
+    if args.compare != "none":
+        left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
+        if left >= args.compare_levels_s * 0.5:
+            args.compare_levels_s = 0.0
+            results["compare"] = step(results, "compare", lambda: serve_and_load(
+                engine, args, workdir, results, "0", f"{args.compare}-gpu0", (1, 8, 64), False, args.compare))
+            cmp64 = (((results.get("compare") or {}).get("grpc") or {}).get("concurrency", {}).get("64") or {})
+            if cmp64.get("ips") and ips64:
+                results["compare"]["grpc64_main_over_this"] = round(ips64 / cmp64["ips"], 2)
+        else:
+            results["compare"] = f"not run: {left:.0f} s left before the deadline"
     count = results["environment"].get("gpu_count") or 0
     if count >= 2:
         results["two_gpus"] = step(results, "two_gpus", lambda: serve_and_load(

@@ -1,4 +1,5 @@
-"""``trtkit serve`` on a real GPU: the tiny conv net behind Triton (pytriton), one HTTP and one gRPC round trip equal
+"""``trtkit serve`` on a real GPU, both backends (runners in Triton's backend stubs; runners behind pytriton's proxy):
+the tiny conv net behind Triton, one HTTP and one gRPC round trip equal
 to TrtRunner's outputs, a wrong shape refused while the model stays ready, instances on every GPU of the host.
 
 Needs the serve extra in the GPU bundle, with a numpy pytriton accepts (0.7.0: numpy<2; skipped with the reason
@@ -32,7 +33,8 @@ def engine(tmp_path_factory):
     return path
 
 
-def test_serve_round_trips_on_the_gpu(engine):
+@pytest.mark.parametrize("backend", ["stub", "pytriton"])
+def test_serve_round_trips_on_the_gpu(engine, backend):
     pytest.importorskip("pytriton", reason="the serve extra is not in this environment (pip install 'trtkit[serve]')")
     from trtkit.errors import DependencyError
     from trtkit.serve.backend import check_numpy
@@ -55,10 +57,12 @@ def test_serve_round_trips_on_the_gpu(engine):
     with TrtRunner(engine) as runner:
         want = runner.infer({"x": x})["y"]
     settings = ServeSettings(instances=2, gpus=gpus, http_port=http_port, grpc_port=grpc_port,
-                             metrics_port=metrics_port, exit_timeout_s=10)
+                             metrics_port=metrics_port, exit_timeout_s=10, backend=backend)
     with Server([engine], settings) as server:
         (model,) = server.models
-        assert [d for d, _ in model.runners] == [g for g in gpus for _ in range(2)] and model.max_batch == 4
+        assert model.devices == [g for g in gpus for _ in range(2)] and model.max_batch == 4
+        # the stub backend's runners are in Triton's backend stubs, none in this process
+        assert len(model.runners) == (0 if backend == "stub" else len(model.devices))
         with thttp.InferenceServerClient(f"127.0.0.1:{http_port}") as http:
             inp = thttp.InferInput("x", list(x.shape), "FP32")
             inp.set_data_from_numpy(x)

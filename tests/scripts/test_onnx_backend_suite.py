@@ -16,7 +16,7 @@ def test_three_cases_end_to_end_on_the_fake_backend(suite, tmp_path, capsys):
     report = json.loads(out.read_text())
     for adapter in ("raw", "trtkit"):
         assert set(report["summary"][adapter]) == {"pass", "error", "mismatch", "crash", "timeout", "not_run",
-                                                   "median_s", "median_phases_s"}
+                                                   "median_s", "median_s_both_pass", "median_phases_s"}
     assert report["settings"]["order"] == "shuffle" and report["settings"]["seed"] == 0
     cases = report["cases"]
     assert cases["test_operator_exp"]["raw"]["status"] == cases["test_operator_exp"]["trtkit"]["status"] == "pass"
@@ -38,6 +38,21 @@ def test_the_budget_leaves_cases_not_run(suite, tmp_path):
     report = suite.assemble(cases, results, ("raw",), {"tensorrt": "fake", "onnx": "x"})
     assert report["summary"]["raw"]["not_run"] == 2
     assert all("time budget" in c["raw"]["error"] for c in report["cases"].values())
+
+
+def test_the_like_for_like_median_is_over_the_cases_both_adapters_pass(suite):
+    # raw fails one case fast, trtkit builds it: over every reached case raw looks faster, on the same cases not
+    cases = [{"name": n, "kind": "node", "ops": []} for n in ("a", "b", "c")]
+    results = {(0, "raw"): {"status": "pass", "error": None, "seconds": 2.0},
+               (0, "trtkit"): {"status": "pass", "error": None, "seconds": 2.2},
+               (1, "raw"): {"status": "error", "error": "parse", "seconds": 0.01},
+               (1, "trtkit"): {"status": "pass", "error": None, "seconds": 3.0},
+               (2, "raw"): {"status": "error", "error": "parse", "seconds": 0.01},
+               (2, "trtkit"): {"status": "error", "error": "x", "seconds": 0.5}}
+    summary = suite.assemble(cases, results, ("raw", "trtkit"), {"tensorrt": "fake", "onnx": "x"})["summary"]
+    assert summary["raw"]["median_s"] == 0.01 and summary["trtkit"]["median_s"] == 2.2
+    assert summary["raw"]["median_s_both_pass"] == 2.0 and summary["trtkit"]["median_s_both_pass"] == 2.2
+    assert summary["both_pass"] == 1
 
 
 def test_mismatch_uses_the_cases_tolerances(suite):

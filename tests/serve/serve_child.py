@@ -13,30 +13,13 @@ import sys
 
 
 def main(argv: list) -> int:
-    import cuda.bindings
+    from tests.serve.stub_prelude import install_fakes
 
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
-
-    rt = FakeCudart(devices=int(os.environ.get("TRTKIT_FAKE_GPUS", "1")))
-    sys.modules["tensorrt"] = make_fake_trt("8.6.0")
-    sys.modules["cuda.bindings.runtime"] = rt
-    cuda.bindings.runtime = rt
+    # trtkit serve --backend stub: each Triton backend stub puts the same fakes in place
+    os.environ.setdefault("TRTKIT_SERVE_STUB_PRELUDE", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                    "stub_prelude.py"))
+    rt = install_fakes()
     from trtkit.cli.main import main as trtkit_main
-
-    delay = float(os.environ.get("TRTKIT_FAKE_INFER_S", "0"))
-    if delay:
-        import time
-
-        from trtkit.runtime.runner import TrtRunner
-
-        infer = TrtRunner.infer
-
-        def slow_infer(self, feed, **kwargs):
-            time.sleep(delay)
-            return infer(self, feed, **kwargs)
-
-        TrtRunner.infer = slow_infer
 
     code = trtkit_main(argv)
     devices = sorted(set(rt.allocation_device.values()))

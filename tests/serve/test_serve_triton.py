@@ -18,14 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import models
-from tests.runtime.fakes import fake_engine_bytes
+from tests.serve.conftest import tiny_engine_bytes
 from tests.serve.net import free_ports
 from trtkit.errors import DependencyError, ServeError
 
 CHILD = Path(__file__).with_name("serve_child.py")
 ROOT = Path(__file__).parents[2]
-PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
 START_TIMEOUT_S = 90
 
 
@@ -103,23 +101,25 @@ class Child:
 @pytest.fixture
 def engines(tmp_path):
     good = tmp_path / "tiny.engine"
-    good.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
+    good.write_bytes(tiny_engine_bytes())
     junk = tmp_path / "junk.engine"
     junk.write_bytes(b"this is not an engine")
     return good, junk
 
 
-def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engines):
+@pytest.mark.parametrize("backend", ["pytriton", "stub"])
+def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engines, backend):
     import tritonclient.grpc as tgrpc
     import tritonclient.http as thttp
     from tritonclient.utils import InferenceServerException
 
     good, junk = engines
     http_port, grpc_port, metrics_port = free_ports(3)
+    stubs_report = tmp_path / "stubs.jsonl"  # the stub backend's runners live in Triton's stubs: each reports there
     child = Child(tmp_path, [str(good), str(junk), "--instances", "2", "--gpus", "0,1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-                             "--max-queue-delay-us", "500"],
-                  env={"TRTKIT_FAKE_GPUS": "2", "TRTKIT_FAKE_INFER_S": "0.2"})
+                             "--max-queue-delay-us", "500", "--backend", backend],
+                  env={"TRTKIT_FAKE_GPUS": "2", "TRTKIT_FAKE_INFER_S": "0.2", "TRTKIT_FAKE_REPORT": str(stubs_report)})
     try:
         status = child.wait_ready()
         assert [m["name"] for m in status["models"]] == ["tiny"]
@@ -152,6 +152,10 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
         np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), want, rtol=1e-6)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         assert 'nv_inference_request_success{model="tiny",version="1"} 3' in metrics
+        if backend == "stub":  # Triton's own statistics: every batch ran, none failed
+            stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/tiny/stats",
+                                                      timeout=10).read())["model_stats"][0]
+            assert stats["inference_stats"]["success"]["count"] == 3 and stats["inference_stats"]["fail"]["count"] == 0
 
         from trtkit.bench.serving import LoadSettings, load_test
 
@@ -185,10 +189,16 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
     out = child.output()
     assert "stopping: finishing requests in flight" in out and "stopped" in out
     fake = json.loads(out.split("FAKE_CUDA ", 1)[1].splitlines()[0])
+    if backend == "stub":  # nothing allocated in the serving process; each of the 4 stubs freed what it made
+        assert fake["devices"] == [] and fake["live"]["device"] == 0
+        stubs = [json.loads(line) for line in stubs_report.read_text().splitlines()]
+        assert len(stubs) == 4 and sorted(d for s in stubs for d in s["devices"]) == [0, 0, 1, 1], stubs
+        fake = {"live": {k: sum(s["live"][k] for s in stubs) for k in ("device", "streams")}, "devices": [0, 1]}
     assert fake["devices"] == [0, 1] and fake["live"]["device"] == 0 and fake["live"]["streams"] == 0
 
 
-def test_inputs_through_system_shared_memory(tmp_path, engines):
+@pytest.mark.parametrize("backend", ["pytriton", "stub"])
+def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
     import tritonclient.grpc as tgrpc
     import tritonclient.utils.shared_memory as shm
 
@@ -197,7 +207,7 @@ def test_inputs_through_system_shared_memory(tmp_path, engines):
     good, _ = engines
     http_port, grpc_port, metrics_port = free_ports(3)
     child = Child(tmp_path, [str(good), "--shared-memory", "--http-port", str(http_port), "--grpc-port",
-                             str(grpc_port), "--metrics-port", str(metrics_port)])
+                             str(grpc_port), "--metrics-port", str(metrics_port), "--backend", backend])
     try:
         child.wait_ready()
         for use_grpc, port in ((True, grpc_port), (False, http_port)):
@@ -255,3 +265,40 @@ def test_port_in_use_is_named(tmp_path, engines):
                               capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1
     assert f"gRPC port {grpc_port} on 127.0.0.1 is in use by pid {os.getpid()}" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, strict):
+    good, _ = engines
+    other = tmp_path / "other.engine"
+    other.write_bytes(good.read_bytes())
+    http_port, grpc_port, metrics_port = free_ports(3)
+    args = [str(good), str(other), "--backend", "stub", "--http-port", str(http_port), "--grpc-port",
+            str(grpc_port), "--metrics-port", str(metrics_port), *(["--strict"] if strict else [])]
+    env = {"TRTKIT_FAKE_STUB_FAIL": "other"}  # the stubs of other.engine fail to make their runner
+    if strict:
+        proc = subprocess.run([sys.executable, str(CHILD), "serve", *args], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        said = " ".join(proc.stderr.split())
+        assert f"--strict: every engine must load; could not load '{other}': Triton could not load it" in said
+        assert "fake stub failure for other" in said
+        return
+    child = Child(tmp_path, args, env=env)
+    try:
+        status = child.wait_ready()
+        assert [m["name"] for m in status["models"]] == ["tiny"]
+        (failed,) = status["failed"]
+        assert failed["engine"] == str(other) and "fake stub failure for other" in failed["reason"]
+        import tritonclient.http as thttp
+
+        x = np.ones((1, 3, 8, 8), np.float32)
+        with thttp.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=30) as http:
+            assert http.is_model_ready("tiny") and not http.is_model_ready("other")
+            inp = thttp.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), expected_outputs(good, x), rtol=1e-6)
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.finish() == 0
+    finally:
+        child.kill()

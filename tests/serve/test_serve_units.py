@@ -17,26 +17,10 @@ from trtkit.export.triton import triton_model
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.runner import TrtRunner
 from trtkit.serve import backend, ports
-from trtkit.serve.server import (
-    ServeSettings,
-    batch_limit,
-    close_model,
-    instance_callable,
-    joined_inputs,
-    load_model,
-    run_requests,
-)
+from trtkit.serve.batching import joined_inputs, run_requests
+from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model
 from trtkit.testing.fake_cuda import FakeCudart
 from trtkit.testing.fake_trt import make_fake_trt
-
-PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
-
-
-@pytest.fixture
-def engine(tmp_path):
-    path = tmp_path / "tiny.engine"
-    path.write_bytes(fake_engine_bytes(models.tiny_conv(), [PROFILE]))
-    return path
 
 
 def test_batch_limit_from_profile_and_max_batch(engine):
@@ -72,7 +56,7 @@ def test_bad_settings(kwargs, message):
 def test_instances_spread_over_gpus_each_called_on_its_own(engine):
     rt = FakeCudart(devices=3)
     cuda, trt = Cuda(rt), make_fake_trt("8.6.0")
-    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2)), trt=trt, cuda=cuda)
+    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2), backend="pytriton"), trt=trt, cuda=cuda)
     assert [d for d, _ in model.runners] == [0, 0, 2, 2]
     assert sorted(set(rt.allocation_device.values())) == [0, 2]
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
@@ -92,7 +76,7 @@ def test_instances_spread_over_gpus_each_called_on_its_own(engine):
 def test_load_model_frees_what_it_made_when_a_gpu_is_missing(engine):
     rt = FakeCudart(devices=1)
     with pytest.raises(CudaError, match=r"cudaSetDevice\(1\)"):
-        load_model(engine, ServeSettings(gpus=(0, 1)), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+        load_model(engine, ServeSettings(gpus=(0, 1), backend="pytriton"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
     assert rt.live_allocations()["device"] == 0
 
 

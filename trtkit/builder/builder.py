@@ -93,7 +93,7 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
         fold_constants=config.fold_constants,
         nms=config.add_nms,
         input_uint8_nhwc=config.input_uint8_nhwc,
-    )
+    ).require_same_semantics()
     loaded = prepared.loaded
     if custom_ops(loaded.proto):  # plugin ops (EfficientNMS_TRT from add_nms) come from the registry: load it first
         compat.load_plugins(trt, logger)

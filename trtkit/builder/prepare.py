@@ -37,6 +37,8 @@ class PreparedModel:
             converts back.
         target: the :class:`~trtkit.builder.rewrites.ParserTarget` prepared for.
         fold: the constant folding report, or ``None`` when folding was off or not possible.
+        hazards: every :class:`~trtkit.builder.rewrites.semantics.Hazard`: a node the parser would import with
+            other semantics than the model's (a build refuses them: :meth:`require_same_semantics`).
     """
 
     loaded: LoadedModel
@@ -45,6 +47,7 @@ class PreparedModel:
     original_dtypes: dict = field(default_factory=dict)
     target: ParserTarget | None = None
     fold: object = None
+    hazards: list = field(default_factory=list)
 
     @property
     def proto(self):
@@ -84,7 +87,24 @@ class PreparedModel:
             "prepared_sha256": self.sha256,
             "original_dtypes": dict(self.original_dtypes),
             "rewrites": [r.to_json() for r in self.rewrites],
+            "hazards": [h.to_json() for h in self.hazards],
         }
+
+    def require_same_semantics(self) -> PreparedModel:
+        """``self``, unless the parser would import some node with other semantics than the model's.
+
+        Raises:
+            ModelError: naming each such node, its op, what the parser would compute instead and what to change.
+        """
+        if not self.hazards:
+            return self
+        listed = "; ".join(str(h) for h in self.hazards[:4])
+        more = f"; and {len(self.hazards) - 4} more" if len(self.hazards) > 4 else ""
+        parser = self.target.label if self.target else "TensorRT"
+        raise ModelError(
+            f"{parser}'s parser would import {len(self.hazards)} node(s) of '{self.loaded.name}' with other "
+            f"semantics than the model's (the engine would build and give wrong results): {listed}{more}"
+        )
 
     def save(self, path) -> Path:
         """Write the prepared model; external weights go to ``<name>.data`` beside it.
@@ -196,10 +216,12 @@ def prepare(
 
         proto, record = add_uint8_nhwc_input(proto)
         rewrites = [*rewrites, record]
+    from trtkit.builder.rewrites import semantics
     from trtkit.builder.rewrites.int64_io import original_dtypes
 
     loaded = source if proto is source.proto else LoadedModel(proto, proto.SerializeToString(), source.path)
-    return PreparedModel(loaded, rewrites, source.sha256, original_dtypes(rewrites), target, fold)
+    hazards = semantics.find(proto, target)
+    return PreparedModel(loaded, rewrites, source.sha256, original_dtypes(rewrites), target, fold, hazards)
 
 
 def _append_nms(proto, options, rewrites: list):

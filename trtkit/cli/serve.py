@@ -60,6 +60,13 @@ def add_arguments(parser) -> None:
         help="let clients send inputs through system shared memory (trtkit bench --shared-memory system; clients on "
         "this host; keep --host on loopback)",
     )
+    g.add_argument(
+        "--backend",
+        choices=("pytriton", "stub"),
+        default="stub",
+        help="where the runners run: stub (default: inside Triton's Python backend stubs, no hop to this process) or "
+        "pytriton (in this process, behind pytriton's proxy)",
+    )
     options.add_json_option(parser)
 
 
@@ -81,6 +88,7 @@ def run(args, console) -> int:
         exit_timeout_s=args.exit_timeout_s,
         log_file=args.log_file,
         shared_memory=args.shared_memory,
+        backend=args.backend,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)
@@ -109,7 +117,7 @@ def status(server) -> dict:
                 "engine": m.engine,
                 "max_batch": m.max_batch,
                 "preferred_batch_sizes": list(m.preferred_batch_sizes),
-                "instances": [d for d, _ in m.runners],
+                "instances": list(m.devices),
                 "inputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.inputs},
                 "outputs": {t.name: [str(t.dtype), list(t.dims)] for t in m.spec.outputs},
             }
@@ -125,7 +133,7 @@ def _show(server, console) -> None:
             m.name,
             m.max_batch or "unbatched",
             ",".join(map(str, m.preferred_batch_sizes)) or "-",
-            ",".join(f"gpu{d}" for d, _ in m.runners),
+            ",".join(f"gpu{d}" for d in m.devices),
             m.engine,
         )
         for m in server.models

@@ -308,24 +308,32 @@ def config_pbtxt(
     model: TritonModel, *, instances: int = 1, gpus: tuple = (), max_queue_delay_us: int = 100, cuda_graphs: bool = True
 ) -> str:
     """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``)."""
-    lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"', f"max_batch_size: {model.max_batch_size}"]
+    lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"']
+    lines += io_and_batching_lines(model, model.max_batch_size, model.preferred_batch_sizes, max_queue_delay_us)
+    gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
+    lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
+    if cuda_graphs:
+        lines.append("optimization { cuda { graphs: true } }")
+    return "\n".join(lines) + "\n"
+
+
+def io_and_batching_lines(model: TritonModel, max_batch: int, preferred: tuple, max_queue_delay_us: int) -> list:
+    """The ``config.pbtxt`` lines every backend's model shares: ``max_batch_size``, inputs, outputs and (batched)
+    ``dynamic_batching``."""
+    lines = [f"max_batch_size: {int(max_batch)}"]
     for section, tensors in (("input", model.inputs), ("output", model.outputs)):
         items = [
             f'  {{ name: "{t.name}" data_type: {t.triton_dtype} dims: [ {", ".join(map(str, t.dims))} ] }}'
             for t in tensors
         ]
         lines.append(f"{section} [\n" + ",\n".join(items) + "\n]")
-    if model.max_batch_size > 0:
-        sizes = ", ".join(map(str, model.preferred_batch_sizes))
+    if max_batch > 0:
+        sizes = ", ".join(map(str, preferred))
         lines.append(
             f"dynamic_batching {{\n  preferred_batch_size: [ {sizes} ]\n"
             f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}\n}}"
         )
-    gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
-    lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
-    if cuda_graphs:
-        lines.append("optimization { cuda { graphs: true } }")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 @dataclass

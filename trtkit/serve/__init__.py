@@ -6,8 +6,10 @@
 
 pytriton (``pip install "trtkit[serve]"``) ships the ``tritonserver`` binary and its Python backend; each model
 instance is one :class:`~trtkit.runtime.runner.TrtRunner` (CUDA graphs, its own stream) on its GPU, with Triton's
-dynamic batcher in front. :mod:`trtkit.serve.backend` prepares what Triton's Python backend needs from this
-interpreter; :mod:`trtkit.serve.ports` names a port that is already taken.
+dynamic batcher in front. The runners run inside Triton's Python backend stubs (:mod:`trtkit.serve.stub`, the
+default) or in this process behind pytriton's proxy (``ServeSettings(backend="pytriton")``).
+:mod:`trtkit.serve.backend` prepares what Triton's Python backend needs from this interpreter; :mod:`trtkit.serve.ports`
+names a port that is already taken.
 """
 
 from trtkit.serve.server import LoadFailure, Server, ServeSettings

@@ -26,11 +26,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
+from trtkit.serve.batching import run_requests
 
 if TYPE_CHECKING:
     from trtkit.export.triton import TritonModel
 
 logger = logging.getLogger("trtkit")
+# how long the stub backend's tritonserver may take to load every model (each instance's stub loads its engine)
+STUB_LOAD_TIMEOUT_S = 300.0
+
+
+# where the runners run: in this process behind pytriton's proxy, or inside Triton's Python backend stubs
+BACKENDS = ("pytriton", "stub")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,10 @@ class ServeSettings:
             system``: requests carry a region's name, not their inputs). pytriton closes it by default (with its
             other administrative endpoints, behind a token it makes up); opened, any client that reaches the ports
             can have the server map shared memory of this host, so keep ``host`` on loopback then.
+        backend: where the runners run. ``"stub"`` (default): inside Triton's Python backend stubs themselves, one
+            runner per stub process, on a model repository trtkit writes (:mod:`trtkit.serve.stub`), with no hop to
+            this process; ``"pytriton"``: in this process, behind pytriton's proxy (each batch goes from Triton's
+            backend stub to this process and back through ZeroMQ and pytriton's tensor store).
     """
 
     instances: int = 1
@@ -67,9 +78,16 @@ class ServeSettings:
     exit_timeout_s: int = 30
     log_file: str | None = None
     shared_memory: bool = False
+    backend: str = "stub"
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
+        if self.backend not in BACKENDS:
+            raise UsageError(
+                f"backend={self.backend!r}: give one of {', '.join(BACKENDS)}",
+                field="backend",
+                accepted=", ".join(BACKENDS),
+            )
         if int(self.instances) < 1:
             raise UsageError(
                 f"instances must be 1 or more, not {self.instances}", field="instances", accepted="1 or more"
@@ -109,12 +127,14 @@ class LoadFailure:
 
 @dataclass
 class LoadedModel:
-    """One engine ready to serve: its Triton description, batch limit and one ``(gpu, runner)`` per instance."""
+    """One engine ready to serve: its Triton description, batch limit, the GPU of each instance and (the pytriton
+    backend: in this process) one ``(gpu, runner)`` per instance."""
 
     engine: str
     spec: TritonModel
     max_batch: int
     preferred_batch_sizes: tuple
+    devices: list = field(default_factory=list)
     runners: list = field(default_factory=list)
 
     @property
@@ -150,7 +170,8 @@ def batch_limit(spec, max_batch: int | None, engine) -> tuple:
 
 
 def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> LoadedModel:
-    """Describe ``engine`` for Triton and make one runner per instance, each on its GPU.
+    """Describe ``engine`` for Triton and (the pytriton backend) make one runner per instance, each on its GPU; the
+    stub backend's runners are made in Triton's backend stubs.
 
     Raises:
         EngineError / ProfileError / CudaError: the engine cannot be loaded or served as asked (nothing is left
@@ -163,7 +184,9 @@ def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> Loade
     cuda = cuda or Cuda()
     spec = triton_model(engine, trt=trt)
     max_batch, preferred = batch_limit(spec, settings.max_batch, engine)
-    model = LoadedModel(str(engine), spec, max_batch, preferred)
+    model = LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
+    if settings.backend == "stub":
+        return model
     try:
         for device in settings.devices():
             cuda.set_device(device)
@@ -182,45 +205,6 @@ def close_model(model: LoadedModel, cuda) -> None:
             cuda.set_device(device)
         runner.close()
     model.runners.clear()
-
-
-def run_requests(runner, requests: list, batched: bool) -> list:
-    """Run Triton's gathered ``requests`` (each a mapping of input name to array) on ``runner``.
-
-    A batched model's requests are joined along the batch dimension into one call and each gets its rows of the
-    outputs back; an unbatched model runs them one by one. The rows are joined straight into the runner's pinned
-    input buffers where the inputs' dtypes are the engine's (:func:`joined_inputs`).
-    """
-    if not batched:
-        return [runner.infer({name: req[name] for name in req}) for req in requests]
-    if len(requests) == 1:
-        req = requests[0]
-        return [runner.infer({name: req[name] for name in req})]
-    names = list(requests[0])
-    sizes = [len(req[names[0]]) for req in requests]
-    outputs = runner.infer(joined_inputs(runner, requests, names))
-    cuts = np.cumsum(sizes)[:-1]
-    split = {name: np.split(value, cuts) for name, value in outputs.items()}
-    return [{name: parts[i] for name, parts in split.items()} for i in range(len(requests))]
-
-
-def joined_inputs(runner, requests: list, names: list) -> dict:
-    """The inputs of ``requests`` joined along the batch dimension, into the runner's pinned input buffers
-    (:meth:`~trtkit.runtime.runner.TrtRunner.host_inputs`: the join is then the only host copy, and the buffers are
-    sent from where they are) when every input is one of the engine's, in its dtype; else into new arrays, which the
-    runner converts and copies as it does any input."""
-    parts = {name: [req[name] for req in requests] for name in names}
-    specs = {spec.name: spec for spec in runner.input_specs}
-    direct = set(parts) == set(specs) and all(
-        np.dtype(p.dtype) == np.dtype(specs[name].dtype) for name, group in parts.items() for p in group
-    )
-    if not direct:
-        return {name: np.concatenate(group) for name, group in parts.items()}
-    shapes = {name: (sum(len(p) for p in group), *group[0].shape[1:]) for name, group in parts.items()}
-    views = runner.host_inputs(shapes)
-    for name, group in parts.items():
-        np.concatenate(group, out=views[name])
-    return views
 
 
 def instance_callable(runner, device: int, cuda, batched: bool):
@@ -259,6 +243,8 @@ class Server:
         self._triton: Any = None  # pytriton's Triton, once started
         self._stop = threading.Event()
         self._log_dir: tempfile.TemporaryDirectory | None = None
+        self._stub: Any = None  # the stub backend's tritonserver (trtkit.serve.stub.StubTriton), once started
+        self._work_dir: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> "Server":
         self.start()
@@ -297,7 +283,10 @@ class Server:
         self._log_dir = None if self.settings.log_file else tempfile.TemporaryDirectory(prefix="trtkit-serve-")
         started = time.monotonic()
         try:
-            self._start_triton(env)
+            if self.settings.backend == "stub":
+                self._start_stub(env)
+            else:
+                self._start_triton(env)
         except BaseException:
             self.stop()
             raise
@@ -367,6 +356,26 @@ class Server:
         except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
             raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){self._log_tail()}") from exc
 
+    def _start_stub(self, env: dict) -> None:
+        from trtkit.serve import stub
+
+        self._work_dir = tempfile.TemporaryDirectory(prefix="trtkit-serve-stub-")
+        work = Path(self._work_dir.name)
+        repo = stub.write_repository(self.models, self.settings, work / "models")
+        try:
+            self._stub = stub.StubTriton(repo, self.settings, work, self.log_file, stub.server_environment(env))
+            failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
+        except ServeError as exc:
+            raise ServeError(f"Triton did not start ({exc}){self._log_tail()}") from exc
+        for model in [m for m in self.models if m.name in failed]:
+            self.models.remove(model)
+            self.failures.append(LoadFailure(model.engine, f"Triton could not load it: {failed[model.name]}"))
+            logger.warning("Not serving '%s': %s", model.engine, failed[model.name])
+        if failed and (self.settings.strict or not self.models):
+            listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
+            why = "strict=True: every engine must load" if self.settings.strict else "nothing to serve"
+            raise ServeError(f"{why}; could not load {listed}{self._log_tail()}")
+
     def _log_tail(self, lines: int = 8) -> str:
         try:
             tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
@@ -384,6 +393,8 @@ class Server:
         }
 
     def is_alive(self) -> bool:
+        if self._stub is not None:
+            return self._stub.is_alive()
         return self._triton is not None and self._triton.is_alive()
 
     def request_stop(self) -> None:
@@ -405,7 +416,13 @@ class Server:
         if self._triton is not None:
             triton, self._triton = self._triton, None
             triton.stop()
+        if self._stub is not None:
+            server, self._stub = self._stub, None
+            server.stop()
         self._close_models()
+        if self._work_dir is not None:
+            self._work_dir.cleanup()
+            self._work_dir = None
         if self._log_dir is not None:
             self._log_dir.cleanup()
             self._log_dir = None

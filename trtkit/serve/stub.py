@@ -1,0 +1,204 @@
+"""``trtkit serve --backend stub``: the runners inside Triton's Python backend stubs, with no pytriton proxy.
+
+pytriton's path to a Python callable goes Triton -> backend stub -> ZeroMQ and a tensor store (its blocks freed
+through a multiprocessing manager, a process of its own) -> a handler thread in the serving process -> back the same
+way. This path keeps each runner in its stub instead: :func:`write_repository` writes a model repository whose models
+are Triton Python-backend models (``backend: "python"``, :mod:`trtkit.serve.stub_model` as ``model.py``, the engine
+path and each instance's GPU as parameters), and :class:`StubTriton` runs the ``tritonserver`` binary that the pytriton
+wheel ships on it, with the wheel's Python backend and the stub built for this Python.
+
+Triton's endpoints are its own: health, model ready, metrics and statistics answer as on any Triton; the
+administrative protocols (shared memory unless asked for, model repository, trace, logging) are closed behind a
+token made up per server, as pytriton closes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from trtkit._atomic import write_text_atomic
+from trtkit.errors import ServeError
+from trtkit.serve import stub_model
+
+# the administrative protocols closed behind the token (shared-memory too unless clients may use it)
+RESTRICTED = ("model-repository", "trace", "logging")
+TOKEN_HEADER = "trtkit-admin-token"
+
+
+def stub_config(model, settings) -> str:
+    """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's Python backend."""
+    from trtkit.export.triton import io_and_batching_lines
+
+    lines = [f'name: "{model.name}"', 'backend: "python"']
+    lines += io_and_batching_lines(
+        model.spec, model.max_batch, model.preferred_batch_sizes, settings.max_queue_delay_us
+    )
+    groups = [
+        f'  {{ name: "{stub_model.GROUP_PREFIX}{gpu}" count: {int(settings.instances)} kind: KIND_CPU }}'
+        for gpu in settings.gpus
+    ]
+    lines.append("instance_group [\n" + ",\n".join(groups) + "\n]")
+    params = {"engine": str(Path(model.engine).resolve()), "cuda_graph": "1" if settings.cuda_graph else "0"}
+    lines += [f'parameters {{ key: "{k}" value: {{ string_value: {json.dumps(v)} }} }}' for k, v in params.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(models: list, settings, repo: Path) -> Path:
+    """``repo/<name>/config.pbtxt`` and ``repo/<name>/1/model.py`` for each model (``repo`` made when missing)."""
+    model_py = Path(stub_model.__file__).read_text()
+    for model in models:
+        folder = Path(repo) / model.name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / "config.pbtxt", stub_config(model, settings))
+        write_text_atomic(folder / "1" / "model.py", model_py)
+    return Path(repo)
+
+
+def prepare_server(workspace: Path) -> Path:
+    """The pytriton wheel's ``tritonserver`` folder copied into ``workspace`` with this Python's backend stub in its
+    Python backend (as pytriton prepares it); returns the copy's root."""
+    from pytriton.utils.distribution import get_root_module_path
+
+    from trtkit.serve.backend import check_backend_stub
+
+    dist = get_root_module_path() / "tritonserver"
+    stub = check_backend_stub(get_root_module_path())
+    root = Path(workspace) / "tritonserver"
+    shutil.copytree(dist, root, ignore=shutil.ignore_patterns("python_backend_stubs", "triton_python_backend_stub"))
+    shutil.copy(stub, root / "backends" / "python" / "triton_python_backend_stub")
+    return root
+
+
+def server_environment(base_env: dict) -> dict:
+    """The server process's environment: ``base_env`` (from :func:`trtkit.serve.backend.backend_environment`) over
+    this one, the wheel's libraries on ``LD_LIBRARY_PATH``, this interpreter's folder first on ``PATH`` and the folder
+    trtkit is imported from on ``PYTHONPATH`` (the stubs import it)."""
+    from pytriton.utils.distribution import get_libs_path
+
+    import trtkit
+
+    env = {**os.environ, **base_env}
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (env.get("LD_LIBRARY_PATH", ""), str(get_libs_path())) if p)
+    env["PATH"] = ":".join(p for p in (str(Path(sys.executable).parent), env.get("PATH", "")) if p)
+    here = str(Path(trtkit.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = ":".join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class StubTriton:
+    """One ``tritonserver`` process serving a repository of :mod:`trtkit.serve.stub_model` models.
+
+    Args:
+        repo: the model repository (:func:`write_repository`).
+        settings: the :class:`~trtkit.serve.server.ServeSettings` (ports, host, exit timeout, shared memory).
+        workspace: a folder for the server's binaries.
+        log_file: where Triton's log goes.
+        env: the server process's environment (:func:`server_environment`).
+    """
+
+    def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict):
+        self.settings, self.log_file = settings, Path(log_file)
+        self._token = secrets.token_hex(16)
+        root = prepare_server(workspace)
+        s = settings
+        restricted = [*RESTRICTED, *(() if s.shared_memory else ("shared-memory",))]
+        rule = f"{','.join(restricted)}:{TOKEN_HEADER}={self._token}"
+        options = {  # tritonserver's own options (its command line, not trtkit's)
+            "model-repository": repo,
+            "backend-directory": root / "backends",
+            "cache-directory": root / "caches",
+            "http-address": s.host,
+            "http-port": int(s.http_port),
+            "grpc-address": s.host,
+            "grpc-port": int(s.grpc_port),
+            "metrics-address": s.host,
+            "metrics-port": int(s.metrics_port),
+            "exit-timeout-secs": int(s.exit_timeout_s),
+            "exit-on-error": "false",  # a model that fails to load is named; the others are served
+            "strict-readiness": "false",
+            "log-file": self.log_file,
+            "grpc-restricted-protocol": rule,
+            "http-restricted-api": rule,
+        }
+        self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
+        self._proc = subprocess.Popen(
+            self.command,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_end_with_parent,
+        )
+
+    def is_alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def _index(self, timeout_s: float):
+        """Triton's model repository index (``POST /v2/repository/index``, behind the token)."""
+        s = self.settings
+        host = f"[{s.host}]" if ":" in s.host else s.host
+        request = urllib.request.Request(
+            f"http://{host}:{int(s.http_port)}/v2/repository/index",
+            data=b"{}",
+            method="POST",
+            headers={TOKEN_HEADER: self._token},
+        )
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            body = answer.read()
+        return json.loads(body) if body else {}
+
+    def wait_loaded(self, names: list, timeout_s: float) -> dict:
+        """Wait until Triton has tried to load every model of ``names``; returns ``{name: reason}`` for the ones that
+        did not load (empty when all are ready).
+
+        Raises:
+            ServeError: the server exited, or not every model was tried within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        states: dict = {}
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                raise ServeError(f"tritonserver exited with code {self._proc.returncode} while loading")
+            try:
+                index = self._index(timeout_s=5.0)
+                states = {m["name"]: m for m in index if m.get("name") in names}
+            except (urllib.error.URLError, OSError, ValueError):
+                states = {}
+            if len(states) == len(names) and all(m.get("state") in ("READY", "UNAVAILABLE") for m in states.values()):
+                return {n: m.get("reason") or "not loaded" for n, m in states.items() if m.get("state") != "READY"}
+            time.sleep(0.1)
+        seen = ", ".join(f"{n}: {m.get('state')}" for n, m in states.items()) or "no answer"
+        raise ServeError(f"tritonserver did not load its models within {timeout_s:.0f} s ({seen})")
+
+    def stop(self, timeout_s: float | None = None) -> int:
+        """SIGTERM (Triton finishes the requests in flight, up to its exit timeout), then the exit code; killed when
+        it outlives ``timeout_s`` (default: the exit timeout and 30 s)."""
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+        limit = timeout_s if timeout_s is not None else int(self.settings.exit_timeout_s) + 30
+        try:
+            return self._proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            return self._proc.wait(timeout=30)
+
+
+def _end_with_parent() -> None:
+    """In the server process before it runs: SIGTERM it when the process that started it dies (Linux), so a serving
+    process that is killed leaves no server behind."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the server is stopped by stop() only
+        pass
