@@ -4,15 +4,20 @@ profile, same tactic sources, wall time of the whole process (imports included).
 Each measurement is a new Python process, run ``--repeats`` times, alternating raw and trtkit; the median is kept.
 Writes ``benchmarks/results/build-overhead-h200.json``::
 
-    {"models": {"digits_cnn": {"raw_s", "trtkit_s", "ratio", "raw_runs", "trtkit_runs"}, "resnet50": {...}}, ...}
+    {"models": {"digits_cnn": {"raw_s", "trtkit_s", "ratio", "raw_runs", "trtkit_runs", "trtkit_timings_s"},
+                "resnet50": {...}}, ...}
+
+``trtkit_timings_s`` holds each trtkit run's phase log (``trtkit build --json``'s ``timings_s``: seconds from that
+process's start to each step, in the caller and in the build worker; :mod:`trtkit.builder.timeline` names them).
 
 On the GPU host (ResNet-50 is exported there first, random weights, with PyTorch's Python)::
 
     bash .gpu/bin/gpu-run bash -c '/opt/torch/.venv/bin/python3 scripts/export_torchvision.py resnet50 \
         /tmp/resnet50.onnx && python3 benchmarks/build_overhead.py --resnet50 /tmp/resnet50.onnx'
 
-``--variants no-isolate,no-prepare,no-detail,bare`` also times `trtkit build` with those defaults off (isolation;
-the rewrites, folding and op check; per-layer detail; all of them), under ``variants`` in each model's entry.
+``--models digits_cnn`` measures only that one of the models given. ``--variants no-isolate,no-prepare,no-detail,bare``
+also times `trtkit build` with those defaults off (isolation; the rewrites, folding and op check; per-layer detail;
+all of them), under ``variants`` in each model's entry (each run's phase log too).
 
 On a CPU, ``--fake`` runs the same commands against trtkit's fake TensorRT (a ``tensorrt`` package put first on
 both processes' ``PYTHONPATH``): a dry run of the harness, whose seconds measure process starts, imports and trtkit's
@@ -86,20 +91,12 @@ def shapes_arg(model: Path, batch: tuple) -> str:
     return " ".join(parts)
 
 
-# --fake: `import tensorrt` gives trtkit's fake, in the raw script's process and in trtkit's (parent and build worker)
-FAKE_TENSORRT = """
-import sys
-from trtkit.testing.fake_trt import make_fake_trt
-sys.modules[__name__] = make_fake_trt("8.6.0")
-"""
-
-
 def fake_environment(work: Path) -> dict:
-    """The environment of a ``--fake`` run: a ``tensorrt`` package that is trtkit's fake, first on the path."""
-    package = work / "fake-tensorrt" / "tensorrt"
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text(FAKE_TENSORRT)
-    path = [str(package.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    """The environment of a ``--fake`` run: a ``tensorrt`` package that is trtkit's fake, first on the path (in the
+    raw script's process and in trtkit's, parent and build worker)."""
+    from trtkit.testing.fake_trt.trace import write_package
+
+    path = [str(write_package(work / "fake-tensorrt")), str(ROOT), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
@@ -121,27 +118,41 @@ def measure(model: Path, batch: tuple, repeats: int, work: Path, python: str, en
     # what the `trtkit` console script runs (the same entry point, whatever PATH holds on the host)
     entry = "import sys; from trtkit.cli.main import main; sys.exit(main())"
     trtkit_cmd = [python, "-c", entry, "build", str(model), "-o", str(work / "trtkit.engine"),
-                  "--shapes", shapes_arg(model, batch), "--tactic-sources", TACTICS]
-    raw_runs, trtkit_runs = [], []
-    variant_runs: dict = {name: [] for name in variants}
+                  "--shapes", shapes_arg(model, batch), "--tactic-sources", TACTICS, "--json", str(work / "run.json")]
+    raw_runs, trtkit_runs, trtkit_timings = [], [], []
+    variant_runs: dict = {name: ([], []) for name in variants}
     for _ in range(repeats):
         raw_runs.append(round(run(raw_cmd, work, env), 2))
         trtkit_runs.append(round(run(trtkit_cmd, work, env), 2))
+        trtkit_timings.append(timings(work / "run.json"))
         for name in variants:
-            variant_runs[name].append(round(run(trtkit_cmd + VARIANTS[name], work, env), 2))
+            variant_runs[name][0].append(round(run(trtkit_cmd + VARIANTS[name], work, env), 2))
+            variant_runs[name][1].append(timings(work / "run.json"))
     raw_s, trtkit_s = statistics.median(raw_runs), statistics.median(trtkit_runs)
     result = {"raw_s": raw_s, "trtkit_s": trtkit_s, "ratio": round(trtkit_s / raw_s, 3), "raw_runs": raw_runs,
-              "trtkit_runs": trtkit_runs, "batch": list(batch), "model": str(model)}
+              "trtkit_runs": trtkit_runs, "trtkit_timings_s": trtkit_timings, "batch": list(batch),
+              "model": str(model)}
     if variants:
-        result["variants"] = {name: {"flags": VARIANTS[name], "s": statistics.median(runs), "runs": runs}
-                              for name, runs in variant_runs.items()}
+        result["variants"] = {name: {"flags": VARIANTS[name], "s": statistics.median(runs), "runs": runs,
+                                     "timings_s": marks}
+                              for name, (runs, marks) in variant_runs.items()}
     return result
+
+
+def timings(json_path: Path) -> dict:
+    """The phase log of one `trtkit build` (its ``--json``'s ``timings_s``: seconds from its process start), in time
+    order; the file is removed so that the next run's cannot be mistaken for it."""
+    data = json.loads(json_path.read_text())
+    json_path.unlink()
+    return dict(sorted(data.get("timings_s", {}).items(), key=lambda item: item[1]))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--digits", default=str(ROOT / "tests" / "data" / "digits_cnn.onnx"))
     parser.add_argument("--resnet50", help="ResNet-50 ONNX (scripts/export_torchvision.py resnet50 ...)")
+    parser.add_argument("--models", default="", help="only these of the models given, comma separated (digits_cnn, "
+                        "resnet50)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "build-overhead-h200.json"))
     parser.add_argument("--fake", action="store_true", help="dry run on trtkit's fake TensorRT (CPU)")
@@ -162,6 +173,12 @@ def main(argv=None) -> int:
     models = {"digits_cnn": (Path(args.digits), (1, 32, 64))}
     if args.resnet50:
         models["resnet50"] = (Path(args.resnet50), (1, 32, 32))
+    if args.models:
+        chosen = [m for m in args.models.split(",") if m]
+        missing = [m for m in chosen if m not in models]
+        if missing:
+            parser.error(f"--models {', '.join(missing)}: not given; known here: {', '.join(models)}")
+        models = {name: models[name] for name in chosen}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = fake_environment(Path(tmp)) if args.fake else None

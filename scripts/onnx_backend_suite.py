@@ -6,8 +6,9 @@ and the same tolerances (each case's rtol/atol):
 
 - ``raw``: a minimal raw-API script: parse, build FP32 with TF32 off (TensorRT's own tactic sources), run with
   cuda-python, no conversions of its own.
-- ``trtkit``: ``trtkit.build`` with the library's defaults, isolated (prepare, check, parse, build in the pool
-  worker's warm build worker, a child process reused from case to case) then ``TrtRunner.infer``.
+- ``trtkit``: ``trtkit.build`` with the library's defaults, isolated (prepare, parse, build, and the op check after a
+  failed parse, in the pool worker's warm build worker, a child process reused from case to case) then
+  ``TrtRunner.infer``.
 
 Each (case, adapter) runs in a worker process of a pool (``--jobs``); a worker that dies takes only its case with
 it (``crash``), one that runs past ``--case-timeout-s`` is stopped (``timeout``); cases not reached within

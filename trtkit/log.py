@@ -34,25 +34,30 @@ def make_trt_logger(trt, *, min_severity: str = "WARNING", sink: Callable[[str, 
 
     Returns:
         An ``ILogger`` instance. Its ``log`` never raises: an exception inside a logging callback would unwind
-        through TensorRT's C++ code.
+        through TensorRT's C++ code. ``retarget(min_severity, sink)`` points it at another threshold and sink (a
+        build worker keeps one logger, and the builder made with it, from build to build).
     """
-    threshold = _SEVERITY_LEVELS[min_severity]
 
     class _TrtkitLogger(trt.ILogger):
         def __init__(self):
             trt.ILogger.__init__(self)
             self.messages: list[tuple[str, str]] = []
+            self.retarget(min_severity, sink)
+
+        def retarget(self, min_severity: str, sink: Callable[[str, str], None] | None = None) -> None:
+            """Forward from ``min_severity`` up, to ``sink`` too; the messages kept so far are dropped."""
+            self.threshold, self.sink, self.messages = _SEVERITY_LEVELS[min_severity], sink, []
 
         def log(self, severity, msg):  # noqa: D401 - TensorRT callback
             try:
                 name = enum_name(severity)
                 level = _SEVERITY_LEVELS.get(name, logging.INFO)
-                if level < threshold:
+                if level < self.threshold:
                     return
                 self.messages.append((name, msg))
                 logger.log(level, "[TRT] %s", msg)
-                if sink is not None:
-                    sink(name, msg)
+                if self.sink is not None:
+                    self.sink(name, msg)
             except Exception:  # never let an exception cross into TensorRT
                 pass
 

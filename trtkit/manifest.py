@@ -141,6 +141,8 @@ class Manifest:
         engine_file: the engine's file name, once written.
         prepare: what preparing the model changed before the build (the rewrites applied and the model's original
             I/O dtypes: :meth:`trtkit.builder.prepare.PreparedModel.to_json`), or ``None`` in older manifests.
+        timings_s: ``{step: seconds}`` of the build, from the start of the process that asked for it (the build
+            worker's steps included, :mod:`trtkit.builder.timeline`), or ``None``.
         format: the manifest format (:data:`FORMAT`).
         extra: keys this version of trtkit does not know, kept as they were.
     """
@@ -153,6 +155,7 @@ class Manifest:
     precision_report: dict | None = None
     engine_file: str | None = None
     prepare: dict | None = None
+    timings_s: dict | None = None
     format: int = FORMAT
     extra: dict = field(default_factory=dict)
 
@@ -166,7 +169,7 @@ class Manifest:
         }
         if self.build is not None:
             data["build"] = self.build.to_json()
-        for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare"):
+        for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare", "timings_s"):
             value = getattr(self, name)
             if value is not None or name == "precision_report":
                 data[name] = value
@@ -199,6 +202,7 @@ class Manifest:
             "precision_report",
             "engine_file",
             "prepare",
+            "timings_s",
         }
         build = data.get("build")
         return cls(
@@ -210,6 +214,7 @@ class Manifest:
             precision_report=data.get("precision_report"),
             engine_file=data.get("engine_file"),
             prepare=data.get("prepare"),
+            timings_s=data.get("timings_s"),
             format=version,
             extra={k: v for k, v in data.items() if k not in known},
         )

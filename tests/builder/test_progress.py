@@ -52,7 +52,7 @@ def test_build_on_progress_receives_phases_and_layers_while_on_log_keeps_its_sev
     model = models.tiny_conv(dynamic_batch=False)
     build(model, BuildConfig(profiling_verbosity="NONE"), trt=make_fake_trt(), on_progress=events.append,
           on_log=lambda s, m: logs.append(s), log_severity="WARNING")
-    assert [e.phase for e in events][:3] == ["prepare", "check", "parse"]
+    assert [e.phase for e in events][:3] == ["prepare", "parse", "configure"]
     assert events[-1].phase == "inspect" and events[-1].layers_done == events[-1].layers_total == 3
     assert any(e.phase == "build" and e.layers_done == 1 and e.eta_s is not None for e in events)
     assert "VERBOSE" not in logs

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from trtkit._atomic import check_outputs, write_files_atomic
-from trtkit.builder import isolate, worker
+from trtkit.builder import isolate, timeline, worker
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.crash_report import model_crash_context
 from trtkit.builder.progress import BuildProgress
@@ -68,22 +68,38 @@ def build(
         log_severity=log_severity,
         on_progress=on_progress,
     )
+    marks = {"process_start": timeline.process_start(), "build_called": timeline.now()}
     config = config or BuildConfig()
     if isolate and trt is None:  # the worker starts and warms up while this process checks the files and the model
         worker.prestart(_warmup())
     check_outputs(output_files(config, output), input_files(model, config))
     check_inputs(model, config)
-    if on_progress is not None:
-        on_log, on_phase, log_severity = _with_progress(on_progress, on_log, on_phase, log_severity)
+    marks["inputs_checked"] = timeline.now()
+    severity = log_severity
+    if on_progress is not None:  # the tracker reads VERBOSE lines; on_log still gets log_severity and above
+        on_log, on_phase, severity = _with_progress(on_progress, on_log, on_phase, log_severity)
     if isolate and trt is None:
-        # callbacks stay in this process; the child streams log lines and phases back to them
-        result = build_isolated(model, config, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
+        # callbacks stay in this process; the child streams log lines and phases back to them: those at
+        # log_severity and above, and of the VERBOSE ones only what the progress tracker counts
+        result = build_isolated(
+            model,
+            config,
+            on_log=on_log,
+            on_phase=on_phase,
+            log_severity=log_severity,
+            progress_lines=on_progress is not None,
+            marks=marks,
+        )
     else:
         from trtkit.builder.builder import build_serialized
 
-        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=log_severity)
+        result = build_serialized(model, config, trt=trt, on_log=on_log, on_phase=on_phase, log_severity=severity)
+    result.marks = {**marks, **result.marks}
+    result.manifest = replace(result.manifest, timings_s=timeline.relative(result.marks))
     if output is not None:
         save(result, output, config)
+        result.marks["written"] = timeline.now()
+        result.manifest = replace(result.manifest, timings_s=timeline.relative(result.marks))
     return result
 
 
@@ -240,6 +256,8 @@ def build_isolated(
     log_severity: str = "INFO",
     timeout: float | None = None,
     trt_factory: Callable[[], object] | None = None,
+    progress_lines: bool = False,
+    marks: dict | None = None,
 ):
     """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
 
@@ -257,6 +275,10 @@ def build_isolated(
         log_severity: lowest severity passed to ``on_log``.
         timeout: seconds before the build is stopped (``None``: no limit).
         trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests: a fake).
+        progress_lines: also send the VERBOSE lines below ``log_severity`` that build progress counts
+            (:func:`trtkit.builder.progress.counted`), for an ``on_log`` that feeds a progress tracker.
+        marks: a dict that gets this process's :mod:`~trtkit.builder.timeline` marks of the call (the child's are in
+            the result's ``marks``).
 
     Returns:
         The :class:`~trtkit.builder.builder.BuildResult`.
@@ -283,10 +305,12 @@ def build_isolated(
         config,
         factory,
         log_severity,
+        progress_lines,
         warmup=_warmup(factory),
         on_event=on_event,
         timeout=timeout,
         crash_context=lambda: model_crash_context(model, "the build"),
+        marks=marks,
     )
 
 
@@ -303,6 +327,7 @@ def _warm_up_in_child(trt_factory) -> None:
 
     from trtkit._device import device_info
     from trtkit._lazy import tensorrt
+    from trtkit.builder import warm
     from trtkit.builder.builder import _create_builder
     from trtkit.log import make_trt_logger
 
@@ -311,20 +336,30 @@ def _warm_up_in_child(trt_factory) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    warm.mark("build_modules_imported")
     trt = trt_factory() if trt_factory is not None else tensorrt()
-    _create_builder(trt, make_trt_logger(trt, min_severity="ERROR"))
+    warm.mark("tensorrt_imported")
+    logger = make_trt_logger(trt, min_severity="ERROR")
+    warm.keep(trt, logger, _create_builder(trt, logger))  # the builds of this worker use it (trtkit.builder.warm)
+    warm.mark("builder_created")
     device_info()  # the manifest's GPU fields: cuda-python imported, the driver asked once
+    warm.mark("worker_ready")
 
 
-def _build_in_child(model, config, trt_factory, log_severity):
+def _build_in_child(model, config, trt_factory, log_severity, progress_lines=False):
+    from trtkit.builder import warm
     from trtkit.builder.builder import build_serialized
 
+    received = timeline.now()
     trt = trt_factory() if trt_factory is not None else None
-    return build_serialized(
+    result = build_serialized(
         model,
         config,
         trt=trt,
-        on_log=isolate.ChildLog(log_severity),
+        on_log=isolate.ChildLog(log_severity, progress=progress_lines),
         on_phase=isolate.phase_sink,
         log_severity="VERBOSE",
     )
+    started = warm.take_marks() or {"worker_reused": received}  # the worker's start-up, told by its first build
+    result.marks = {**started, "call_received": received, **result.marks}
+    return result

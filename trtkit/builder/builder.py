@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import time
 from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
 from trtkit._lazy import tensorrt
-from trtkit.builder import constraints, opcheck, precision, precision_report
+from trtkit.builder import constraints, opcheck, precision, precision_report, timeline, warm
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
@@ -59,11 +58,12 @@ def build_serialized(
         UnsupportedError: an option does not exist in the installed TensorRT.
         BuildError: TensorRT could not build the engine.
     """
+    marks = {"build_started": timeline.now()}
     model = load_model(model, external_data=False)  # a bad model is named before TensorRT is needed
+    marks["model_loaded"] = timeline.now()
     trt = trt or tensorrt()
     config = config or BuildConfig()
     phase = on_phase or (lambda name: None)
-    started = time.perf_counter()
     kept: list = []
 
     def sink(severity, msg):
@@ -72,8 +72,18 @@ def build_serialized(
         if on_log is not None:
             on_log(severity, msg)
 
-    logger = make_trt_logger(trt, min_severity=log_severity, sink=sink)
-    builder = _create_builder(trt, logger)
+    with warm.borrow(trt, log_severity, sink) as (logger, builder):  # a build worker's own, made at its start
+        if builder is None:
+            logger = make_trt_logger(trt, min_severity=log_severity, sink=sink)
+            builder = _create_builder(trt, logger)
+        marks["builder_ready"] = timeline.now()
+        result = _build_with(trt, logger, builder, model, config, phase, kept, marks)
+    result.marks = marks
+    return result
+
+
+def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: list, marks: dict) -> BuildResult:
+    """:func:`build_serialized` once the model is read and the builder made (``marks`` gets the steps' ends)."""
     phase("prepare")
     query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)
     prepared = prepare(
@@ -89,10 +99,7 @@ def build_serialized(
         compat.load_plugins(trt, logger)
     if config.save_prepared and prepared.changed:
         prepared.save(config.save_prepared)
-    check = None
-    if config.check:
-        phase("check")
-        check = opcheck.check_with_parser(loaded, trt, query)
+    marks["prepared"] = timeline.now()
     inputs = model_inputs(loaded.proto)
     if not may_have_shape_inputs(loaded.proto):  # the common case: profile errors before any other work
         resolve_profiles(inputs, config.profiles)
@@ -117,7 +124,10 @@ def build_serialized(
     )
     network = builder.create_network(compat.network_flags(trt, strongly_typed=strongly_typed))
     parser = trt.OnnxParser(network, logger)
+    # the op check runs only when the parse fails: a model that parses is not parsed a second time to be checked
+    check = (lambda: _op_check(loaded, trt, query, phase)) if config.check else None
     _parse(parser, plan.model, prepared, check)
+    marks["parsed"] = timeline.now()
     shape_inputs = compat.shape_tensor_inputs(network)  # known only once TensorRT has parsed the model
     profiles = resolve_profiles(inputs, config.profiles, shape_inputs)
     phase("configure")
@@ -135,17 +145,21 @@ def build_serialized(
             f"kept layers pinned to FP16 (prefer): {len(pinned)} of {len(plan.half_layers)} found in the network"
         )
     cache = _load_timing_cache(bconfig, config.timing_cache, config.timing_cache_reset)
+    marks["configured"] = timeline.now()
     phase("build")
     try:
         serialized = builder.build_serialized_network(network, bconfig)
     finally:
         plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
+    marks["built"] = timeline.now()
     if serialized is None:
         raise BuildError(failure_message(loaded.name, kept, config.workspace_bytes))
     engine = bytes(serialized)
-    build_seconds = time.perf_counter() - started
+    marks["serialized"] = timeline.now()
+    build_seconds = marks["serialized"] - marks["build_started"]
     phase("inspect")
     report = _precision_report(trt, logger, engine, config, precision_report)
+    marks["detail_done"] = timeline.now()
     settings = {k: v for k, v in config.to_json().items() if k != "profiles"}
     manifest = Manifest(
         environment=environment(trt),
@@ -258,8 +272,18 @@ def _create_builder(trt, logger):
     return builder
 
 
+def _op_check(loaded, trt, parser, phase):
+    """The op check of a model whose parse failed (``None`` when the check itself fails: the parse error stands)."""
+    phase("check")
+    try:
+        return opcheck.check_with_parser(loaded, trt, parser)
+    except Exception:  # noqa: BLE001 - the parser's own errors are the message; the op table is extra
+        return None
+
+
 def _parse(parser, loaded, prepared=None, check=None) -> None:
-    """Parse; a failure lists every parser error, the rewrites tried, and carries the op check as ``.report``."""
+    """Parse; a failure lists every parser error, the rewrites tried, and carries the op check as ``.report``
+    (``check``: a callable making it, called only on failure)."""
     path = str(loaded.path) if loaded.path else None
     ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
     if ok:
@@ -274,7 +298,7 @@ def _parse(parser, loaded, prepared=None, check=None) -> None:
         + "preflight(model) shows which ops this TensorRT supports.",
         issues,
     )
-    error.report = check
+    error.report = check() if check is not None else None
     raise error
 
 

@@ -72,7 +72,8 @@ class BuildConfig:
         max_aux_streams: limit on auxiliary streams TensorRT may use.
         sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
         fold_constants: fold constant subgraphs into initializers before parsing.
-        check: ask the parser which ops it supports before parsing; a failed parse then carries the op table.
+        check: when the parse fails, ask the parser which ops it supports, so the error carries the op table (a
+            model that parses is not parsed twice).
         save_prepared: also write the prepared model (rewritten, folded) here, when preparing changed it.
         add_nms: a :class:`trtkit.detection.NmsOptions`: append TensorRT's ``EfficientNMS_TRT`` plugin to a
             YOLOv8-style head while preparing (the engine then returns ``num_dets, boxes, scores, classes``).

@@ -38,6 +38,7 @@ from trtkit.builder.crash_report import (
     memory_message,
     timeout_error,
 )
+from trtkit.builder.progress import counted
 from trtkit.errors import IsolationError, TrtkitError
 
 HEADER = struct.Struct("!Q")
@@ -504,10 +505,13 @@ _SEVERITY_RANK = {"VERBOSE": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "INTERNAL_E
 
 
 class ChildLog:
-    """TensorRT log sink in the child: node lines become compact ``node`` events, the rest is filtered by severity."""
+    """TensorRT log sink in the child: node lines become compact ``node`` events, the rest is filtered by severity;
+    with ``progress``, the lines below it that build progress counts (:func:`trtkit.builder.progress.counted`) are
+    sent too."""
 
-    def __init__(self, min_severity: str):
+    def __init__(self, min_severity: str, progress: bool = False):
         self.threshold = _SEVERITY_RANK.get(min_severity, 1)
+        self.progress = progress
 
     def __call__(self, severity: str, message: str) -> None:
         rank = _SEVERITY_RANK.get(severity, 1)
@@ -515,5 +519,5 @@ class ChildLog:
             found = PARSING_NODE.search(message)
             if found:
                 emit({"kind": "node", "name": found.group("name"), "op_type": found.group("op").strip()})
-        if rank >= self.threshold:
+        if rank >= self.threshold or (self.progress and counted(message)):
             log_sink(severity, message)

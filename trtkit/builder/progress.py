@@ -21,12 +21,20 @@ _RUNNER = re.compile(r"^-+ Timing Runner: (?P<layer>.+) \((?P<runner>[^)]*)\)\s*
 _DONE = re.compile(r"^Formats and tactics selection completed in (?P<s>[\d.]+) seconds")
 
 
+def counted(message: str) -> bool:
+    """Whether :class:`BuildProgress` reads this log line (a build worker sends the parent only these of its VERBOSE
+    lines when nothing else asks for VERBOSE: the rest of TensorRT's tactic log is most of its lines)."""
+    message = message.strip()
+    return any(pattern.match(message) for pattern in (_TOTAL, _COSTS, _RUNNER, _DONE))
+
+
 @dataclass
 class ProgressEvent:
     """Where a build is.
 
     Attributes:
-        phase: the build phase (``prepare``, ``check``, ``parse``, ``configure``, ``build``, ``inspect``).
+        phase: the build phase (``prepare``, ``parse``, ``configure``, ``build``, ``inspect``; ``check`` after a
+            failed parse).
         elapsed_s: seconds since the build started.
         layers_done: layers whose kernels are chosen (``None`` before TensorRT's log says anything).
         layers_total: layers to choose kernels for (``None`` until TensorRT has said).

@@ -18,6 +18,8 @@ class BuildResult:
         timing_cache: the serialized timing cache after the build, or ``None``.
         log: TensorRT's log lines ``(severity, message)`` at INFO and above.
         precision_report: the per-precision layer report (JSON-ready dict), or ``None``.
+        marks: ``{name: time.monotonic()}`` of the build's steps (:mod:`trtkit.builder.timeline`); the manifest's
+            ``timings_s`` has them as seconds.
     """
 
     engine: bytes
@@ -25,3 +27,4 @@ class BuildResult:
     timing_cache: bytes | None = None
     log: list = field(default_factory=list)
     precision_report: dict | None = None
+    marks: dict = field(default_factory=dict)

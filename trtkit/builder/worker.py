@@ -34,7 +34,7 @@ import threading
 import time
 from typing import IO, cast
 
-from trtkit.builder import isolate
+from trtkit.builder import isolate, timeline, warm
 from trtkit.builder.crash_report import Tracker, timeout_error
 from trtkit.errors import IsolationError
 from trtkit.log import logger
@@ -47,6 +47,8 @@ def serve(channel_fd: int) -> None:
     import faulthandler
     import signal
 
+    warm.mark("worker_process_start", timeline.process_start())
+    warm.mark("worker_imports_done")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop us (Ctrl-C reaches both)
     faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
     isolate.child_channel_fd = channel_fd
@@ -118,6 +120,7 @@ class Worker:
         finally:
             os.close(write_fd)
         self.pid = self.proc.pid
+        self.marks = {"worker_spawned": timeline.now()}  # reported by the first call given ``marks``
         self._frames = isolate.FrameReader(self._read_fd)
         self._lines = isolate.LineReader(cast(IO[bytes], self.proc.stdout).fileno())
         self._closed = False
@@ -138,12 +141,18 @@ class Worker:
             and os.environ == self.environment
         )
 
-    def call(self, func, *args, on_event=None, timeout: float | None = None, crash_context=None, **kwargs):
+    def call(self, func, *args, on_event=None, timeout: float | None = None, crash_context=None, marks=None, **kwargs):
         """Run ``func(*args, **kwargs)`` in the worker; same arguments, result and errors as
         :func:`~trtkit.builder.isolate.run_isolated` (without ``memory_limit``: a limit would outlive the call).
 
+        ``marks``: a dict that gets this side's :mod:`~trtkit.builder.timeline` marks (``worker_spawned`` once per
+        worker, ``call_sent``, ``result_received``).
+
         A crash, a timeout (counted from this call, warm-up included), Ctrl-C or a MemoryError stops the worker.
         """
+        marks = {} if marks is None else marks
+        marks.update(self.marks)
+        self.marks = {}
         # the worker may have been started in another folder: relative paths resolve against this process's
         payload = isolate.make_payload(func, args, kwargs, {"cwd": os.getcwd()})
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -154,8 +163,10 @@ class Worker:
                 if self._pump(tracker, _debug_event, deadline, timeout) is None:
                     return self._crashed(tracker, crash_context)
             self._write(payload)
+            marks["call_sent"] = timeline.now()
             self.calls += 1
             answer = self._pump(tracker, on_event, deadline, timeout)
+            marks["result_received"] = timeline.now()
             if answer is None:
                 return self._crashed(tracker, crash_context)
             if answer[0] == "result":

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from trtkit.builder import timeline
 from trtkit.cli import check_render, options, render
 from trtkit.manifest import BuildInfo, Manifest
 
@@ -55,8 +56,11 @@ def run(args, console) -> int:
                 console.print(check_render.render_check(exc.report))
             raise
     console.print(summary_table(result.manifest, output, prepare_notes(result.manifest, config)))
+    timings = timeline.relative({**result.marks, "exit": timeline.now()})
+    if args.verbose:
+        console.print(timings_table(timings))
     if args.json:
-        render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output)))
+        render.write_json(args.json, dict(result.manifest.to_json(), engine_file=str(output), timings_s=timings))
     return 0
 
 
@@ -166,6 +170,15 @@ def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)
+
+
+def timings_table(timings: dict):
+    """The build's steps in time order: seconds from the process start, and since the step before."""
+    rows, previous = [], 0.0
+    for step, at in sorted(timings.items(), key=lambda item: item[1]):
+        rows.append((step, f"{at:.3f}", f"+{at - previous:.3f}"))
+        previous = at
+    return render.table("build timeline (s from the process start)", ["step", "at", "after previous"], rows)
 
 
 def _rewrites_line(rewrites: list) -> str:

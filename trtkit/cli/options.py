@@ -549,8 +549,8 @@ def add_prepare_options(parser) -> None:
         "--no-check",
         dest="check",
         action="store_false",
-        help="skip the op check (the build asks TensorRT's parser which ops it supports, and shows "
-        "the op table when parsing fails)",
+        help="skip the op check (when parsing fails, the build asks TensorRT's parser which ops it supports "
+        "and shows the op table)",
     )
 
 

@@ -8,16 +8,19 @@ Contract with :mod:`.runtime` (the runtime side): it provides ``make_runtime_cla
 list of ``{"name", "mode": "INPUT"|"OUTPUT", "dtype": numpy dtype name, "shape": dims with -1 for dynamic}``,
 ``profiles`` a list of ``{input name: [min, opt, max]}`` and ``build_flags`` the builder flag names set (the fake
 inspector reports layer precisions from them: FP16/INT8 flags → those precisions, else FP32).
+``trt.calls`` counts the calls that cost time with the real TensorRT (:mod:`.trace`).
 The ``surface`` test tier checks that every public name here exists in the real bindings of the same version.
 """
 
 from __future__ import annotations
 
 import types
+from collections import Counter
 from typing import Any
 
 from trtkit.testing.fake_trt import builder as _builder
 from trtkit.testing.fake_trt import enums as _enums
+from trtkit.testing.fake_trt import trace as _trace
 
 
 def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> types.ModuleType:
@@ -40,8 +43,11 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
         "ICudaEngine.output_shapes",
         "ICudaEngine.profile_sharing",
         "plugin_inits",
+        "calls",
     )
     trt.plugin_inits = []  # the namespaces init_libnvinfer_plugins was called with
+    trt.calls = Counter()  # heavy calls (builders, runtimes, parses ...): trace.py
+    _trace.record(trt, "import")
 
     def init_libnvinfer_plugins(logger, namespace):
         trt.plugin_inits.append(namespace)

@@ -10,6 +10,8 @@ import enum
 import json
 from typing import Any
 
+from trtkit.testing.fake_trt.trace import record
+
 # ops the fake parser refuses; like the real one it also refuses any op outside the standard ONNX domains
 UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
 _KNOWN_DOMAINS = ("", "ai.onnx", "trt")
@@ -232,12 +234,14 @@ def _parser_support_methods(trt) -> dict:
     if not _version_at_least(trt, 10, 1):
 
         def supports_model(self, model, path=None):
+            record(trt, "supports_model")
             subgraphs = _subgraphs(self, model)
             return all(s for _, s in subgraphs), subgraphs
 
         return {"supports_model": supports_model, "supports_operator": supports_operator}
 
     def supports_model_v2(self, model, path=None):
+        record(trt, "supports_model")
         self._subgraphs = _subgraphs(self, model)
         return all(s for _, s in self._subgraphs)
 
@@ -271,6 +275,7 @@ def make_builder_classes(trt) -> dict:
         def parse(self, model, path=None):
             import onnx
 
+            record(trt, "parse")
             try:
                 proto = onnx.load_from_string(bytes(model))
             except Exception as exc:  # noqa: BLE001 - the real parser reports, never raises
@@ -358,6 +363,7 @@ def make_builder_classes(trt) -> dict:
 
     class Builder:
         def __init__(self, logger):
+            record(trt, "Builder")
             self.logger = logger
             if trt.fail_cuda_init:
                 raise TypeError("pybind11::init(): factory function returned nullptr")

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from trtkit.testing.fake_trt.trace import record
+
 MAGIC = b"TRTKIT-FAKE-ENGINE\x00"
 # TensorRT's own message for a file that is not an engine (8.6 wording).
 BAD_MAGIC_MESSAGE = (
@@ -129,12 +131,14 @@ def make_runtime_classes(trt) -> dict:
 def _runtime_class(trt):
     class Runtime:
         def __init__(self, logger):
+            record(trt, "Runtime")
             if getattr(trt, "fail_cuda_init", False):
                 raise TypeError("pybind11::init(): factory function returned nullptr")
             self.logger = logger
             self.engine_host_code_allowed = False
 
         def deserialize_cuda_engine(self, data):
+            record(trt, "deserialize_cuda_engine")
             parsed = parse_fake_engine(bytes(data))
             if parsed is None:
                 self.logger.log(_error_severity(trt), BAD_MAGIC_MESSAGE)
@@ -229,6 +233,7 @@ class _EngineBase:
     # --- contexts, serialization, inspection ----------------------------------------------------------------------
 
     def _new_context(self):
+        record(self._trt, "create_execution_context")
         context = _FakeContext(self)
         self.live_contexts.add(context)
         return context
@@ -244,6 +249,7 @@ class _EngineBase:
         )
 
     def create_engine_inspector(self):
+        record(self._trt, "create_engine_inspector")
         return _FakeInspector(self)
 
     # --- execution helpers used by the fake context ---------------------------------------------------------------
