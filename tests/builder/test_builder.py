@@ -184,3 +184,20 @@ def test_out_of_gpu_memory_is_said_as_such_not_as_a_missing_implementation():
     assert "could not allocate 21880 MiB (workspace limit TensorRT's default" in ten
     plain = failure_message("m.onnx", log[2:], None)
     assert plain.startswith("TensorRT could not build an engine for 'm.onnx'") and "GPU memory" not in plain
+
+
+def test_a_parser_that_raises_midway_is_a_parse_error_naming_the_library(tmp_path, monkeypatch):
+    """TensorRT 8.6's RoiAlign importer raises RuntimeError when libnvinfer_vc_plugin is missing (the GPU host's
+    scoreboard, test_roialign_mode_max): a ParseError saying what to install, nothing half written."""
+    trt = make_fake_trt("8.6.0")
+
+    def missing_library(self, *args):
+        raise RuntimeError("Unable to open library: libnvinfer_vc_plugin.so.8 due to libnvinfer_vc_plugin.so.8: "
+                           "cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(trt.OnnxParser, "parse", missing_library)
+    out = tmp_path / "m.engine"
+    with pytest.raises(ParseError, match="stopped parsing 'test'.*libnvinfer_vc_plugin.so.8.*install TensorRT with its "
+                                         "plugin libraries"):
+        build(models.tiny_conv(dynamic_batch=False), output=out, trt=trt)
+    assert list(tmp_path.iterdir()) == []

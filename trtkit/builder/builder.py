@@ -285,7 +285,17 @@ def _parse(parser, loaded, prepared=None, check=None) -> None:
     """Parse; a failure lists every parser error, the rewrites tried, and carries the op check as ``.report``
     (``check``: a callable making it, called only on failure)."""
     path = str(loaded.path) if loaded.path else None
-    ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
+    try:
+        ok = parser.parse(loaded.data, path) if path else parser.parse(loaded.data)
+    except (RuntimeError, OSError) as exc:  # e.g. 8.6's RoiAlign importer: "Unable to open library: libnvinfer_vc_..."
+        issues = [_with_node(issue, loaded.proto) for issue in compat.parser_errors(parser)]
+        where = f" at {issues[-1]}" if issues else ""
+        raise ParseError(
+            f"TensorRT's ONNX parser stopped parsing '{loaded.name}'{where}: {exc}. A library TensorRT loads for "
+            "one of the model's ops is missing or broken: install TensorRT with its plugin libraries "
+            "(libnvinfer_plugin, libnvinfer_vc_plugin), or replace the op.",
+            issues,
+        ) from exc
     if ok:
         return
     issues = [_with_node(issue, loaded.proto) for issue in compat.parser_errors(parser)]
