@@ -653,3 +653,23 @@ def test_the_runner_keeps_at_most_20_attributes(env):
         assert len(vars(r)) <= 20, sorted(vars(r))
     assert len(vars(r)) <= 20, sorted(vars(r))
     dx.free()
+
+
+@pytest.mark.parametrize("said", [True, False])
+def test_a_context_tensorrt_cannot_create_says_what_tensorrt_logged(env, monkeypatch, said):
+    """The scoreboard's NonZero/NonMaxSuppression engines failed here with a guess ('out of device memory?'); the
+    error now quotes TensorRT's own reason when it gave one."""
+    from trtkit.runtime.engine import shared_runtime
+
+    def refuse(self, *args):
+        if said:
+            shared_runtime(env.trt)[1].log(env.trt.ILogger.Severity.ERROR, "2: [executionContext.cpp::x] some reason")
+        return None
+
+    monkeypatch.setattr(env.trt.ICudaEngine, "create_execution_context", refuse)
+    with pytest.raises(EngineError) as info, TrtRunner(env.engine, trt=env.trt, cuda=env.cuda):
+        pass
+    text = str(info.value)
+    assert text.startswith("TensorRT could not create an execution context")
+    assert ("TensorRT said '2: [executionContext.cpp::x] some reason'" in text) is said
+    assert ("gave no reason; most often: out of device memory" in text) is not said

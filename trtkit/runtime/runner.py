@@ -51,7 +51,7 @@ from trtkit._lazy import tensorrt
 from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
 from trtkit.runtime.cuda import default_cuda
-from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine
+from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine, shared_runtime
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import check_shape_values, validate_feed
 from trtkit.runtime.io_dtypes import ModelDtypes
@@ -439,9 +439,17 @@ class TrtRunner:
                 f"give each runner its own engine (pass the engine path or bytes rather than a loaded engine) or use "
                 f"another profile"
             )
+        _, trt_logger = shared_runtime(self._trt)
+        seen = len(trt_logger.messages)
         self.context = compat.create_execution_context(self._trt, self.engine)
         if self.context is None:
-            raise EngineError("TensorRT could not create an execution context (out of device memory?)")
+            reasons = [msg for sev, msg in trt_logger.messages[seen:] if sev in ("ERROR", "INTERNAL_ERROR")]
+            said = (
+                f": TensorRT said {reasons[-1]!r}"
+                if reasons
+                else " (TensorRT gave no reason; most often: out of device memory)"
+            )
+            raise EngineError(f"TensorRT could not create an execution context{said}")
         if not shared:
             _PROFILES_IN_USE.add(key)
             self._held.profile_key = key
