@@ -38,7 +38,9 @@ NAME = "qdq-placement-h200.json"
 ALL = {"qdq_residual_activations": True, "qdq_concat_shared_scale": True}
 # row → build settings; the first Q/DQ row calibrates (it quantizes a superset of every other row's tensors)
 VARIANTS = {
+    "int8_qdq_union_add": {**ALL, "qdq_add_inputs": True, "qdq_keep_heads": False},
     "int8_qdq_union": {**ALL, "qdq_keep_heads": False},
+    "int8_qdq_add": {**ALL, "qdq_add_inputs": True},
     "int8_qdq": {},
     "int8_qdq_residual": {"qdq_residual_activations": True},
     "int8_qdq_concat": {"qdq_concat_shared_scale": True},

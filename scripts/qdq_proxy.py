@@ -52,6 +52,8 @@ def placements() -> dict:
         "depth2": replace(base, output_depth=2),
         "depth3": replace(base, output_depth=3),
         "input_concat": replace(base, keep_input_layers=True, keep_concat_outputs=True),
+        "all": replace(base, residual_through_activation=True, concat_shared_scale=True),
+        "all_add": replace(base, residual_through_activation=True, concat_shared_scale=True, quantize_add_inputs=True),
     }
 
 

@@ -36,16 +36,17 @@ def test_every_variant_is_built_timed_profiled_and_scored_from_one_calibration(t
     assert json.loads((tmp_path / "results" / "qdq-placement-h200.json").read_text()) == data
     assert not data["errors"], data["errors"]
     rows = data["rows"]
-    assert set(rows) == {"fp16", "int8_qdq_union", "int8_qdq", "int8_qdq_residual", "int8_qdq_concat",
-                         "int8_qdq_kept_fp16", "int8_qdq_all", "int8_qdq_all_heads"}
+    assert set(rows) == {"fp16", "int8_qdq_union_add", "int8_qdq_union", "int8_qdq_add", "int8_qdq",
+                         "int8_qdq_residual", "int8_qdq_concat", "int8_qdq_kept_fp16", "int8_qdq_all",
+                         "int8_qdq_all_heads"}
     for key, row in rows.items():
         assert ROW_KEYS <= set(row), key
         assert row["b8_images_per_s"] > 0 and row["layers_b8"]["layers"], key
         assert len(row["layers_b8"]["layers"]) <= 15 and row["layers_b8"]["shapes"] == {"images": [8, 3, 32, 32]}
     notes = {key: " ".join(row["precision_notes"]) for key, row in rows.items()}
-    # one calibration: the union row runs it, every other Q/DQ row reads its cache
-    assert "from 8 samples" in notes["int8_qdq_union"]
-    assert all("from calibration cache" in notes[k] for k in rows if k not in ("fp16", "int8_qdq_union"))
+    # one calibration: the first union row runs it, every other Q/DQ row reads its cache
+    assert "from 8 samples" in notes["int8_qdq_union_add"]
+    assert all("from calibration cache" in notes[k] for k in rows if k not in ("fp16", "int8_qdq_union_add"))
     assert "kept layers pinned to FP16" in notes["int8_qdq_kept_fp16"]
     assert "pinned" not in notes["int8_qdq"]
     assert rows["int8_qdq_residual"]["settings"] == {"qdq_residual_activations": True}

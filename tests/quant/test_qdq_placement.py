@@ -40,6 +40,20 @@ def test_residual_through_activation_quantizes_the_skip_input_of_the_silu_block(
     assert "1 residual add(s)" in plan.summary()
 
 
+def test_add_inputs_quantizes_the_activation_input_of_the_add_too():
+    # act(conv) + skip: TensorRT cannot fold the add into conv_b's epilogue, so both inputs get Q/DQ (an INT8 add)
+    options = QdqOptions(keep_output_layers=False, residual_through_activation=True, quantize_add_inputs=True)
+    plan = plan_qdq(silu_residual(), options)
+    assert plan.residual == [("add_res", "stem_act")]
+    assert sorted(c for t in plan.activations for c in plan.consumers[t] if c[0] == "add_res") == [
+        ("add_res", 0), ("add_res", 1)]
+    qdq, _ = insert_qdq(silu_residual(), {t: 3.0 for t in plan.activations}, plan)
+    onnx.checker.check_model(qdq, full_check=True)
+    assert _inputs_of(qdq, "add_res") == ["DequantizeLinear", "DequantizeLinear"]
+    # without residual_through_activation there is no such add, so nothing more is quantized
+    assert plan_qdq(silu_residual(), QdqOptions(keep_output_layers=False, quantize_add_inputs=True)).residual == []
+
+
 def test_an_activation_whose_convolution_output_is_read_elsewhere_does_not_count():
     # conv_b's output feeds its SiLU and a side Conv: the activation is not conv_b's alone, nothing fuses
     plan = plan_qdq(silu_residual(shared_stem=True), QdqOptions(keep_output_layers=False,
@@ -174,9 +188,11 @@ def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_lea
 
     model = onnx.load(Path(__file__).resolve().parents[2] / "samples" / "detection" / "model" / "detector.onnx")
     union = plan_qdq(model, QdqOptions(residual_through_activation=True, concat_shared_scale=True,
-                                       keep_output_layers=False))
+                                       keep_output_layers=False, quantize_add_inputs=True))
     for options in (QdqOptions(), QdqOptions(residual_through_activation=True), QdqOptions(concat_shared_scale=True),
-                    QdqOptions(keep_output_layers=False)):
+                    QdqOptions(keep_output_layers=False),
+                    QdqOptions(residual_through_activation=True, concat_shared_scale=True, keep_output_layers=False),
+                    QdqOptions(residual_through_activation=True, concat_shared_scale=True, quantize_add_inputs=True)):
         assert set(plan_qdq(model, options).activations) <= set(union.activations)
 
     def mixed(plan):

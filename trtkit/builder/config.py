@@ -66,6 +66,8 @@ class BuildConfig:
             (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``).
         qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
             with one scale for them and the output (``QdqOptions.concat_shared_scale``).
+        qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add
+            runs as an INT8 pointwise layer (``QdqOptions.quantize_add_inputs``).
         qdq_kept_fp16: with ``int8_mode=qdq`` and the FP16 flag (TensorRT < 11, not strongly typed), pin the
             convolutions/matmuls the Q/DQ plan kept out of INT8 to FP16 (``PREFER_PRECISION_CONSTRAINTS``) instead
             of leaving TensorRT free to run them in FP32/TF32.
@@ -102,6 +104,7 @@ class BuildConfig:
     qdq_exclude: tuple = ()
     qdq_residual_activations: bool = False
     qdq_concat_shared_scale: bool = False
+    qdq_add_inputs: bool = False
     qdq_kept_fp16: bool = False
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
@@ -141,6 +144,7 @@ class BuildConfig:
             "qdq_keep_heads",
             "qdq_residual_activations",
             "qdq_concat_shared_scale",
+            "qdq_add_inputs",
             "qdq_kept_fp16",
         ):
             _check.boolean(name, getattr(self, name))

@@ -239,6 +239,7 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
             ("qdq_keep_heads=False", not config.qdq_keep_heads),
             ("qdq_residual_activations", config.qdq_residual_activations),
             ("qdq_concat_shared_scale", config.qdq_concat_shared_scale),
+            ("qdq_add_inputs", config.qdq_add_inputs),
             ("qdq_kept_fp16", config.qdq_kept_fp16),
         )
         if used
@@ -306,6 +307,7 @@ def qdq_options(config) -> QdqOptions:
         exclude_nodes=frozenset(config.qdq_exclude),
         residual_through_activation=config.qdq_residual_activations,
         concat_shared_scale=config.qdq_concat_shared_scale,
+        quantize_add_inputs=config.qdq_add_inputs,
     )
 
 

@@ -113,6 +113,13 @@ def add_precision_options(parser) -> None:
         "activation (SiLU, ReLU)",
     )
     g.add_argument(
+        "--qdq-add-inputs",
+        dest="qdq_add_inputs",
+        action="store_true",
+        help="--int8-mode qdq with --qdq-residual-activations: quantize both inputs of those residual adds (the add "
+        "then runs in INT8)",
+    )
+    g.add_argument(
         "--qdq-concat-shared-scale",
         dest="qdq_concat_shared_scale",
         action="store_true",
@@ -287,6 +294,7 @@ def check_option_use(args) -> None:
             ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
             ("--qdq-residual-activations", bool(getattr(args, "qdq_residual_activations", False))),
             ("--qdq-concat-shared-scale", bool(getattr(args, "qdq_concat_shared_scale", False))),
+            ("--qdq-add-inputs", bool(getattr(args, "qdq_add_inputs", False))),
             ("--qdq-kept-fp16", bool(getattr(args, "qdq_kept_fp16", False))),
         )
         if used
@@ -348,6 +356,7 @@ def config_from_args(args) -> BuildConfig:
         qdq_keep_heads=args.qdq_keep_heads,
         qdq_residual_activations=getattr(args, "qdq_residual_activations", False),
         qdq_concat_shared_scale=getattr(args, "qdq_concat_shared_scale", False),
+        qdq_add_inputs=getattr(args, "qdq_add_inputs", False),
         qdq_kept_fp16=getattr(args, "qdq_kept_fp16", False),
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
@@ -440,6 +449,7 @@ SWITCHES = {
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
     "qdq_residual_activations": ("--qdq-residual-activations", "no --qdq-residual-activations"),
     "qdq_concat_shared_scale": ("--qdq-concat-shared-scale", "no --qdq-concat-shared-scale"),
+    "qdq_add_inputs": ("--qdq-add-inputs", "no --qdq-add-inputs"),
     "qdq_kept_fp16": ("--qdq-kept-fp16", "no --qdq-kept-fp16"),
     "tf32": ("no --no-tf32", "--no-tf32"),
     "isolate": ("no --no-isolate", "--no-isolate"),

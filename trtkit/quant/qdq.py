@@ -14,7 +14,10 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
   add, so the skip input of such an add is quantized too; ``concat_shared_scale`` quantizes every input of a Concat
   whose output is quantized with one scale shared by the inputs and the output (the largest amax), and the input of
   a Resize/MaxPool feeding it in that scale too, so the Concat and the Resize/MaxPool run in INT8 without a
-  requantization.
+  requantization; ``quantize_add_inputs`` (with ``residual_through_activation``) quantizes the activation's output
+  at such an add as well: TensorRT fuses a residual into a convolution before its activation (``act(conv + skip)``),
+  not after it (``act(conv) + skip``), so the add is a pointwise layer of its own, which runs in INT8 only when both
+  its inputs are quantized (the Q/DQ pair on each input of a bottleneck's add that NVIDIA's YOLO QAT recipes use).
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
   than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
   compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
@@ -79,6 +82,8 @@ class QdqOptions:
             as the convolution's output: the other (skip) input is quantized.
         concat_shared_scale: quantize the activation inputs of every Concat whose output is quantized, all of them
             and the output with one scale (:attr:`QdqPlan.scale_groups`).
+        quantize_add_inputs: with ``residual_through_activation``, also quantize the add's input that a convolution
+            makes through its activation (both inputs of the add quantized).
     """
 
     per_channel: bool = True
@@ -92,6 +97,7 @@ class QdqOptions:
     exclude_nodes: frozenset = frozenset()
     residual_through_activation: bool = False
     concat_shared_scale: bool = False
+    quantize_add_inputs: bool = False
 
     def __post_init__(self):
         if not isinstance(self.output_depth, int) or isinstance(self.output_depth, bool) or self.output_depth < 1:
@@ -224,7 +230,7 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
             continue
         _plan_compute(g, node, options, plan)
     if options.quantize_residual:
-        _plan_residuals(g, plan, options.residual_through_activation)
+        _plan_residuals(g, plan, options.residual_through_activation, options.quantize_add_inputs)
     if options.concat_shared_scale:
         _plan_concats(g, plan)
     return plan
@@ -367,7 +373,7 @@ def _sources(g: _Graph, tensor: str) -> set:
     return found
 
 
-def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False) -> None:
+def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False, both: bool = False) -> None:
     quantized = set(plan.quantized)
     for node in g.nodes:
         if node.op_type != "Add" or len(node.input) != 2 or any(g.is_weight(i) for i in node.input):
@@ -384,6 +390,8 @@ def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False) 
         skip = 1 - main
         plan.add_activation(node.input[skip], node.name, skip)
         plan.residual.append((node.name, node.input[skip]))
+        if both and g.producer_op(node.input[main]) != "Conv":  # made through the activation: not fusable
+            plan.add_activation(node.input[main], node.name, main)
 
 
 def _fusable_conv(g: _Graph, name: str, quantized: set, through_activation: bool):
