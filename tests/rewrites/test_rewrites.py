@@ -365,3 +365,35 @@ def test_a_step_that_changes_the_model_without_applying_is_dropped_and_the_next_
     assert seen == [name, "renamed"]
     assert rewritten.graph.node[0].name == "renamed" and model.graph.node[0].name == name
     assert [r.rewrite for r in report] == ["rename"]
+
+
+def _grid_sample_model(mode, x_shape):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode=mode, align_corners=0)
+    return _model([node], [_vi("x", TensorProto.FLOAT, x_shape), _vi("grid", TensorProto.FLOAT, [1, 3, 3, 2])],
+                  [_vi("y", TensorProto.FLOAT, None)], opset=20)
+
+
+@pytest.mark.parametrize("mode, old", [("linear", "bilinear"), ("cubic", "bicubic")])
+def test_grid_sample_20_mode_names_become_the_opset_16_names_with_the_same_values(mode, old):
+    from trtkit.builder.rewrites import semantics
+
+    model = _grid_sample_model(mode, [1, 2, 4, 4])
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
+             "grid": rng.uniform(-1, 1, (1, 3, 3, 2)).astype(np.float32)}
+    expected = run(model, feeds)[0]
+    assert semantics.find(model, TARGET_86)  # as exported: an opset-17 parser does not know the mode
+    report = attributes.rewrite(model, TARGET_86)
+    assert [(r.status, r.what.split(" (")[0]) for r in report] == [("applied", f"mode '{mode}' -> '{old}'")]
+    assert semantics.find(model, TARGET_86) == []
+    # what the parser reads: GridSample-16 (onnx's reference evaluator knows only the newest names; ONNX Runtime both)
+    ort = pytest.importorskip("onnxruntime")
+    model.opset_import[0].version = 16
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_on_a_5d_input_is_named_and_left():
+    model = _grid_sample_model("linear", [1, 2, 4, 4, 4])
+    report = attributes.rewrite(model, TARGET_86)
+    assert report[0].status == "skipped" and "rank 5 (GridSample-16 takes 4-D inputs only)" in report[0].what

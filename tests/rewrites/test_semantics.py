@@ -53,8 +53,9 @@ def test_a_parser_that_reads_the_models_opset_sees_no_hazard():
     (helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="r", antialias=1, mode="cubic"),
      [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4]), _vi("sizes", TensorProto.INT64, [4])],
      19, "antialias=1"),
+    # a 5-D GridSample (opset 20 and later): no opset-16 form to rename it to
     (helper.make_node("GridSample", ["x", "g"], ["y"], name="g", mode="linear"),
-     [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4]), _vi("g", TensorProto.FLOAT, [1, 2, 2, 2])],
+     [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4, 4]), _vi("g", TensorProto.FLOAT, [1, 2, 2, 2, 3])],
      22, "mode='linear' (opset 20's name)"),
     # onnx's version converter takes these to opset 17 and keeps the attribute opset 17 does not have
     (helper.make_node("AveragePool", ["x"], ["y"], name="p", kernel_shape=[2, 2], dilations=[2, 2]),

@@ -1,4 +1,5 @@
-"""Opset-18 ``Reduce*``/``Pad``/``Split`` inputs given back as attributes, for parsers that read the older forms.
+"""Opset-18 ``Reduce*``/``Pad``/``Split`` inputs given back as attributes, and GridSample-20's mode names as
+GridSample-16's, for parsers that read the older forms.
 
 Opset 18 moved ``axes`` of ``ReduceMean``/``ReduceMax``/... from an attribute to an input, added an ``axes`` input to
 ``Pad`` and a ``num_outputs`` attribute to ``Split``. A parser that knows opsets only up to 17 reads the attribute
@@ -27,16 +28,23 @@ REDUCE_AXES_AT_18 = frozenset(
 
 
 def rewrite(proto, target) -> list:
-    """Rewrite opset-18 input forms into attributes where the parser's range ends below 18."""
+    """Rewrite opset-18 input forms into attributes where the parser's range ends below 18, and GridSample-20's
+    mode names into GridSample-16's where it ends below 20."""
     opset = main_opset(proto)
-    if target.max_opset is None or opset < 18 or target.max_opset >= 18:
+    if target.max_opset is None or opset <= target.max_opset:
         return []
     constants = _constants(proto)
     why = f"{target.label}'s parser reads the opset-{target.max_opset} attribute form"
     changes = []
+    inputs_at_18 = opset >= 18 and target.max_opset < 18
     for index, node in enumerate(proto.graph.node):
         where = f"node '{node.name or f'#{index}'}' ({node.op_type})"
-        if node.op_type in REDUCE_AXES_AT_18 and len(node.input) > 1 and node.input[1]:
+        if node.op_type == "GridSample" and opset >= 20 and target.max_opset < 20:
+            change = _grid_sample(proto, node, where, why)
+            changes += [change] if change is not None else []
+        elif not inputs_at_18:
+            continue
+        elif node.op_type in REDUCE_AXES_AT_18 and len(node.input) > 1 and node.input[1]:
             changes.append(_reduce(node, constants, where, why))
         elif node.op_type == "Pad" and len(node.input) > 3 and node.input[3]:
             changes.append(_pad(proto, node, constants, where, why))
@@ -54,6 +62,40 @@ def _reduce(node, constants: dict, where: str, why: str) -> Rewrite:
     node.attribute.append(helper.make_attribute("axes", [int(a) for a in axes.reshape(-1)]))
     del node.input[1:]
     return Rewrite("attribute-inputs", where, f"axes input -> attribute {list(int(a) for a in axes.reshape(-1))}", why)
+
+
+# GridSample-20 renamed the modes (and took N-D inputs); for 4-D inputs the two versions compute the same
+_GRID_SAMPLE_MODES_16 = {"linear": "bilinear", "cubic": "bicubic"}
+
+
+def _grid_sample(proto, node, where: str, why: str) -> Rewrite | None:
+    """``GridSample(mode='linear'|'cubic')`` of a 4-D input -> GridSample-16's ``'bilinear'|'bicubic'``."""
+    from onnx import helper
+
+    mode = next((a for a in node.attribute if a.name == "mode"), None)
+    name = mode.s.decode() if mode is not None else "linear"  # GridSample-20's default is 'linear'
+    if name not in _GRID_SAMPLE_MODES_16:
+        return None
+    dims = _dims_of(proto, node.input[0])
+    if dims is None or len(dims) != 4:
+        rank = "unknown" if dims is None else len(dims)
+        return Rewrite(
+            "attribute-inputs",
+            where,
+            f"left as is: mode '{name}' on an input of rank {rank} (GridSample-16 takes 4-D inputs only)",
+            why,
+            SKIPPED,
+        )
+    keep = [a for a in node.attribute if a.name != "mode"]
+    del node.attribute[:]
+    node.attribute.extend([*keep, helper.make_attribute("mode", _GRID_SAMPLE_MODES_16[name])])
+    return Rewrite(
+        "attribute-inputs",
+        where,
+        f"mode '{name}' -> '{_GRID_SAMPLE_MODES_16[name]}' (GridSample-16's "
+        "name for the same interpolation on 4-D inputs)",
+        why,
+    )
 
 
 def _pad(proto, node, constants: dict, where: str, why: str) -> Rewrite:
