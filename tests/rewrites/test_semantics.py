@@ -124,3 +124,28 @@ def test_an_axes_input_declared_empty_means_every_axis_as_the_parser_does():
 
     assert prepare(model(0), target=TARGET_86).hazards == []
     assert "an identity" in prepare(model(1), target=TARGET_86).hazards[0].what
+
+
+def _pool(shape, **attrs):
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="pool", **attrs)
+    return _model([node], [_vi("x", TensorProto.FLOAT, shape)], [_vi("y", TensorProto.FLOAT, None)], opset=17)
+
+
+def test_a_ceil_mode_pool_whose_last_window_starts_in_the_padding_is_named():
+    # onnx's test_averagepool_2d_ceil_last_window_starts_on_pad: ONNX gives (1, 3, 1, 1), TensorRT 8.6 (1, 3, 2, 2)
+    model = _pool([1, 3, 2, 2], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1,
+                  count_include_pad=1)
+    hazards = prepare(model, target=TARGET_86).hazards
+    assert [h.what for h in hazards] == [
+        f"ceil_mode=1 and the last window along axis {a} starts in the padding: ONNX gives 1 output(s) there, "
+        "TensorRT 2" for a in (2, 3)]
+    assert "export with ceil_mode=0" in hazards[0].advice
+
+
+def test_ceil_mode_pools_whose_windows_all_start_inside_are_left():
+    for model in (_pool([1, 3, 5, 5], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),  # 3 windows, the last at 4
+                  _pool([1, 3, 2, 2], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=0),
+                  _pool([1, 3, "h", "w"], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1)):
+        assert prepare(model, target=TARGET_86).hazards == []
+    model = _pool([1, 3, 2, 2], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1)
+    assert prepare(model, target=TARGET_NEW).hazards == []  # measured on 8.6 only

@@ -13,6 +13,10 @@ inputs and attributes that came later. For most ops that is harmless; for these 
 - ``GridSample`` (opset 20): the modes were renamed (``linear``, ``cubic``); an opset-16 parser does not know them.
 - ``AveragePool`` (opset 19): ``dilations`` are ignored.
 
+And one difference of TensorRT's own (measured on 8.6, so only for parsers of opset 17 and below): a pool with
+``ceil_mode=1`` whose last window would start in the right padding. ONNX (like PyTorch) drops that window; TensorRT
+rounds the output size up without that rule, so the engine's output has another shape.
+
 Constant ``axes`` inputs are put back as attributes by :mod:`trtkit.builder.rewrites.attributes` before this runs;
 what is left is what no rewrite can express in the parser's opset. The ONNX backend test data showed each of these
 as a silent mismatch through TensorRT 8.6 (``scripts/onnx_backend_suite.py``); :func:`find` names them so the build
@@ -66,7 +70,54 @@ def find(proto, target) -> list:
         later = [(what, since) for what, since in _differences(node, constants, empty) if since > parser_opset]
         for what, since in later or _unknown_to_parser(node, parser_opset, empty):
             found.append(Hazard(name, node.op_type, what, _advice(since, parser_opset, target.label)))
+        if node.op_type in _POOLS and top <= 17 and _int(_attr(node, "ceil_mode")) == 1:
+            found += [Hazard(name, node.op_type, what, _POOL_ADVICE) for what in _last_window_in_padding(proto, node)]
     return found
+
+
+_POOLS = frozenset({"AveragePool", "MaxPool", "LpPool"})
+_POOL_ADVICE = (
+    "TensorRT 8.6 keeps that window (its round-up output size), so the engine's output has another shape; export "
+    "with ceil_mode=0 and the padding that gives the size wanted"
+)
+
+
+def _attr(node, name: str):
+    return next((a for a in node.attribute if a.name == name), None)
+
+
+def _last_window_in_padding(proto, node):
+    """With ``ceil_mode=1``, ONNX (like PyTorch) drops an output window that would start in the right padding; for
+    each spatial axis of a static input where that happens, what the difference is."""
+    from trtkit.builder.rewrites.base import value_types
+
+    if (_text(_attr(node, "auto_pad")) or "NOTSET") != "NOTSET":
+        return
+    kind = value_types(proto).get(node.input[0])
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in kind.tensor_type.shape.dim] if kind else []
+    kernel = list(_attr(node, "kernel_shape").ints) if _attr(node, "kernel_shape") else []
+    spatial = dims[2:]
+    if not kernel or len(spatial) != len(kernel) or any(d is None for d in spatial):
+        return
+    n = len(kernel)
+    strides = list(_attr(node, "strides").ints) if _attr(node, "strides") else [1] * n
+    dilations = list(_attr(node, "dilations").ints) if _attr(node, "dilations") else [1] * n
+    pads = list(_attr(node, "pads").ints) if _attr(node, "pads") else [0] * (2 * n)
+    for axis in range(n):
+        size, k, s, d, begin, end = (
+            spatial[axis],
+            kernel[axis],
+            strides[axis],
+            dilations[axis],
+            pads[axis],
+            pads[n + axis],
+        )
+        rounded_up = -(-(size + begin + end - ((k - 1) * d + 1)) // s) + 1
+        if (rounded_up - 1) * s >= size + begin:
+            yield (
+                f"ceil_mode=1 and the last window along axis {axis + 2} starts in the padding: ONNX gives "
+                f"{rounded_up - 1} output(s) there, TensorRT {rounded_up}"
+            )
 
 
 def _statically_empty(proto) -> set:
