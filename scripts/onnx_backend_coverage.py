@@ -7,7 +7,8 @@ adapter before TensorRT is even asked:
   list (``trtkit/builder/data/onnx_ops.json``, with 8.6.0's own differences), the default domain only, opset within
   the parser's documented range, and graph inputs/outputs of types an engine takes (no INT64 on 8.6, no FP64, INT16,
   unsigned wider than 8 bits, strings, sequences or optionals anywhere).
-- ``trtkit``: the same checks on ``trtkit.prepare``'s result for a parser that answers exactly from that list.
+- ``trtkit``: the same checks on ``trtkit.prepare``'s result for a parser that answers exactly from that list, and
+  what the build refuses before parsing (``PreparedModel.hazards``).
 
 Where nothing stops the trtkit model, it is run with ONNX Runtime on the case's own inputs (converted to the
 prepared model's input dtypes, as ``TrtRunner`` does) and its outputs compared with the case's expected outputs
@@ -200,7 +201,8 @@ def check_case(case: dict, timeout_s: int = 60) -> dict:
         entry["opset"] = _opset(model)
         prepared = prepare(model, target=target)
         entry["rewrites"] = sorted({f"{r.rewrite}:{r.status}" for r in prepared.rewrites})
-        entry["trtkit"] = blockers(prepared.proto, supported)
+        # what trtkit.build refuses before parsing (nodes the parser would read with other semantics, missing types)
+        entry["trtkit"] = blockers(prepared.proto, supported) + [f"hazard {h.op_type}" for h in prepared.hazards]
         entry["trtkit_opset"] = _opset(prepared.proto)
         if not entry["trtkit"]:
             inputs, expected = suite.load_arrays(Path(case["dir"]))
@@ -232,7 +234,8 @@ def ranked(cases: dict, adapter: str) -> list:
     once, wherever it is: ``dtype INT64`` for an INT64 input and output)."""
     counts: Counter = Counter()
     for entry in cases.values():
-        reasons = {r if r.startswith("op ") else "dtype " + r.split(" ", 1)[1] for r in entry.get(adapter) or []}
+        reasons = {r if r.startswith(("op ", "hazard ")) else "dtype " + r.split(" ", 1)[1]
+                   for r in entry.get(adapter) or []}
         for reason in reasons:
             counts[reason] += 1
         if adapter == "trtkit" and entry.get("ort") in ("mismatch", "error"):
