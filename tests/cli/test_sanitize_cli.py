@@ -23,6 +23,19 @@ def test_sanitize_lists_every_rewrite_and_saves_the_model(tmp_path, capsys, monk
     assert len(json.loads((tmp_path / "r.json").read_text())["rewrites"]) == 3
 
 
+def test_sanitize_names_what_a_build_would_refuse(tmp_path, capsys, monkeypatch):
+    from tests.rewrites.test_semantics import reduce_axes_input
+
+    monkeypatch.setenv("COLUMNS", "300")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(reduce_axes_input(), str(src))
+    assert main(["sanitize", str(src), "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    assert "what a build refuses" in text and "would reduce over every axis" in text
+    assert "1 node(s) that TensorRT 8.6 (assumed: TensorRT is not installed) cannot take as they are" in text
+    assert json.loads((tmp_path / "r.json").read_text())["hazards"][0]["node"] == "mean"
+
+
 def test_sanitize_refuses_to_overwrite_its_input(tmp_path, capsys):
     src = tmp_path / "m.onnx"
     onnx.save(placeholder_dims_model(), str(src))

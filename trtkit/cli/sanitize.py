@@ -41,6 +41,11 @@ def run(args, console) -> int:
     console.print(rewrite_table(prepared))
     label = prepared.target.label if prepared.target is not None else "the assumed parser"
     console.print(f"{len(prepared.applied)} rewrite(s) applied for {label}; saved {saved}")
+    if prepared.hazards:  # the build refuses these: say so now, with the same words
+        rows = [(h.node, h.op_type, h.what, h.advice) for h in prepared.hazards]
+        console.print(render.table("what a build refuses", ["node", "op", "what", "what to change"], rows))
+        count = len(prepared.hazards)
+        console.print(f"{count} node(s) that {label} cannot take as they are: a build refuses the model")
     if args.json:
         render.write_json(args.json, dict(prepared.to_json(), output=str(saved)))
     return 0
