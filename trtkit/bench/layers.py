@@ -127,26 +127,25 @@ def profile_layers(
         UsageError: ``runs`` below 1 or ``warmup`` below 0.
         EngineError: TensorRT reported no layer times.
     """
+    from trtkit._lazy import tensorrt
     from trtkit.bench.measure import _engine_source, make_feed
     from trtkit.runtime.runner import TrtRunner
 
     _check.integer("runs", runs, low=1)
     _check.integer("warmup", warmup, low=0)
+    trt = trt if trt is not None else tensorrt()
     with TrtRunner(_engine_source(engine), profile=profile, cuda_graph=False, trt=trt, cuda=cuda) as runner:
         feed = make_feed(runner, shapes)
         for _ in range(warmup):
             runner.infer(feed)
-        collector = _collector(runner._trt)
-        context = runner.context
-        context.profiler = collector
-        context.enqueue_emits_profile = False
-        try:
-            for _ in range(runs):
-                runner.infer(feed)
-                context.report_to_profiler()
-        finally:
-            context.profiler = None
-        inspected = _inspected_layers(runner)
+        collector = _collector(trt)
+        # the runner's context dies with it: no profiler reset (8.6 refuses a null profiler, logging an API error)
+        runner.context.profiler = collector
+        runner.context.enqueue_emits_profile = False
+        for _ in range(runs):
+            runner.infer(feed)
+            runner.context.report_to_profiler()
+        inspected = _inspected_layers(trt, runner)
         run_shapes = {name: tuple(array.shape) for name, array in feed.items()}
     if not collector.times:
         raise EngineError(
@@ -170,11 +169,14 @@ def _collector(trt):
     return Collector()
 
 
-def _inspected_layers(runner) -> dict:
+def _inspected_layers(trt, runner) -> dict:
+    """The inspector's layers, read through the runner's own context: its shapes are set (so formats and precisions
+    are reported), and on 8.6 a second context of the engine would get no optimization profile (the runner's is
+    not shared)."""
     from trtkit import _version_compat as compat
     from trtkit.runtime.engine import engine_information
 
-    info = engine_information(runner._trt, runner.engine, profile=runner.profile)
+    info = engine_information(trt, runner.engine, profile=runner.profile, context=runner.context)
     return {layer.name: layer for layer in compat.inspector_layers(info)}
 
 

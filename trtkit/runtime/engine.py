@@ -252,15 +252,16 @@ def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: b
     return deserialize(data, trt=trt, where=f"Engine '{path_or_bytes}'")
 
 
-def engine_information(trt, engine, *, profile: int = 0) -> str:
+def engine_information(trt, engine, *, profile: int = 0, context=None) -> str:
     """The engine inspector's JSON.
 
     For an engine with dynamic shapes TensorRT reports tensor formats (hence layer precisions) only when the inspector
-    has an execution context with every input shape set, so one is made at ``profile``'s opt shapes (and opt values
-    of shape-tensor inputs, in host memory kept until the information is read).
+    has an execution context with every input shape set: ``context`` when given (a runner's, its shapes set), else
+    one made at ``profile``'s opt shapes (and opt values of shape-tensor inputs, in host memory kept until the
+    information is read).
     """
     inspector = engine.create_engine_inspector()
-    context, values = _context_at_opt_shapes(trt, engine, profile)
+    context, values = (context, []) if context is not None else _context_at_opt_shapes(trt, engine, profile)
     if context is not None:
         inspector.execution_context = context
     info = inspector.get_engine_information(trt.LayerInformationFormat.JSON)

@@ -521,7 +521,9 @@ class _FakeContext:
 
 
 class _FakeInspector:
-    """Fake ``IEngineInspector``: one layer per ONNX node, precision from the builder flags."""
+    """Fake ``IEngineInspector``: one layer per ONNX node, precision from the builder flags. As TensorRT does, an
+    engine with dynamic shapes gets its formats (hence precisions) only through an ``execution_context`` whose
+    profile is active and whose every input shape is set; otherwise ``N/A due to dynamic shapes``."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -531,12 +533,20 @@ class _FakeInspector:
         flags = self.engine.header.get("build_flags", ())
         return "INT8" if "INT8" in flags else "FP16" if "FP16" in flags else "FP32"
 
+    def _shapes_known(self) -> bool:
+        if not self.engine._has_dynamic_shapes:
+            return True
+        context = self.execution_context
+        return context is not None and context.active_optimization_profile >= 0 and context._input_shapes() is not None
+
     def _layer(self, node) -> dict:
         fmt = {
             "FP32": "Row major linear FP32",
             "FP16": "Row major linear FP16 format",
             "INT8": "Row major linear Int8 format",
         }[self._precision()]
+        if not self._shapes_known():
+            fmt = "N/A due to dynamic shapes"
         return {
             "Name": node.name or node.op_type,
             "LayerType": node.op_type,
