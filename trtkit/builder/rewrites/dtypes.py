@@ -21,8 +21,8 @@ def find(proto, target) -> list:
     import onnx
 
     allowed = target.data_types
-    if allowed is None:
-        return []
+    if allowed is None or not _declared_types(proto) - allowed:
+        return []  # every type a tensor gets comes from these: no shape inference for the common model
     types = value_types(proto)
     named: dict = {}
     found = []
@@ -44,3 +44,23 @@ def find(proto, target) -> list:
             found.append(Hazard(node.name or f"#{index}", node.op_type, what, advice))
             break
     return found
+
+
+def _declared_types(proto) -> set:
+    """The element type names the graph states: its inputs, outputs and value infos, initializers, ``Constant``
+    values and every ``to``/``dtype``/``output_dtype`` attribute (``Cast``, ``EyeLike``, ``QuantizeLinear``...);
+    inference only propagates these."""
+    import onnx
+
+    graph = proto.graph
+    codes = {v.type.tensor_type.elem_type for v in [*graph.input, *graph.output, *graph.value_info]}
+    codes |= {t.data_type for t in graph.initializer}
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.name in ("to", "dtype", "output_dtype") and attr.type == onnx.AttributeProto.INT:
+                codes.add(attr.i)
+            elif attr.type == onnx.AttributeProto.TENSOR:
+                codes.add(attr.t.data_type)
+            elif attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                return {"(subgraph)"}  # bodies hold their own: look at every inferred value
+    return {onnx.TensorProto.DataType.Name(c) for c in codes if c}

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from trtkit.builder.rewrites.attributes import REDUCE_AXES_AT_18
-from trtkit.builder.rewrites.base import main_opset
+from trtkit.builder.rewrites.base import main_opset, value_types
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ def find(proto, target) -> list:
     constants = {t.name for t in proto.graph.initializer}
     constants |= {o for n in proto.graph.node if n.op_type == "Constant" for o in n.output}
     empty = _statically_empty(proto)
-    found = []
+    found: list = []
+    types = None
     for index, node in enumerate(proto.graph.node):
         if (node.domain or "") not in ("", "ai.onnx"):
             continue
@@ -71,7 +72,8 @@ def find(proto, target) -> list:
         for what, since in later or _unknown_to_parser(node, parser_opset, empty):
             found.append(Hazard(name, node.op_type, what, _advice(since, parser_opset, target.label)))
         if node.op_type in _POOLS and top <= 17 and _int(_attr(node, "ceil_mode")) == 1:
-            found += [Hazard(name, node.op_type, what, _POOL_ADVICE) for what in _last_window_in_padding(proto, node)]
+            types = types if types is not None else value_types(proto)  # shape inference once, and only for these
+            found += [Hazard(name, node.op_type, what, _POOL_ADVICE) for what in _last_window_in_padding(types, node)]
     return found
 
 
@@ -86,19 +88,17 @@ def _attr(node, name: str):
     return next((a for a in node.attribute if a.name == name), None)
 
 
-def _last_window_in_padding(proto, node):
+def _last_window_in_padding(types: dict, node):
     """With ``ceil_mode=1``, ONNX (like PyTorch) drops an output window that would start in the right padding; for
     each spatial axis of a static input where that happens, what the difference is."""
-    from trtkit.builder.rewrites.base import value_types
-
     if (_text(_attr(node, "auto_pad")) or "NOTSET") != "NOTSET":
         return
-    kind = value_types(proto).get(node.input[0])
+    kind = types.get(node.input[0])
     dims = [d.dim_value if d.HasField("dim_value") else None for d in kind.tensor_type.shape.dim] if kind else []
     kernel = list(_attr(node, "kernel_shape").ints) if _attr(node, "kernel_shape") else []
-    spatial = dims[2:]
-    if not kernel or len(spatial) != len(kernel) or any(d is None for d in spatial):
-        return
+    spatial = [d for d in dims[2:] if d is not None]
+    if not kernel or len(spatial) != len(kernel) or len(spatial) != len(dims[2:]):
+        return  # not a pool of a static spatial input
     n = len(kernel)
     strides = list(_attr(node, "strides").ints) if _attr(node, "strides") else [1] * n
     dilations = list(_attr(node, "dilations").ints) if _attr(node, "dilations") else [1] * n
