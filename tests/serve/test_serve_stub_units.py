@@ -132,3 +132,23 @@ def test_prelude_runs_first(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="stop here"):
         stub_model.TritonPythonModel().initialize({"model_config": "{}", "model_instance_name": "trtkit_gpu0_0"})
     assert marker.read_text() == "yes"
+
+
+def test_a_server_that_dies_while_loading_is_named_with_the_end_of_its_log(tmp_path):
+    """What a user sees when tritonserver exits early (a port taken, a backend that does not load): the exit code
+    and the last lines of Triton's own log, not only the code."""
+    import subprocess
+    import sys
+
+    from trtkit.errors import ServeError
+    from trtkit.serve.stub import StubTriton
+
+    log = tmp_path / "triton.log"
+    log.write_text("I1201 starting\nE1201 failed to bind to 0.0.0.0:8001: Address already in use\nI1201 exiting\n")
+    server = StubTriton.__new__(StubTriton)  # the process part only: no tritonserver is needed for this
+    server.log_file = log
+    server._proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    server._proc.wait()
+    with pytest.raises(ServeError, match=r"exited with code 3 while loading; its log \(.*triton.log\) ends: "
+                                         r"I1201 starting \| E1201 failed to bind.*Address already in use"):
+        server.wait_loaded(["m"], timeout_s=5)
