@@ -111,3 +111,44 @@ def test_excluding_a_node_the_model_lacks_names_it_and_the_close_match():
     with pytest.raises(ModelError, match=r"qdq_exclude names node\(s\) the model does not have: 'conv_mian' "
                                          r"\(did you mean 'conv_main'\?\)\. Its Conv/Gemm/MatMul nodes are: stem_conv"):
         plan_qdq(residual_cnn(), QdqOptions(exclude_nodes=frozenset({"conv_mian"})))
+
+
+def test_a_residual_behind_a_batchnorm_of_the_convolution_is_seen_as_the_convolutions():
+    """Exports that keep BatchNormalization (onnx's own test_resnet50 data: Conv → BatchNormalization → Add) have
+    the residual adds of a folded export: TensorRT folds the BatchNormalization into the convolution. Before, the
+    onnx wheel's ResNet-50 planned '0 residual add(s)'."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    model = residual_cnn()
+    width = 16
+    bn = [numpy_helper.from_array(np.full(width, v, np.float32), f"bn_{k}")
+          for k, v in (("scale", 1.5), ("bias", 0.1), ("mean", 0.0), ("var", 1.0))]
+    model.graph.initializer.extend(bn)
+    nodes = list(model.graph.node)
+    at = next(i for i, n in enumerate(nodes) if n.name == "add_skip")
+    nodes[at].input[0] = "b_bn"  # conv_b → BatchNormalization → the residual add
+    nodes.insert(at, helper.make_node("BatchNormalization", ["b", "bn_scale", "bn_bias", "bn_mean", "bn_var"],
+                                      ["b_bn"], name="bn_b"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    plan = plan_qdq(model)
+    assert ("add_skip", "stem_r") in plan.residual
+    # a BatchNormalization whose input something else reads too is no folded convolution
+    nodes.insert(at + 1, helper.make_node("Relu", ["b"], ["b_side"], name="side"))
+    model.graph.output.append(helper.make_tensor_value_info("b_side", onnx.TensorProto.FLOAT, None))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    assert ("add_skip", "stem_r") not in plan_qdq(model).residual
+
+
+def test_a_two_input_sum_is_a_residual_add_too():
+    """onnx's own ResNet-50 data writes its residual adds as Sum: with Add and Sum alike it plans 16 of them."""
+    model = residual_cnn()
+    for node in model.graph.node:
+        if node.name == "add_skip":
+            node.op_type = "Sum"
+    plan = plan_qdq(model)
+    assert ("add_skip", "stem_r") in plan.residual
+    qdq, _ = insert_qdq(model, {t: 1.0 for t in plan.activations}, plan)
+    onnx.checker.check_model(qdq, full_check=True)

@@ -7,8 +7,9 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
 - Weights are quantized per channel along the output-channel axis (Conv axis 0, ConvTranspose axis 1; Gemm/MatMul
   the axis of N only with ``per_channel_matmul``: per tensor by default, which every TensorRT version parses);
   activations per tensor. Symmetric, zero point 0.
-- On a residual ``Add`` whose one input is a quantized convolution's only output, the *other* (skip) input is
-  quantized too, so the convolution can fuse with the add (conv + add + relu in INT8).
+- On a residual ``Add`` whose one input is a quantized convolution's only output (through a BatchNormalization
+  of it alone, which TensorRT folds into the convolution), the *other* (skip) input is quantized too, so the
+  convolution can fuse with the add (conv + add + relu in INT8).
 - Optional (:class:`QdqOptions`, off by default until measured): ``residual_through_activation`` counts a
   convolution followed by its pointwise activation (ReLU, SiLU as ``x * Sigmoid(x)``, ...) as fusable with a residual
   add, so the skip input of such an add is quantized too; ``concat_shared_scale`` quantizes every input of a Concat
@@ -376,7 +377,8 @@ def _sources(g: _Graph, tensor: str) -> set:
 def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False, both: bool = False) -> None:
     quantized = set(plan.quantized)
     for node in g.nodes:
-        if node.op_type != "Add" or len(node.input) != 2 or any(g.is_weight(i) for i in node.input):
+        # a two-input Sum is an Add (older exports, onnx's own ResNet-50 data, write Sum)
+        if node.op_type not in ("Add", "Sum") or len(node.input) != 2 or any(g.is_weight(i) for i in node.input):
             continue
         convs = {
             i: conv
@@ -399,12 +401,25 @@ def _fusable_conv(g: _Graph, name: str, quantized: set, through_activation: bool
     activation alone makes it), else ``None``."""
     if len(g.consumers.get(name, [])) != 1 or name in g.outputs:
         return None
-    node = g.producer.get(name)
+    node = _through_batchnorm(g, g.producer.get(name))
     if node is not None and through_activation and node.op_type != "Conv":
-        node = _activation_source(g, node)
+        node = _through_batchnorm(g, _activation_source(g, node))
     if node is not None and node.op_type == "Conv" and node.name in quantized:
         return node
     return None
+
+
+def _through_batchnorm(g: _Graph, node):
+    """The Conv that a BatchNormalization ``node`` alone normalizes (TensorRT folds the two into one convolution, so
+    an export that kept its BatchNormalization nodes has the same residual adds as one that folded them); else
+    ``node``."""
+    if node is None or node.op_type != "BatchNormalization":
+        return node
+    source = node.input[0]
+    conv = g.producer.get(source)
+    if conv is None or conv.op_type != "Conv" or len(g.consumers.get(source, [])) != 1 or source in g.outputs:
+        return node
+    return conv
 
 
 POINTWISE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh"})
