@@ -206,3 +206,25 @@ def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_lea
     assert mixed(plan_qdq(model)) == ["Add"] * 10 + ["Concat"] * 2
     assert mixed(plan_qdq(model, QdqOptions(residual_through_activation=True, concat_shared_scale=True))) == []
     assert len(union.residual) == 10 and len(set(union.scale_groups.values())) == 2
+
+
+def test_add_inputs_without_residual_activations_is_refused_naming_both():
+    from trtkit.builder.config import BuildConfig
+    from trtkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="qdq_add_inputs=True does nothing without qdq_residual_activations=True"):
+        BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True)
+    assert BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=True)
+
+
+def test_the_cli_refuses_add_inputs_alone_in_its_own_flags(tmp_path, capsys):
+    from pathlib import Path
+
+    from trtkit.cli.main import main
+
+    out = tmp_path / "x.engine"
+    model = Path(__file__).resolve().parents[1] / "data" / "digits_cnn.onnx"
+    assert main(["build", str(model), "--int8", "--int8-mode", "qdq", "--qdq-add-inputs",
+                 "-o", str(out)]) == 2
+    assert "--qdq-add-inputs does nothing without --qdq-residual-activations" in capsys.readouterr().err
+    assert not out.exists()

@@ -166,6 +166,13 @@ class BuildConfig:
                 field="input_uint8_nhwc",
                 accepted="False when calibration is set",
             )
+        if self.qdq_add_inputs and not self.qdq_residual_activations:
+            raise UsageError(
+                "qdq_add_inputs=True does nothing without qdq_residual_activations=True: it quantizes the other "
+                "input of the residual adds that one finds; set both",
+                field="qdq_add_inputs",
+                accepted="False unless qdq_residual_activations is True",
+            )
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":
                 raise UsageError(
