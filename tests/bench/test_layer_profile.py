@@ -99,3 +99,10 @@ def test_cli_layer_options_without_layers_are_refused(tmp_path, capsys, fake_gpu
     engine.write_bytes(fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]))
     code, _, err = run_cli(["bench", str(engine), "--runs", "3"], capsys)
     assert code != 0 and "--runs apply with --layers" in err
+
+
+def test_cli_layers_with_streams_is_refused(tmp_path, capsys, fake_gpu):  # noqa: F811 - fixture
+    engine = tmp_path / "conv.engine"
+    engine.write_bytes(fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]))
+    code, _, err = run_cli(["bench", str(engine), "--layers", "--streams", "2"], capsys)
+    assert code == 2 and "--layers profiles one execution context" in err and "leave out --streams" in err

@@ -112,6 +112,10 @@ def run(args, console) -> int:
         from trtkit.errors import UsageError
 
         raise UsageError(f"{' and '.join(unused)} apply with --layers (the per-layer profile)")
+    if args.layers and args.streams != 1:
+        from trtkit.errors import UsageError
+
+        raise UsageError("--layers profiles one execution context without a CUDA graph; leave out --streams")
     engine = engine_for(args, console)
     if args.layers:
         return _run_layers(args, console, engine, settings)
