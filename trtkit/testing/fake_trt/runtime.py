@@ -536,8 +536,11 @@ class _FakeInspector:
     def _shapes_known(self) -> bool:
         if not self.engine._has_dynamic_shapes:
             return True
-        context = self.execution_context
-        return context is not None and context.active_optimization_profile >= 0 and context._input_shapes() is not None
+        context = self.execution_context  # read through TensorRT's own names: a surface proxy may stand in for it
+        if context is None or context.active_optimization_profile < 0:
+            return False
+        inputs = [name for name, spec in self.engine.io.items() if spec["mode"] == "INPUT"]
+        return all(-1 not in tuple(context.get_tensor_shape(name)) for name in inputs)
 
     def _layer(self, node) -> dict:
         fmt = {
