@@ -23,7 +23,17 @@ In one call:
 6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
 6b. ``compare``: with ``--compare pytriton`` (the default when the main run is the stub backend), steps 3-4 again
    with that backend, given what is left before the deadline, and ``grpc64_main_over_this``.
-7. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
+7. ``sweep`` (with ``--sweep``): a server of its own per setting of the model (``runner``, or ``null``: the stubs
+   answer zeros with no runner, a diagnostic ceiling of Triton, the Python backend and the clients alone), instances
+   and batcher delay, loaded at ``--sweep-levels`` (default 64) for ``--sweep-s`` per number of client processes;
+   ``skipped`` names what would not have ended before ``--deadline-s``.
+8. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
+
+Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
+(``/v2/models/<m>/stats``) read before and after the level: each stage's mean per request (queue, compute_input,
+compute_infer, compute_output), the batch sizes executed and ``busy_frac``, the instances' compute time over the
+level's wall time (near 1: the server is the limit); ``client_cpu_frac``: each client process's CPU over its run
+(near 1: that process, one core and one GIL, is the limit); ``host_cpu_busy_frac``: every core of the host.
 
 Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
 server's output there. Each step's failure is recorded in ``errors`` instead of stopping the run; the JSON is written
@@ -116,21 +126,32 @@ def bench_streams2(engine: Path, duration_s: float) -> float:
 
 
 class ServeProcess:
-    def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str):
+    """``trtkit serve`` in a child process; ``instances``/``delay_us`` override the command line's, ``null_model``
+    starts the stubs as the null model (:mod:`trtkit.serve.stub_model`: zeros, no runner; a diagnostic)."""
+
+    def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
+                 instances: int | None = None, delay_us: int | None = None, null_model: bool = False):
+        from trtkit.serve.stub_model import NULL_MODEL_ENV
+
+        self.instances = int(instances or args.instances)
+        self.http_url = f"http://127.0.0.1:{args.port}"
         self.status = workdir / f"status-{tag}.json"
         self.output = workdir / f"serve-{tag}.out"
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
         shared = ["--shared-memory"] if args.shared_memory == "system" else []
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend,
-               "--instances", str(args.instances),
-               "--max-batch", str(MAX_BATCH), "--max-queue-delay-us", str(args.max_queue_delay_us), "--gpus", gpus,
+               "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
+               str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
                str(args.port + 2), "--json", str(self.status), "--log-file", str(self.log_file)]
-        log(" ".join(cmd))
+        env = {k: v for k, v in os.environ.items() if k != NULL_MODEL_ENV}
+        if null_model:
+            env[NULL_MODEL_ENV] = "1"
+        log(("NULL MODEL " if null_model else "") + " ".join(cmd))
         self.started = time.monotonic()
         with open(self.output, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 
     def wait_ready(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -170,8 +191,14 @@ def client_main(argv: list) -> int:
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
                             max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True,
                             shared_memory=shared_memory)
+    t0, wall0 = os.times(), time.monotonic()
     (result,) = load_test(url, model, settings)
-    Path(out).write_text(json.dumps(result.to_json()))
+    t1, wall1 = os.times(), time.monotonic()
+    data = result.to_json()
+    # this process's CPU over its connection, warm-up and level: near 1.0 (one core, one GIL) is a client at its limit
+    data["cpu_s"] = round((t1.user - t0.user) + (t1.system - t0.system), 3)
+    data["cpu_frac"] = round(data["cpu_s"] / max(wall1 - wall0, 1e-9), 3)
+    Path(out).write_text(json.dumps(data))
     return 0
 
 
@@ -197,7 +224,206 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
             "failed": sum(p["failed"] for p in parts), "requests": sum(p["requests"] for p in parts),
             "client_procs": n, "wall_s": max(p["wall_s"] for p in parts),
+            "client_cpu_frac": [p.get("cpu_frac") for p in parts],
             "errors": sorted({e for p in parts for e in p["errors"]})[:5]}
+
+
+# --- where the time goes -------------------------------------------------------------------------------------------
+
+
+def model_stats(http_url: str, model: str = "resnet50", timeout_s: float = 5.0) -> dict:
+    """Triton's statistics of ``model`` (``GET /v2/models/<model>/stats``): its first ``model_stats`` entry."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{http_url}/v2/models/{model}/stats", timeout=timeout_s) as answer:
+        return json.loads(answer.read())["model_stats"][0]
+
+
+def readable_stats(http_url: str):
+    """:func:`model_stats`, or why it could not be read (a string): the load is measured either way."""
+    try:
+        return model_stats(http_url)
+    except Exception as exc:  # noqa: BLE001 - urllib's errors, a JSON without model_stats
+        return f"not read: {type(exc).__name__}: {exc}"
+
+
+def _count_ns(entry: dict | None) -> tuple:
+    entry = entry or {}
+    return int(entry.get("count", 0)), int(entry.get("ns", 0))
+
+
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def stats_delta(before: dict, after: dict, wall_s: float, instances: int) -> dict:
+    """What the server did between two :func:`model_stats` readings.
+
+    ``per_request_us``: each stage's mean per request (Triton adds a batch's compute times to each of its requests);
+    ``batch_sizes``: executions per batch size; ``mean_batch``: inferences per execution; ``busy_frac``: the
+    executions' compute time over ``wall_s`` x ``instances`` (near 1.0: every instance busy, the server is the limit;
+    low: the instances wait for requests, the clients or the path to the server are).
+    """
+    inf_b, inf_a = before.get("inference_stats", {}), after.get("inference_stats", {})
+    requests = _count_ns(inf_a.get("success"))[0] - _count_ns(inf_b.get("success"))[0]
+    per_request = {}
+    for stage in STAGES:
+        (cb, nb), (ca, na) = _count_ns(inf_b.get(stage)), _count_ns(inf_a.get(stage))
+        per_request[stage] = round((na - nb) / (ca - cb) / 1e3, 1) if ca > cb else None
+    old = {int(b["batch_size"]): b for b in before.get("batch_stats", [])}
+    sizes, busy_ns = {}, 0
+    for b in after.get("batch_stats", []):
+        size, prior = int(b["batch_size"]), old.get(int(b["batch_size"]), {})
+        runs = _count_ns(b.get("compute_infer"))[0] - _count_ns(prior.get("compute_infer"))[0]
+        if runs > 0:
+            sizes[str(size)] = runs
+        busy_ns += sum(_count_ns(b.get(k))[1] - _count_ns(prior.get(k))[1] for k in STAGES[1:])
+    executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
+    inferences = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
+    return {"requests": requests, "executions": executions, "inferences": inferences,
+            "mean_batch": round(inferences / executions, 2) if executions else None,
+            "batch_sizes": dict(sorted(sizes.items(), key=lambda kv: int(kv[0]))),
+            "per_request_us": per_request,
+            "busy_frac": round(busy_ns / 1e9 / (wall_s * instances), 3) if wall_s > 0 and instances else None}
+
+
+def host_cpu_ticks() -> tuple:
+    """``(busy, total)`` jiffies of every core of this host (``/proc/stat``; ``(0, 0)`` where there is none)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def measured_level(server, url: str, concurrency: int, procs: int, duration_s: float, workdir: Path,
+                   shared_memory: str) -> dict:
+    """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
+    pytriton keeps its statistics endpoint behind its token) and the host's CPU use."""
+    before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
+    t0 = time.monotonic()
+    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory)
+    wall = time.monotonic() - t0
+    after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
+    # the stats span the clients' start and warm-up too: busy_frac is over that whole window
+    unread = next((s for s in (before, after) if isinstance(s, str)), None)
+    result["server"] = unread or stats_delta(before, after, wall, server.instances)
+    total = ticks1[1] - ticks0[1]
+    result["host_cpu_busy_frac"] = round((ticks1[0] - ticks0[0]) / total, 3) if total > 0 else None
+    result["host_cpus"] = os.cpu_count()
+    return result
+
+
+# --- sweep ----------------------------------------------------------------------------------------------------------
+
+# what --sweep may vary: the server's instances and batcher delay, the clients' processes, and the model (the engine's
+# runner, or the null model: zeros with no runner, the ceiling of Triton and the clients alone)
+SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str}
+SERVER_KEYS = ("model", "instances", "delay_us")  # a new server per setting of these; client_procs reuse it
+MODELS = ("runner", "null")
+
+
+def parse_sweep(text: str) -> list:
+    """``"instances=4,8;client_procs=4,8"`` -> every combination, as dicts, the first key outermost; ``A | B``: the
+    settings of ``A``, then those of ``B`` (each a product of its own).
+
+    Raises:
+        ValueError: an unknown key, a key given twice in one product, no values, or a value the key does not take.
+    """
+    products = [p for p in text.split("|") if p.strip()]
+    if not products:
+        raise ValueError("the sweep is empty: give e.g. instances=4,8;client_procs=4,8")
+    return [one for product in products for one in _product(product)]
+
+
+def _product(text: str) -> list:
+    import itertools
+
+    axes: dict = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        key, eq, values = part.partition("=")
+        key = key.strip()
+        if not eq or key not in SWEEP_KEYS:
+            raise ValueError(f"sweep setting {part!r}: give KEY=V1,V2 with KEY one of {', '.join(SWEEP_KEYS)}")
+        if key in axes:
+            raise ValueError(f"sweep key {key!r} given twice in {text.strip()!r}")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not items:
+            raise ValueError(f"sweep key {key!r} has no values")
+        try:
+            axes[key] = [SWEEP_KEYS[key](v) for v in items]
+        except ValueError:
+            raise ValueError(f"sweep key {key!r}: {values.strip()!r} are not whole numbers") from None
+        bad = [v for v in axes[key] if (v not in MODELS if key == "model" else v < (0 if key == "delay_us" else 1))]
+        if bad:
+            accepted = " or ".join(MODELS) if key == "model" else "0 or more" if key == "delay_us" else "1 or more"
+            raise ValueError(f"sweep key {key!r}: {', '.join(map(str, bad))} not accepted ({accepted})")
+    if not axes:
+        raise ValueError(f"sweep part {text.strip()!r} is empty: give e.g. instances=4,8;client_procs=4,8")
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+
+
+def sweep_groups(settings: list, args) -> list:
+    """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
+    ``[(server settings, [client_procs, ...])]``."""
+    groups: dict = {}
+    for one in settings:
+        full = {"model": "runner", "instances": args.instances, "delay_us": args.max_queue_delay_us,
+                "client_procs": args.client_procs, **one}
+        key = tuple(full[k] for k in SERVER_KEYS)
+        procs = groups.setdefault(key, [])
+        if full["client_procs"] not in procs:
+            procs.append(full["client_procs"])
+    return [(dict(zip(SERVER_KEYS, key)), procs) for key, procs in groups.items()]
+
+
+def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, stop_s: float) -> dict:
+    """Each sweep setting's gRPC levels (``--sweep-levels``, ``--sweep-s`` each) on a server of its own, as long as
+    the deadline allows; ``start_s``/``stop_s`` (the main run's) estimate a server's start and stop, and a setting
+    that would not end before the deadline is skipped and named."""
+    levels = [int(c) for c in args.sweep_levels.split(",")]
+    out: dict = {"spec": args.sweep, "levels": levels, "level_s": args.sweep_s, "runs": [], "skipped": []}
+    url = f"127.0.0.1:{args.port + 1}"
+    one_load = args.sweep_s + LOAD_OVERHEAD_S
+    for i, (server_settings, procs) in enumerate(sweep_groups(parse_sweep(args.sweep), args)):
+        left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
+        if left < start_s + stop_s + one_load:
+            out["skipped"] += [{**server_settings, "client_procs": n, "why": f"{left:.0f} s left before the deadline"}
+                               for n in procs]
+            continue
+        tag = f"sweep{i}"
+        server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, args.backend,
+                              instances=server_settings["instances"], delay_us=server_settings["delay_us"],
+                              null_model=server_settings["model"] == "null")
+        runs: list = []
+        try:
+            status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
+            for n in procs:
+                run = {**server_settings, "client_procs": n, "grpc": {}}
+                if status:
+                    run["ready_s"] = round(status["ready_s"], 3)
+                for c in levels:
+                    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - stop_s
+                    if not status or left < one_load:
+                        run["grpc"][str(c)] = ("not run: the server did not start" if not status
+                                               else f"not run: {left:.0f} s left before the deadline")
+                        continue
+                    run["grpc"][str(c)] = step(
+                        results, f"{tag}.procs{n}.c{c}", lambda c=c, n=n, server=server: measured_level(
+                            server, url, c, n, args.sweep_s, workdir, args.shared_memory))
+                runs.append(run)
+                out["runs"].append(run)
+        finally:
+            stopped = step(results, f"{tag}.stop", server.stop)
+            for run in runs:
+                run["stop"] = stopped
+            if args.out and server.log_file.exists():
+                path = server.log_file
+                step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
+        results["sweep"] = out
+    return out
 
 
 def device_free_bytes() -> int:
@@ -241,8 +467,8 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         out["level_s"] = level_s = level_seconds(args, len(levels), soak, args.compare_levels_s)
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
-            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: load(
-                url, c, args.client_procs, level_s, 10**9, workdir, args.shared_memory))
+            levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
+                server, url, c, args.client_procs, level_s, workdir, args.shared_memory))
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
@@ -312,12 +538,26 @@ def main() -> int:
                     help="after the main run, serve with this backend too and load it at 1/8/64 (no soak): "
                     "results['compare'] (default pytriton, the older path)")
     ap.add_argument("--compare-levels-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--sweep", help="after the main run: restart the server per setting and load it at "
+                    "--sweep-levels only, e.g. 'model=null,runner;instances=4,8;client_procs=4,8;delay_us=100,1000' "
+                    "(every combination; 'A | B': A's, then B's; model=null: zeros with no runner, a diagnostic of "
+                    "what Triton and the clients carry alone); results['sweep'], settings that do not fit before "
+                    "--deadline-s skipped")
+    ap.add_argument("--sweep-levels", default="64", help="the sweep's gRPC concurrency levels (default 64)")
+    ap.add_argument("--sweep-s", type=float, default=3.0, help="seconds of load per sweep level")
     ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
     ap.add_argument("--ready-timeout-s", type=float, default=180)
     ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
     ap.add_argument("--onnx", help="serve this ONNX model instead of exporting ResNet-50 (input 'images')")
     ap.add_argument("--serve-with", help="run trtkit serve through this script (same arguments)")
     args = ap.parse_args()
+    if args.sweep:
+        try:
+            parse_sweep(args.sweep)
+            if any(int(c) < 1 for c in args.sweep_levels.split(",")):
+                raise ValueError(f"--sweep-levels {args.sweep_levels}: levels of 1 or more")
+        except ValueError as exc:
+            ap.error(str(exc))
     if args.compare == args.backend:
         args.compare = "none"
     # the comparison's share of the deadline: its server's start and stop, and three levels of --duration-s
@@ -385,6 +625,10 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
                 results["compare"]["grpc64_main_over_this"] = round(ips64 / cmp64["ips"], 2)
         else:
             results["compare"] = f"not run: {left:.0f} s left before the deadline"
+    if args.sweep:
+        start_s = float(one.get("start_s") or 10.0)
+        stop_s = float((one.get("stop") or {}).get("exit_s") or 10.0)
+        step(results, "sweep", lambda: run_sweep(engine, args, workdir, results, start_s, stop_s))
     count = results["environment"].get("gpu_count") or 0
     if count >= 2:
         results["two_gpus"] = step(results, "two_gpus", lambda: serve_and_load(

@@ -48,7 +48,8 @@ def test_results_come_back_when_serving_fails_and_out_does_not_exist(tmp_path):
 def test_every_figure_on_a_fake_served_model(tmp_path):
     out = tmp_path / "out"
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
-                "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"), timeout=280)
+                "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"),
+                "--sweep", "model=null;client_procs=1,2", "--sweep-s", "0.5", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
     assert json.loads((tmp_path / "results" / "serve-h200.json").read_text()) == data
@@ -57,8 +58,25 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
         figures = data["grpc"]["concurrency"][level]
         assert figures["failed"] == 0 and figures["requests"] > 0 and figures["ips"] > 0, (level, figures)
         assert figures["p50_ms"] <= figures["p99_ms"]
+        # where the time went: the server's statistics over the level (its warm-up too) and the clients' CPU
+        server = figures["server"]
+        assert server["requests"] >= figures["requests"] and server["executions"] >= 1
+        assert sum(server["batch_sizes"].values()) == server["executions"] and 0 < server["busy_frac"]
+        assert server["per_request_us"]["compute_infer"] > 0 and 0 < figures["host_cpu_busy_frac"] <= 1
+        assert len(figures["client_cpu_frac"]) == 1 and figures["client_cpu_frac"][0] > 0
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
     assert data["grpc"]["shared_memory"] == "system" and data["level_s"] == 0.5  # inputs through shared memory
     assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
     assert data["two_gpus"] == "not run: this host has 1 GPU(s)"
+    # pytriton keeps Triton's statistics behind its token: said so, and its levels are measured all the same
+    compared = data["compare"]["grpc"]["concurrency"]["64"]
+    assert compared["ips"] > 0 and compared["server"].startswith("not read: HTTPError: HTTP Error 403")
+    sweep = data["sweep"]
+    assert sweep["skipped"] == [] and [(r["model"], r["client_procs"]) for r in sweep["runs"]] == [("null", 1),
+                                                                                                  ("null", 2)]
+    for run in sweep["runs"]:
+        level = run["grpc"]["64"]
+        assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"]
+        assert len(level["client_cpu_frac"]) == run["client_procs"] and run["stop"]["exit_code"] == 0
+        assert run["instances"] == 2 and run["delay_us"] == 100
     assert {"serve-gpu0.out", "triton-gpu0.log"} <= {p.name for p in out.iterdir()}

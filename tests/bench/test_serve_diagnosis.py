@@ -1,0 +1,198 @@
+"""``benchmarks/serve_h200.py``'s diagnosis: ``--sweep`` parsing and grouping, Triton's statistics read into where the
+time went (a canned stats answer of Triton 2.51), the sweep skipping what does not fit, and the null model
+(:mod:`trtkit.serve.stub_model`) answering zeros on a real Triton where the serve extra is installed."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.serve.conftest import tiny_engine_bytes
+from tests.serve.net import free_ports
+from tests.serve.test_serve_triton import _skip_reason
+from trtkit.errors import ServeError
+from trtkit.serve.stub_model import NULL_MODEL_ENV, null_outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = ROOT / "tests" / "serve" / "serve_child.py"
+
+
+def _script():
+    return importlib.import_module("benchmarks.serve_h200")  # the repository root is on sys.path
+
+
+# Triton 2.51's answer to GET /v2/models/<m>/stats (its model_stats entry) after 2 requests of 1 and 3 rows; _after()
+# is a later reading with 40 more requests of one row, run as 5 executions of batch 8
+BEFORE = {
+    "name": "resnet50",
+    "version": "1",
+    "inference_count": 4,
+    "execution_count": 2,
+    "inference_stats": {
+        "success": {"count": 2, "ns": 72200037},
+        "fail": {"count": 0, "ns": 0},
+        "queue": {"count": 2, "ns": 566695},
+        "compute_input": {"count": 2, "ns": 189932},
+        "compute_infer": {"count": 2, "ns": 70400384},
+        "compute_output": {"count": 2, "ns": 1035194},
+    },
+    "batch_stats": [
+        {"batch_size": 1, "compute_input": {"count": 1, "ns": 167709}, "compute_infer": {"count": 1, "ns": 41585072},
+         "compute_output": {"count": 1, "ns": 598156}},
+        {"batch_size": 3, "compute_input": {"count": 1, "ns": 22223}, "compute_infer": {"count": 1, "ns": 28815312},
+         "compute_output": {"count": 1, "ns": 437038}},
+    ],
+}
+
+
+def _after():
+    after = copy.deepcopy(BEFORE)
+    after["inference_count"] += 40  # 40 requests of one row, in 5 executions of 8
+    after["execution_count"] += 5
+    stats = after["inference_stats"]
+    for stage, ns_per_request in (("queue", 100_000), ("compute_input", 20_000), ("compute_infer", 2_000_000),
+                                  ("compute_output", 30_000), ("success", 2_200_000)):
+        stats[stage]["count"] += 40
+        stats[stage]["ns"] += 40 * ns_per_request
+    after["batch_stats"].append({"batch_size": 8, "compute_input": {"count": 5, "ns": 5 * 20_000},
+                                 "compute_infer": {"count": 5, "ns": 5 * 2_000_000},
+                                 "compute_output": {"count": 5, "ns": 5 * 30_000}})
+    return after
+
+
+def test_stats_delta_says_per_request_stages_batch_sizes_and_how_busy_the_instances_were():
+    delta = _script().stats_delta(BEFORE, _after(), wall_s=0.1, instances=2)
+    assert delta["requests"] == 40 and delta["executions"] == 5 and delta["inferences"] == 40
+    assert delta["mean_batch"] == 8.0
+    assert delta["batch_sizes"] == {"8": 5}  # only what ran between the readings
+    assert delta["per_request_us"] == {"queue": 100.0, "compute_input": 20.0, "compute_infer": 2000.0,
+                                       "compute_output": 30.0}
+    # 5 executions x 2.05 ms of compute over 0.1 s x 2 instances
+    assert delta["busy_frac"] == pytest.approx(5 * 2.05e-3 / 0.2, abs=1e-3)
+
+
+def test_stats_delta_of_an_idle_level_has_no_means():
+    delta = _script().stats_delta(BEFORE, copy.deepcopy(BEFORE), wall_s=1.0, instances=4)
+    assert delta["requests"] == 0 and delta["mean_batch"] is None and delta["batch_sizes"] == {}
+    assert set(delta["per_request_us"].values()) == {None} and delta["busy_frac"] == 0.0
+
+
+def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_other():
+    parse = _script().parse_sweep
+    assert parse("instances=4,8;client_procs=4,8") == [
+        {"instances": 4, "client_procs": 4}, {"instances": 4, "client_procs": 8},
+        {"instances": 8, "client_procs": 4}, {"instances": 8, "client_procs": 8}]
+    assert parse(" model=null ; client_procs=4 | delay_us=0,1000 ") == [
+        {"model": "null", "client_procs": 4}, {"delay_us": 0}, {"delay_us": 1000}]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "empty"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model"),
+    ("instances", "KEY=V1,V2"),
+    ("instances=4;instances=8", "given twice"),
+    ("instances=", "no values"),
+    ("instances=four", "not whole numbers"),
+    ("instances=0", "1 or more"),
+    ("delay_us=-1", "0 or more"),
+    ("model=fast", "runner or null"),
+    ("instances=4 | ;", "empty"),
+])
+def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
+    with pytest.raises(ValueError, match=says):
+        _script().parse_sweep(text)
+
+
+def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), "--sweep", "instances=0",
+                           "--results", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "instances" in proc.stderr and "1 or more" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def _args(**over):
+    base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
+                port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None)
+    return types.SimpleNamespace(**{**base, **over})
+
+
+def test_sweep_groups_share_a_server_between_client_process_counts():
+    m = _script()
+    groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
+    assert groups == [
+        ({"model": "null", "instances": 4, "delay_us": 100}, [4, 8]),
+        ({"model": "runner", "instances": 4, "delay_us": 100}, [4, 8]),
+        ({"model": "runner", "instances": 8, "delay_us": 100}, [4]),  # the main run's client processes
+    ]
+
+
+def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):
+    m = _script()
+    started = []
+    monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: started.append(k))
+    args = _args(sweep="instances=4,8;client_procs=4,8", deadline_s=(time.monotonic() - m.STARTED) + 30)
+    out = m.run_sweep(Path("unused.engine"), args, tmp_path, {"errors": {}}, start_s=6.0, stop_s=8.0)
+    assert not started and out["runs"] == []
+    assert [(s["instances"], s["client_procs"]) for s in out["skipped"]] == [(4, 4), (4, 8), (8, 4), (8, 8)]
+    assert all("left before the deadline" in s["why"] for s in out["skipped"])
+
+
+def test_null_outputs_are_zeros_of_each_output_with_max_batch_rows():
+    config = {"max_batch_size": 32, "output": [{"name": "logits", "data_type": "TYPE_FP16", "dims": ["1000"]},
+                                               {"name": "index", "data_type": "TYPE_INT32", "dims": [1]}]}
+    zeros = null_outputs(config)
+    assert zeros["logits"].shape == (32, 1000) and zeros["logits"].dtype == np.float16 and not zeros["logits"].any()
+    assert zeros["index"].shape == (32, 1) and zeros["index"].dtype == np.int32
+    assert null_outputs({"output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4]}]})["y"].shape == (4,)
+    with pytest.raises(ServeError, match="'y'.*fixed dims"):
+        null_outputs({"max_batch_size": 4, "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]}]})
+    with pytest.raises(ServeError, match="'s'.*TYPE_STRING"):
+        null_outputs({"max_batch_size": 4, "output": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_null_model_answers_zeros_on_triton_and_its_stats_read_back(tmp_path):
+    """The stubs of a null-model server make no runner (here every runner would fail to load: the model still
+    loads), answer each request with zeros of its rows, and the statistics endpoint reads back through the script's
+    parser."""
+    import tritonclient.grpc as grpcclient
+
+    engine = tmp_path / "tiny.engine"
+    engine.write_bytes(tiny_engine_bytes())
+    http, grpc, metrics = free_ports(3)
+    status = tmp_path / "status.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), NULL_MODEL_ENV: "1", "TRTKIT_FAKE_STUB_FAIL": "tiny"}
+    with open(tmp_path / "serve.out", "wb") as log:
+        proc = subprocess.Popen([sys.executable, str(CHILD), "serve", str(engine), "--instances", "2", "--http-port",
+                                 str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--json",
+                                 str(status)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not status.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.exists(), (tmp_path / "serve.out").read_text()
+        m = _script()
+        before = m.model_stats(f"http://127.0.0.1:{http}", "tiny")
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+        for rows in (1, 3):
+            x = np.ones((rows, 3, 8, 8), np.float32)
+            item = grpcclient.InferInput("x", list(x.shape), "FP32")
+            item.set_data_from_numpy(x)
+            y = client.infer("tiny", [item]).as_numpy("y")
+            assert y.shape == (rows, 4, 1, 1) and y.dtype == np.float32 and not y.any()
+        client.close()
+        delta = m.stats_delta(before, m.model_stats(f"http://127.0.0.1:{http}", "tiny"), wall_s=1.0, instances=2)
+        assert delta["requests"] == 2 and delta["inferences"] == 4 and delta["executions"] == 2
+        assert delta["batch_sizes"] == {"1": 1, "3": 1} and delta["per_request_us"]["compute_infer"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
