@@ -191,13 +191,10 @@ def client_main(argv: list) -> int:
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
                             max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True,
                             shared_memory=shared_memory)
-    t0, wall0 = os.times(), time.monotonic()
     (result,) = load_test(url, model, settings)
-    t1, wall1 = os.times(), time.monotonic()
     data = result.to_json()
-    # this process's CPU over its connection, warm-up and level: near 1.0 (one core, one GIL) is a client at its limit
-    data["cpu_s"] = round((t1.user - t0.user) + (t1.system - t0.system), 3)
-    data["cpu_frac"] = round(data["cpu_s"] / max(wall1 - wall0, 1e-9), 3)
+    # this process's CPU over the level: near 1.0 (one core, one GIL) is a client at its limit
+    data["cpu_frac"] = round(result.cpu_s / max(result.wall_s, 1e-9), 3)
     Path(out).write_text(json.dumps(data))
     return 0
 
@@ -221,10 +218,13 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
         raise RuntimeError(f"{n - len(parts)} of {n} client processes wrote no result")
     lat = np.sort(np.concatenate([np.asarray(p["latencies_ms"], float) for p in parts]))
     pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if lat.size else (lambda q: None)
+    requests = sum(p["requests"] for p in parts)
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
-            "failed": sum(p["failed"] for p in parts), "requests": sum(p["requests"] for p in parts),
+            "failed": sum(p["failed"] for p in parts), "requests": requests,
             "client_procs": n, "wall_s": max(p["wall_s"] for p in parts),
-            "client_cpu_frac": [p.get("cpu_frac") for p in parts],
+            "client_cpu_frac": [p["cpu_frac"] for p in parts],
+            # the clients' CPU per answered request: what one client process can send at most is 1e6 / this
+            "client_cpu_us_per_request": round(1e6 * sum(p["cpu_s"] for p in parts) / max(requests, 1), 1),
             "errors": sorted({e for p in parts for e in p["errors"]})[:5]}
 
 
