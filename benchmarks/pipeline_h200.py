@@ -388,10 +388,13 @@ def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda)
                         monitor=monitor, pre_workers=sizes.pre_workers, **runner_args)
     free_after = cuda.mem_get_info()[0]
     during = samples[0][1] - samples[-1][1] if len(samples) >= 2 else None
+    # growth during the run needs two of the monitor's samples from the start frame on; a run too short (or too slow)
+    # to give them is judged by the growth from before the run to after it
     return {"frames_in": report.frames_in, "frames_out": report.frames_out, "fps": round(report.fps, 2),
             "samples": len(samples), "first_sample_frame": samples[0][0] if samples else None,
             "last_sample_frame": samples[-1][0] if samples else None, "growth_during_run_bytes": during,
-            "growth_after_run_bytes": free_before - free_after}
+            "growth_after_run_bytes": free_before - free_after,
+            "leak_measured_by": "growth_during_run_bytes" if during is not None else "growth_after_run_bytes"}
 
 
 DETECTOR = ROOT / "samples" / "detection" / "model" / "detector.onnx"
@@ -600,7 +603,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     if leak_video:
         memory = run.store("memory_run", run.guard("memory_run",
                                                    lambda: memory_run(engine, leak_video, runner_args, sizes, cuda)))
-        run.store("leak_bytes_device", memory["growth_during_run_bytes"] if memory else None)
+        run.store("leak_bytes_device", memory[memory["leak_measured_by"]] if memory else None)
     if sizes.fake:
         result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
         return
