@@ -381,15 +381,17 @@ def sweep_groups(settings: list, args) -> list:
 
 def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, stop_s: float) -> dict:
     """Each sweep setting's gRPC levels (``--sweep-levels``, ``--sweep-s`` each) on a server of its own, as long as
-    the deadline allows; ``start_s``/``stop_s`` (the main run's) estimate a server's start and stop, and a setting
-    that would not end before the deadline is skipped and named."""
+    the deadline allows; ``start_s``/``stop_s`` (the main run's, at ``--instances``) estimate a server's start and
+    stop (Triton's Python backend unloads the instances one after the other: a runner server's stop is taken as
+    growing with its instances), and a setting that would not end before the deadline is skipped and named."""
     levels = [int(c) for c in args.sweep_levels.split(",")]
     out: dict = {"spec": args.sweep, "levels": levels, "level_s": args.sweep_s, "runs": [], "skipped": []}
     url = f"127.0.0.1:{args.port + 1}"
     one_load = args.sweep_s + LOAD_OVERHEAD_S
     for i, (server_settings, procs) in enumerate(sweep_groups(parse_sweep(args.sweep), args)):
         left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
-        if left < start_s + stop_s + one_load:
+        stop_est = stop_s * max(1.0, server_settings["instances"] / max(int(args.instances), 1))
+        if left < start_s + stop_est + one_load:
             out["skipped"] += [{**server_settings, "client_procs": n, "why": f"{left:.0f} s left before the deadline"}
                                for n in procs]
             continue
@@ -405,7 +407,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                 if status:
                     run["ready_s"] = round(status["ready_s"], 3)
                 for c in levels:
-                    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - stop_s
+                    left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - stop_est
                     if not status or left < one_load:
                         run["grpc"][str(c)] = ("not run: the server did not start" if not status
                                                else f"not run: {left:.0f} s left before the deadline")

@@ -196,3 +196,31 @@ def test_null_model_answers_zeros_on_triton_and_its_stats_read_back(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+class _Server:
+    """Stands in for serve_h200.ServeProcess: ready at once, stops at once."""
+
+    def __init__(self, *args, **kwargs):
+        self.kwargs, self.log_file = kwargs, Path("no-such.log")
+
+    def wait_ready(self, timeout_s):
+        return {"ready_s": 0.5}
+
+    def stop(self):
+        return {"exit_code": 0, "exit_s": 0.0}
+
+
+def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_when_that_does_not_fit(tmp_path,
+                                                                                                    monkeypatch):
+    m = _script()
+    servers = []
+    monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: servers.append(_Server(*a, **k)) or servers[-1])
+    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, s, w, shm: {"ips": 1.0, "client_procs": n})
+    # 18 s left after the stop reserve: 4 instances need 1 + 10 + one level; 8 instances' stop is taken as 20 s
+    args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 18)
+    out = m.run_sweep(Path("unused.engine"), args, tmp_path, {"errors": {}}, start_s=1.0, stop_s=10.0)
+    assert [s.kwargs["instances"] for s in servers] == [4]
+    assert [(r["instances"], r["grpc"]["64"], r["ready_s"], r["stop"]["exit_code"]) for r in out["runs"]] == [
+        (4, {"ips": 1.0, "client_procs": 4}, 0.5, 0)]
+    assert [(s["instances"], s["client_procs"]) for s in out["skipped"]] == [(8, 4)]
