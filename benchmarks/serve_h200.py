@@ -32,8 +32,9 @@ In one call:
 Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
 (``/v2/models/<m>/stats``) read before and after the level: each stage's mean per request (queue, compute_input,
 compute_infer, compute_output), the batch sizes executed and ``busy_frac``, the instances' compute time over the
-level's wall time (near 1: the server is the limit); ``client_cpu_frac``: each client process's CPU over its run
-(near 1: that process, one core and one GIL, is the limit); ``host_cpu_busy_frac``: every core of the host.
+clients' warm-up and level (near 1: the server is the limit); ``client_cpu_frac``: each client process's CPU over its
+level (near 1: that process, one core and one GIL, is the limit) and ``client_cpu_us_per_request``;
+``host_cpu_busy_frac``: every core of the host over the whole step (the client processes' start included).
 
 Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
 server's output there. Each step's failure is recorded in ``errors`` instead of stopping the run; the JSON is written
@@ -183,13 +184,16 @@ class ServeProcess:
 # --- load -----------------------------------------------------------------------------------------------------------
 
 
+CLIENT_WARMUP_S = 0.5  # each client process's warm-up at its level's concurrency, before the level
+
+
 def client_main(argv: list) -> int:
     """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY``."""
     from trtkit.bench.serving import LoadSettings, load_test
 
     url, model, concurrency, duration_s, max_requests, out, shared_memory = argv
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
-                            max_requests=int(max_requests), warmup_s=0.5, grpc=True, keep_latencies=True,
+                            max_requests=int(max_requests), warmup_s=CLIENT_WARMUP_S, grpc=True, keep_latencies=True,
                             shared_memory=shared_memory)
     (result,) = load_test(url, model, settings)
     data = result.to_json()
@@ -301,11 +305,11 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
     """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
     pytriton keeps its statistics endpoint behind its token) and the host's CPU use."""
     before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
-    t0 = time.monotonic()
     result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory)
-    wall = time.monotonic() - t0
     after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
-    # the stats span the clients' start and warm-up too: busy_frac is over that whole window
+    # the stats count the clients' warm-up too, not their start (imports, connecting: the server idles then), so
+    # busy_frac is over the warm-up and the level
+    wall = result["wall_s"] + CLIENT_WARMUP_S
     unread = next((s for s in (before, after) if isinstance(s, str)), None)
     result["server"] = unread or stats_delta(before, after, wall, server.instances)
     total = ticks1[1] - ticks0[1]
