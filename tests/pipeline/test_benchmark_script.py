@@ -100,11 +100,15 @@ def test_the_nvdec_segments_measurement_compares_every_frame_with_one_decoders(t
     video = make_video(tmp_path / "in.mp4", frames=3)
     with script_module("benchmarks", "pipeline_h200") as bench:
         got = bench.nvdec_segments_part(video, pyav_fps=100.0, segments=4)
-    assert got["segments"] == 4 and got["frames"] == got["frames_same_as_one_decoder"] == 160
-    assert got["all_frames_same"] is True and got["host_segments_fps"] > 0 and got["speedup_segments"] > 0
+    for strategy in ("by_index", "seek"):
+        row = got[strategy]
+        assert row["segments"] == 4 and row["frames"] == row["frames_same_as_one_decoder"] == 160, strategy
+        assert row["all_frames_same"] is True and row["fps"] > 0 and row["speedup"] > 0
+    assert got["best"] in ("by_index", "seek") and got["speedup_segments"] > 0
     # a segmented decode that gives other frames (two swapped at a range's start) is told apart
     swapped = frames[:40] + frames[41:42] + frames[40:41] + frames[42:]
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames, meta_frames=160, index_frames=swapped))
     with script_module("benchmarks", "pipeline_h200") as bench:
         got = bench.nvdec_segments_part(video, pyav_fps=100.0, segments=4)
-    assert got["all_frames_same"] is False and got["frames_same_as_one_decoder"] == 158
+    assert got["by_index"]["all_frames_same"] is False and got["by_index"]["frames_same_as_one_decoder"] == 158
+    assert got["seek"]["all_frames_same"] is True and got["best"] == "seek"

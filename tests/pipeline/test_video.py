@@ -80,7 +80,7 @@ class _FakeNvc:
     def __init__(self, frames, fail=None, meta_frames=None, fail_at=None, index_frames=None):
         self._frames, self._fail, self._meta_frames, self._fail_at = frames, fail, meta_frames, fail_at
         self._index_frames = frames if index_frames is None else index_frames  # what decoding by index gives
-        self.opened, self.by_index = 0, []
+        self.opened, self.by_index, self.seeks = 0, [], []
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
         if self._fail:
@@ -99,6 +99,10 @@ class _FakeNvc:
             def get_batch_frames(self, n):
                 batch, self.left = self.left[:n], self.left[n:]
                 return batch
+
+            def seek_to_index(self, index):
+                nvc.seeks.append(index)
+                self.left = list(nvc._frames[index:])
 
             def get_batch_frames_by_index(self, indices):
                 nvc.by_index.append((id(self), list(indices)))
@@ -133,6 +137,11 @@ def test_nvdec_segments_decode_ranges_on_their_own_decoders_and_the_frames_still
     for decoder, indices in nvc.by_index:
         firsts.setdefault(decoder, indices[0])
     assert sorted(firsts.values()) == [0, 50, 100, 150]
+    nvc.by_index.clear()
+    seeking = NvdecReader(make_video(tmp_path / "in2.mp4", frames=3), segments=4, seek=True)
+    got = list(seeking)
+    assert len(got) == 200 and all(np.array_equal(a, b) for a, b in zip(got, frames))
+    assert sorted(nvc.seeks) == [50, 100, 150] and nvc.by_index == [] and seeking.info()["seek"] is True
 
 
 def test_nvdec_segments_error_names_the_range_and_short_files_use_one_decoder(tmp_path, monkeypatch):

@@ -173,6 +173,8 @@ class NvdecReader:
             in order. Host memory only (each batch is copied out of the decoder's buffers before it decodes the
             next); a file whose frame count the container does not give, or shorter than two batches a
             segment, is decoded as one range.
+        seek: with segments, each range's decoder seeks to its first frame once and decodes on from there
+            (``seek_to_index`` then ``get_batch_frames``) instead of asking for its frames by index in batches.
 
     Raises:
         DependencyError: PyNvVideoCodec does not load or cannot open the file.
@@ -181,8 +183,9 @@ class NvdecReader:
 
     name = "nvdec"
 
-    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, segments: int = 1):
+    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, segments: int = 1, seek: bool = False):
         _check_segments(segments, device_memory)
+        self.seek = seek
         self._nvc = nvdec_module()
         self.path = Path(path)
         self.device_memory = device_memory
@@ -221,6 +224,7 @@ class NvdecReader:
             "frames": self.frames,
             "device_memory": self.device_memory,
             "segments": self.segments,
+            **({"seek": self.seek} if self.segments > 1 else {}),
         }
 
     def __iter__(self):
@@ -258,9 +262,14 @@ class NvdecReader:
         def work(decoder, start: int, end: int, q) -> None:
             at = start
             try:
+                if self.seek and start:
+                    decoder.seek_to_index(start)
                 while at < end and not stop.is_set():
                     indices = list(range(at, min(at + NVDEC_BATCH, end)))
-                    frames = decoder.get_batch_frames_by_index(indices)
+                    if self.seek:
+                        frames = decoder.get_batch_frames(len(indices))
+                    else:
+                        frames = decoder.get_batch_frames_by_index(indices)
                     if len(frames) != len(indices):
                         raise TrtkitError(f"NVDEC gave {len(frames)} frames for frames {indices[0]}-{indices[-1]}")
                     if not put(q, [np.array(host_array(f)) for f in frames]):
