@@ -154,3 +154,63 @@ def test_an_encoder_that_ffmpeg_does_not_have_is_refused_before_any_frame(tmp_pa
     writer.close()
     with av.open(str(tmp_path / "out.mkv")) as container:
         assert container.streams.video[0].codec_context.name == "mpeg4"
+
+
+def _from_ndarray_video(path, pictures, codec):
+    """The same pictures encoded the way VideoWriter did before it wrapped arrays (``VideoFrame.from_ndarray``)."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=Fraction(25))
+        stream.height, stream.width = pictures[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        for picture in pictures:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+
+
+@pytest.mark.parametrize("codec", ["mpeg4", "libx264"])
+def test_frames_wrapped_without_a_copy_encode_to_the_same_video_as_copied_frames(tmp_path, codec):
+    try:
+        av.codec.Codec(codec, "w")
+    except Exception:  # noqa: BLE001 - an FFmpeg build without it
+        pytest.skip(f"this FFmpeg has no {codec}")
+    rng = np.random.default_rng(3)
+    pictures = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(6)]
+    writer = VideoWriter(tmp_path / "wrapped.mp4", fps=25, codec=codec)
+    for picture in pictures:
+        writer.write(picture)
+    writer.close()
+    _from_ndarray_video(tmp_path / "copied.mp4", pictures, codec)
+    wrapped, copied = decode_all(tmp_path / "wrapped.mp4"), decode_all(tmp_path / "copied.mp4")
+    assert len(wrapped) == len(copied) == 6
+    for a, b in zip(wrapped, copied):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_picture_array_reused_after_write_does_not_change_the_frame_written(tmp_path):
+    buffer = np.empty((48, 64, 3), np.uint8)
+    writer = VideoWriter(tmp_path / "reuse.mp4", fps=25, codec="mpeg4")
+    for level in (0, 250, 0, 250):  # one array, overwritten after every write (a drawing stage that reuses it)
+        buffer[...] = level
+        writer.write(buffer)
+    buffer[...] = 128
+    writer.close()
+    means = [float(frame.mean()) for frame in decode_all(tmp_path / "reuse.mp4")]
+    assert len(means) == 4
+    assert means[0] < 10 and means[1] > 240 and means[2] < 10 and means[3] > 240
+
+
+def test_pyav_without_from_numpy_buffer_gets_a_copied_frame():
+    from types import SimpleNamespace
+
+    from trtkit.pipeline.video import rgb_frame
+
+    calls = []
+    old_av = SimpleNamespace(VideoFrame=SimpleNamespace(from_ndarray=lambda a, format: calls.append(format) or "f"))
+    assert rgb_frame(old_av, np.zeros((2, 2, 3), np.uint8)) == "f" and calls == ["rgb24"]
+    frame = rgb_frame(av, np.full((4, 6, 3), 7, np.uint8))
+    assert (frame.width, frame.height, frame.format.name) == (6, 4, "rgb24")
+    assert int(frame.to_ndarray().max()) == 7

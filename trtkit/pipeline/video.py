@@ -259,6 +259,20 @@ def check_encoder(codec: str) -> None:
         raise InputError(f"This FFmpeg has no encoder '{codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
 
 
+def rgb_frame(av, image: np.ndarray):
+    """A PyAV ``rgb24`` frame over ``image`` (HxWx3 uint8, C-contiguous) without copying it: the encoder converts it
+    to its pixel format (a new frame) before encoding, so ``image`` is read once, in that conversion.
+
+    ``VideoFrame.from_ndarray`` would first copy the whole picture row by row while holding the GIL (a 1080p frame
+    is 6 MB), which every other thread of a pipeline then waits for; ``from_numpy_buffer`` wraps the array.
+    PyAV without it: ``from_ndarray``.
+    """
+    wrap = getattr(av.VideoFrame, "from_numpy_buffer", None)
+    if wrap is None:
+        return av.VideoFrame.from_ndarray(image, format="rgb24")
+    return wrap(image, format="rgb24")
+
+
 class VideoWriter:
     """A video file written frame by frame with PyAV, atomically: frames go to a hidden partial file in the target
     folder, which :meth:`close` flushes, finalizes and renames; :meth:`discard` removes it.
@@ -312,7 +326,7 @@ class VideoWriter:
                 f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
                 f"is {self._stream.width}x{self._stream.height}: every frame must have the same size"
             )
-        for packet in self._stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+        for packet in self._stream.encode(rgb_frame(av, image)):
             self._container.mux(packet)
         self.frames += 1
 
