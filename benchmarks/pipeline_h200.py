@@ -373,19 +373,21 @@ def folder_pipeline(engine: Path, folder: Path, runner_args: dict, sizes: Sizes)
 
 
 def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda) -> dict:
-    """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during, and after a pipeline run."""
+    """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during (about 80 samples, taken by the sink
+    every so many frames: as many whatever the speed), and after a pipeline run."""
     from trtkit.pipeline import CallbackSink, VideoSource, run_engine
 
     samples = []
     start_at = min(1000, sizes.leak_frames // 10)
+    step = max(1, (sizes.leak_frames - start_at) // 80)
 
-    def monitor(report):
-        if report.frames_out >= start_at:
-            samples.append((report.frames_out, cuda.mem_get_info()[0]))
+    def sample(frame):
+        if frame.index >= start_at and (frame.index - start_at) % step == 0:
+            samples.append((frame.index, cuda.mem_get_info()[0]))
 
     free_before = cuda.mem_get_info()[0]
-    report = run_engine(engine, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(lambda f: None)],
-                        monitor=monitor, pre_workers=sizes.pre_workers, **runner_args)
+    report = run_engine(engine, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(sample)],
+                        pre_workers=sizes.pre_workers, **runner_args)
     free_after = cuda.mem_get_info()[0]
     during = samples[0][1] - samples[-1][1] if len(samples) >= 2 else None
     return {"frames_in": report.frames_in, "frames_out": report.frames_out, "fps": round(report.fps, 2),

@@ -164,6 +164,7 @@ def _from_ndarray_video(path, pictures, codec):
         stream = container.add_stream(codec, rate=Fraction(25))
         stream.height, stream.width = pictures[0].shape[:2]
         stream.pix_fmt = "yuv420p"
+        stream.thread_type = "AUTO"  # VideoWriter's default
         for picture in pictures:
             for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")):
                 container.mux(packet)
@@ -214,3 +215,35 @@ def test_pyav_without_from_numpy_buffer_gets_a_copied_frame():
     frame = rgb_frame(av, np.full((4, 6, 3), 7, np.uint8))
     assert (frame.width, frame.height, frame.format.name) == (6, 4, "rgb24")
     assert int(frame.to_ndarray().max()) == 7
+
+
+def _x264_settings(path) -> str:
+    """The settings line libx264 writes into its first SEI (``... sliced_threads=0 ...``)."""
+    data = path.read_bytes()
+    start = data.index(b"x264 - core")
+    return data[start : data.index(b"\x00", start)].decode("ascii", "replace")
+
+
+def test_libx264_encodes_with_frame_threads_by_default_and_slices_when_asked(tmp_path):
+    try:
+        av.codec.Codec("libx264", "w")
+    except Exception:  # noqa: BLE001 - an FFmpeg build without it
+        pytest.skip("this FFmpeg has no libx264")
+    for thread_type, sliced in (("AUTO", "sliced_threads=0"), ("SLICE", "sliced_threads=1")):
+        out = tmp_path / f"{thread_type}.mp4"
+        writer = VideoWriter(out, fps=25, codec="libx264", thread_type=thread_type)
+        for i in range(4):
+            writer.write(frame_picture(i, 320, 240))  # x264 does not slice frames as small as 64x48
+        settings = writer.encoder_settings()
+        writer.close()
+        assert settings["thread_type"] == thread_type and settings["thread_count"] == 0
+        assert settings["frame_wrap"] == "from_numpy_buffer"
+        assert sliced in _x264_settings(out) and len(decode_all(out)) == 4
+
+
+def test_an_unknown_thread_type_or_count_is_refused_before_any_file(tmp_path):
+    with pytest.raises(InputError, match="thread_type='PARALLEL' is not known; use one of: AUTO, FRAME, SLICE, NONE"):
+        VideoWriter(tmp_path / "out.mp4", thread_type="PARALLEL")
+    with pytest.raises(InputError, match=r"threads=-1: give a thread count of 0 or more"):
+        VideoWriter(tmp_path / "out.mp4", threads=-1)
+    assert list(tmp_path.iterdir()) == []
