@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -478,10 +479,13 @@ def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda)
                         pre_workers=sizes.pre_workers, **runner_args)
     free_after = cuda.mem_get_info()[0]
     during = samples[0][1] - samples[-1][1] if len(samples) >= 2 else None
+    # growth during the run needs two of the monitor's samples from the start frame on; a run too short (or too slow)
+    # to give them is judged by the growth from before the run to after it
     return {"frames_in": report.frames_in, "frames_out": report.frames_out, "fps": round(report.fps, 2),
             "samples": len(samples), "first_sample_frame": samples[0][0] if samples else None,
             "last_sample_frame": samples[-1][0] if samples else None, "growth_during_run_bytes": during,
-            "growth_after_run_bytes": free_before - free_after}
+            "growth_after_run_bytes": free_before - free_after,
+            "leak_measured_by": "growth_during_run_bytes" if during is not None else "growth_after_run_bytes"}
 
 
 DETECTOR = ROOT / "samples" / "detection" / "model" / "detector.onnx"
@@ -578,6 +582,34 @@ def _drain(reader) -> tuple:
     finally:
         reader.close()
     return count, seconds
+
+
+def nvdec_segments_part(video: Path, pyav_fps, segments: int = 4) -> dict:
+    """NVDEC into host memory (PyAV's output is host memory too): one decoder, then ``segments`` decoders on
+    consecutive ranges of the file at once (``NvdecReader(segments=N)``), each run signing every frame (a strided
+    sample of its pixels) so the two can be compared frame by frame."""
+    from trtkit.pipeline.video import NvdecReader
+
+    def decode(n: int) -> tuple:
+        reader = NvdecReader(video, segments=n)
+        signs = []
+        t0 = time.perf_counter()
+        for frame in reader:
+            signs.append(zlib.crc32(np.ascontiguousarray(frame[::16, ::16]).tobytes()))
+        seconds = time.perf_counter() - t0
+        used = reader.segments
+        reader.close()
+        return fps_of(len(signs), seconds), signs, used
+
+    one_fps, one_signs, _ = decode(1)
+    many_fps, many_signs, used = decode(segments)
+    same = sum(a == b for a, b in zip(one_signs, many_signs))
+    return {"host_one_decoder_fps": one_fps, "segments": used, "host_segments_fps": many_fps,
+            "frames": len(many_signs), "frames_same_as_one_decoder": same,
+            "all_frames_same": same == len(one_signs) == len(many_signs),
+            "speedup_one_decoder": round(one_fps / pyav_fps, 3) if pyav_fps else None,
+            "speedup_segments": round(many_fps / pyav_fps, 3) if pyav_fps else None,
+            "note": "frames copied to host memory and signed in both runs; the decoders' start-up is in the time"}
 
 
 # --- driver ----------------------------------------------------------------------------------------------------------
@@ -702,6 +734,13 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         run.store("folder", run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes)))
     nvdec = run.store("nvdec", run.guard("nvdec", lambda: nvdec_part(video, pyav_fps)))
     if nvdec and nvdec["available"]:
+        host = run.guard("nvdec_segments", lambda: nvdec_segments_part(video, pyav_fps))
+        if host:
+            nvdec["host_memory"] = host
+            # the target counts a segmented decode only where it gave the one decoder's frames
+            if host["all_frames_same"] and (host["speedup_segments"] or 0) > (nvdec.get("speedup") or 0):
+                nvdec["speedup_best"], nvdec["speedup_best_by"] = host["speedup_segments"], "host_memory.segments"
+            run.store("nvdec", nvdec)
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
         if with_nvdec:
@@ -715,7 +754,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     if leak_video:
         memory = run.store("memory_run", run.guard("memory_run",
                                                    lambda: memory_run(engine, leak_video, runner_args, sizes, cuda)))
-        run.store("leak_bytes_device", memory["growth_during_run_bytes"] if memory else None)
+        run.store("leak_bytes_device", memory[memory["leak_measured_by"]] if memory else None)
     if sizes.fake:
         result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
         return
@@ -783,7 +822,8 @@ def targets(result: dict) -> dict:
     return {
         "e2e_fps_ge_0.9x_slowest_stage": _met(video.get("ratio_to_slowest"), lambda r: r >= 0.9),
         "infer_stage_ge_0.9x_bench": _met(infer.get("ratio"), lambda r: r >= 0.9),
-        "nvdec_decode_ge_3x_pyav": _met(nvdec.get("speedup"), lambda r: r >= 3.0) if nvdec.get("available")
+        "nvdec_decode_ge_3x_pyav": _met(nvdec.get("speedup_best", nvdec.get("speedup")), lambda r: r >= 3.0)
+        if nvdec.get("available")
         else "not available",
         "nvdec_gpu_idle_between_batches_lt_10pct": _met(nvdec.get("gpu_idle_between_batches_pct"),
                                                         lambda p: p < 10.0) if nvdec.get("available")

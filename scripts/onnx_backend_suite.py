@@ -159,12 +159,17 @@ def _named(names, arrays) -> dict:
 
 
 def _save_arrays(path: Path, inputs: dict, outputs: dict) -> None:
+    """``data.npz`` and ``names.json``; arrays of ml_dtypes' types (FLOAT8*, INT4, BFLOAT16: npz cannot read them
+    back) are stored as their raw bytes, with the type's name in ``names.json``."""
     import numpy as np
 
     arrays = {f"in{i}": v for i, v in enumerate(inputs.values())}
     arrays.update({f"out{i}": v for i, v in enumerate(outputs.values())})
+    extended = {k: v.dtype.name for k, v in arrays.items() if v.dtype.type.__module__.startswith("ml_dtypes")}
+    arrays = {k: (v.view(np.dtype(f"u{v.dtype.itemsize}")) if k in extended else v) for k, v in arrays.items()}
     np.savez(path, **arrays)
-    (path.parent / "names.json").write_text(json.dumps({"inputs": list(inputs), "outputs": list(outputs)}))
+    (path.parent / "names.json").write_text(json.dumps({"inputs": list(inputs), "outputs": list(outputs),
+                                                        "ml_dtypes": extended}))
 
 
 def load_arrays(folder: Path) -> tuple:
@@ -172,8 +177,15 @@ def load_arrays(folder: Path) -> tuple:
 
     names = json.loads((folder / "names.json").read_text())
     data = np.load(folder / "data.npz", allow_pickle=False)
-    inputs = {n: data[f"in{i}"] for i, n in enumerate(names["inputs"])}
-    outputs = {n: data[f"out{i}"] for i, n in enumerate(names["outputs"])}
+    extended = names.get("ml_dtypes", {})
+    if extended:
+        import ml_dtypes
+
+    def get(key):
+        return data[key].view(getattr(ml_dtypes, extended[key])) if key in extended else data[key]
+
+    inputs = {n: get(f"in{i}") for i, n in enumerate(names["inputs"])}
+    outputs = {n: get(f"out{i}") for i, n in enumerate(names["outputs"])}
     return inputs, outputs
 
 

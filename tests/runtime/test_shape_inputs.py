@@ -207,3 +207,15 @@ def test_parity_gives_random_feeds_the_opt_values_of_shape_inputs(tmp_path, vers
     assert any("'shape' = [2, 3, 2]: the profile's opt values" in note for note in report.notes), report.notes
     given = {"x": X3, "shape": np.array([4, 3, 1], np.int64)}  # a caller's values reach the engine as given
     assert compare_engine_to_onnx(model, path, inputs=given, runner_options={"trt": trt, "cuda": Cuda(rt)}).passed
+
+
+def test_shape_input_whose_profile_values_tensorrt_does_not_report_is_refused_by_name(tmp_path, monkeypatch):
+    # TensorRT 8.6 reports no min/opt/max values for a 0-d shape-tensor input (ONNX's HannWindow cases): the runner
+    # would size its outputs from nothing, so it says which input and what to change instead of a numpy error
+    model = models.expand_shape()
+    path, trt, rt = _engine(tmp_path, model, "shape:1x3x1,2x3x2,4x3x4")
+    monkeypatch.setattr(trt.ICudaEngine, "get_profile_shape_input", lambda self, profile, name: [[], [], []])
+    with pytest.raises(UnsupportedError, match=r"Shape-tensor input 'shape' \(shape \(3,\): 3 value\(s\)\) has 0 "):
+        with TrtRunner(path, trt=trt, cuda=Cuda(rt)):
+            pass
+    assert rt.live_allocations()["device"] == 0

@@ -387,14 +387,26 @@ class TrtRunner:
         return source
 
     def _check_shape_tensors(self) -> None:
-        """Refuse shape-tensor outputs (TensorRT writes them to host memory); warn that graphs are off for engines
-        with shape-tensor inputs (the module docstring says why)."""
+        """Refuse shape-tensor outputs (TensorRT writes them to host memory) and shape-tensor inputs whose profile
+        values TensorRT does not report in full; warn that graphs are off for engines with shape-tensor inputs (the
+        module docstring says why)."""
         host_outputs = [s.name for s in self.output_specs if self.engine.is_shape_inference_io(s.name)]
         if host_outputs:
             raise UnsupportedError(
                 f"Output(s) {host_outputs} of this engine are shape tensors, which TensorRT writes to host memory; "
                 f"TrtRunner runs engines whose outputs are device tensors (make them ordinary outputs in the model)"
             )
+        for spec in self.shape_input_specs:
+            count = int(np.prod(spec.shape, dtype=np.int64))
+            wrong = [(p, len(v[0])) for p, v in enumerate(spec.values) if any(len(x) != count for x in v)]
+            if wrong:
+                profile, found = wrong[0]
+                raise UnsupportedError(
+                    f"Shape-tensor input '{spec.name}' (shape {tuple(spec.shape)}: {count} value(s)) has {found} "
+                    f"min/opt/max value(s) in profile {profile} as TensorRT reports them (TensorRT 8.6 reports none "
+                    f"for a 0-d shape tensor), so the runner cannot size its outputs; give the model this input as "
+                    f"a 1-D tensor of {count} element(s) (a Reshape inside the model makes it 0-d again)"
+                )
         if self.cuda_graph and self.shape_input_specs:
             names = [s.name for s in self.shape_input_specs]
             warnings.warn(
