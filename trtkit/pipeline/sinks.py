@@ -55,6 +55,7 @@ class VideoSink:
         from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
 
+        self.writer: ProcessVideoWriter | VideoWriter
         if in_process:
             self.writer = ProcessVideoWriter(path, fps=fps, codec=codec)
         else:
