@@ -213,7 +213,9 @@ def test_report_figures_are_per_frame_and_name_the_slowest_stage():
     slow_stats = report.stages["slow"]
     assert slow_stats.frames == 30 and slow_stats.min_ms >= 3.0 and slow_stats.max_ms >= slow_stats.p99_ms
     assert slow_stats.min_ms <= slow_stats.avg_ms <= slow_stats.max_ms
-    assert report.slowest_stage().name == "slow" and slow_stats.busy_pct > 50
+    # busy % against the run's wall time, which on a loaded machine includes seconds of thread start-up: compared
+    # with the idle stage's, not with a fixed share
+    assert report.slowest_stage().name == "slow" and slow_stats.busy_pct > 10 * report.stages["fast"].busy_pct >= 0
     data = report.to_json()
     assert data["slowest_stage"] == "slow" and data["frames_in"] == data["frames_out"] == 30
     assert set(data["stages"]["slow"]) >= {"avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct"}

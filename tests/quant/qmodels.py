@@ -188,3 +188,25 @@ def silu_residual(seed=0, *, shared_stem: bool = False):
         nodes.append(helper.make_node("Conv", ["b", "w_side"], ["side"], name="conv_side"))
         outputs.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, ["N", 16, 8, 8]))
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])], outputs, inits)
+
+
+def batchnorm_before_add(model, conv_output: str = "b", add: str = "add_skip", width: int = 16):
+    """``model`` with a BatchNormalization between ``conv_output`` and the residual ``add`` that reads it (an export
+    that kept its BatchNormalization nodes, as onnx's own test_resnet50 data: Conv → BatchNormalization → Add); the
+    normalized tensor is ``<conv_output>_bn``, the node ``bn_<conv_output>``."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    bn = [
+        numpy_helper.from_array(np.full(width, v, np.float32), f"bn_{k}")
+        for k, v in (("scale", 1.5), ("bias", 0.1), ("mean", 0.0), ("var", 1.0))
+    ]
+    model.graph.initializer.extend(bn)
+    nodes = list(model.graph.node)
+    at = next(i for i, n in enumerate(nodes) if n.name == add)
+    nodes[at].input[list(nodes[at].input).index(conv_output)] = f"{conv_output}_bn"
+    nodes.insert(at, helper.make_node("BatchNormalization", [conv_output, "bn_scale", "bn_bias", "bn_mean", "bn_var"],
+                                      [f"{conv_output}_bn"], name=f"bn_{conv_output}"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from tests.quant.qmodels import capture_trtkit_log, matmul_block, residual_cnn
+from tests.quant.qmodels import batchnorm_before_add, capture_trtkit_log, matmul_block, residual_cnn
 from trtkit.errors import CalibrationError, ModelError
 from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
 
@@ -117,21 +117,11 @@ def test_a_residual_behind_a_batchnorm_of_the_convolution_is_seen_as_the_convolu
     """Exports that keep BatchNormalization (onnx's own test_resnet50 data: Conv → BatchNormalization → Add) have
     the residual adds of a folded export: TensorRT folds the BatchNormalization into the convolution. Before, the
     onnx wheel's ResNet-50 planned '0 residual add(s)'."""
-    import numpy as np
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    model = residual_cnn()
-    width = 16
-    bn = [numpy_helper.from_array(np.full(width, v, np.float32), f"bn_{k}")
-          for k, v in (("scale", 1.5), ("bias", 0.1), ("mean", 0.0), ("var", 1.0))]
-    model.graph.initializer.extend(bn)
+    model = batchnorm_before_add(residual_cnn())
     nodes = list(model.graph.node)
-    at = next(i for i, n in enumerate(nodes) if n.name == "add_skip")
-    nodes[at].input[0] = "b_bn"  # conv_b → BatchNormalization → the residual add
-    nodes.insert(at, helper.make_node("BatchNormalization", ["b", "bn_scale", "bn_bias", "bn_mean", "bn_var"],
-                                      ["b_bn"], name="bn_b"))
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
+    at = next(i for i, n in enumerate(nodes) if n.name == "add_skip") - 1
     plan = plan_qdq(model)
     assert ("add_skip", "stem_r") in plan.residual
     # a BatchNormalization whose input something else reads too is no folded convolution

@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.quant.qmodels import silu_residual, yolo_like
+from tests.quant.qmodels import batchnorm_before_add, residual_cnn, silu_residual, yolo_like
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
 
@@ -52,6 +52,19 @@ def test_add_inputs_quantizes_the_activation_input_of_the_add_too():
     assert _inputs_of(qdq, "add_res") == ["DequantizeLinear", "DequantizeLinear"]
     # without residual_through_activation there is no such add, so nothing more is quantized
     assert plan_qdq(silu_residual(), QdqOptions(keep_output_layers=False, quantize_add_inputs=True)).residual == []
+
+
+@pytest.mark.parametrize("batchnorm", [False, True], ids=["folded", "batchnorm-kept"])
+def test_the_detector_placement_leaves_a_resnet_style_plan_as_it_is(batchnorm):
+    # ResNet's adds read a convolution (through its BatchNormalization, in exports that keep it) before the
+    # activation: TensorRT fuses them into the convolution, so quantizing that input too would split the fusion.
+    # The detector options (through activations, both add inputs, shared Concat scales) change nothing here.
+    model = batchnorm_before_add(residual_cnn()) if batchnorm else residual_cnn()
+    default = plan_qdq(model)
+    detector = plan_qdq(model, QdqOptions(residual_through_activation=True, quantize_add_inputs=True,
+                                          concat_shared_scale=True))
+    assert detector.residual == default.residual and len(default.residual) == 2
+    assert detector.consumers == default.consumers and detector.scale_groups == default.scale_groups == {}
 
 
 def test_an_activation_whose_convolution_output_is_read_elsewhere_does_not_count():

@@ -392,7 +392,9 @@ def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False, 
         skip = 1 - main
         plan.add_activation(node.input[skip], node.name, skip)
         plan.residual.append((node.name, node.input[skip]))
-        if both and g.producer_op(node.input[main]) != "Conv":  # made through the activation: not fusable
+        # made through the activation (not the convolution's own output, nor its BatchNormalization's, which
+        # TensorRT folds into it): the add cannot fuse into the convolution, so it gets its INT8 input too
+        if both and _fusable_conv(g, node.input[main], quantized, through_activation=False) is None:
             plan.add_activation(node.input[main], node.name, main)
 
 
