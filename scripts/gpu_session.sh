@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests int64 demo crasher runner precision detection qdq pipeline backend overhead serve (default: env tests demo).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline backend overhead serve (default: env tests demo).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -26,6 +26,14 @@ for step in ${*:-env tests demo}; do
              -o faulthandler_timeout=200 -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
              ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} > "$W/gpu-tests.log" 2>&1;
            echo "pytest rc=$?"; grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | grep -v "^tests.*PASSED" | tail -40; grep -c PASSED "$W/gpu-tests.log" ;;
+    ptests) # groups of test files at once (GPU_GROUPS: groups separated by ';'), each its own pytest process: the
+            # tests wait mostly on CUDA and TensorRT start-up, which the processes then pay side by side
+            i=0; IFS=';' read -ra groups <<< "${GPU_GROUPS:-tests}"
+            for g in "${groups[@]}"; do i=$((i+1))
+              timeout ${TESTS_TIMEOUT:-300} python3 -m pytest -m gpu -v -rs --timeout 240 -p no:cacheprovider \
+                --durations=10 $g > "$W/gpu-tests-$i.log" 2>&1 &
+            done; wait
+            for f in "$W"/gpu-tests-*.log; do echo "--- $f"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$f" | tail -12; done ;;
     int64) # a hang seen once here: Python stacks of every thread after 60 s, then the test is killed (thread method)
            timeout 200 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 150 --timeout-method=thread \
              -o faulthandler_timeout=60 tests/gpu/test_prepare_gpu.py -k int64 > "$W/int64.log" 2>&1;
