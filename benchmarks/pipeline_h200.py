@@ -17,8 +17,12 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    load, buffers, graph capture) is reported apart (``infer_stage.pipeline_stage.startup_s``). The batches sit in
    the stage's pinned batch ring (written once: the stage itself); ``copying_samples`` copies every batch in;
    ``frame_path`` is the frame pipeline (one item per frame) on the same samples.
-   ``video_encoder_process``: the same pipeline with the encoder in a child process (``VideoSink(in_process=True)``,
-   frames through shared memory), and the encoder alone in a child process.
+   ``video_variants``: the video pipeline with one setting changed at a time, each against the stages alone
+   measured with that setting: libx264 with SLICE threads (PyAV's default; the writer's default is AUTO, frame
+   threads), Python's switch interval at 1 ms, two preprocess workers. ``encoder``: the encoder's settings as
+   opened. ``gil``: each CPU stage's work per frame next to a probe thread (ms per frame, GIL held per frame).
+   With ``--encoder-process``, ``video_encoder_process``: the same pipeline with the encoder in a child process
+   (``VideoSink(in_process=True)``, frames through shared memory), and the encoder alone in a child process.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -313,13 +317,16 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
     return measured
 
 
-def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False) -> float:
-    """Frames/s of the encoder on ``frames`` (``in_process``: in a child process, its start-up excluded)."""
+def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False,
+                 thread_type: str = "AUTO", settings: dict | None = None) -> float:
+    """Frames/s of the encoder on ``frames`` through the writer the pipeline's video sink uses (``in_process``: in a
+    child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened."""
     from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
-    path = work / f"encode_alone_{codec or 'default'}{'_child' if in_process else ''}.mp4"
-    writer = (ProcessVideoWriter if in_process else VideoWriter)(path, fps=30, codec=codec)
+    path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}.mp4"
+    writer = (ProcessVideoWriter(path, fps=30, codec=codec) if in_process
+              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type))
     if in_process:
         writer.ready()
     t0 = time.perf_counter()
@@ -329,8 +336,85 @@ def encode_alone(frames: list, count: int, work: Path, codec: str | None = None,
     except BaseException:
         writer.discard()
         raise
+    if settings is not None and not in_process:
+        settings.update(writer.encoder_settings())
     writer.close()
     return fps_of(count, time.perf_counter() - t0)
+
+
+class GilProbe:
+    """A thread that sleeps 0.2 ms in a loop and adds up how late it wakes: while another thread holds the GIL it
+    cannot run, so its lateness while some work runs, less its lateness while nothing runs, estimates the time
+    that work held the GIL (CPU scheduling adds to both)."""
+
+    NAP_S = 0.0002
+
+    def __init__(self):
+        import threading
+
+        self.stop, self.late_s, self.wakes, self.counting = threading.Event(), 0.0, 0, False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.NAP_S)
+            late = time.perf_counter() - t0 - self.NAP_S
+            if self.counting:
+                self.late_s += late
+                self.wakes += 1
+
+    def measure(self, fn, calls: int) -> tuple:
+        """(seconds of ``calls`` calls of ``fn(i)``, probe lateness in that time, probe wake-ups in it)."""
+        self.late_s, self.wakes, self.counting = 0.0, 0, True
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        seconds = time.perf_counter() - t0
+        self.counting = False
+        return seconds, self.late_s, self.wakes
+
+
+def gil_part(frames: list, video: Path, target, work: Path, calls: int) -> dict:
+    """Each CPU stage's work per frame in one thread next to the probe: ms per frame and GIL-held ms per frame
+    (estimated, see GilProbe). decode: PyAV's next frame as RGB; preprocess: the letterbox into a sample; encode:
+    the video sink's write (libx264, frame wrapped without a copy); from_ndarray: the copy the writer made before
+    (``VideoFrame.from_ndarray`` of a frame), for comparison."""
+    import av
+
+    from trtkit.pipeline.preprocess import ImagePreprocess
+    from trtkit.pipeline.video import PyAVReader, VideoWriter
+
+    probe = GilProbe()
+    probe.thread.start()
+    idle_s, idle_late, idle_wakes = probe.measure(lambda i: time.sleep(0.001), 200)
+    late_per_wake = idle_late / max(1, idle_wakes)
+    pre = ImagePreprocess(target)
+    reader = PyAVReader(video)
+    decoded = iter(reader)
+    writer = VideoWriter(work / "gil_encode.mp4", fps=30)
+    parts = {
+        "decode": lambda i: next(decoded),
+        "preprocess": lambda i: pre(frames[i % len(frames)]),
+        "encode": lambda i: writer.write(frames[i % len(frames)]),
+        "from_ndarray": lambda i: av.VideoFrame.from_ndarray(frames[i % len(frames)], format="rgb24"),
+    }
+    result: dict = {"probe_late_ms_per_wake_idle": round(1e3 * late_per_wake, 4), "calls": calls}
+    try:
+        for name, fn in parts.items():
+            fn(0)  # warm: the decoder's and encoder's start
+            seconds, late, wakes = probe.measure(fn, calls)
+            held = max(0.0, late - wakes * late_per_wake)
+            result[name] = {"ms_per_frame": round(1e3 * seconds / calls, 3),
+                            "gil_held_ms_per_frame": round(1e3 * held / calls, 3)}
+    finally:
+        probe.stop.set()
+        probe.thread.join()
+        reader.close()
+        writer.close()
+    result["note"] = ("encode's time per frame excludes the frames still in the encoder at the end (frame "
+                      "threads); decode includes FFmpeg's own threads")
+    return result
 
 
 def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
@@ -348,17 +432,20 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 # --- whole pipelines -------------------------------------------------------------------------------------------------
 
 def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
-                   decoder: str = "pyav", in_process: bool = False) -> dict:
+                   decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
+                   thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "") -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
-    ``in_process``, frames through shared memory; started, and waited for, before the run)."""
+    ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
+    the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder)
-    out = work / f"video_out_{decoder}{'_child' if in_process else ''}.mp4"
-    sink = VideoSink(out, fps=source.fps, in_process=in_process)
+    out = work / f"video_out_{decoder}{'_child' if in_process else ''}{tag}.mp4"
+    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type)
     if in_process:
         sink.writer.ready()
-    report = run_engine(engine, source, sinks=[sink], pre_workers=sizes.pre_workers, **runner_args)
+    report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
+                        switch_interval_s=switch_interval_s, **runner_args)
     return report.to_json()
 
 
@@ -374,23 +461,25 @@ def folder_pipeline(engine: Path, folder: Path, runner_args: dict, sizes: Sizes)
 
 
 def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda) -> dict:
-    """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during, and after a pipeline run."""
+    """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during (about 80 samples, taken by the sink
+    every so many frames: as many whatever the speed), and after a pipeline run."""
     from trtkit.pipeline import CallbackSink, VideoSource, run_engine
 
     samples = []
     start_at = min(1000, sizes.leak_frames // 10)
+    step = max(1, (sizes.leak_frames - start_at) // 80)
 
-    def monitor(report):
-        if report.frames_out >= start_at:
-            samples.append((report.frames_out, cuda.mem_get_info()[0]))
+    def sample(frame):
+        if frame.index >= start_at and (frame.index - start_at) % step == 0:
+            samples.append((frame.index, cuda.mem_get_info()[0]))
 
     free_before = cuda.mem_get_info()[0]
-    report = run_engine(engine, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(lambda f: None)],
-                        monitor=monitor, pre_workers=sizes.pre_workers, **runner_args)
+    report = run_engine(engine, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(sample)],
+                        pre_workers=sizes.pre_workers, **runner_args)
     free_after = cuda.mem_get_info()[0]
     during = samples[0][1] - samples[-1][1] if len(samples) >= 2 else None
-    # growth during the run needs two of the monitor's samples from the start frame on; a run too short (or too slow)
-    # to give them is judged by the growth from before the run to after it
+    # growth during the run needs two samples from the start frame on; a run shorter than the start frame plus a
+    # step has fewer, and is judged by the growth from before the run to after it
     return {"frames_in": report.frames_in, "frames_out": report.frames_out, "fps": round(report.fps, 2),
             "samples": len(samples), "first_sample_frame": samples[0][0] if samples else None,
             "last_sample_frame": samples[-1][0] if samples else None, "growth_during_run_bytes": during,
@@ -475,17 +564,20 @@ def nvdec_part(video: Path, pyav_fps) -> dict:
     fps = fps_of(count, seconds)
     return {"available": True, "reason": "PyNvVideoCodec loaded and opened the file", "decode_fps": fps,
             "frames": count, "pyav_decode_fps": pyav_fps,
-            "speedup": round(fps / pyav_fps, 3) if pyav_fps else None}
+            "speedup": round(fps / pyav_fps, 3) if pyav_fps else None,
+            "decode_fps_note": "frames kept in device memory (RGB, no copy to the host); the same decode with every "
+                               "frame copied to host memory: host_memory.host_one_decoder_fps"}
 
 
 def nvdec_segments_part(video: Path, pyav_fps, segments: int = 4) -> dict:
     """NVDEC into host memory (PyAV's output is host memory too): one decoder, then ``segments`` decoders on
-    consecutive ranges of the file at once (``NvdecReader(segments=N)``), each run signing every frame (a strided
-    sample of its pixels) so the two can be compared frame by frame."""
+    consecutive ranges of the file at once (``NvdecReader(segments=N)``), asking for each range's frames by index or
+    seeking once to its start (``seek=True``); each run signs every frame (a strided sample of its pixels) so the
+    runs can be compared frame by frame with the one decoder's."""
     from trtkit.pipeline.video import NvdecReader
 
-    def decode(n: int) -> tuple:
-        reader = NvdecReader(video, segments=n)
+    def decode(n: int, seek: bool = False) -> tuple:
+        reader = NvdecReader(video, segments=n, seek=seek)
         signs = []
         t0 = time.perf_counter()
         for frame in reader:
@@ -496,14 +588,24 @@ def nvdec_segments_part(video: Path, pyav_fps, segments: int = 4) -> dict:
         return fps_of(len(signs), seconds), signs, used
 
     one_fps, one_signs, _ = decode(1)
-    many_fps, many_signs, used = decode(segments)
-    same = sum(a == b for a, b in zip(one_signs, many_signs))
-    return {"host_one_decoder_fps": one_fps, "segments": used, "host_segments_fps": many_fps,
-            "frames": len(many_signs), "frames_same_as_one_decoder": same,
-            "all_frames_same": same == len(one_signs) == len(many_signs),
-            "speedup_one_decoder": round(one_fps / pyav_fps, 3) if pyav_fps else None,
-            "speedup_segments": round(many_fps / pyav_fps, 3) if pyav_fps else None,
-            "note": "frames copied to host memory and signed in both runs; the decoders' start-up is in the time"}
+    result = {"host_one_decoder_fps": one_fps, "frames": len(one_signs),
+              "speedup_one_decoder": round(one_fps / pyav_fps, 3) if pyav_fps else None,
+              "note": "frames copied to host memory and signed in every run; the decoders' start-up is in the time"}
+    for name, seek in (("by_index", False), ("seek", True)):
+        try:
+            fps, signs, used = decode(segments, seek)
+        except Exception as exc:  # noqa: BLE001 - one strategy failing leaves the other's figures
+            result[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            continue
+        same = sum(a == b for a, b in zip(one_signs, signs))
+        result[name] = {"segments": used, "fps": fps, "frames": len(signs), "frames_same_as_one_decoder": same,
+                        "all_frames_same": same == len(one_signs) == len(signs),
+                        "speedup": round(fps / pyav_fps, 3) if pyav_fps else None}
+    good = [r for r in (result.get("by_index"), result.get("seek")) if r and r.get("all_frames_same")]
+    best = max(good, key=lambda r: r["fps"], default=None)
+    result["best"] = None if best is None else ("by_index" if best is result.get("by_index") else "seek")
+    result["speedup_segments"] = best["speedup"] if best else None
+    return result
 
 
 # --- driver ----------------------------------------------------------------------------------------------------------
@@ -540,6 +642,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=".", help="folder for pipeline-h200.json (e.g. $OUT)")
     parser.add_argument("--fake", action="store_true", help="fake TensorRT and CUDA, tiny sizes: a CPU dry run")
     parser.add_argument("--runners", type=int, default=2, help="runners in the pool (batches in flight)")
+    parser.add_argument("--encoder-process", action="store_true",
+                        help="also the video pipeline with the encoder in a child process (and that encoder alone)")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="seconds this call may take; the optional detection part runs only if its estimate "
                              "(measured build time + run) fits in what is left")
@@ -597,7 +701,9 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                                                                runner_args, target))
         alone["infer"] = infer["fps"] if infer else None
         run.store("infer_stage", {"fps": alone["infer"], "pipeline_stage": infer})
-        alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work))
+        encoder: dict = {}
+        alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work, settings=encoder))
+        run.store("encoder", encoder)
         run.store("nvenc", nvenc_part(frames, count, work, alone["encode"]))
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
         run.store("infer_stage", {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
@@ -607,6 +713,11 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     run.store("stages_alone_fps", alone)
     run.store("video", video_result(e2e, alone))
     if frames:
+        run.store("video_variants", video_variants(run, engine, video, work, runner_args, sizes, frames, count,
+                                                   target, alone))
+        run.store("gil", run.guard("gil", lambda: gil_part(frames, video, target, work,
+                                                                 min(sizes.video_frames - 1, 120))))
+    if frames and args.encoder_process:
         child_alone = run.guard("encode_alone_child", lambda: encode_alone(frames, count, work, in_process=True))
         child = run.guard("video_pipeline_encoder_process",
                           lambda: video_pipeline(engine, video, work, runner_args, sizes, in_process=True))
@@ -623,8 +734,9 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         if host:
             nvdec["host_memory"] = host
             # the target counts a segmented decode only where it gave the one decoder's frames
-            if host["all_frames_same"] and (host["speedup_segments"] or 0) > (nvdec.get("speedup") or 0):
-                nvdec["speedup_best"], nvdec["speedup_best_by"] = host["speedup_segments"], "host_memory.segments"
+            if (host["speedup_segments"] or 0) > (nvdec.get("speedup") or 0):
+                nvdec["speedup_best"] = host["speedup_segments"]
+                nvdec["speedup_best_by"] = f"host_memory.{host['best']}"
             run.store("nvdec", nvdec)
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
@@ -649,6 +761,39 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     run.checkpoint()
     if fits:
         run.store("detection", run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes)))
+
+
+VARIANT_PRE_WORKERS = 2
+VARIANT_SWITCH_INTERVAL_S = 0.001
+
+
+def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes, frames: list,
+                   count: int, target, alone: dict) -> dict:
+    """The video pipeline with one setting changed at a time, each against the stages alone measured with that
+    setting (the other stages' figures from above): ``encoder_slice_threads`` (libx264 as PyAV opens it by
+    default: SLICE threads; encode alone measured again with them), ``switch_interval_1ms`` (Python's switch
+    interval 1 ms while the pipeline runs), ``pre_workers_2`` (two preprocess workers; preprocess alone measured
+    again with two)."""
+    variants: dict = {}
+    slice_alone = run.guard("encode_alone_slice", lambda: encode_alone(frames, count, work, thread_type="SLICE"))
+    e2e = run.guard("video_pipeline_slice", lambda: video_pipeline(engine, video, work, runner_args, sizes,
+                                                                   thread_type="SLICE", tag="_slice"))
+    if e2e:
+        variants["encoder_slice_threads"] = {**video_result(e2e, {**alone, "encode": slice_alone}),
+                                             "encode_alone_fps": slice_alone}
+    e2e = run.guard("video_pipeline_switch", lambda: video_pipeline(
+        engine, video, work, runner_args, sizes, switch_interval_s=VARIANT_SWITCH_INTERVAL_S, tag="_switch"))
+    if e2e:
+        variants["switch_interval_1ms"] = {**video_result(e2e, alone),
+                                           "switch_interval_s": VARIANT_SWITCH_INTERVAL_S}
+    workers = VARIANT_PRE_WORKERS
+    pre_alone = run.guard("preprocess_alone_2", lambda: preprocess_alone(target, frames, count, workers))
+    e2e = run.guard("video_pipeline_pre2", lambda: video_pipeline(engine, video, work, runner_args, sizes,
+                                                                  pre_workers=workers, tag="_pre2"))
+    if e2e:
+        variants[f"pre_workers_{workers}"] = {**video_result(e2e, {**alone, "preprocess": pre_alone}),
+                                              "preprocess_alone_fps": pre_alone, "pre_workers": workers}
+    return variants
 
 
 def _ratio(a, b):

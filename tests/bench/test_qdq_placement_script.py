@@ -49,7 +49,8 @@ def test_every_variant_is_built_timed_profiled_and_scored_from_one_calibration(t
     assert all("from calibration cache" in notes[k] for k in rows if k not in ("fp16", "int8_qdq_union_add"))
     assert "kept layers pinned to FP16" in notes["int8_qdq_kept_fp16"]
     assert "pinned" not in notes["int8_qdq"]
-    assert rows["int8_qdq_residual"]["settings"] == {"qdq_residual_activations": True}
+    assert rows["int8_qdq_residual"]["settings"] == {"qdq_residual_activations": True, "qdq_concat_shared_scale": False,
+                                                     "qdq_add_inputs": False}
     assert set(data["vs_fp16"]) == set(rows) - {"fp16"}
     assert data["vs_fp16"]["int8_qdq"]["b8_images_per_s_vs_fp16"] > 0
 

@@ -80,7 +80,7 @@ class _FakeNvc:
     def __init__(self, frames, fail=None, meta_frames=None, fail_at=None, index_frames=None):
         self._frames, self._fail, self._meta_frames, self._fail_at = frames, fail, meta_frames, fail_at
         self._index_frames = frames if index_frames is None else index_frames  # what decoding by index gives
-        self.opened, self.by_index = 0, []
+        self.opened, self.by_index, self.seeks = 0, [], []
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
         if self._fail:
@@ -99,6 +99,10 @@ class _FakeNvc:
             def get_batch_frames(self, n):
                 batch, self.left = self.left[:n], self.left[n:]
                 return batch
+
+            def seek_to_index(self, index):
+                nvc.seeks.append(index)
+                self.left = list(nvc._frames[index:])
 
             def get_batch_frames_by_index(self, indices):
                 nvc.by_index.append((id(self), list(indices)))
@@ -133,6 +137,11 @@ def test_nvdec_segments_decode_ranges_on_their_own_decoders_and_the_frames_still
     for decoder, indices in nvc.by_index:
         firsts.setdefault(decoder, indices[0])
     assert sorted(firsts.values()) == [0, 50, 100, 150]
+    nvc.by_index.clear()
+    seeking = NvdecReader(make_video(tmp_path / "in2.mp4", frames=3), segments=4, seek=True)
+    got = list(seeking)
+    assert len(got) == 200 and all(np.array_equal(a, b) for a, b in zip(got, frames))
+    assert sorted(nvc.seeks) == [50, 100, 150] and nvc.by_index == [] and seeking.info()["seek"] is True
 
 
 def test_nvdec_segments_error_names_the_range_and_short_files_use_one_decoder(tmp_path, monkeypatch):
@@ -200,3 +209,96 @@ def test_an_encoder_that_ffmpeg_does_not_have_is_refused_before_any_frame(tmp_pa
     writer.close()
     with av.open(str(tmp_path / "out.mkv")) as container:
         assert container.streams.video[0].codec_context.name == "mpeg4"
+
+
+def _from_ndarray_video(path, pictures, codec):
+    """The same pictures encoded the way VideoWriter did before it wrapped arrays (``VideoFrame.from_ndarray``)."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=Fraction(25))
+        stream.height, stream.width = pictures[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.thread_count = 1  # one thread in both: the same bits every time (a full run once differed with several)
+        for picture in pictures:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+
+
+@pytest.mark.parametrize("codec", ["mpeg4", "libx264"])
+def test_frames_wrapped_without_a_copy_encode_to_the_same_video_as_copied_frames(tmp_path, codec):
+    try:
+        av.codec.Codec(codec, "w")
+    except Exception:  # noqa: BLE001 - an FFmpeg build without it
+        pytest.skip(f"this FFmpeg has no {codec}")
+    rng = np.random.default_rng(3)
+    pictures = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(6)]
+    writer = VideoWriter(tmp_path / "wrapped.mp4", fps=25, codec=codec, threads=1)
+    for picture in pictures:
+        writer.write(picture)
+    writer.close()
+    _from_ndarray_video(tmp_path / "copied.mp4", pictures, codec)
+    wrapped, copied = decode_all(tmp_path / "wrapped.mp4"), decode_all(tmp_path / "copied.mp4")
+    assert len(wrapped) == len(copied) == 6
+    for a, b in zip(wrapped, copied):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_picture_array_reused_after_write_does_not_change_the_frame_written(tmp_path):
+    buffer = np.empty((48, 64, 3), np.uint8)
+    writer = VideoWriter(tmp_path / "reuse.mp4", fps=25, codec="mpeg4")
+    for level in (0, 250, 0, 250):  # one array, overwritten after every write (a drawing stage that reuses it)
+        buffer[...] = level
+        writer.write(buffer)
+    buffer[...] = 128
+    writer.close()
+    means = [float(frame.mean()) for frame in decode_all(tmp_path / "reuse.mp4")]
+    assert len(means) == 4
+    assert means[0] < 10 and means[1] > 240 and means[2] < 10 and means[3] > 240
+
+
+def test_pyav_without_from_numpy_buffer_gets_a_copied_frame():
+    from types import SimpleNamespace
+
+    from trtkit.pipeline.video import rgb_frame
+
+    calls = []
+    old_av = SimpleNamespace(VideoFrame=SimpleNamespace(from_ndarray=lambda a, format: calls.append(format) or "f"))
+    assert rgb_frame(old_av, np.zeros((2, 2, 3), np.uint8)) == "f" and calls == ["rgb24"]
+    frame = rgb_frame(av, np.full((4, 6, 3), 7, np.uint8))
+    assert (frame.width, frame.height, frame.format.name) == (6, 4, "rgb24")
+    assert int(frame.to_ndarray().max()) == 7
+
+
+def _x264_settings(path) -> str:
+    """The settings line libx264 writes into its first SEI (``... sliced_threads=0 ...``)."""
+    data = path.read_bytes()
+    start = data.index(b"x264 - core")
+    return data[start : data.index(b"\x00", start)].decode("ascii", "replace")
+
+
+def test_libx264_encodes_with_frame_threads_by_default_and_slices_when_asked(tmp_path):
+    try:
+        av.codec.Codec("libx264", "w")
+    except Exception:  # noqa: BLE001 - an FFmpeg build without it
+        pytest.skip("this FFmpeg has no libx264")
+    for thread_type, sliced in (("AUTO", "sliced_threads=0"), ("SLICE", "sliced_threads=1")):
+        out = tmp_path / f"{thread_type}.mp4"
+        writer = VideoWriter(out, fps=25, codec="libx264", thread_type=thread_type)
+        for i in range(4):
+            writer.write(frame_picture(i, 320, 240))  # x264 does not slice frames as small as 64x48
+        settings = writer.encoder_settings()
+        writer.close()
+        assert settings["thread_type"] == thread_type and settings["thread_count"] == 0
+        assert settings["frame_wrap"] == "from_numpy_buffer"
+        assert sliced in _x264_settings(out) and len(decode_all(out)) == 4
+
+
+def test_an_unknown_thread_type_or_count_is_refused_before_any_file(tmp_path):
+    with pytest.raises(InputError, match="thread_type='PARALLEL' is not known; use one of: AUTO, FRAME, SLICE, NONE"):
+        VideoWriter(tmp_path / "out.mp4", thread_type="PARALLEL")
+    with pytest.raises(InputError, match=r"threads=-1: give a thread count of 0 or more"):
+        VideoWriter(tmp_path / "out.mp4", threads=-1)
+    assert list(tmp_path.iterdir()) == []

@@ -178,7 +178,7 @@ def test_placement_options_reach_the_plan_from_the_build_config(fake_gpu):  # no
     assert plan.half_layers == ()
 
 
-def test_placement_options_on_a_calibrator_build_are_refused():
+def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_default_ones_are_not():
     from tests.quant.test_precision_plan import with_calibrators
     from trtkit._version_compat import capabilities
     from trtkit.builder.precision import plan_precision
@@ -186,11 +186,15 @@ def test_placement_options_on_a_calibrator_build_are_refused():
     from trtkit.model import load_model
     from trtkit.testing.fake_trt import make_fake_trt
 
-    config = _config(qdq_concat_shared_scale=True)
-    config.int8_mode = "calibrator"
     trt = with_calibrators(make_fake_trt("8.6.0"))
-    with pytest.raises(UnsupportedError, match="qdq_concat_shared_scale place Q/DQ nodes.*add int8_mode='qdq'"):
+    config = _config(qdq_kept_fp16=True)
+    config.int8_mode = "calibrator"
+    with pytest.raises(UnsupportedError, match="qdq_kept_fp16 place Q/DQ nodes.*add int8_mode='qdq'"):
         plan_precision(trt, load_model(silu_residual()), config, capabilities(trt))
+    config = _config()  # residual activations, shared Concat scales, add inputs: on, and ignored by the calibrator
+    config.int8_mode = "calibrator"
+    assert config.qdq_residual_activations and config.qdq_concat_shared_scale and config.qdq_add_inputs
+    assert plan_precision(trt, load_model(silu_residual()), config, capabilities(trt)).calibrator is not None
 
 
 def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_leaves_no_mixed_reader():
@@ -221,23 +225,31 @@ def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_lea
     assert len(union.residual) == 10 and len(set(union.scale_groups.values())) == 2
 
 
-def test_add_inputs_without_residual_activations_is_refused_naming_both():
+def test_add_inputs_follow_residual_activations_and_alone_are_refused_naming_both():
     from trtkit.builder.config import BuildConfig
     from trtkit.errors import UsageError
 
-    with pytest.raises(UsageError, match="qdq_add_inputs=True does nothing without qdq_residual_activations=True"):
-        BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True)
-    assert BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=True)
+    assert BuildConfig(precision="int8").qdq_add_inputs is True  # the defaults: both on
+    assert BuildConfig(precision="int8", qdq_residual_activations=False).qdq_add_inputs is False
+    with pytest.raises(UsageError, match="qdq_add_inputs=True does nothing with qdq_residual_activations=False"):
+        BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=False)
 
 
-def test_the_cli_refuses_add_inputs_alone_in_its_own_flags(tmp_path, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--int8", "--int8-mode", "qdq", "--no-qdq-residual-activations", "--qdq-add-inputs"],
+     "--qdq-add-inputs does nothing with --no-qdq-residual-activations"),
+    (["--int8", "--int8-mode", "calibrator", "--calib-cache", "c.cache", "--no-qdq-concat-shared-scale"],
+     r"--no-qdq-concat-shared-scale place\(s\) Q/DQ nodes, which --int8-mode calibrator does not make"),
+    (["--fp16", "--qdq-residual-activations"], "--qdq-residual-activations applies only to --int8"),
+])
+def test_the_cli_refuses_placement_flags_that_would_do_nothing(tmp_path, capsys, argv, message):
+    import re
     from pathlib import Path
 
     from trtkit.cli.main import main
 
     out = tmp_path / "x.engine"
     model = Path(__file__).resolve().parents[1] / "data" / "digits_cnn.onnx"
-    assert main(["build", str(model), "--int8", "--int8-mode", "qdq", "--qdq-add-inputs",
-                 "-o", str(out)]) == 2
-    assert "--qdq-add-inputs does nothing without --qdq-residual-activations" in capsys.readouterr().err
+    assert main(["build", str(model), *argv, "-o", str(out)]) == 2
+    assert re.search(message, capsys.readouterr().err)
     assert not out.exists()

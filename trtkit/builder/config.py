@@ -63,11 +63,14 @@ class BuildConfig:
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         qdq_residual_activations: with ``int8_mode=qdq``, quantize the skip input of residual adds whose other input
             is a quantized convolution through its activation (SiLU, ReLU, ...), not only a bare convolution
-            (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``).
+            (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``). On by default, with the next
+            two: docs/performance.md has the measurements (a YOLO-style detector 1.18x FP16's images/s with them,
+            0.90x without; no change to the plans of ResNet-50 and five other classifiers of the onnx wheel).
         qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
-            with one scale for them and the output (``QdqOptions.concat_shared_scale``).
+            with one scale for them and the output (``QdqOptions.concat_shared_scale``). On by default.
         qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add
-            runs as an INT8 pointwise layer (``QdqOptions.quantize_add_inputs``).
+            runs as an INT8 pointwise layer (``QdqOptions.quantize_add_inputs``). ``None`` (the default): the
+            value of ``qdq_residual_activations``.
         qdq_kept_fp16: with ``int8_mode=qdq`` and the FP16 flag (TensorRT < 11, not strongly typed), pin the
             convolutions/matmuls the Q/DQ plan kept out of INT8 to FP16 (``PREFER_PRECISION_CONSTRAINTS``) instead
             of leaving TensorRT free to run them in FP32/TF32.
@@ -102,9 +105,9 @@ class BuildConfig:
     precision_constraints: str = "none"
     qdq_keep_heads: bool = True
     qdq_exclude: tuple = ()
-    qdq_residual_activations: bool = False
-    qdq_concat_shared_scale: bool = False
-    qdq_add_inputs: bool = False
+    qdq_residual_activations: bool = True
+    qdq_concat_shared_scale: bool = True
+    qdq_add_inputs: bool | None = None
     qdq_kept_fp16: bool = False
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
@@ -137,6 +140,8 @@ class BuildConfig:
             "a level name such as 'AMPERE_PLUS'",
             optional=True,
         )
+        if self.qdq_add_inputs is None:
+            self.qdq_add_inputs = self.qdq_residual_activations
         for name in (
             "version_compatible",
             "strongly_typed",
@@ -168,10 +173,10 @@ class BuildConfig:
             )
         if self.qdq_add_inputs and not self.qdq_residual_activations:
             raise UsageError(
-                "qdq_add_inputs=True does nothing without qdq_residual_activations=True: it quantizes the other "
-                "input of the residual adds that one finds; set both",
+                "qdq_add_inputs=True does nothing with qdq_residual_activations=False: it quantizes the other "
+                "input of the residual adds that one finds; set both, or neither",
                 field="qdq_add_inputs",
-                accepted="False unless qdq_residual_activations is True",
+                accepted="False or None when qdq_residual_activations is False",
             )
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":

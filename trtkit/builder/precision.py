@@ -232,14 +232,13 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
                 field="int8_mode",
             )
         mode = "qdq"
+    # the placement settings a calibrator build would ignore; the residual/concat/add-input ones are on by default
+    # (they place nothing where the calibrator makes the INT8 plan), so only these say the user asked for Q/DQ
     placement = [
         name
         for name, used in (
             ("qdq_exclude", bool(config.qdq_exclude)),
             ("qdq_keep_heads=False", not config.qdq_keep_heads),
-            ("qdq_residual_activations", config.qdq_residual_activations),
-            ("qdq_concat_shared_scale", config.qdq_concat_shared_scale),
-            ("qdq_add_inputs", config.qdq_add_inputs),
             ("qdq_kept_fp16", config.qdq_kept_fp16),
         )
         if used

@@ -108,22 +108,25 @@ def add_precision_options(parser) -> None:
     g.add_argument(
         "--qdq-residual-activations",
         dest="qdq_residual_activations",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="--int8-mode qdq: also quantize the skip input of residual adds fed by a convolution through its "
-        "activation (SiLU, ReLU)",
+        "activation (SiLU, ReLU); on by default",
     )
     g.add_argument(
         "--qdq-add-inputs",
         dest="qdq_add_inputs",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="--int8-mode qdq with --qdq-residual-activations: quantize both inputs of those residual adds (the add "
-        "then runs in INT8)",
+        "then runs in INT8); on wherever --qdq-residual-activations is",
     )
     g.add_argument(
         "--qdq-concat-shared-scale",
         dest="qdq_concat_shared_scale",
-        action="store_true",
-        help="--int8-mode qdq: quantize Concat inputs with one scale shared with the Concat's output",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--int8-mode qdq: quantize Concat inputs with one scale shared with the Concat's output; on by default",
     )
     g.add_argument(
         "--qdq-kept-fp16",
@@ -292,9 +295,7 @@ def check_option_use(args) -> None:
             ("--int8-mode", getattr(args, "int8_mode", "auto") != "auto"),
             ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
             ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
-            ("--qdq-residual-activations", bool(getattr(args, "qdq_residual_activations", False))),
-            ("--qdq-concat-shared-scale", bool(getattr(args, "qdq_concat_shared_scale", False))),
-            ("--qdq-add-inputs", bool(getattr(args, "qdq_add_inputs", False))),
+            *_placement_given(args),
             ("--qdq-kept-fp16", bool(getattr(args, "qdq_kept_fp16", False))),
         )
         if used
@@ -302,8 +303,24 @@ def check_option_use(args) -> None:
     if int8_only and precision != "int8":
         verb = "applies" if len(int8_only) == 1 else "apply"
         raise UsageError(f"{', '.join(int8_only)} {verb} only to --int8, and the precision is {precision}")
+    given = [flag for flag, used in _placement_given(args) if used]
+    if given and getattr(args, "int8_mode", "auto") == "calibrator":
+        raise UsageError(
+            f"{', '.join(given)} place(s) Q/DQ nodes, which --int8-mode calibrator does not make (TensorRT's "
+            "calibrator chooses the INT8 layers); use --int8-mode qdq, or drop them"
+        )
     if getattr(args, "fp16_mode", "auto") != "auto" and precision not in ("fp16", "int8"):
         raise UsageError(f"--fp16-mode applies only to --fp16 (or --int8), and the precision is {precision}")
+
+
+def _placement_given(args) -> tuple:
+    """``(--flag or --no-flag, given)`` for the Q/DQ placement switches that default to on (None: not given)."""
+    found = []
+    for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs"):
+        value = getattr(args, dest, None)
+        flag = "--" + dest.replace("_", "-")
+        found.append((flag if value is not False else flag.replace("--", "--no-", 1), value is not None))
+    return tuple(found)
 
 
 def config_from_args(args) -> BuildConfig:
@@ -354,9 +371,11 @@ def config_from_args(args) -> BuildConfig:
         precision_constraints=args.precision_constraints,
         save_qdq_onnx=args.save_qdq_onnx,
         qdq_keep_heads=args.qdq_keep_heads,
-        qdq_residual_activations=getattr(args, "qdq_residual_activations", False),
-        qdq_concat_shared_scale=getattr(args, "qdq_concat_shared_scale", False),
-        qdq_add_inputs=getattr(args, "qdq_add_inputs", False),
+        **{
+            dest: value
+            for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs")
+            if (value := getattr(args, dest, None)) is not None
+        },
         qdq_kept_fp16=getattr(args, "qdq_kept_fp16", False),
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
@@ -447,9 +466,9 @@ SWITCHES = {
     "fold_constants": ("--fold-constants", "--no-fold-constants"),
     "input_uint8_nhwc": ("--input-uint8-nhwc", "no --input-uint8-nhwc"),
     "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
-    "qdq_residual_activations": ("--qdq-residual-activations", "no --qdq-residual-activations"),
-    "qdq_concat_shared_scale": ("--qdq-concat-shared-scale", "no --qdq-concat-shared-scale"),
-    "qdq_add_inputs": ("--qdq-add-inputs", "no --qdq-add-inputs"),
+    "qdq_residual_activations": ("--qdq-residual-activations", "--no-qdq-residual-activations"),
+    "qdq_concat_shared_scale": ("--qdq-concat-shared-scale", "--no-qdq-concat-shared-scale"),
+    "qdq_add_inputs": ("--qdq-add-inputs", "--no-qdq-add-inputs"),
     "qdq_kept_fp16": ("--qdq-kept-fp16", "no --qdq-kept-fp16"),
     "tf32": ("no --no-tf32", "--no-tf32"),
     "isolate": ("no --no-isolate", "--no-isolate"),

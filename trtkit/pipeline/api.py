@@ -84,6 +84,7 @@ def run_engine(
     post_workers: int = 1,
     resize: str = "letterbox",
     monitor=None,
+    switch_interval_s: float | None = None,
     **runner_args,
 ):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
@@ -101,6 +102,7 @@ def run_engine(
         pre_workers, post_workers: threads of the preprocess and postprocess stages.
         resize: ``letterbox`` or ``stretch`` for the default preprocessing.
         monitor: called with a report snapshot while running.
+        switch_interval_s: Python's thread switch interval while the pipeline runs (see :class:`Pipeline`).
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
 
     Returns:
@@ -112,7 +114,9 @@ def run_engine(
     """
     from trtkit.runtime.pool import RunnerPool
 
-    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize)
+    settings = Settings(
+        batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize, switch_interval_s
+    )
     try:
         return _run(
             RunnerPool(engine, size=settings.runners, **runner_args),
@@ -140,6 +144,7 @@ class Settings:
     pre_workers: int
     post_workers: int
     resize: str
+    switch_interval_s: float | None = None
 
 
 def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
@@ -155,7 +160,14 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name], settings.post_workers))
-            report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
+            report = Pipeline(
+                source,
+                stages,
+                sinks,
+                queue_size=settings.queue_size,
+                monitor=monitor,
+                switch_interval_s=settings.switch_interval_s,
+            ).run()
         finally:
             if ring is not None:
                 ring.close()

@@ -14,13 +14,14 @@ output, and ``run`` raises :class:`~trtkit.errors.PipelineError` naming the stag
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtkit.errors import PipelineError, TrtkitError
+from trtkit.errors import InputError, PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
 from trtkit.pipeline.blocks import BlockInferStage, write_block
 from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner, index_of
@@ -55,9 +56,36 @@ class Pipeline:
         sinks: where frames go, in order (see :mod:`trtkit.pipeline.sinks`).
         queue_size: capacity of each queue between two stages, in frames (in blocks, in a block pipeline).
         monitor: called with a :class:`PipelineReport` snapshot about every 0.25 s while running (a live view).
+        switch_interval_s: Python's thread switch interval (``sys.setswitchinterval``) while :meth:`run` runs,
+            restored after it; None leaves it as it is (CPython's default: 5 ms). A thread that wants the GIL
+            back after a call that released it (an encoder between FFmpeg calls) waits up to this long while
+            another thread runs Python code; a shorter interval bounds that wait, for more thread switches.
+            It is the process's setting: pipelines that run at the same time share it.
+
+    Raises:
+        InputError: ``switch_interval_s`` is not a positive number of seconds.
     """
 
-    def __init__(self, source, stages: Sequence, sinks: Sequence = (), *, queue_size: int = 8, monitor=None):
+    def __init__(
+        self,
+        source,
+        stages: Sequence,
+        sinks: Sequence = (),
+        *,
+        queue_size: int = 8,
+        monitor=None,
+        switch_interval_s: float | None = None,
+    ):
+        if switch_interval_s is not None and not (
+            isinstance(switch_interval_s, (int, float))
+            and not isinstance(switch_interval_s, bool)
+            and 0 < switch_interval_s <= 1
+        ):
+            raise InputError(
+                f"switch_interval_s={switch_interval_s!r}: give seconds above 0 and at most 1 (e.g. 0.001), "
+                f"or None to leave Python's switch interval as it is"
+            )
+        self.switch_interval_s = switch_interval_s
         self.source = source
         self.stages = list(stages)
         self.sinks = list(sinks)
@@ -106,14 +134,18 @@ class Pipeline:
             threads += runner.threads()
         threads.append(threading.Thread(target=self._write, name="trtkit-sink", daemon=True))
         interrupted = False
+        previous_interval = sys.getswitchinterval()
+        if self.switch_interval_s is not None:
+            sys.setswitchinterval(self.switch_interval_s)
         self._clock.start()
-        for thread in threads:
-            thread.start()
         try:
+            for thread in threads:
+                thread.start()
             interrupted = self._wait(threads)
         finally:
             self._clock.stop()
             self._finish()
+            sys.setswitchinterval(previous_interval)
         report = self.report()
         report.interrupted = interrupted
         if self._error is not None:

@@ -45,15 +45,21 @@ class VideoSink:
             frames through shared memory; the encoder and the pipeline's threads then do not share a GIL).
             With it, the stage's time is the hand-off to the child, which includes waiting for a free slot: when
             the encoder sets the pace, those waits add up to its time per frame.
+        thread_type: the encoder's FFmpeg threading (see :class:`~trtkit.pipeline.video.VideoWriter`; the child
+            process uses the default).
     """
 
     name = "encode"
 
-    def __init__(self, path, fps=30, codec: str | None = None, in_process: bool = False):
+    def __init__(self, path, fps=30, codec: str | None = None, in_process: bool = False, thread_type: str = "AUTO"):
         from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
 
-        self.writer = (ProcessVideoWriter if in_process else VideoWriter)(path, fps=fps, codec=codec)
+        self.writer: ProcessVideoWriter | VideoWriter
+        if in_process:
+            self.writer = ProcessVideoWriter(path, fps=fps, codec=codec)
+        else:
+            self.writer = VideoWriter(path, fps=fps, codec=codec, thread_type=thread_type)
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

@@ -30,6 +30,7 @@ DECODERS = ("auto", "pyav", "nvdec")
 _PYAV_HINT = "PyAV is not installed; run `pip install 'trtkit[video]'` (or `pip install av`)"
 _NVDEC_HINT = "PyNvVideoCodec is not installed (`pip install PyNvVideoCodec`)"
 NVDEC_BATCH = 16  # frames asked from the NVDEC decoder at a time
+THREAD_TYPES = ("AUTO", "FRAME", "SLICE", "NONE")  # FFmpeg's codec threading, as PyAV names it
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ class NvdecReader:
             in order. Host memory only (each batch is copied out of the decoder's buffers before it decodes the
             next); a file whose frame count the container does not give, or shorter than two batches a
             segment, is decoded as one range.
+        seek: with segments, each range's decoder seeks to its first frame once and decodes on from there
+            (``seek_to_index`` then ``get_batch_frames``) instead of asking for its frames by index in batches.
 
     Raises:
         DependencyError: PyNvVideoCodec does not load or cannot open the file.
@@ -181,8 +184,9 @@ class NvdecReader:
 
     name = "nvdec"
 
-    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, segments: int = 1):
+    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, segments: int = 1, seek: bool = False):
         _check_segments(segments, device_memory)
+        self.seek = seek
         self._nvc = nvdec_module()
         self.path = Path(path)
         self.device_memory = device_memory
@@ -221,6 +225,7 @@ class NvdecReader:
             "frames": self.frames,
             "device_memory": self.device_memory,
             "segments": self.segments,
+            **({"seek": self.seek} if self.segments > 1 else {}),
         }
 
     def __iter__(self):
@@ -258,9 +263,14 @@ class NvdecReader:
         def work(decoder, start: int, end: int, q) -> None:
             at = start
             try:
+                if self.seek and start:
+                    decoder.seek_to_index(start)
                 while at < end and not stop.is_set():
                     indices = list(range(at, min(at + NVDEC_BATCH, end)))
-                    frames = decoder.get_batch_frames_by_index(indices)
+                    if self.seek:
+                        frames = decoder.get_batch_frames(len(indices))
+                    else:
+                        frames = decoder.get_batch_frames_by_index(indices)
                     if len(frames) != len(indices):
                         raise TrtkitError(f"NVDEC gave {len(frames)} frames for frames {indices[0]}-{indices[-1]}")
                     if not put(q, [np.array(host_array(f)) for f in frames]):
@@ -362,18 +372,47 @@ def check_encoder(codec: str) -> None:
         raise InputError(f"This FFmpeg has no encoder '{codec}' ({exc}); use e.g. libx264 or mpeg4") from exc
 
 
+def rgb_frame(av, image: np.ndarray):
+    """A PyAV ``rgb24`` frame over ``image`` (HxWx3 uint8, C-contiguous) without copying it: the encoder converts it
+    to its pixel format (a new frame) before encoding, so ``image`` is read once, in that conversion.
+
+    ``VideoFrame.from_ndarray`` would first copy the whole picture row by row while holding the GIL (a 1080p frame
+    is 6 MB), which every other thread of a pipeline then waits for; ``from_numpy_buffer`` wraps the array.
+    PyAV without it: ``from_ndarray``.
+    """
+    wrap = getattr(av.VideoFrame, "from_numpy_buffer", None)
+    if wrap is None:
+        return av.VideoFrame.from_ndarray(image, format="rgb24")
+    return wrap(image, format="rgb24")
+
+
 class VideoWriter:
     """A video file written frame by frame with PyAV, atomically: frames go to a hidden partial file in the target
     folder, which :meth:`close` flushes, finalizes and renames; :meth:`discard` removes it.
 
+    Args:
+        path, fps: the output file and its frame rate.
+        codec: the FFmpeg encoder (None: :func:`default_codec`).
+        thread_type: FFmpeg's threading of the encoder: ``"AUTO"`` (default: frame threads where the encoder
+            has them, as the ``ffmpeg`` command does; libx264 then encodes several frames at once, each call
+            handing a frame over), ``"FRAME"``, ``"SLICE"`` (PyAV's own default: libx264 splits each frame into
+            slices and returns when it is encoded) or ``"NONE"``.
+        threads: the encoder's thread count (0: the encoder chooses, for libx264 1.5 per CPU).
+
     Raises (on creation, before any frame):
         TrtkitError: the folder does not exist or is not writable, or the path is a folder.
+        InputError: ``thread_type`` or ``threads`` is not one of the above.
     """
 
-    def __init__(self, path, fps=30, codec: str | None = None):
+    def __init__(self, path, fps=30, codec: str | None = None, thread_type: str = "AUTO", threads: int = 0):
         from trtkit._atomic import check_writable
 
         av = pyav()
+        if thread_type not in THREAD_TYPES:
+            raise InputError(f"thread_type='{thread_type}' is not known; use one of: {', '.join(THREAD_TYPES)}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise InputError(f"threads={threads!r}: give a thread count of 0 or more (0: the encoder chooses)")
+        self.thread_type, self.threads = thread_type, threads
         self.path = Path(path)
         check_writable(self.path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
@@ -410,14 +449,31 @@ class VideoWriter:
             self._stream = self._container.add_stream(self.codec, rate=self.fps)
             self._stream.height, self._stream.width = image.shape[:2]
             self._stream.pix_fmt = "yuv420p"
+            self._stream.thread_type = self.thread_type
+            self._stream.thread_count = self.threads
         elif (image.shape[0], image.shape[1]) != (self._stream.height, self._stream.width):
             raise InputError(
                 f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
                 f"is {self._stream.width}x{self._stream.height}: every frame must have the same size"
             )
-        for packet in self._stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+        for packet in self._stream.encode(rgb_frame(av, image)):
             self._container.mux(packet)
         self.frames += 1
+
+    def encoder_settings(self) -> dict:
+        """The encoder as opened (after the first frame): codec, pixel format, FFmpeg thread type and count (0: the
+        encoder chooses), and the options given to it; ``{"codec": ...}`` only before the first frame."""
+        if self._stream is None:
+            return {"codec": self.codec}
+        context = self._stream.codec_context
+        return {
+            "codec": self.codec,
+            "pix_fmt": context.pix_fmt,
+            "thread_type": getattr(getattr(context, "thread_type", None), "name", self.thread_type),
+            "thread_count": getattr(context, "thread_count", None),
+            "options": dict(getattr(context, "options", None) or {}),
+            "frame_wrap": "from_numpy_buffer" if hasattr(pyav().VideoFrame, "from_numpy_buffer") else "from_ndarray",
+        }
 
     def close(self) -> Path:
         """Flush the encoder, close the file and move it to its name (a file with no frame is not kept)."""
