@@ -73,3 +73,42 @@ def test_the_cli_shows_phase_layers_and_eta_on_a_terminal():
         display._progress.refresh()
     text = out.getvalue()
     assert "m.onnx: build" in text and "2/8 layers, 0 cached, ETA 9 s" in text
+
+
+def _feed(lines, phases=("build",)):
+    clock, events = Clock(), []
+    tracker = BuildProgress(events.append, clock=clock)
+    tracker.phase(phases[0])
+    for line in lines:
+        clock.now += 0.5
+        tracker.log("VERBOSE", line)
+    for name in phases[1:]:
+        tracker.phase(name)
+    return events
+
+
+def test_logs_without_costs_lines_or_names_or_an_end_line_still_count_every_layer():
+    # the recorded log's lines, as another TensorRT build may write them: no "Computing costs" lines (each new layer
+    # a timing runner names is the next layer; reformat runners are not layers)
+    lines = [line.split("|", 1)[1] for line in LOG.read_text().splitlines()]
+    runners_only = [line for line in lines if "Computing costs" not in line]
+    assert "Optimizer Reformat" not in " ".join(runners_only)  # (the recorded log has none: add one)
+    runners_only.insert(9, "--------------- Timing Runner: Optimizer Reformat(x -> y) (Reformat)")
+    events = _feed(runners_only)
+    assert [e.layers_done for e in events if e.layers_done][:3] == [1, 2, 3]
+    last = events[-1]
+    assert (last.layers_done, last.layers_total, last.timed, last.cached) == (4, 4, 3, 1)
+    # "Computing costs for" with the name on the message's next line, or none
+    unnamed = [line.replace("Computing costs for ", "Computing costs for \n") if i % 2 else
+               line.replace("Computing costs for ", "Computing costs for") for i, line in enumerate(lines)]
+    last = _feed(unnamed)[-1]
+    assert (last.layers_done, last.layers_total, last.timed, last.cached) == (4, 4, 3, 1)
+    # no "Formats and tactics selection completed" line: "After reformat layers" ends the count
+    last = _feed([line for line in lines if not line.startswith("Formats and tactics")])[-1]
+    assert (last.layers_done, last.layers_total) == (4, 4) and last.eta_s == 0.0
+    # neither: the end of the build phase does, the layers never named counted as answered without timing
+    head = [line for line in lines if not line.startswith(("Formats and tactics", "After reformat"))]
+    head = head[: next(i for i, line in enumerate(head) if "/fc/Gemm" in line)]  # the log stops before /fc/Gemm
+    events = _feed(head, phases=("build", "inspect"))
+    last = events[-1]
+    assert last.phase == "inspect" and (last.layers_done, last.layers_total, last.timed, last.cached) == (4, 4, 2, 2)

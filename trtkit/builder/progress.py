@@ -5,7 +5,9 @@ then, for each layer it chooses kernels for, ``=============== Computing costs f
 ``--------------- Timing Runner: <layer> (<runner>)`` per implementation it times. A layer whose costs come without any
 timing runner was answered by the timing cache (or had one candidate): it costs no GPU time. :class:`BuildProgress`
 turns those lines into :class:`ProgressEvent` s with an ETA from the rate of layers so far; ``Formats and tactics
-selection completed`` ends the count.
+selection completed`` (else ``After reformat layers``, else the end of the build phase) ends the count, the layers
+the log did not name counted as answered without timing. A log without ``Computing costs`` lines is counted by the
+layers its timing runners name.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 _TOTAL = re.compile(r"^After concat removal: (?P<n>\d+) layers")
-_COSTS = re.compile(r"^=+ Computing costs for (?P<layer>.+?)\s*$")
+# the layer's name may be missing or on the next line of the same message (the layer is then only counted)
+_COSTS = re.compile(r"^=+ Computing costs for\b[ \t]*(?P<layer>[^\n]*)")
 _RUNNER = re.compile(r"^-+ Timing Runner: (?P<layer>.+) \((?P<runner>[^)]*)\)\s*$")
-_DONE = re.compile(r"^Formats and tactics selection completed in (?P<s>[\d.]+) seconds")
+# the end of kernel selection: its own line, else the first line TensorRT writes after it
+_DONE = re.compile(r"^(Formats and tactics selection completed in (?P<s>[\d.]+) seconds|After reformat layers: )")
 
 
 def counted(message: str) -> bool:
@@ -90,8 +94,11 @@ class BuildProgress:
         self._timed_layers: set = set()
         self._done = self._cached = 0
         self._finished = False
+        self._costs_seen = False
 
     def phase(self, name: str) -> None:
+        if self._phase == "build" and name != "build" and not self._finished and self._total is not None:
+            self._finish()  # the builder returned: every layer has its kernels, whatever the log said of them
         self._phase = name
         self._send()
 
@@ -105,14 +112,35 @@ class BuildProgress:
             self._send()
         elif (found := _COSTS.match(message)) is not None:
             self._close_layer()
-            self._tactics_start = self._tactics_start if self._tactics_start is not None else self._clock()
-            self._current = found.group("layer")
-        elif (found := _RUNNER.match(message)) is not None and self._current is not None:
-            self._timed_layers.add(self._current)
+            self._costs_seen = True
+            self._start_tactics()
+            self._current = found.group("layer").strip() or f"#{self._done + 1}"
+        elif (found := _RUNNER.match(message)) is not None:
+            if self._costs_seen:
+                if self._current is not None:
+                    self._timed_layers.add(self._current)
+            elif found.group("runner") != "Reformat":
+                # a log without "Computing costs" lines: each new layer a runner times starts the next layer
+                layer = found.group("layer")
+                if layer != self._current:
+                    self._close_layer()
+                    self._start_tactics()
+                    self._current = layer
+                self._timed_layers.add(layer)
         elif _DONE.match(message):
-            self._close_layer()
-            self._finished = True
-            self._send()
+            self._finish()
+
+    def _start_tactics(self) -> None:
+        if self._tactics_start is None:
+            self._tactics_start = self._clock()
+
+    def _finish(self) -> None:
+        self._close_layer()
+        if self._total is not None and self._done < self._total:  # layers the log did not name: no timing seen
+            self._cached += self._total - self._done
+            self._done = self._total
+        self._finished = True
+        self._send()
 
     def _close_layer(self) -> None:
         if self._current is None:
