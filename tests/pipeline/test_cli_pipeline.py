@@ -77,7 +77,6 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
     (["--video", "{video}", "--batch", "0"], "--batch must be at least 1, not 0"),
     (["--video", "{video}", "--decoder", "nvdec"], "PyNvVideoCodec"),
     (["--video", "{video}", "--conf", "1.5"], "--conf must be between 0 and 1, not 1.5"),
-    (["--video", "{video}", "--nvdec-segments", "0"], "--nvdec-segments must be at least 1, not 0"),
 ])
 def test_bad_input_is_one_line_and_exit_1(fake_gpu, engine_file, tmp_path, capsys, monkeypatch, argv, message):
     import re

@@ -46,14 +46,6 @@ def add_pipeline_arguments(parser) -> None:
         default="auto",
         help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads",
     )
-    g.add_argument(
-        "--nvdec-segments",
-        type=int,
-        default=1,
-        metavar="N",
-        help="NVDEC decodes the video as N ranges at once, each by its own decoder (a GPU has several NVDEC "
-        "engines); frames still come in order (default 1)",
-    )
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
     g.add_argument(
         "--max-wait-ms", type=float, default=5.0, metavar="MS", help="how long a batch waits to fill (default 5)"
@@ -136,7 +128,6 @@ def _check_numbers(args) -> None:
         ("--runners", args.runners, 1),
         ("--queue-size", args.queue_size, 1),
         ("--workers", args.workers, 1),
-        ("--nvdec-segments", args.nvdec_segments, 1),
     ):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
@@ -161,7 +152,7 @@ def _source(args):
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
     if args.video:
-        return VideoSource(args.video, decoder=args.decoder, nvdec_segments=args.nvdec_segments)
+        return VideoSource(args.video, decoder=args.decoder)
     return ImageFolderSource(args.images, workers=args.workers)
 
 

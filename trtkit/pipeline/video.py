@@ -171,9 +171,10 @@ class NvdecReader:
         gpu_id: the GPU that decodes.
         segments: decode the file as this many consecutive ranges of frames at once, each by its own decoder on
             its own thread (a GPU has several NVDEC engines; one decoder keeps one busy), the frames still coming
-            in order. Host memory only (each batch is copied out of the decoder's buffers before it decodes the
-            next); a file whose frame count the container does not give, or shorter than two batches a
-            segment, is decoded as one range.
+            in order. On a short file the extra decoders' start-up can cost more than they decode
+            (docs/performance.md has the H200's figures), so it is off by default. Host memory only (each batch
+            is copied out of the decoder's buffers before it decodes the next); a file whose frame count the
+            container does not give, or shorter than two batches a segment, is decoded as one range.
         seek: with segments, each range's decoder seeks to its first frame once and decodes on from there
             (``seek_to_index`` then ``get_batch_frames``) instead of asking for its frames by index in batches.
 
