@@ -93,7 +93,13 @@ def step(results: dict, key: str, fn):
 # --- engine ---------------------------------------------------------------------------------------------------------
 
 
-def build_engine(onnx_path: Path, cache: Path, results: dict) -> Path:
+def input_shape(batch: int, uint8: bool = False) -> tuple:
+    """The engine's input shape: ResNet-50's (N, 3, 224, 224) float, or with ``uint8`` the (N, 224, 224, 3) uint8
+    pixels of an engine built with ``input_uint8_nhwc`` (a quarter of the bytes a request carries)."""
+    return (batch, 224, 224, 3) if uint8 else (batch, 3, 224, 224)
+
+
+def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = False) -> Path:
     import tensorrt as trt
 
     from trtkit.builder.api import build
@@ -101,24 +107,29 @@ def build_engine(onnx_path: Path, cache: Path, results: dict) -> Path:
     from trtkit.builder.profiles import InputShape, Profile
 
     sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
-    path = cache / f"resnet50-fp16-b{MAX_BATCH}-{sha}-trt{trt.__version__}.engine"
+    kind = "-u8nhwc" if uint8 else ""
+    path = cache / f"resnet50-fp16{kind}-b{MAX_BATCH}-{sha}-trt{trt.__version__}.engine"
     results["engine"] = {"path": str(path), "onnx_sha256_16": sha, "precision": "fp16",
                          "profile": {"min": 1, "opt": MAX_BATCH, "max": MAX_BATCH}, "tactic_sources": list(TACTICS),
-                         "cached": path.exists()}
+                         "input": {"shape": list(input_shape(MAX_BATCH, uint8)), "dtype": "uint8" if uint8 else
+                                   "float32"}, "cached": path.exists()}
     if not path.exists():
-        shape = lambda b: (b, 3, 224, 224)  # noqa: E731
+        def shape(b):
+            return input_shape(b, uint8)
+
         config = BuildConfig(precision="fp16", tactic_sources=TACTICS, timing_cache=str(cache / "resnet50-fp16.cache"),
-                             profiles=[Profile({INPUT: InputShape(shape(1), shape(MAX_BATCH), shape(MAX_BATCH))})])
+                             profiles=[Profile({INPUT: InputShape(shape(1), shape(MAX_BATCH), shape(MAX_BATCH))})],
+                             input_uint8_nhwc=uint8)
         t0 = time.perf_counter()
         build(str(onnx_path), config, output=path, isolate=False)
         results["engine"]["build_s"] = round(time.perf_counter() - t0, 1)
     return path
 
 
-def bench_streams2(engine: Path, duration_s: float) -> float:
+def bench_streams2(engine: Path, duration_s: float, uint8: bool = False) -> float:
     from trtkit.bench import BenchSettings, benchmark
 
-    result = benchmark(engine, BenchSettings(shapes={INPUT: (MAX_BATCH, 3, 224, 224)}, streams=2, cuda_graph=True,
+    result = benchmark(engine, BenchSettings(shapes={INPUT: input_shape(MAX_BATCH, uint8)}, streams=2, cuda_graph=True,
                                              duration_s=duration_s, e2e=False))
     return round(result.items_per_s, 1)
 
@@ -555,6 +566,9 @@ def main() -> int:
     ap.add_argument("--ready-timeout-s", type=float, default=180)
     ap.add_argument("--deadline-s", type=float, default=540, help="shorten the soak to end by then")
     ap.add_argument("--onnx", help="serve this ONNX model instead of exporting ResNet-50 (input 'images')")
+    ap.add_argument("--input-uint8", action="store_true",
+                    help="build the engine with input_uint8_nhwc: requests carry (224, 224, 3) uint8 pixels (150 KB) "
+                         "instead of (3, 224, 224) float32 (602 KB); bench --streams 2 runs the same engine")
     ap.add_argument("--serve-with", help="run trtkit serve through this script (same arguments)")
     args = ap.parse_args()
     if args.sweep:
@@ -609,10 +623,11 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
     results["environment"] = {"python": platform.python_version()}
     step(results, "environment", lambda: _environment(results["environment"]))
     onnx_path = Path(args.onnx) if args.onnx else step(results, "export", lambda: export_resnet(cache))
-    engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results))
+    engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results, args.input_uint8))
     if not engine:
         return
-    results["bench_streams2_ips"] = step(results, "bench_streams2", lambda: bench_streams2(engine, args.bench_s))
+    results["bench_streams2_ips"] = step(results, "bench_streams2",
+                                         lambda: bench_streams2(engine, args.bench_s, args.input_uint8))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
                                                          True)) or {}
     keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend")
