@@ -64,8 +64,8 @@ class BuildConfig:
         qdq_residual_activations: with ``int8_mode=qdq``, quantize the skip input of residual adds whose other input
             is a quantized convolution through its activation (SiLU, ReLU, ...), not only a bare convolution
             (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``). On by default, with the next
-            two: docs/performance.md has the measurements (a YOLO-style detector 1.18x FP16's images/s with them,
-            0.90x without; no change to the plans of ResNet-50 and five other classifiers of the onnx wheel).
+            two (docs/performance.md has the measurements: faster on a YOLO-style detector, the same plan on
+            ResNet-50).
         qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
             with one scale for them and the output (``QdqOptions.concat_shared_scale``). On by default.
         qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add
