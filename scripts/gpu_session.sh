@@ -22,7 +22,8 @@ for step in ${*:-env tests demo}; do
     env) { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version;
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
            trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
-    tests) rm -f "$W/gpu-junit.xml"; timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -v -rs --timeout 240 \
+    tests) # SIGINT at the limit (then SIGKILL 20 s later): pytest stops and still prints the failures so far
+           rm -f "$W/gpu-junit.xml"; timeout -s INT -k 20 ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -v -rs --timeout 240 \
              -o faulthandler_timeout=200 -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \
              ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} > "$W/gpu-tests.log" 2>&1;
            echo "pytest rc=$?"; grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$W/gpu-tests.log" | grep -v "^tests.*PASSED" | tail -40; grep -c PASSED "$W/gpu-tests.log" ;;
@@ -30,7 +31,7 @@ for step in ${*:-env tests demo}; do
             # tests wait mostly on CUDA and TensorRT start-up, which the processes then pay side by side
             i=0; IFS=';' read -ra groups <<< "${GPU_GROUPS:-tests}"
             for g in "${groups[@]}"; do i=$((i+1))
-              timeout ${TESTS_TIMEOUT:-300} python3 -m pytest -m gpu -v -rs --timeout 240 -p no:cacheprovider \
+              timeout -s INT -k 20 ${TESTS_TIMEOUT:-300} python3 -m pytest -m gpu -v -rs --timeout 240 -p no:cacheprovider \
                 --durations=10 $g > "$W/gpu-tests-$i.log" 2>&1 &
             done; wait
             for f in "$W"/gpu-tests-*.log; do echo "--- $f"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$f" | tail -12; done ;;
