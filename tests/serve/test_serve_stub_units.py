@@ -149,6 +149,6 @@ def test_a_server_that_dies_while_loading_is_named_with_the_end_of_its_log(tmp_p
     server.log_file = log
     server._proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     server._proc.wait()
-    with pytest.raises(ServeError, match=r"exited with code 3 while loading; its log \(.*triton.log\) ends: "
+    with pytest.raises(ServeError, match=r"exited with code 3 while loading; the end of Triton.s log \(.*triton.log\): "
                                          r"I1201 starting \| E1201 failed to bind.*Address already in use"):
         server.wait_loaded(["m"], timeout_s=5)

@@ -27,6 +27,7 @@ import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
 from trtkit.serve.batching import run_requests
+from trtkit.serve.logs import log_tail
 
 if TYPE_CHECKING:
     from trtkit.export.triton import TritonModel
@@ -354,7 +355,7 @@ class Server:
             with _environ(env):
                 self._triton.run()
         except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
-            raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){self._log_tail()}") from exc
+            raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){log_tail(self.log_file)}") from exc
 
     def _start_stub(self, env: dict) -> None:
         from trtkit.serve import stub
@@ -366,7 +367,7 @@ class Server:
             self._stub = stub.StubTriton(repo, self.settings, work, self.log_file, stub.server_environment(env))
             failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
         except ServeError as exc:
-            raise ServeError(f"Triton did not start ({exc}){self._log_tail()}") from exc
+            raise ServeError(f"Triton did not start ({exc}){log_tail(self.log_file)}") from exc
         for model in [m for m in self.models if m.name in failed]:
             self.models.remove(model)
             self.failures.append(LoadFailure(model.engine, f"Triton could not load it: {failed[model.name]}"))
@@ -374,14 +375,7 @@ class Server:
         if failed and (self.settings.strict or not self.models):
             listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
             why = "strict=True: every engine must load" if self.settings.strict else "nothing to serve"
-            raise ServeError(f"{why}; could not load {listed}{self._log_tail()}")
-
-    def _log_tail(self, lines: int = 8) -> str:
-        try:
-            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
-        except OSError:
-            return ""
-        return (f"; the end of Triton's log ({self.log_file}): " + " | ".join(tail)) if tail else ""
+            raise ServeError(f"{why}; could not load {listed}{log_tail(self.log_file)}")
 
     def urls(self) -> dict:
         s = self.settings

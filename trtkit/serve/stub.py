@@ -29,6 +29,7 @@ from pathlib import Path
 from trtkit._atomic import write_text_atomic
 from trtkit.errors import ServeError
 from trtkit.serve import stub_model
+from trtkit.serve.logs import log_tail
 
 # the administrative protocols closed behind the token (shared-memory too unless clients may use it)
 RESTRICTED = ("model-repository", "trace", "logging")
@@ -169,7 +170,7 @@ class StubTriton:
         while time.monotonic() < deadline:
             if not self.is_alive():
                 raise ServeError(
-                    f"tritonserver exited with code {self._proc.returncode} while loading{self._log_tail()}"
+                    f"tritonserver exited with code {self._proc.returncode} while loading{log_tail(self.log_file, 3)}"
                 )
             try:
                 index = self._index(timeout_s=5.0)
@@ -180,15 +181,9 @@ class StubTriton:
                 return {n: m.get("reason") or "not loaded" for n, m in states.items() if m.get("state") != "READY"}
             time.sleep(0.1)
         seen = ", ".join(f"{n}: {m.get('state')}" for n, m in states.items()) or "no answer"
-        raise ServeError(f"tritonserver did not load its models within {timeout_s:.0f} s ({seen}){self._log_tail()}")
-
-    def _log_tail(self, lines: int = 3) -> str:
-        """The end of Triton's log, for an error message (``""`` when there is none)."""
-        try:
-            text = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
-        except OSError:
-            return ""
-        return f"; its log ({self.log_file}) ends: " + " | ".join(line.strip() for line in text) if text else ""
+        raise ServeError(
+            f"tritonserver did not load its models within {timeout_s:.0f} s ({seen}){log_tail(self.log_file, 3)}"
+        )
 
     def stop(self, timeout_s: float | None = None) -> int:
         """SIGTERM (Triton finishes the requests in flight, up to its exit timeout), then the exit code; killed when
