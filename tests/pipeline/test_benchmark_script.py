@@ -100,25 +100,13 @@ def test_detection_runs_only_when_its_measured_estimate_fits_the_budget(tmp_path
         script.DETECTOR_BUILD_FALLBACK_S, "fallback (no measured build time found)")
 
 
-def test_the_nvdec_segments_measurement_compares_every_frame_with_one_decoders(tmp_path, monkeypatch):
+def test_the_nvdec_host_memory_measurement_decodes_every_frame(tmp_path, monkeypatch):
     from tests.pipeline.media import frame_picture, make_video
     from tests.pipeline.test_video import _FakeNvc
     from tests.scripts import script_module
 
-    frames = [frame_picture(i) for i in range(160)]
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames, meta_frames=160))
-    video = make_video(tmp_path / "in.mp4", frames=3)
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc([frame_picture(i) for i in range(40)]))
     with script_module("benchmarks", "pipeline_h200") as bench:
-        got = bench.nvdec_segments_part(video, pyav_fps=100.0, segments=4)
-    for strategy in ("by_index", "seek"):
-        row = got[strategy]
-        assert row["segments"] == 4 and row["frames"] == row["frames_same_as_one_decoder"] == 160, strategy
-        assert row["all_frames_same"] is True and row["fps"] > 0 and row["speedup"] > 0
-    assert got["best"] in ("by_index", "seek") and got["speedup_segments"] > 0
-    # a segmented decode that gives other frames (two swapped at a range's start) is told apart
-    swapped = frames[:40] + frames[41:42] + frames[40:41] + frames[42:]
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames, meta_frames=160, index_frames=swapped))
-    with script_module("benchmarks", "pipeline_h200") as bench:
-        got = bench.nvdec_segments_part(video, pyav_fps=100.0, segments=4)
-    assert got["by_index"]["all_frames_same"] is False and got["by_index"]["frames_same_as_one_decoder"] == 158
-    assert got["seek"]["all_frames_same"] is True and got["best"] == "seek"
+        got = bench.nvdec_host_part(make_video(tmp_path / "in.mp4", frames=3), pyav_fps=100.0)
+    assert got["frames"] == 40 and got["host_one_decoder_fps"] > 0
+    assert got["speedup_one_decoder"] == round(got["host_one_decoder_fps"] / 100.0, 3)

@@ -11,7 +11,7 @@ import pytest
 from tests.pipeline.media import corrupt_packet, decode_all, frame_picture, make_audio_only, make_video
 from trtkit.errors import DependencyError, InputError, TrtkitError
 from trtkit.pipeline import VideoSink, VideoSource, run_engine
-from trtkit.pipeline.video import NvdecReader, PyAVReader, VideoWriter, open_video
+from trtkit.pipeline.video import PyAVReader, VideoWriter, open_video
 
 av = pytest.importorskip("av")
 
@@ -71,16 +71,13 @@ def test_nvdec_asked_for_where_it_does_not_load_is_an_error_and_auto_falls_back(
 
 
 class _FakeNvc:
-    """What trtkit uses of PyNvVideoCodec: SimpleDecoder(...).get_stream_metadata() / get_batch_frames(n) /
-    get_batch_frames_by_index(indices)."""
+    """What trtkit uses of PyNvVideoCodec: SimpleDecoder(...).get_stream_metadata() / get_batch_frames(n)."""
 
     class OutputColorType:
         RGB = "RGB"
 
-    def __init__(self, frames, fail=None, meta_frames=None, fail_at=None, index_frames=None):
-        self._frames, self._fail, self._meta_frames, self._fail_at = frames, fail, meta_frames, fail_at
-        self._index_frames = frames if index_frames is None else index_frames  # what decoding by index gives
-        self.opened, self.by_index, self.seeks = 0, [], []
+    def __init__(self, frames, fail=None):
+        self._frames, self._fail = frames, fail
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
         if self._fail:
@@ -93,24 +90,12 @@ class _FakeNvc:
                 self.kwargs = kwargs
 
             def get_stream_metadata(self):
-                frames = nvc._meta_frames if nvc._meta_frames is not None else 3
-                return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": frames})()
+                return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
 
             def get_batch_frames(self, n):
                 batch, self.left = self.left[:n], self.left[n:]
                 return batch
 
-            def seek_to_index(self, index):
-                nvc.seeks.append(index)
-                self.left = list(nvc._frames[index:])
-
-            def get_batch_frames_by_index(self, indices):
-                nvc.by_index.append((id(self), list(indices)))
-                if nvc._fail_at is not None and nvc._fail_at in indices:
-                    raise RuntimeError(f"cuvidDecodePicture failed at {nvc._fail_at}")
-                return [nvc._index_frames[i] for i in indices]
-
-        nvc.opened += 1
         return Decoder()
 
 
@@ -121,46 +106,6 @@ def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch):
     assert choice.name == "nvdec" and reader.fps == 25
     got = list(reader)
     assert len(got) == 20 and all(np.array_equal(a, b) for a, b in zip(got, frames))
-
-
-def test_nvdec_segments_decode_ranges_on_their_own_decoders_and_the_frames_still_come_in_order(tmp_path, monkeypatch):
-    frames = [frame_picture(i) for i in range(200)]
-    nvc = _FakeNvc(frames, meta_frames=200)
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", nvc)
-    reader = NvdecReader(make_video(tmp_path / "in.mp4", frames=3), segments=4)
-    got = list(reader)
-    reader.close()
-    assert reader.info()["segments"] == 4 and nvc.opened == 4
-    assert len(got) == 200 and all(np.array_equal(a, b) for a, b in zip(got, frames))
-    assert all(a is not b for a, b in zip(got, frames))  # copies: the decoder's buffers are reused
-    firsts = {}
-    for decoder, indices in nvc.by_index:
-        firsts.setdefault(decoder, indices[0])
-    assert sorted(firsts.values()) == [0, 50, 100, 150]
-    nvc.by_index.clear()
-    seeking = NvdecReader(make_video(tmp_path / "in2.mp4", frames=3), segments=4, seek=True)
-    got = list(seeking)
-    assert len(got) == 200 and all(np.array_equal(a, b) for a, b in zip(got, frames))
-    assert sorted(nvc.seeks) == [50, 100, 150] and nvc.by_index == [] and seeking.info()["seek"] is True
-
-
-def test_nvdec_segments_error_names_the_range_and_short_files_use_one_decoder(tmp_path, monkeypatch):
-    video = make_video(tmp_path / "in.mp4", frames=3)
-    frames = [frame_picture(i % 7) for i in range(200)]
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames, meta_frames=200, fail_at=120))
-    reader = NvdecReader(video, segments=4)
-    with pytest.raises(TrtkitError, match=r"NVDEC failed on '.*in.mp4' in frames 100-149: cuvidDecodePicture failed"):
-        list(reader)
-    reader.close()
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames[:40], meta_frames=40))
-    short = NvdecReader(video, segments=4)  # under two batches a segment: one range
-    assert short.segments == 1 and len(list(short)) == 40
-    with pytest.raises(InputError, match="NVDEC segments decode into host memory"):
-        NvdecReader(video, segments=2, device_memory=True)
-    with pytest.raises(InputError, match="NVDEC segments must be a whole number of at least 1, got 0"):
-        NvdecReader(video, segments=0)
-    with pytest.raises(InputError, match="NVDEC segments must be a whole number of at least 1, got 1.5"):
-        open_video(video, "pyav", nvdec_segments=1.5)
 
 
 def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, monkeypatch):

@@ -113,8 +113,8 @@ class ImageFolderSource:
 
 
 class VideoSource:
-    """The frames of a video file (see :func:`trtkit.pipeline.video.open_video` for ``decoder``,
-    ``device_memory`` and ``nvdec_segments``).
+    """The frames of a video file (see :func:`trtkit.pipeline.video.open_video` for ``decoder`` and
+    ``device_memory``).
 
     Raises (on creation):
         InputError: the file is missing, not a video, or has no video stream.
@@ -123,10 +123,10 @@ class VideoSource:
 
     name = "decode"
 
-    def __init__(self, path, decoder: str = "auto", device_memory: bool = False, nvdec_segments: int = 1):
+    def __init__(self, path, decoder: str = "auto", device_memory: bool = False):
         from trtkit.pipeline.video import open_video
 
-        self.reader, self.decoder = open_video(path, decoder, device_memory, nvdec_segments)
+        self.reader, self.decoder = open_video(path, decoder, device_memory)
 
     @property
     def skipped(self) -> list:

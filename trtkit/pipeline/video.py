@@ -57,12 +57,11 @@ def pyav():
     return av
 
 
-def open_video(path, decoder: str = "auto", device_memory: bool = False, nvdec_segments: int = 1):
+def open_video(path, decoder: str = "auto", device_memory: bool = False):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
 
     ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``), for a preprocessing that runs
-    there; it needs ``decoder="nvdec"``. ``nvdec_segments``: NVDEC decodes the file as this many ranges at once
-    (:class:`NvdecReader`'s ``segments``; PyAV ignores it).
+    there; it needs ``decoder="nvdec"``.
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -78,11 +77,10 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False, nvdec_s
         raise InputError(f"Video '{path}' does not exist or is not a file")
     if device_memory and decoder != "nvdec":
         raise InputError(f"Frames in device memory need decoder='nvdec', not '{decoder}'")
-    _check_segments(nvdec_segments, device_memory)
     if decoder == "pyav":
         return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
     try:
-        reader = NvdecReader(path, device_memory=device_memory, segments=nvdec_segments)
+        reader = NvdecReader(path, device_memory=device_memory)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
@@ -169,52 +167,25 @@ class NvdecReader:
         path: the video file (a seekable container: MP4, MKV, AVI, MOV).
         device_memory: keep frames on the GPU (objects with ``__cuda_array_interface__``) instead of numpy arrays.
         gpu_id: the GPU that decodes.
-        segments: decode the file as this many consecutive ranges of frames at once, each by its own decoder on
-            its own thread (a GPU has several NVDEC engines; one decoder keeps one busy), the frames still coming
-            in order. On a short file the extra decoders' start-up can cost more than they decode
-            (docs/performance.md has the H200's figures), so it is off by default. Host memory only (each batch
-            is copied out of the decoder's buffers before it decodes the next); a file whose frame count the
-            container does not give, or shorter than two batches a segment, is decoded as one range.
-        seek: with segments, each range's decoder seeks to its first frame once and decodes on from there
-            (``seek_to_index`` then ``get_batch_frames``) instead of asking for its frames by index in batches.
-
-    Raises:
-        DependencyError: PyNvVideoCodec does not load or cannot open the file.
-        InputError: ``segments`` below 1, or above 1 with ``device_memory``.
     """
 
     name = "nvdec"
 
-    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, segments: int = 1, seek: bool = False):
-        _check_segments(segments, device_memory)
-        self.seek = seek
-        self._nvc = nvdec_module()
+    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0):
+        nvc = nvdec_module()
         self.path = Path(path)
         self.device_memory = device_memory
-        self.gpu_id = gpu_id
-        self._decoder = self._open()
         try:
+            self._decoder = nvc.SimpleDecoder(
+                str(path), gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB
+            )
             meta = self._decoder.get_stream_metadata()
-        except Exception as exc:  # noqa: BLE001 - as in _open
-            raise DependencyError(f"NVDEC could not read the stream of '{self.path}': {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
+            raise DependencyError(f"NVDEC could not open '{path}': {exc}") from exc
         self.skipped: list = []
         self.width, self.height = int(getattr(meta, "width", 0)), int(getattr(meta, "height", 0))
         self.fps = Fraction(float(getattr(meta, "average_fps", 0) or 30)).limit_denominator(1001)
         self.frames = int(getattr(meta, "num_frames", 0) or 0)
-        self.segments = segments if self.frames >= 2 * NVDEC_BATCH * segments else 1
-        self._threads: list = []
-        self._stop = None
-
-    def _open(self):
-        try:
-            return self._nvc.SimpleDecoder(
-                str(self.path),
-                gpu_id=self.gpu_id,
-                use_device_memory=self.device_memory,
-                output_color_type=self._nvc.OutputColorType.RGB,
-            )
-        except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
-            raise DependencyError(f"NVDEC could not open '{self.path}': {exc}") from exc
 
     def info(self) -> dict:
         return {
@@ -225,14 +196,9 @@ class NvdecReader:
             "fps": float(self.fps),
             "frames": self.frames,
             "device_memory": self.device_memory,
-            "segments": self.segments,
-            **({"seek": self.seek} if self.segments > 1 else {}),
         }
 
     def __iter__(self):
-        if self.segments > 1:
-            yield from self._segmented()
-            return
         while True:
             batch = self._decoder.get_batch_frames(NVDEC_BATCH)
             if not batch:
@@ -240,89 +206,10 @@ class NvdecReader:
             for frame in batch:
                 yield frame if self.device_memory else host_array(frame)
 
-    def _segmented(self):
-        """Each range's frames by index from its own decoder, on its own thread, into a bounded queue; the ranges'
-        queues are read in order. A decoder's error ends the iteration with that error, naming the frames."""
-        import queue
-        import threading
-
-        bounds = np.linspace(0, self.frames, self.segments + 1).astype(int)
-        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        decoders = [self._decoder] + [self._open() for _ in ranges[1:]]
-        queues = [queue.Queue(maxsize=4) for _ in ranges]
-        stop = self._stop = threading.Event()
-
-        def put(q, item) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def work(decoder, start: int, end: int, q) -> None:
-            at = start
-            try:
-                if self.seek and start:
-                    decoder.seek_to_index(start)
-                while at < end and not stop.is_set():
-                    indices = list(range(at, min(at + NVDEC_BATCH, end)))
-                    if self.seek:
-                        frames = decoder.get_batch_frames(len(indices))
-                    else:
-                        frames = decoder.get_batch_frames_by_index(indices)
-                    if len(frames) != len(indices):
-                        raise TrtkitError(f"NVDEC gave {len(frames)} frames for frames {indices[0]}-{indices[-1]}")
-                    if not put(q, [np.array(host_array(f)) for f in frames]):
-                        return
-                    at += len(indices)
-            except Exception as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
-                put(q, exc)
-                return
-            put(q, None)
-
-        self._threads = [
-            threading.Thread(target=work, args=(d, a, b, q), name=f"trtkit-nvdec-{i}", daemon=True)
-            for i, (d, (a, b), q) in enumerate(zip(decoders, ranges, queues))
-        ]
-        for thread in self._threads:
-            thread.start()
-        try:
-            for (start, end), q in zip(ranges, queues):
-                while True:
-                    item = q.get()
-                    if item is None:
-                        break
-                    if isinstance(item, Exception):
-                        raise TrtkitError(
-                            f"NVDEC failed on '{self.path}' in frames {start}-{end - 1}: {item}; decode with "
-                            "segments=1 or decoder='pyav'"
-                        ) from item
-                    yield from item
-        finally:
-            stop.set()
-            for thread in self._threads:
-                thread.join()
-
     def close(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-            for thread in self._threads:
-                thread.join()
         stop = getattr(self._decoder, "stop", None)
         if stop is not None:
             stop()
-
-
-def _check_segments(segments, device_memory: bool) -> None:
-    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
-        raise InputError(f"NVDEC segments must be a whole number of at least 1, got {segments!r}")
-    if segments > 1 and device_memory:
-        raise InputError(
-            "NVDEC segments decode into host memory: frames kept in device memory live in each decoder's own "
-            "buffers, which the next frames overwrite; use one segment with frames in device memory"
-        )
 
 
 def host_array(frame) -> np.ndarray:
