@@ -209,13 +209,20 @@ def test_parity_gives_random_feeds_the_opt_values_of_shape_inputs(tmp_path, vers
     assert compare_engine_to_onnx(model, path, inputs=given, runner_options={"trt": trt, "cuda": Cuda(rt)}).passed
 
 
-def test_shape_input_whose_profile_values_tensorrt_does_not_report_is_refused_by_name(tmp_path, monkeypatch):
-    # TensorRT 8.6 reports no min/opt/max values for a 0-d shape-tensor input (ONNX's HannWindow cases): the runner
-    # would size its outputs from nothing, so it says which input and what to change instead of a numpy error
+def test_shape_input_values_tensorrt_does_not_report_come_from_the_manifest_or_are_refused_by_name(
+    tmp_path, monkeypatch
+):
+    # TensorRT 8.6 reports no min/opt/max values for a 0-d shape-tensor input (ONNX's HannWindow cases): the
+    # manifest beside the engine has the values the build set; without it the runner names the input
     model = models.expand_shape()
     path, trt, rt = _engine(tmp_path, model, "shape:1x3x1,2x3x2,4x3x4")
     monkeypatch.setattr(trt.ICudaEngine, "get_profile_shape_input", lambda self, profile, name: [[], [], []])
-    with pytest.raises(UnsupportedError, match=r"Shape-tensor input 'shape' \(shape \(3,\): 3 value\(s\)\) has 0 "):
-        with TrtRunner(path, trt=trt, cuda=Cuda(rt)):
+    with TrtRunner(path, trt=trt, cuda=Cuda(rt)) as runner:
+        assert runner.shape_input_specs[0].values == (((1, 3, 1), (2, 3, 2), (4, 3, 4)),)
+        feed = {"x": X3, "shape": np.array((4, 3, 1), np.int64)}
+        assert np.array_equal(runner.infer(feed)["y"], _expected(model, feed))
+    with pytest.raises(UnsupportedError, match=r"Shape-tensor input 'shape' \(shape \(3,\): 3 value\(s\)\) has 0 .*"
+                                               r"no manifest beside the engine gives them"):
+        with TrtRunner(path.read_bytes(), trt=trt, cuda=Cuda(rt)):
             pass
     assert rt.live_allocations()["device"] == 0

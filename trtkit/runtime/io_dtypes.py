@@ -25,13 +25,8 @@ class ModelDtypes:
         self.original = {name: np.dtype(dtype) for name, dtype in original.items()}
 
     @classmethod
-    def from_engine_source(cls, source) -> ModelDtypes | None:
-        """From the manifest beside an engine file (``None``: not a file, no manifest, or nothing to convert)."""
-        import os
-
-        if not isinstance(source, (str, os.PathLike)):
-            return None
-        manifest = read_manifest(source)
+    def from_manifest(cls, manifest) -> ModelDtypes | None:
+        """From an engine's manifest (``None``: no manifest, or nothing to convert)."""
         original = ((manifest.prepare if manifest is not None else None) or {}).get("original_dtypes") or {}
         return cls(original) if original else None
 
@@ -84,3 +79,37 @@ def _narrow(name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 f"[{-_FLOAT32_MAX:.8g}, {_FLOAT32_MAX:.8g}]"
             )
     return np.ascontiguousarray(value, dtype=dtype)
+
+
+def engine_manifest(source):
+    """The manifest beside an engine file (``None``: the source is not a file, or has no manifest)."""
+    import os
+
+    return read_manifest(source) if isinstance(source, (str, os.PathLike)) else None
+
+
+def with_manifest_values(specs: dict, manifest) -> dict:
+    """``specs`` with the min/opt/max values of each shape-tensor input that TensorRT reports short taken from the
+    manifest's profiles instead (TensorRT 8.6's bindings report none for a 0-d shape tensor; the build recorded
+    what it set). Specs the manifest cannot complete are left as they are."""
+    import dataclasses
+
+    build = getattr(manifest, "build", None)
+    profiles = (build.profiles if build is not None else None) or []
+    if not profiles:
+        return specs
+    fixed = dict(specs)
+    for name, spec in specs.items():
+        count = int(np.prod(spec.shape, dtype=np.int64))
+        if not spec.is_shape_tensor or all(len(x) == count for v in spec.values for x in v):
+            continue
+        try:
+            values = tuple(
+                tuple(tuple(int(d) for d in profiles[p][name][k]) for k in ("min", "opt", "max"))
+                for p in range(len(spec.values))
+            )
+        except (IndexError, KeyError, TypeError, ValueError):
+            continue
+        if all(len(x) == count for v in values for x in v):
+            fixed[name] = dataclasses.replace(spec, values=values)
+    return fixed

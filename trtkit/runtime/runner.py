@@ -54,7 +54,7 @@ from trtkit.runtime.cuda import default_cuda
 from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine, shared_runtime
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import check_shape_values, validate_feed
-from trtkit.runtime.io_dtypes import ModelDtypes
+from trtkit.runtime.io_dtypes import ModelDtypes, engine_manifest, with_manifest_values
 
 logger = logging.getLogger("trtkit")
 
@@ -350,8 +350,9 @@ class TrtRunner:
             self._trt = tensorrt()
         self.cuda = self.cuda or default_cuda()
         self.engine = self._load()
-        self._model_dtypes = ModelDtypes.from_engine_source(self._settings.source)
-        specs = io_specs(self.engine, self._trt)
+        manifest = engine_manifest(self._settings.source)
+        self._model_dtypes = ModelDtypes.from_manifest(manifest)
+        specs = with_manifest_values(io_specs(self.engine, self._trt), manifest)
         self.input_specs = tuple(s for s in specs.values() if s.is_input and not s.is_shape_tensor)
         self._io.shape_specs = tuple(s for s in specs.values() if s.is_shape_tensor)
         self.output_specs = tuple(s for s in specs.values() if not s.is_input)
@@ -404,8 +405,9 @@ class TrtRunner:
                 raise UnsupportedError(
                     f"Shape-tensor input '{spec.name}' (shape {tuple(spec.shape)}: {count} value(s)) has {found} "
                     f"min/opt/max value(s) in profile {profile} as TensorRT reports them (TensorRT 8.6 reports none "
-                    f"for a 0-d shape tensor), so the runner cannot size its outputs; give the model this input as "
-                    f"a 1-D tensor of {count} element(s) (a Reshape inside the model makes it 0-d again)"
+                    f"for a 0-d shape tensor) and no manifest beside the engine gives them, so the runner cannot "
+                    f"size its outputs; load the engine from its file with its manifest, or give the model this "
+                    f"input as a 1-D tensor of {count} element(s) (a Reshape inside the model makes it 0-d again)"
                 )
         if self.cuda_graph and self.shape_input_specs:
             names = [s.name for s in self.shape_input_specs]
