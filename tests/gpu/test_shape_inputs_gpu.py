@@ -121,8 +121,8 @@ def test_onnx_backend_expand_shape_cases_pass(tmp_path, case):
 
 def test_onnx_backend_hannwindow_case_runs_or_is_refused_naming_its_0d_shape_input(tmp_path):
     # test_hannwindow_expanded: a 0-d INT32 input whose value is the window's length. The scoreboard's run on 8.6 hit
-    # a numpy broadcast error here (the profile values TensorRT reported for it were empty); now it either matches
-    # onnx's expected output or is refused with the input named
+    # a numpy broadcast error here (the profile values TensorRT reported for it were empty); the runner now takes them
+    # from the engine's manifest, so it should match onnx's expected output (or, failing that, name the input)
     from pathlib import Path
 
     import tensorrt as trt
