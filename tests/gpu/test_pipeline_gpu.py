@@ -49,3 +49,29 @@ def test_video_through_the_gpu_pipeline_matches_a_plain_runner(engine_path, tmp_
         assert sum(1 for _ in container.decode(video=0)) == 61
     assert report.gpu["batches"] >= 61 // 4 and 0 < report.gpu["busy_pct"] <= 100
     assert free_after >= free_before
+
+
+def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine_path, tmp_path):
+    from trtkit.pipeline import CallbackSink, ImagePreprocess, Processing, VideoSource, run_engine
+    from trtkit.pipeline.video import write_pattern_video
+
+    pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
+    video = write_pattern_video(tmp_path / "in.mp4", frames=45, size=(96, 64), codec="libx264")
+    try:
+        source = VideoSource(video, decoder="nvdec", device_memory=True)
+    except Exception as exc:  # noqa: BLE001 - no NVDEC on this GPU or driver
+        pytest.skip(f"NVDEC does not open the file here: {exc}")
+    on_gpu, on_host = [], []
+    report = run_engine(engine_path, source, sinks=[CallbackSink(on_gpu.append)], cuda_graph=True, runners=2)
+    source.close()
+    assert report.source["preprocess"]["on"] == "gpu", report.source
+    exact = Processing(pre_for=lambda target: ImagePreprocess(target, reducing_gap=None))
+    host = VideoSource(video, decoder="nvdec")  # the same decoder into host memory
+    run_engine(engine_path, host, sinks=[CallbackSink(on_host.append)], processing=exact, cuda_graph=True)
+    host.close()
+    assert len(on_gpu) == len(on_host) == 45 and [f.index for f in on_gpu] == list(range(45))
+    for got, want in zip(on_gpu, on_host):
+        # the device copies kept every frame as decoded while it waited (the same pictures as host decoding)
+        assert np.array_equal(got.image, want.image), got.index
+        np.testing.assert_allclose(got.outputs["y"], want.outputs["y"], rtol=1e-4, atol=1e-5)
+        assert got.meta == want.meta

@@ -70,3 +70,47 @@ def make_image_folder(folder, count: int = 10, sizes=((40, 30), (64, 48))) -> li
         Image.fromarray(frame_picture(i, width, height)).save(folder / name)
         names.append(name)
     return names
+
+
+class FakeNvc:
+    """What trtkit uses of PyNvVideoCodec: ``SimpleDecoder(...).get_stream_metadata()`` / ``get_batch_frames(n)``.
+
+    With ``cuda`` (a :class:`~trtkit.testing.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are device
+    arrays in ``n`` output surfaces the decoder overwrites on every call, as a hardware decoder may reuse its own.
+    """
+
+    class OutputColorType:
+        RGB = "RGB"
+
+    def __init__(self, frames, fail=None, cuda=None):
+        self._frames, self._fail, self._cuda = frames, fail, cuda
+        self.decoders: list = []
+
+    def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
+        if self._fail:
+            raise RuntimeError(self._fail)
+        nvc = self
+
+        class Decoder:
+            def __init__(self):
+                self.left = list(nvc._frames)
+                self.kwargs = kwargs
+                self.surfaces: list = []
+
+            def get_stream_metadata(self):
+                return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
+
+            def get_batch_frames(self, n):
+                batch, self.left = self.left[:n], self.left[n:]
+                if not (kwargs.get("use_device_memory") and nvc._cuda is not None):
+                    return batch
+                while len(self.surfaces) < len(batch):
+                    self.surfaces.append(nvc._cuda.device_array(batch[0].shape, np.uint8))
+                for surface, picture in zip(self.surfaces, batch):
+                    surface.host_view()[...] = picture
+                return self.surfaces[: len(batch)]
+
+        decoder = Decoder()
+        self.decoders.append(decoder)
+        return decoder
+

@@ -34,7 +34,8 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(data["nvdec"]) >= {"available", "reason", "decode_fps", "pyav_decode_fps"}
     assert set(data["nvenc"]) >= {"available", "encode_fps", "libx264_encode_fps"}
     assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300, context
-    assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "infer_stage_ge_0.9x_bench",
+    assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "e2e_fps_ge_0.9x_slowest_stage_nvdec_device",
+                                    "infer_stage_ge_0.9x_bench",
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
     assert data["video"]["gpu"]["batches"] > 0, context
@@ -101,12 +102,27 @@ def test_detection_runs_only_when_its_measured_estimate_fits_the_budget(tmp_path
 
 
 def test_the_nvdec_host_memory_measurement_decodes_every_frame(tmp_path, monkeypatch):
-    from tests.pipeline.media import frame_picture, make_video
-    from tests.pipeline.test_video import _FakeNvc
+    from tests.pipeline.media import FakeNvc, frame_picture, make_video
     from tests.scripts import script_module
 
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc([frame_picture(i) for i in range(40)]))
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)]))
     with script_module("benchmarks", "pipeline_h200") as bench:
         got = bench.nvdec_host_part(make_video(tmp_path / "in.mp4", frames=3), pyav_fps=100.0)
     assert got["frames"] == 40 and got["host_one_decoder_fps"] > 0
     assert got["speedup_one_decoder"] == round(got["host_one_decoder_fps"] / 100.0, 3)
+
+
+def test_the_nvdec_device_pipeline_runs_with_the_gpu_preprocessing(fake_gpu, engine_file, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tests.pipeline.media import FakeNvc, frame_picture, make_video
+    from tests.scripts import script_module
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(10)], cuda=fake_gpu[1]))
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        got = bench.video_pipeline(engine_file, make_video(tmp_path / "in.mp4", frames=2), tmp_path, {},
+                                   SimpleNamespace(pre_workers=2), "nvdec", device_memory=True)
+        result = bench.video_result(got, {"decode": 50.0, "encode": 40.0, "infer": 900.0})
+    assert got["source"]["preprocess"]["on"] == "gpu" and got["frames_out"] == 10
+    assert result["slowest_stage"] == "encode" and result["ratio_to_slowest"] == round(got["fps"] / 40.0, 3)
+

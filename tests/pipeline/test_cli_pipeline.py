@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.media import decode_all, make_image_folder, make_video
+from tests.pipeline.media import FakeNvc, decode_all, frame_picture, make_image_folder, make_video
 from trtkit.cli import main as cli_main
 
 pytest.importorskip("av")
@@ -31,7 +31,7 @@ def test_help_lists_the_pipeline_options(capsys):
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
                    "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf",
-                   "--iou"):
+                   "--iou", "--preprocess"):
         assert option in out
 
 
@@ -48,6 +48,19 @@ def test_video_to_video_with_table_and_json(fake_gpu, engine_file, tmp_path, cap
     assert set(data["stages"]["infer"]) >= {"avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct"}
     assert data["source"]["decoder"] == "pyav"
     assert len(decode_all(out)) == 24
+
+
+@pytest.mark.parametrize("preprocess, where", [("auto", "on the GPU (frames in device memory"),
+                                               ("cpu", "on the CPU (the frames are in host memory)")])
+def test_nvdec_frames_are_preprocessed_on_the_gpu_unless_asked_otherwise(fake_gpu, engine_file, tmp_path, capsys,
+                                                                         monkeypatch, preprocess, where):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(12)], cuda=fake_gpu[1]))
+    out = tmp_path / "out.mp4"
+    code, stdout, err = run_cli(["run", str(engine_file), "--video", str(make_video(tmp_path / "in.mp4", frames=2)),
+                                 "--out", str(out), "--preprocess", preprocess], capsys)
+    assert code == 0, err
+    assert "decoder: nvdec" in stdout and f"preprocessing: {where}" in " ".join(stdout.split())
+    assert "12 frames in, 12 out" in stdout and len(decode_all(out)) == 12
 
 
 def test_image_folder_throughput_with_results(fake_gpu, engine_file, tmp_path, capsys):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.pipeline.media import corrupt_packet, decode_all, frame_picture, make_audio_only, make_video
+from tests.pipeline.media import FakeNvc, corrupt_packet, decode_all, frame_picture, make_audio_only, make_video
 from trtkit.errors import DependencyError, InputError, TrtkitError
 from trtkit.pipeline import VideoSink, VideoSource, run_engine
 from trtkit.pipeline.video import PyAVReader, VideoWriter, open_video
@@ -70,38 +70,9 @@ def test_nvdec_asked_for_where_it_does_not_load_is_an_error_and_auto_falls_back(
         open_video(path, "gpu")
 
 
-class _FakeNvc:
-    """What trtkit uses of PyNvVideoCodec: SimpleDecoder(...).get_stream_metadata() / get_batch_frames(n)."""
-
-    class OutputColorType:
-        RGB = "RGB"
-
-    def __init__(self, frames, fail=None):
-        self._frames, self._fail = frames, fail
-
-    def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
-        if self._fail:
-            raise RuntimeError(self._fail)
-        nvc = self
-
-        class Decoder:
-            def __init__(self):
-                self.left = list(nvc._frames)
-                self.kwargs = kwargs
-
-            def get_stream_metadata(self):
-                return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
-
-            def get_batch_frames(self, n):
-                batch, self.left = self.left[:n], self.left[n:]
-                return batch
-
-        return Decoder()
-
-
 def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch):
     frames = [frame_picture(i) for i in range(20)]
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc(frames))
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(frames))
     reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=3), "auto")
     assert choice.name == "nvdec" and reader.fps == 25
     got = list(reader)
@@ -109,7 +80,7 @@ def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch):
 
 
 def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", _FakeNvc([], fail="cuvidCreateDecoder failed"))
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([], fail="cuvidCreateDecoder failed"))
     reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=2), "auto")
     assert choice.name == "pyav" and "cuvidCreateDecoder failed" in choice.reason
     reader.close()

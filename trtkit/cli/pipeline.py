@@ -46,6 +46,14 @@ def add_pipeline_arguments(parser) -> None:
         default="auto",
         help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads",
     )
+    g.add_argument(
+        "--preprocess",
+        choices=("auto", "cpu"),
+        default="auto",
+        help="where video frames are preprocessed: auto: on the GPU when NVDEC decodes them into device memory "
+        "and the input is a 3-channel float image (the model input never visits the host; else the CPU, with the "
+        "reason shown); cpu: NVDEC frames come to host memory and are preprocessed there",
+    )
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
     g.add_argument(
         "--max-wait-ms", type=float, default=5.0, metavar="MS", help="how long a batch waits to fill (default 5)"
@@ -152,7 +160,8 @@ def _source(args):
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
     if args.video:
-        return VideoSource(args.video, decoder=args.decoder)
+        device = args.decoder != "pyav" and args.preprocess == "auto"
+        return VideoSource(args.video, decoder=args.decoder, device_memory=device)
     return ImageFolderSource(args.images, workers=args.workers)
 
 
@@ -236,6 +245,9 @@ def render_report(report, console, title: str) -> None:
     decoder = report.source.get("decoder")
     if decoder:
         console.print(f"decoder: {decoder} ({report.source.get('decoder_reason')})")
+    where = report.source.get("preprocess")
+    if decoder and where:
+        console.print(f"preprocessing: on the {where['on'].upper()} ({where['reason']})")
     if report.skipped:
         listed = "; ".join(f"{s.position}: {s.reason}" for s in report.skipped[:10])
         console.print(f"skipped {len(report.skipped)} undecodable frame(s): {listed}")

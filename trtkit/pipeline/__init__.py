@@ -5,7 +5,8 @@ thread(s), joined by bounded queues. Layout: :mod:`~trtkit.pipeline.stages` (fra
 :mod:`~trtkit.pipeline.batching` (the inference stage),
 :mod:`~trtkit.pipeline.blocks` (batches of frames moving as one item), :mod:`~trtkit.pipeline.sources`,
 :mod:`~trtkit.pipeline.sinks`, :mod:`~trtkit.pipeline.stats` (timing and the report),
-:mod:`~trtkit.pipeline.video` (PyAV and NVDEC), :mod:`~trtkit.pipeline.preprocess` (the pre/post protocol),
+:mod:`~trtkit.pipeline.video` (PyAV and NVDEC), :mod:`~trtkit.pipeline.device_frames` (NVDEC frames kept and
+preprocessed on the GPU), :mod:`~trtkit.pipeline.preprocess` (the pre/post protocol),
 :mod:`~trtkit.pipeline.pipeline` (the threads) and :mod:`~trtkit.pipeline.api` (:func:`run_engine`).
 
 Importing this package imports neither PyAV, PyNvVideoCodec, TensorRT nor cuda-python.

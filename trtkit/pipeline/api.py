@@ -9,6 +9,7 @@ print(report.fps, report.slowest_stage().name)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from trtkit.pipeline.blocks import block_stage_functions
 from trtkit.pipeline.pipeline import InferStep, Pipeline
 from trtkit.pipeline.preprocess import ImagePreprocess, image_input
 from trtkit.pipeline.stages import Stage
+
+logger = logging.getLogger("trtkit")
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,17 @@ class Processing:
         draw: ``(image, result) -> image``; ``None``: no annotate stage.
         pre_for: ``ImageInput -> pre``, for a ``pre`` that depends on the engine's input size (used when ``pre``
             is ``None``).
+        device_meta: for a ``pre``/``pre_for`` that is the standard letterbox (keep the aspect ratio, pad 114, RGB
+            scaled by 1/255): ``LetterboxMeta -> meta``, the GPU letterbox's geometry as this ``pre`` gives its
+            ``meta``; frames in device memory (NVDEC) are then preprocessed on the GPU. ``None`` with a custom
+            ``pre``: such frames are copied to the host and ``pre`` runs there. (The default preprocessing has one.)
     """
 
     pre: Callable | None = None
     post: Callable | None = None
     draw: Callable | None = None
     pre_for: Callable | None = None
+    device_meta: Callable | None = None
 
     def preprocess_for(self, target, resize: str = "letterbox"):
         """The ``pre`` callable for the engine input ``target``."""
@@ -45,9 +53,11 @@ class Processing:
         return ImagePreprocess(target, resize=resize)
 
 
-def stage_functions(processing: Processing, pre, ring=None) -> dict:
+def stage_functions(processing: Processing, pre, ring=None, download=None) -> dict:
     """The stage callables (``frame -> None``) for ``pre``, ``processing.post`` and ``processing.draw``; with a
-    :class:`~trtkit.pipeline.batching.BatchRing`, ``pre.into`` writes each sample straight into the frame's row."""
+    :class:`~trtkit.pipeline.batching.BatchRing`, ``pre.into`` writes each sample straight into the frame's row
+    (a GPU preprocessing, ``pre.device``: ``pre.letterbox_into`` into a row of a device ring, the frame's picture
+    brought to the host with it); ``download``: device frames are copied to the host before ``pre``."""
 
     def preprocess(frame):
         frame.sample, frame.meta = pre(frame.image)
@@ -57,6 +67,22 @@ def stage_functions(processing: Processing, pre, ring=None) -> dict:
         frame.meta = pre.into(frame.image, row)
         frame.sample = row
 
+    def preprocess_on_device(frame):
+        row = ring.acquire(frame.index)
+        frame.meta, frame.image = pre.letterbox_into(frame.image, row)
+        frame.sample = row
+
+    if getattr(pre, "device", False):
+        chosen = preprocess_on_device
+    else:
+        chosen = preprocess if ring is None else preprocess_into_ring
+    if download is not None:
+        on_host = chosen
+
+        def chosen(frame):
+            frame.image = download(frame.image)
+            on_host(frame)
+
     def postprocess(frame):
         frame.result = processing.post(frame.outputs, frame.meta, frame.image)
 
@@ -64,7 +90,7 @@ def stage_functions(processing: Processing, pre, ring=None) -> dict:
         frame.image = processing.draw(frame.image, frame.result)
 
     return {
-        "preprocess": preprocess if ring is None else preprocess_into_ring,
+        "preprocess": chosen,
         "postprocess": postprocess if processing.post else None,
         "annotate": annotate if processing.draw else None,
     }
@@ -151,12 +177,17 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
-        pre = processing.preprocess_for(target, settings.resize)
-        ring = sample_ring(pool, pre, plan)
+        pre, download, where = choose_preprocess(pool, source, processing, target, settings.resize)
+        ring = None
         try:
+            ring = sample_ring(pool, pre, plan)
             blocks = getattr(source, "blocks", False)  # a BlockSource: batches move as one item
-            fns = (block_stage_functions if blocks else stage_functions)(processing, pre, ring)
-            stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
+            if blocks:
+                fns = block_stage_functions(processing, pre, ring)
+            else:
+                fns = stage_functions(processing, pre, ring, download)
+            workers = 1 if getattr(pre, "device", False) else settings.pre_workers  # one stream: one at a time
+            stages = [Stage("preprocess", fns["preprocess"], workers), InferStep(pool, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name], settings.post_workers))
@@ -169,14 +200,44 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
                 switch_interval_s=settings.switch_interval_s,
             ).run()
         finally:
-            if ring is not None:
-                ring.close()
+            for owned in (ring, download, pre if getattr(pre, "device", False) else None):
+                if owned is not None:
+                    owned.close()
     report.source = {
         **report.source,
         "engine_input": target.name,
         "input_shape": [target.channels, target.height, target.width],
+        "preprocess": where,
     }
     return report
+
+
+def choose_preprocess(pool, source, processing: Processing, target, resize: str) -> tuple:
+    """``(pre, download, where)``: the preprocessing of ``source``'s frames for ``target``.
+
+    Frames in device memory (``source.device_frames``) are preprocessed on the GPU
+    (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) where the processing allows it (its
+    ``device_meta``, or the default letterbox) and the kernels fill the input; otherwise they are copied to the host
+    first (``download``) and ``where`` says why. ``where``: ``{"on": "gpu"|"cpu", "reason": ...}``.
+    """
+    host_pre = processing.preprocess_for(target, resize)
+    if not getattr(source, "device_frames", False):
+        return host_pre, None, {"on": "cpu", "reason": "the frames are in host memory"}
+    from trtkit.pipeline.device_frames import FrameDownload, device_preprocess, image_preprocess_meta
+
+    runner = pool.runners[0]
+    meta, reason = processing.device_meta, None
+    if processing.pre is None and processing.pre_for is None:
+        meta = image_preprocess_meta if resize == "letterbox" else None
+        reason = None if meta else f"resize='{resize}' runs on the CPU (the GPU letterbox keeps the aspect ratio)"
+    elif meta is None:
+        reason = "the processing's own pre runs on the CPU (it gives no device_meta)"
+    if meta is not None:
+        pre, reason = device_preprocess(runner, target, meta=meta)
+        if pre is not None:
+            return pre, None, {"on": "gpu", "reason": "frames in device memory, letterboxed by the GPU kernels"}
+    logger.info("device frames are copied to the host for preprocessing: %s", reason)
+    return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
 
 
 def sample_ring(pool, pre, plan: BatchPlan):
@@ -186,9 +247,10 @@ def sample_ring(pool, pre, plan: BatchPlan):
     from trtkit.pipeline.batching import BatchRing
 
     cuda = getattr(pool.runners[0], "cuda", None)
-    if cuda is None or not callable(getattr(pre, "into", None)) or getattr(pre, "shape", None) is None:
+    device = getattr(pre, "device", False)
+    if cuda is None or getattr(pre, "shape", None) is None or not (device or callable(getattr(pre, "into", None))):
         return None
-    return BatchRing(cuda, plan.max_batch, pre.shape, pre.target.dtype, len(pool.runners) + 1)
+    return BatchRing(cuda, plan.max_batch, pre.shape, pre.target.dtype, len(pool.runners) + 1, device=device)
 
 
 def batch_plan(target, batch: int | None, max_wait_ms: float, in_flight: int) -> BatchPlan:

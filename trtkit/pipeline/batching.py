@@ -156,37 +156,50 @@ class BatchRing:
         sample_shape: one sample's shape, e.g. ``(3, 224, 224)``.
         dtype: the samples' dtype.
         count: buffers in the ring: batches in flight + 1, so one is being filled while the others are on the GPU.
+        device: the buffers are in device memory (rows are :class:`~trtkit.runtime.buffers.DeviceArray` s, which a
+            GPU preprocessing writes into and the runners bind where they are); default pinned host memory.
     """
 
-    def __init__(self, cuda, batch: int, sample_shape: tuple, dtype, count: int):
+    def __init__(self, cuda, batch: int, sample_shape: tuple, dtype, count: int, device: bool = False):
         import threading
 
-        from trtkit.runtime.buffers import HostBuffer
+        from trtkit.runtime.buffers import DeviceBuffer, HostBuffer
 
         if batch < 1 or count < 2:
             raise InputError(f"A batch ring needs a batch of at least 1 and 2 or more buffers; got {batch}, {count}")
         self.batch, self.count = int(batch), int(count)
         self.sample_shape, self.dtype = tuple(sample_shape), np.dtype(dtype)
-        row = int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+        self.device, self._cuda = bool(device), cuda
+        self.row_bytes = int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
         self._buffers: list = []
         try:
             for _ in range(self.count):
-                self._buffers.append(HostBuffer(cuda, row * self.batch))
+                self._buffers.append((DeviceBuffer if device else HostBuffer)(cuda, self.row_bytes * self.batch))
         except BaseException:
             self.close()
             raise
-        self._arrays = [b.view(self.dtype, (self.batch, *self.sample_shape)) for b in self._buffers]
+        self._arrays = [self._rows_of(k, 0, self.batch) for k in range(self.count)]
         self._block = list(range(self.count))  # the block each buffer holds now
         self._released = [0] * self.count  # rows of that block collected so far
         self._cond = threading.Condition()
         self.abort: threading.Event | None = None  # the pipeline's: waits give up once it is set
 
+    def _rows_of(self, k: int, first: int, n: int):
+        """Rows ``first .. first + n`` of buffer ``k``: a numpy view (host) or a DeviceArray (device)."""
+        if not self.device:
+            return self._buffers[k].view(self.dtype, (self.batch, *self.sample_shape))[first : first + n]
+        from trtkit.runtime.buffers import DeviceArray
+
+        ptr = self._buffers[k].ptr + first * self.row_bytes
+        return DeviceArray(ptr, (n, *self.sample_shape), self.dtype, owner=self, cuda=self._cuda)
+
     def place(self, index: int) -> tuple:
         """Where frame ``index`` goes: ``(block, row)``."""
         return divmod(int(index), self.batch)
 
-    def acquire(self, index: int) -> np.ndarray:
-        """The row of frame ``index``, to write its sample into; waits until its buffer holds the frame's block.
+    def acquire(self, index: int):
+        """The row of frame ``index`` (a numpy view; a DeviceArray in a device ring), to write its sample into;
+        waits until its buffer holds the frame's block.
 
         Raises:
             Aborted: the pipeline aborted while waiting.
@@ -198,6 +211,11 @@ class BatchRing:
                 if self.abort is not None and self.abort.is_set():
                     raise Aborted
                 self._cond.wait(0.05)
+        if self.device:
+            from trtkit.runtime.buffers import DeviceArray
+
+            ptr = self._buffers[k].ptr + row * self.row_bytes
+            return DeviceArray(ptr, self.sample_shape, self.dtype, owner=self, cuda=self._cuda)
         return self._arrays[k][row]
 
     def rows(self, frames: list):
@@ -205,12 +223,12 @@ class BatchRing:
         block, first = self.place(frames[0].index)
         if frames[-1].index - frames[0].index != len(frames) - 1 or first + len(frames) > self.batch:
             return None
-        array = self._arrays[block % self.count]
+        k = block % self.count
+        base = self._buffers[k].ptr
         for frame, row in ((frames[0], first), (frames[-1], first + len(frames) - 1)):  # still in their rows
-            sample = frame.sample
-            if not isinstance(sample, np.ndarray) or sample.ctypes.data != array[row].ctypes.data:
+            if _address(frame.sample) != base + row * self.row_bytes:
                 return None
-        return array[first : first + len(frames)]
+        return self._rows_of(k, first, len(frames)) if self.device else self._arrays[k][first : first + len(frames)]
 
     def release(self, frames: list) -> None:
         """``frames`` were collected: their rows may be refilled (a buffer passes to its next block once every row
@@ -263,6 +281,14 @@ class BatchRing:
         self._buffers, self._arrays = [], []
 
 
+def _address(sample) -> int | None:
+    """Where ``sample`` starts: a numpy array's data, a DeviceArray's pointer; None for anything else."""
+    if isinstance(sample, np.ndarray):
+        return sample.ctypes.data
+    ptr = getattr(sample, "ptr", None)
+    return int(ptr) if isinstance(ptr, int) and hasattr(sample, "__cuda_array_interface__") else None
+
+
 def split_outputs(outputs: dict, frames: list) -> None:
     """Give each frame its row of every output (padding rows are dropped)."""
     for i, frame in enumerate(frames):
@@ -273,7 +299,8 @@ class InferStage:
     """Batches frames from ``inp``, runs them through ``infer`` (anything with ``infer_async(feed)``: a
     :class:`~trtkit.runtime.runner.TrtRunner` or a :class:`~trtkit.runtime.pool.RunnerPool`), puts them in ``out``.
 
-    With a :class:`BatchRing` (``ring``), preprocessing has written the samples into rows of its pinned buffers:
+    With a :class:`BatchRing` (``ring``), preprocessing has written the samples into rows of its pinned buffers
+    (or, for a GPU preprocessing, of its device buffers, which the runner binds where they are: no copy at all):
     a batch is those rows as they are (a batch ends where a buffer's block ends), sent without any host copy, and
     its rows are released once it is collected. Otherwise, with runners (a pool's ``runners``, or one runner),
     each batch is assembled in the pinned input buffer of the runner that runs it (``host_inputs``, one copy per
@@ -418,7 +445,8 @@ class InferStage:
         name, gpu = self.plan.input_name, self.gpu
         start = gpu.begin(runner.stream) if gpu and on_device else None  # copies into the batch are GPU work
         if on_device:
-            feed = {name: self._device.batch(runner, frames)}
+            rows = self._ring_rows(frames)  # a device ring: the rows the GPU preprocessing wrote, bound in place
+            feed = {name: rows if rows is not None else self._device.batch(runner, frames)}
         else:
             rows = self._ring_rows(frames)
             if rows is None:

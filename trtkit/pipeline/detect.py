@@ -54,4 +54,6 @@ def detection_processing(conf_threshold: float = 0.25, iou_threshold: float = 0.
 
         return np.asarray(detection.draw(Image.fromarray(np.asarray(image)), detections, class_names))
 
-    return Processing(post=post, draw=draw, pre_for=pre_for)
+    # the same letterbox as the GPU kernels (pad 114, 1/255, Pillow's filter): device frames are preprocessed there,
+    # their geometry the LetterboxMeta that ``post`` maps boxes back with
+    return Processing(post=post, draw=draw, pre_for=pre_for, device_meta=lambda geometry: geometry)

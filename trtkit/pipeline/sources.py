@@ -123,10 +123,16 @@ class VideoSource:
 
     name = "decode"
 
-    def __init__(self, path, decoder: str = "auto", device_memory: bool = False):
+    def __init__(self, path, decoder: str = "auto", device_memory: bool = False, cuda=None):
         from trtkit.pipeline.video import open_video
 
-        self.reader, self.decoder = open_video(path, decoder, device_memory)
+        self.reader, self.decoder = open_video(path, decoder, device_memory, cuda)
+
+    @property
+    def device_frames(self) -> bool:
+        """Whether the frames are in device memory (NVDEC with ``device_memory``): the pipeline preprocesses them
+        on the GPU where it can."""
+        return bool(getattr(self.reader, "device_memory", False))
 
     @property
     def skipped(self) -> list:

@@ -57,11 +57,12 @@ def pyav():
     return av
 
 
-def open_video(path, decoder: str = "auto", device_memory: bool = False):
+def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
 
-    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``), for a preprocessing that runs
-    there; it needs ``decoder="nvdec"``.
+    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``, copies trtkit owns, through
+    ``cuda``: a :class:`~trtkit.runtime.cuda.Cuda`, default the CUDA runtime's), for a preprocessing that runs there;
+    with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -75,12 +76,12 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"Video '{path}' does not exist or is not a file")
-    if device_memory and decoder != "nvdec":
-        raise InputError(f"Frames in device memory need decoder='nvdec', not '{decoder}'")
+    if device_memory and decoder == "pyav":
+        raise InputError("Frames in device memory need decoder='nvdec' (or 'auto'), not 'pyav'")
     if decoder == "pyav":
         return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
     try:
-        reader = NvdecReader(path, device_memory=device_memory)
+        reader = NvdecReader(path, device_memory=device_memory, cuda=cuda)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
@@ -165,16 +166,21 @@ class NvdecReader:
 
     Args:
         path: the video file (a seekable container: MP4, MKV, AVI, MOV).
-        device_memory: keep frames on the GPU (objects with ``__cuda_array_interface__``) instead of numpy arrays.
+        device_memory: keep frames on the GPU instead of numpy arrays: each one is copied, on the device, into memory
+            trtkit owns (:class:`~trtkit.pipeline.device_frames.DeviceFrames`), so it stays what it was while it
+            waits in the pipeline's queues whatever the decoder does with its own surfaces.
         gpu_id: the GPU that decodes.
+        cuda: the :class:`~trtkit.runtime.cuda.Cuda` of those copies (default: the CUDA runtime's).
     """
 
     name = "nvdec"
 
-    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0):
+    def __init__(self, path, *, device_memory: bool = False, gpu_id: int = 0, cuda=None):
         nvc = nvdec_module()
         self.path = Path(path)
         self.device_memory = device_memory
+        self._cuda = cuda
+        self._owned: Any = None  # DeviceFrames, made with the first batch
         try:
             self._decoder = nvc.SimpleDecoder(
                 str(path), gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB
@@ -203,13 +209,27 @@ class NvdecReader:
             batch = self._decoder.get_batch_frames(NVDEC_BATCH)
             if not batch:
                 return
-            for frame in batch:
-                yield frame if self.device_memory else host_array(frame)
+            if self.device_memory:
+                yield from self._own(batch)
+            else:
+                for frame in batch:
+                    yield host_array(frame)
+
+    def _own(self, batch: list) -> list:
+        if self._owned is None:
+            from trtkit.pipeline.device_frames import DeviceFrames
+            from trtkit.runtime.cuda import Cuda
+
+            self._owned = DeviceFrames(self._cuda if self._cuda is not None else Cuda())
+        return self._owned.own(batch)
 
     def close(self) -> None:
         stop = getattr(self._decoder, "stop", None)
         if stop is not None:
             stop()
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
 
 
 def host_array(frame) -> np.ndarray:

@@ -182,7 +182,8 @@ class DeviceLetterbox:
 
     ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns ``(batch, metas)``
     like :class:`trtkit.detection.Letterbox`, the batch a :class:`DeviceArray` valid until the next call (one
-    buffer, reused); :meth:`close` frees the device and pinned memory.
+    buffer, reused); :meth:`into_device` letterboxes an image that is already on the device (a decoded video frame)
+    into a given sample; :meth:`close` frees the device and pinned memory.
 
     Raises:
         InputError: ``dtype`` is not one of those.
@@ -237,6 +238,15 @@ class DeviceLetterbox:
             self._launch(dp, self._src.ptr + at, a.shape[1], self._out.ptr + i * self.image_bytes)
         batch = DeviceArray(self._out.ptr, self._batch_shape(len(arrays)), self.dtype, owner=self, cuda=self.cuda)
         return batch, [dp.plan.meta for dp in plans]
+
+    def into_device(self, src: int, width: int, height: int, out: int) -> LetterboxMeta:
+        """Letterbox one ``height`` x ``width`` x 3 uint8 RGB image already in device memory at ``src`` (C-contiguous)
+        into the sample at ``out`` (``image_bytes``, the input's layout and dtype), queued in the stream: no host
+        memory touched. ``src`` must stay unchanged until the stream has run the kernels; returns the geometry."""
+        dp = self._plan(int(width), int(height))
+        self._tmp = self._grow(self._tmp, dp.plan.tmp_rows * dp.plan.tmp_cols * 3)
+        self._launch(dp, int(src), int(width), int(out))
+        return dp.plan.meta
 
     def _launch(self, dp: _DevicePlan, src: int, src_cols: int, out: int) -> None:
         p, tmp = dp.plan, self._tmp.ptr  # type: ignore[union-attr]

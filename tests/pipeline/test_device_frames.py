@@ -1,0 +1,231 @@
+"""Video frames in device memory (NVDEC, faked): the GPU letterbox writes each sample into a device ring the runners
+bind in place, the frames' pictures come to the host for the sinks, and every byte of device and pinned memory is
+given back; where the GPU cannot preprocess, the frames are copied to the host and the report says why."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+from tests.pipeline.media import FakeNvc, frame_picture, make_video
+from trtkit.errors import InputError, PipelineError
+from trtkit.pipeline import CallbackSink, ImagePreprocess, Processing, VideoSource, run_engine
+from trtkit.pipeline.batching import BatchRing
+from trtkit.pipeline.device_frames import DeviceFrames, SlotPool
+from trtkit.runtime.buffers import DeviceBuffer
+from trtkit.runtime.cuda import Cuda
+from trtkit.testing.fake_cuda import FakeCudart
+from trtkit.testing.fake_trt import make_fake_trt
+
+pytest.importorskip("av")  # the fake NVDEC opens a real (tiny) video file's path
+
+FRAMES = 11  # not a multiple of the batch: the last batch is short
+
+
+@pytest.fixture
+def gpu():
+    fake = FakeCudart()
+    return fake, {"trt": make_fake_trt("8.6.0"), "cuda": Cuda(fake)}
+
+
+def _video_source(tmp_path, monkeypatch, fake, cuda, pictures):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(pictures, cuda=fake))
+    return VideoSource(make_video(tmp_path / "in.mp4", frames=2), decoder="nvdec", device_memory=True, cuda=cuda)
+
+
+def _run(engine_file, source, backends, processing=None, **kwargs):
+    seen: list = []
+    report = run_engine(
+        engine_file, source, sinks=[CallbackSink(seen.append)], processing=processing, batch=4, **backends, **kwargs
+    )
+    return report, seen
+
+
+def _host_reference(engine_file, pictures, backends):
+    """The same frames from host memory through the exact-filter CPU letterbox."""
+    from trtkit.pipeline import ArraySource
+
+    exact = Processing(pre_for=lambda target: ImagePreprocess(target, reducing_gap=None))
+    return _run(engine_file, ArraySource(pictures), backends, exact)[1]
+
+
+def test_device_frames_are_letterboxed_on_the_gpu_with_the_cpu_letterboxs_outputs(
+    engine_file, gpu, tmp_path, monkeypatch
+):
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(FRAMES)]
+    before = fake.live_allocations()
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    report, seen = _run(engine_file, source, backends)
+    source.close()
+    assert report.frames_in == report.frames_out == FRAMES and [f.index for f in seen] == list(range(FRAMES))
+    assert report.source["preprocess"]["on"] == "gpu" and report.source["decoder"] == "nvdec"
+    reference = _host_reference(engine_file, pictures, backends)
+    for got, want, picture in zip(seen, reference, pictures):
+        np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
+        assert got.meta == want.meta
+        # the sinks get the frame's own picture, in host memory (the decoder's surfaces were reused meanwhile)
+        assert isinstance(got.image, np.ndarray) and np.array_equal(got.image, picture)
+    del seen, got, want, picture
+    gc.collect()
+    after = fake.live_allocations()
+    # the decoder's own surfaces (the fake library's, freed by it) are all that stays
+    surfaces = len(_decoder_surfaces())
+    assert after["device"] - surfaces == before["device"] and after["host"] == before["host"]
+    assert after["streams"] == before["streams"] and after["events"] == before["events"]
+
+
+def _decoder_surfaces():
+    return [s for d in sys.modules["PyNvVideoCodec"].decoders for s in d.surfaces]
+
+
+def test_the_runner_gets_the_rows_the_gpu_wrote_and_no_sample_crosses_to_the_device(
+    engine_file, gpu, tmp_path, monkeypatch
+):
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(8)]
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    copies = []
+    real_memcpy = fake.cudaMemcpyAsync
+
+    def memcpy(dst, src, count, kind, stream):
+        copies.append((kind, int(count)))
+        return real_memcpy(dst, src, count, kind, stream)
+
+    monkeypatch.setattr(fake, "cudaMemcpyAsync", memcpy)
+    report, _ = _run(engine_file, source, backends, cuda_graph=False)
+    source.close()
+    sample_bytes = 3 * 8 * 8 * 4
+    h2d = [n for kind, n in copies if kind == fake.cudaMemcpyKind.cudaMemcpyHostToDevice]
+    # the letterbox's tap tables go up once per frame size; no sample or batch of samples does
+    assert h2d and all(n % sample_bytes for n in h2d), h2d
+    # and the batches are the ring's rows, bound where they are (not copied row by row into a runner's buffer)
+    d2d = [n for kind, n in copies if kind == fake.cudaMemcpyKind.cudaMemcpyDeviceToDevice]
+    assert sample_bytes not in d2d and len(d2d) == 8  # one copy per decoded frame, out of the decoder's surface
+    assert report.frames_out == 8
+
+
+def test_a_custom_pre_gets_host_copies_of_the_frames_and_the_report_says_why(engine_file, gpu, tmp_path, monkeypatch):
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(6)]
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    got_types = []
+
+    def pre_for(target):
+        exact = ImagePreprocess(target, reducing_gap=None)
+
+        def pre(image):
+            got_types.append(type(image))
+            return exact(image)
+
+        return pre
+
+    report, seen = _run(engine_file, source, backends, Processing(pre_for=pre_for))
+    source.close()
+    assert report.source["preprocess"] == {
+        "on": "cpu",
+        "reason": "frames copied to the host: the processing's own pre runs on the CPU (it gives no device_meta)",
+    }
+    assert set(got_types) == {np.ndarray} and [np.array_equal(f.image, p) for f, p in zip(seen, pictures)] == [True] * 6
+    reference = _host_reference(engine_file, pictures, backends)
+    for got, want in zip(seen, reference):
+        np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
+
+
+def test_stretch_resize_runs_on_the_cpu_and_says_so(engine_file, gpu, tmp_path, monkeypatch):
+    fake, backends = gpu
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], [frame_picture(i) for i in range(3)])
+    report, seen = _run(engine_file, source, backends, resize="stretch")
+    source.close()
+    assert report.source["preprocess"]["on"] == "cpu" and "resize='stretch' runs on the CPU" in (
+        report.source["preprocess"]["reason"]
+    )
+    assert len(seen) == 3
+
+
+def test_without_gpu_kernels_the_frames_are_preprocessed_on_the_host_naming_the_reason(
+    engine_file, tmp_path, monkeypatch
+):
+    fake = FakeCudart(kernels=False)  # no fake kernels: the real PTX is tried, and cannot load on the fake
+    backends = {"trt": make_fake_trt("8.6.0"), "cuda": Cuda(fake)}
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], [frame_picture(i) for i in range(3)])
+    report, seen = _run(engine_file, source, backends)
+    source.close()
+    where = report.source["preprocess"]
+    assert where["on"] == "cpu" and "the GPU kernels cannot load" in where["reason"] and len(seen) == 3
+
+
+def test_a_device_frame_that_is_not_an_rgb_picture_stops_the_pipeline_naming_it(
+    engine_file, gpu, tmp_path, monkeypatch
+):
+    fake, backends = gpu
+    gray = [np.zeros((48, 64, 1), np.uint8) for _ in range(3)]
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], gray)
+    message = r"stage 'decode' failed on frame 0: A decoded frame is \(48, 64, 1\) uint8 on the device"
+    with pytest.raises(PipelineError, match=message):
+        _run(engine_file, source, backends)
+    source.close()
+
+
+def test_device_memory_with_the_cpu_decoder_is_refused(tmp_path):
+    with pytest.raises(InputError, match="Frames in device memory need decoder='nvdec' \\(or 'auto'\\), not 'pyav'"):
+        VideoSource(make_video(tmp_path / "in.mp4", frames=2), decoder="pyav", device_memory=True)
+
+
+def test_owned_frames_keep_their_pixels_when_the_decoder_reuses_its_surface():
+    fake = FakeCudart()
+    cuda = Cuda(fake)
+    surface = fake.device_array((4, 5, 3), np.uint8, fill=np.full((4, 5, 3), 7, np.uint8))
+    frames = DeviceFrames(cuda)
+    (owned,) = frames.own([surface])
+    surface.host_view()[...] = 9  # the decoder writes its next frame into the same surface
+    assert np.all(owned.to_host() == 7) and owned.shape == (4, 5, 3)
+    del owned
+    gc.collect()
+    frames.close()
+    surface.free()
+    assert fake.live_allocations()["device"] == 0
+
+
+def test_a_slot_is_lent_again_once_its_array_is_garbage_and_freed_after_close():
+    fake = FakeCudart()
+    cuda = Cuda(fake)
+    pool = SlotPool(lambda n: DeviceBuffer(cuda, n), 64)
+    first = pool.lend(_Lent)
+    ptr = first.ptr
+    del first
+    second = pool.lend(_Lent)
+    assert second.ptr == ptr and pool.made == 1  # the same slot, no new allocation
+    third = pool.lend(_Lent)
+    assert pool.made == 2 and third.ptr != ptr
+    pool.close()
+    assert fake.live_allocations()["device"] == 2  # both still lent
+    del second, third
+    gc.collect()
+    assert fake.live_allocations()["device"] == 0
+    with pytest.raises(InputError, match="This pool was closed"):
+        pool.lend(_Lent)
+
+
+class _Lent:
+    def __init__(self, slot):
+        self.ptr = slot.ptr
+
+
+def test_a_device_ring_hands_out_rows_at_their_addresses_and_one_block_as_a_device_array():
+    from trtkit.pipeline.stages import Frame
+
+    fake = FakeCudart()
+    ring = BatchRing(Cuda(fake), 4, (3, 2, 2), np.float32, 2, device=True)
+    rows = [ring.acquire(i) for i in range(4)]
+    assert all(hasattr(r, "__cuda_array_interface__") for r in rows)
+    assert [r.ptr - rows[0].ptr for r in rows] == [0, 48, 96, 144] and rows[0].shape == (3, 2, 2)
+    frames = [Frame(i, None, sample=rows[i]) for i in range(1, 3)]
+    block = ring.rows(frames)
+    assert block.ptr == rows[1].ptr and block.shape == (2, 3, 2, 2)
+    frames[1].sample = fake.device_array((3, 2, 2), np.float32)  # not in its row any more: no view
+    assert ring.rows(frames) is None
+    ring.close()

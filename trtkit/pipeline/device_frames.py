@@ -1,0 +1,299 @@
+"""Video frames that stay on the GPU: NVDEC decodes into device memory, the letterbox kernels of
+:mod:`trtkit.runtime.letterbox` write each frame's sample straight into a row of a device batch ring, and the
+runners bind those rows where they are. The model input never visits the host; only the picture the sinks write
+(an encoder on the CPU, drawing) is copied down, into page-locked memory.
+
+    frames = DeviceFrames(cuda)                    # NvdecReader(device_memory=True) owns one
+    owned = frames.own(nvdec_batch)                # copies of the decoder's frames, in memory trtkit owns
+    pre = DeviceFramePreprocess(cuda, target, kernels)
+    meta, picture = pre.letterbox_into(owned[0], ring_row)   # the sample in the row, the picture on the host
+
+Memory comes from :class:`SlotPool` s: a slot goes back to its pool when the last reference to the array over it
+goes (a frame leaving the pipeline), so the pool holds as many slots as frames are in flight, whatever the queues'
+sizes, and the same slots serve a run of any length.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+from trtkit.errors import InputError
+
+
+class SlotPool:
+    """Buffers of ``nbytes`` each (``alloc(nbytes)`` makes one: a ``DeviceBuffer`` or ``HostBuffer``), lent out
+    with :meth:`lend` and given back when the object lent over them is garbage (``weakref.finalize``).
+
+    A slot is reused only once nothing refers to its array any more, so the work that reads it must be done by
+    then: the GPU work queued on a slot's memory is synchronized before its array is handed on (see the callers).
+    """
+
+    def __init__(self, alloc: Callable, nbytes: int):
+        self._alloc, self.nbytes = alloc, int(nbytes)
+        self._free: list = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.made = 0  # slots allocated so far (the most in use at once)
+
+    def lend(self, make: Callable):
+        """``make(slot)`` over a free slot (a new one if none is free); the slot returns when that object dies."""
+        with self._lock:
+            if self._closed:
+                raise InputError("This pool was closed; its pipeline has finished")
+            slot = self._free.pop() if self._free else None
+        if slot is None:
+            slot = self._alloc(self.nbytes)
+            with self._lock:
+                self.made += 1
+        obj = make(slot)
+        weakref.finalize(obj, self._give_back, slot).atexit = False
+        return obj
+
+    def _give_back(self, slot) -> None:
+        with self._lock:
+            if not self._closed:
+                self._free.append(slot)
+                return
+        slot.free()
+
+    def close(self) -> None:
+        """Free the free slots now; slots still lent are freed when they come back (idempotent)."""
+        with self._lock:
+            self._closed, free, self._free = True, self._free, []
+        for slot in free:
+            slot.free()
+
+
+def frame_of(name: str, image):
+    """The ``DeviceInput`` of a device-resident ``(H, W, 3)`` uint8 picture.
+
+    Raises:
+        InputError: ``image`` is not on the device, not C-contiguous, or not an HxWx3 uint8 picture.
+    """
+    from trtkit.runtime.buffers import device_input
+
+    dev = device_input(name, image)
+    if dev is None:
+        raise InputError(f"{name} is a {type(image).__name__}, not a device array (__cuda_array_interface__)")
+    if len(dev.shape) != 3 or dev.shape[2] != 3 or dev.dtype != np.uint8 or min(dev.shape) < 1:
+        raise InputError(
+            f"{name} is {dev.shape} {dev.dtype} on the device; the GPU preprocessing takes HxWx3 uint8 RGB frames "
+            "(PyNvVideoCodec's OutputColorType.RGB)"
+        )
+    return dev
+
+
+class _Streamed:
+    """A stream of its own, ordered after the stream a device array was made on."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.stream = cuda.stream_create()
+        self._event = cuda.event_create(timing=False)
+
+    def after(self, dev) -> None:
+        if dev.stream is not None:  # __cuda_array_interface__ v3: the producer's stream
+            self.cuda.event_record(self._event, int(dev.stream))
+            self.cuda.stream_wait_event(self.stream, self._event)
+
+    def close(self) -> None:
+        if self._event is not None:
+            self.cuda.stream_synchronize(self.stream)
+            self.cuda.event_destroy(self._event)
+            self.cuda.stream_destroy(self.stream)
+            self._event = None
+
+
+class PinnedPictures:
+    """Page-locked ``(H, W, 3)`` uint8 host arrays from :class:`SlotPool` s (one per picture size), each slot
+    reused once its array is garbage."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self._pools: dict = {}
+
+    def take(self, height: int, width: int) -> np.ndarray:
+        from trtkit.runtime.buffers import HostBuffer, host_view
+
+        nbytes = height * width * 3
+        pool = self._pools.get(nbytes)
+        if pool is None:
+            pool = self._pools[nbytes] = SlotPool(lambda n: HostBuffer(self.cuda, n), nbytes)
+        return pool.lend(lambda slot: host_view(slot.ptr, nbytes).reshape(height, width, 3))
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+
+
+class DeviceFrames(_Streamed):
+    """Copies of decoded frames in device memory trtkit owns, so a frame stays what it was however long it waits
+    in a queue (a decoder may reuse its own output surfaces once asked for the next frames).
+
+    Args:
+        cuda: a :class:`~trtkit.runtime.cuda.Cuda` (the runtime's context on the decoding GPU).
+    """
+
+    def __init__(self, cuda):
+        super().__init__(cuda)
+        self._pools: dict = {}  # frame bytes -> SlotPool
+
+    def own(self, frames: list) -> list:
+        """Device copies (:class:`~trtkit.runtime.buffers.DeviceArray` s, ready when returned) of ``frames``.
+
+        Raises:
+            InputError: a frame is not an HxWx3 uint8 C-contiguous device array.
+        """
+        from trtkit.runtime.buffers import DeviceArray, DeviceBuffer
+
+        owned = []
+        for frame in frames:
+            dev = frame_of("A decoded frame", frame)
+            nbytes = int(np.prod(dev.shape)) * dev.dtype.itemsize
+            pool = self._pools.get(nbytes)
+            if pool is None:
+                pool = self._pools[nbytes] = SlotPool(lambda n: DeviceBuffer(self.cuda, n), nbytes)
+            self.after(dev)
+            copy = pool.lend(lambda slot, shape=dev.shape: DeviceArray(slot.ptr, shape, np.uint8, slot, self.cuda))
+            self.cuda.memcpy_dtod_async(copy.ptr, dev.ptr, nbytes, self.stream)
+            owned.append(copy)
+        if owned:
+            self.cuda.stream_synchronize(self.stream)
+        return owned
+
+    def close(self) -> None:
+        super().close()
+        for pool in self._pools.values():
+            pool.close()
+
+
+class DeviceFramePreprocess(_Streamed):
+    """The pipeline's preprocessing of frames in device memory: the GPU letterbox (keep the aspect ratio, pad with
+    gray 114, RGB scaled by 1/255; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``)
+    into the frame's row of a device :class:`~trtkit.pipeline.batching.BatchRing`, and the frame's picture copied
+    to page-locked host memory for the sinks, both in one stream synchronized once per frame.
+
+    Args:
+        cuda: the runners' :class:`~trtkit.runtime.cuda.Cuda`.
+        target: the engine's :class:`~trtkit.pipeline.preprocess.ImageInput` (3 channels, float32 or float16).
+        kernels: :class:`~trtkit.runtime.letterbox.LetterboxKernels` or a fake with the same methods.
+        meta: turns the letterbox's :class:`~trtkit.detection.letterbox.LetterboxMeta` into the ``meta`` the
+            postprocessing expects (default: that of :class:`~trtkit.pipeline.preprocess.ImagePreprocess`).
+        pictures: copy each frame's picture to the host (for video/image sinks and drawing); False leaves the
+            device frame as the frame's image.
+
+    Raises:
+        InputError: the input is not a 3-channel float32/float16 image input.
+    """
+
+    device = True  # the pipeline gives it rows of a device ring
+
+    def __init__(self, cuda, target, kernels, *, meta: Callable | None = None, pictures: bool = True):
+        from trtkit.runtime.letterbox import DeviceLetterbox
+
+        if target.channels != 3 or target.dtype not in ("float32", "float16"):
+            raise InputError(
+                f"The GPU preprocessing fills 3-channel float32/float16 NCHW inputs; input '{target.name}' has "
+                f"{target.channels} channel(s) of {target.dtype}"
+            )
+        super().__init__(cuda)
+        self.target, self.pictures = target, pictures
+        self.shape = (3, target.height, target.width)
+        self._meta = meta or image_preprocess_meta
+        self._letterbox = DeviceLetterbox(cuda, self.stream, (target.height, target.width), target.dtype, kernels)
+        self._pictures = PinnedPictures(cuda)
+        self._lock = threading.Lock()  # one letterbox and stream: workers take turns
+
+    def letterbox_into(self, image, out) -> tuple:
+        """Write the sample of the device frame ``image`` into ``out`` (a DeviceArray of ``shape`` and the input's
+        dtype, a ring row); returns ``(meta, picture)``: ``picture`` is the frame in host memory (or ``image``
+        itself without ``pictures``). Both are ready when this returns.
+
+        Raises:
+            InputError: ``image`` is not an HxWx3 uint8 device frame, or ``out`` is not a sample of this input.
+        """
+        dev = frame_of("The frame", image)
+        if tuple(out.shape) != self.shape or np.dtype(out.dtype) != np.dtype(self.target.dtype):
+            raise InputError(
+                f"The sample buffer is {tuple(out.shape)} {np.dtype(out.dtype)}; input '{self.target.name}' takes "
+                f"{self.shape} {self.target.dtype}"
+            )
+        height, width = dev.shape[:2]
+        picture = image
+        with self._lock:
+            self.after(dev)
+            geometry = self._letterbox.into_device(dev.ptr, width, height, out.ptr)
+            if self.pictures:
+                picture = self._pictures.take(height, width)
+                self.cuda.memcpy_dtoh_async(picture.ctypes.data, dev.ptr, picture.nbytes, self.stream)
+            self.cuda.stream_synchronize(self.stream)
+        return self._meta(geometry), picture
+
+    def close(self) -> None:
+        """Free the kernels' buffers and the pinned pictures not in use (idempotent)."""
+        with self._lock:
+            self._letterbox.close()  # waits for its stream, which the base class then destroys
+            super().close()
+            self._pictures.close()
+
+
+def image_preprocess_meta(geometry) -> dict:
+    """A letterbox's geometry as :class:`~trtkit.pipeline.preprocess.ImagePreprocess` gives it (its ``meta``)."""
+    return {
+        "scale": geometry.scale,
+        "pad": (geometry.pad_x, geometry.pad_y),
+        "source_size": (geometry.width, geometry.height),
+    }
+
+
+def device_preprocess(runner, target, meta: Callable | None = None, pictures: bool = True):
+    """The GPU preprocessing for ``runner``'s image input ``target``, or why there is none.
+
+    Returns:
+        ``(DeviceFramePreprocess, None)`` or ``(None, reason)`` (the kernels do not load, the input is not one
+        they fill); the caller copies the frames to the host and preprocesses there, saying why.
+    """
+    from trtkit.runtime.letterbox import load_kernels
+
+    if getattr(runner, "cuda", None) is None:
+        return None, "the engine does not run through TrtRunners"
+    if target.channels != 3 or target.dtype not in ("float32", "float16"):
+        return None, (
+            f"input '{target.name}' has {target.channels} channel(s) of {target.dtype}; the GPU letterbox fills "
+            "3-channel float32/float16 inputs"
+        )
+    kernels, reason = load_kernels(runner.cuda)
+    if kernels is None:
+        return None, reason
+    return DeviceFramePreprocess(runner.cuda, target, kernels, meta=meta, pictures=pictures), None
+
+
+class FrameDownload(_Streamed):
+    """Copies device frames to page-locked host memory (for a preprocessing that runs on the CPU)."""
+
+    def __init__(self, cuda):
+        super().__init__(cuda)
+        self._pictures = PinnedPictures(cuda)
+        self._lock = threading.Lock()
+
+    def __call__(self, image) -> np.ndarray:
+        """``image`` (an HxWx3 uint8 device frame) as a host array, ready when returned; a host array passes as it
+        is."""
+        if not hasattr(image, "__cuda_array_interface__"):
+            return image
+        dev = frame_of("The frame", image)
+        with self._lock:
+            picture = self._pictures.take(*dev.shape[:2])
+            self.after(dev)
+            self.cuda.memcpy_dtoh_async(picture.ctypes.data, dev.ptr, picture.nbytes, self.stream)
+            self.cuda.stream_synchronize(self.stream)
+        return picture
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+            self._pictures.close()
