@@ -229,3 +229,41 @@ def test_a_device_ring_hands_out_rows_at_their_addresses_and_one_block_as_a_devi
     frames[1].sample = fake.device_array((3, 2, 2), np.float32)  # not in its row any more: no view
     assert ring.rows(frames) is None
     ring.close()
+
+
+def test_a_gray_input_is_preprocessed_on_the_cpu_naming_its_channels():
+    from trtkit.pipeline.device_frames import DeviceFramePreprocess, device_preprocess
+    from trtkit.pipeline.preprocess import ImageInput
+
+    fake = FakeCudart()
+    gray = ImageInput("x", 1, 8, 8, "float32", 1, 4)
+    runner = type("Runner", (), {"cuda": Cuda(fake)})()
+    pre, reason = device_preprocess(runner, gray)
+    assert pre is None and reason == (
+        "input 'x' has 1 channel(s) of float32; the GPU letterbox fills 3-channel float32/float16 inputs"
+    )
+    with pytest.raises(InputError, match="The GPU preprocessing cannot fill this input: input 'x' has 1 channel"):
+        DeviceFramePreprocess(Cuda(fake), gray, kernels=None)
+
+
+def test_results_only_runs_leave_the_pictures_on_the_device(engine_file, gpu, tmp_path, monkeypatch):
+    from trtkit.pipeline import JsonLinesSink
+
+    class ResultsOnly(CallbackSink):
+        needs_images = False  # as JsonLinesSink says
+
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(6)]
+    results, kept = tmp_path / "r.jsonl", []
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    report = run_engine(engine_file, source, sinks=[JsonLinesSink(results), ResultsOnly(kept.append)], batch=4,
+                        **backends)
+    source.close()
+    assert report.source["preprocess"]["on"] == "gpu" and len(results.read_text().splitlines()) == 6
+    assert all(hasattr(f.image, "__cuda_array_interface__") for f in kept)  # never copied to the host
+    assert [np.array_equal(f.image.to_host(), p) for f, p in zip(kept, pictures)] == [True] * 6
+    kept.clear()
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    run_engine(engine_file, source, sinks=[JsonLinesSink(results), CallbackSink(kept.append)], batch=4, **backends)
+    source.close()
+    assert all(isinstance(f.image, np.ndarray) for f in kept)  # a sink that may want pictures gets them on the host

@@ -177,7 +177,8 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
-        pre, download, where = choose_preprocess(pool, source, processing, target, settings.resize)
+        pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
+        pre, download, where = choose_preprocess(pool, source, processing, target, settings.resize, pictures)
         ring = None
         try:
             ring = sample_ring(pool, pre, plan)
@@ -212,13 +213,15 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
     return report
 
 
-def choose_preprocess(pool, source, processing: Processing, target, resize: str) -> tuple:
+def choose_preprocess(pool, source, processing: Processing, target, resize: str, pictures: bool = True) -> tuple:
     """``(pre, download, where)``: the preprocessing of ``source``'s frames for ``target``.
 
     Frames in device memory (``source.device_frames``) are preprocessed on the GPU
     (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) where the processing allows it (its
     ``device_meta``, or the default letterbox) and the kernels fill the input; otherwise they are copied to the host
-    first (``download``) and ``where`` says why. ``where``: ``{"on": "gpu"|"cpu", "reason": ...}``.
+    first (``download``) and ``where`` says why. ``where``: ``{"on": "gpu"|"cpu", "reason": ...}``. ``pictures``:
+    something downstream (a drawing, a video or image sink) needs each frame's picture in host memory; without it
+    the frames stay device arrays to the end (``post`` gets the device frame as its ``image``).
     """
     host_pre = processing.preprocess_for(target, resize)
     if not getattr(source, "device_frames", False):
@@ -233,7 +236,7 @@ def choose_preprocess(pool, source, processing: Processing, target, resize: str)
     elif meta is None:
         reason = "the processing's own pre runs on the CPU (it gives no device_meta)"
     if meta is not None:
-        pre, reason = device_preprocess(runner, target, meta=meta)
+        pre, reason = device_preprocess(runner, target, meta=meta, pictures=pictures)
         if pre is not None:
             return pre, None, {"on": "gpu", "reason": "frames in device memory, letterboxed by the GPU kernels"}
     logger.info("device frames are copied to the host for preprocessing: %s", reason)

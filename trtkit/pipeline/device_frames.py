@@ -195,11 +195,9 @@ class DeviceFramePreprocess(_Streamed):
     def __init__(self, cuda, target, kernels, *, meta: Callable | None = None, pictures: bool = True):
         from trtkit.runtime.letterbox import DeviceLetterbox
 
-        if target.channels != 3 or target.dtype not in ("float32", "float16"):
-            raise InputError(
-                f"The GPU preprocessing fills 3-channel float32/float16 NCHW inputs; input '{target.name}' has "
-                f"{target.channels} channel(s) of {target.dtype}"
-            )
+        unfit = _unfit(target)
+        if unfit:
+            raise InputError(f"The GPU preprocessing cannot fill this input: {unfit}")
         super().__init__(cuda)
         self.target, self.pictures = target, pictures
         self.shape = (3, target.height, target.width)
@@ -250,6 +248,16 @@ def image_preprocess_meta(geometry) -> dict:
     }
 
 
+def _unfit(target) -> str | None:
+    """Why the GPU letterbox cannot fill the image input ``target`` (None: it can)."""
+    if target.channels == 3 and target.dtype in ("float32", "float16"):
+        return None
+    return (
+        f"input '{target.name}' has {target.channels} channel(s) of {target.dtype}; the GPU letterbox fills "
+        "3-channel float32/float16 inputs"
+    )
+
+
 def device_preprocess(runner, target, meta: Callable | None = None, pictures: bool = True):
     """The GPU preprocessing for ``runner``'s image input ``target``, or why there is none.
 
@@ -261,11 +269,9 @@ def device_preprocess(runner, target, meta: Callable | None = None, pictures: bo
 
     if getattr(runner, "cuda", None) is None:
         return None, "the engine does not run through TrtRunners"
-    if target.channels != 3 or target.dtype not in ("float32", "float16"):
-        return None, (
-            f"input '{target.name}' has {target.channels} channel(s) of {target.dtype}; the GPU letterbox fills "
-            "3-channel float32/float16 inputs"
-        )
+    unfit = _unfit(target)
+    if unfit:
+        return None, unfit
     kernels, reason = load_kernels(runner.cuda)
     if kernels is None:
         return None, reason

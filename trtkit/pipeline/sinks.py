@@ -1,7 +1,9 @@
 """Where frames go. A sink has ``name`` (its stage's name in the statistics), ``write(frame)``, ``close()`` (the
 run ended or was drained: finish the output) and ``discard()`` (a stage failed: leave nothing half-written).
 
-Every sink checks its output path when it is created, before the first frame is read.
+Every sink checks its output path when it is created, before the first frame is read. A sink with
+``needs_images = False`` (:class:`JsonLinesSink`) does not read ``frame.image``: with frames in device memory and no
+other sink or drawing that does, the pictures are never copied to the host.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ class JsonLinesSink:
     :meth:`close` renames."""
 
     name = "write"
+    needs_images = False  # it writes results: a GPU preprocessing need not bring pictures to the host for it
 
     def __init__(self, path):
         from trtkit._atomic import check_writable
