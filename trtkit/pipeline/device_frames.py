@@ -35,7 +35,8 @@ class SlotPool:
     def __init__(self, alloc: Callable, nbytes: int):
         self._alloc, self.nbytes = alloc, int(nbytes)
         self._free: list = []
-        self._lock = threading.Lock()
+        # reentrant: a collection inside ``lend`` may run a finalizer that gives a slot back on this thread
+        self._lock = threading.RLock()
         self._closed = False
         self.made = 0  # slots allocated so far (the most in use at once)
 
