@@ -267,3 +267,28 @@ def test_results_only_runs_leave_the_pictures_on_the_device(engine_file, gpu, tm
     run_engine(engine_file, source, sinks=[JsonLinesSink(results), CallbackSink(kept.append)], batch=4, **backends)
     source.close()
     assert all(isinstance(f.image, np.ndarray) for f in kept)  # a sink that may want pictures gets them on the host
+
+
+class _Pitched:
+    """A decoder surface whose rows are padded to ``pitch`` bytes (strides ``(pitch, 3, 1)``)."""
+
+    def __init__(self, fake, picture, pitch):
+        height, width = picture.shape[:2]
+        self.buffer = fake.device_array((height, pitch), np.uint8)
+        self.buffer.host_view()[:, : width * 3] = picture.reshape(height, width * 3)
+        self.buffer.host_view()[:, width * 3 :] = 255  # padding that must not reach the copy
+        self.__cuda_array_interface__ = {"shape": picture.shape, "typestr": "|u1", "data": (self.buffer.ptr, False),
+                                         "version": 3, "strides": (pitch, 3, 1), "stream": None}
+
+
+def test_frames_with_padded_rows_are_packed_in_their_copies():
+    fake = FakeCudart()
+    picture = frame_picture(3, 10, 6)
+    frames = DeviceFrames(Cuda(fake))
+    (owned,) = frames.own([_Pitched(fake, picture, pitch=64)])
+    assert owned.shape == (6, 10, 3) and np.array_equal(owned.to_host(), picture)
+    with pytest.raises(InputError, match=r"has strides \(30, 1, 10\) for shape \(6, 10, 3\); the GPU path takes rows"):
+        bad = _Pitched(fake, picture, pitch=64)
+        bad.__cuda_array_interface__["strides"] = (30, 1, 10)
+        frames.own([bad])
+    frames.close()

@@ -88,6 +88,32 @@ def frame_of(name: str, image):
     return dev
 
 
+def pitched_frame(name: str, image) -> tuple:
+    """``(DeviceInput, row pitch in bytes)`` of a device-resident ``(H, W, 3)`` uint8 picture whose rows may be
+    padded (``strides`` of ``(pitch, 3, 1)``, as a decoder's surfaces can be).
+
+    Raises:
+        InputError: as :func:`frame_of`, or strides that are not rows of packed RGB pixels.
+    """
+    from trtkit.runtime.buffers import DeviceInput
+
+    iface = getattr(image, "__cuda_array_interface__", None)
+    if not isinstance(iface, dict) or iface.get("strides") is None:
+        dev = frame_of(name, image)
+        return dev, dev.shape[1] * 3
+    strides = iface["strides"]
+    shape = tuple(int(d) for d in iface.get("shape", ()))
+    if len(shape) != 3 or shape[2] != 3 or iface.get("typestr") != "|u1":
+        frame_of(name, image)  # raises, naming what it is
+    pitch, pixel, channel = (int(v) for v in strides)
+    if (pixel, channel) != (3, 1) or pitch < shape[1] * 3:
+        raise InputError(
+            f"{name} has strides {tuple(strides)} for shape {shape}; the GPU path takes rows of packed RGB pixels "
+            "(strides (pitch, 3, 1), pitch at least 3 x width)"
+        )
+    return DeviceInput(int(iface["data"][0]), shape, np.dtype(np.uint8), iface.get("stream")), pitch
+
+
 class _Streamed:
     """A stream of its own, ordered after the stream a device array was made on."""
 
@@ -133,7 +159,8 @@ class PinnedPictures:
 
 class DeviceFrames(_Streamed):
     """Copies of decoded frames in device memory trtkit owns, so a frame stays what it was however long it waits
-    in a queue (a decoder may reuse its own output surfaces once asked for the next frames).
+    in a queue (a decoder may reuse its own output surfaces once asked for the next frames); frames with padded
+    rows are packed in the copy.
 
     Args:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (the runtime's context on the decoding GPU).
@@ -153,14 +180,18 @@ class DeviceFrames(_Streamed):
 
         owned = []
         for frame in frames:
-            dev = frame_of("A decoded frame", frame)
-            nbytes = int(np.prod(dev.shape)) * dev.dtype.itemsize
+            dev, pitch = pitched_frame("A decoded frame", frame)
+            height, row = dev.shape[0], dev.shape[1] * 3
+            nbytes = height * row
             pool = self._pools.get(nbytes)
             if pool is None:
                 pool = self._pools[nbytes] = SlotPool(lambda n: DeviceBuffer(self.cuda, n), nbytes)
             self.after(dev)
             copy = pool.lend(lambda slot, shape=dev.shape: DeviceArray(slot.ptr, shape, np.uint8, slot, self.cuda))
-            self.cuda.memcpy_dtod_async(copy.ptr, dev.ptr, nbytes, self.stream)
+            if pitch == row:
+                self.cuda.memcpy_dtod_async(copy.ptr, dev.ptr, nbytes, self.stream)
+            else:  # padded rows: packed in the copy
+                self.cuda.memcpy2d_dtod_async(copy.ptr, row, dev.ptr, pitch, row, height, self.stream)
             owned.append(copy)
         if owned:
             self.cuda.stream_synchronize(self.stream)

@@ -112,6 +112,16 @@ class Cuda:
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         check(self.rt.cudaMemcpyAsync(dst, src, nbytes, self.D2D, stream), "cudaMemcpyAsync(device to device)")
 
+    def memcpy2d_dtod_async(
+        self, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream: int
+    ) -> None:
+        """``height`` rows of ``width`` bytes from ``src`` to ``dst``, rows ``src_pitch``/``dst_pitch`` bytes apart
+        (a pitched picture into a packed one), in stream order."""
+        check(
+            self.rt.cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, self.D2D, stream),
+            "cudaMemcpy2DAsync(device to device)",
+        )
+
     def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
         """Set ``nbytes`` of device memory at ``ptr`` to the byte ``value``, in stream order."""
         check(self.rt.cudaMemsetAsync(ptr, value, nbytes, stream), "cudaMemsetAsync")

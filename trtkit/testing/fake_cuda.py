@@ -29,6 +29,7 @@ class cudaError_t(enum.IntEnum):
     cudaSuccess = 0
     cudaErrorInvalidValue = 1
     cudaErrorMemoryAllocation = 2
+    cudaErrorInvalidPitchValue = 12
     cudaErrorInsufficientDriver = 35
     cudaErrorNoDevice = 100
     cudaErrorInvalidDevice = 101
@@ -327,6 +328,32 @@ class FakeCudart:
                 ctypes.memmove(dst, src, count)
 
             self.enqueue(stream, copy)
+        return (OK,)
+
+    def cudaMemcpy2DAsync(self, dst, dpitch, src, spitch, width, height, kind, stream):
+        return self._call(
+            "cudaMemcpy2DAsync",
+            self._memcpy2d,
+            *(int(v) for v in (dst, dpitch, src, spitch, width, height)),
+            kind,
+            stream,
+        )
+
+    def _memcpy2d(self, dst, dpitch, src, spitch, width, height, kind, stream):
+        """Device to device only (what trtkit uses): ``height`` rows of ``width`` bytes, each pitch apart."""
+        if kind != cudaMemcpyKind.cudaMemcpyDeviceToDevice:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+        if width > min(dpitch, spitch) or height < 1:
+            raise _CudaFailure(cudaError_t.cudaErrorInvalidPitchValue)
+        for ptr, pitch in ((dst, dpitch), (src, spitch)):
+            if not self.device_range(ptr, pitch * (height - 1) + width):
+                raise _CudaFailure(cudaError_t.cudaErrorInvalidValue)
+
+        def copy():
+            for row in range(height):
+                ctypes.memmove(dst + row * dpitch, src + row * spitch, width)
+
+        self.enqueue(stream, copy)
         return (OK,)
 
     def cudaMemsetAsync(self, ptr, value, count, stream):
