@@ -292,3 +292,22 @@ def test_frames_with_padded_rows_are_packed_in_their_copies():
         bad.__cuda_array_interface__["strides"] = (30, 1, 10)
         frames.own([bad])
     frames.close()
+
+
+def test_pictures_past_the_page_locked_limit_come_in_plain_memory_with_the_same_pixels():
+    from trtkit.pipeline.device_frames import FrameDownload, PinnedPictures
+
+    fake = FakeCudart()
+    cuda = Cuda(fake)
+    pictures = PinnedPictures(cuda, limit=2 * 6 * 10 * 3)  # two 6x10 pictures
+    held = [pictures.take(6, 10) for _ in range(3)]
+    assert [fake._pinned(a.ctypes.data, a.nbytes) for a in held] == [True, True, False]
+    del held[0]
+    gc.collect()
+    assert fake._pinned(pictures.take(6, 10).ctypes.data, 180)  # a freed slot is lent again before plain memory
+    download = FrameDownload(cuda, pinned_limit=0)  # every picture in plain memory
+    frame = fake.device_array((6, 10, 3), np.uint8, fill=frame_picture(2, 10, 6))
+    got = download(frame)
+    assert not fake._pinned(got.ctypes.data, got.nbytes) and np.array_equal(got, frame_picture(2, 10, 6))
+    download.close()
+    pictures.close()

@@ -54,6 +54,11 @@ class SlotPool:
         weakref.finalize(obj, self._give_back, slot).atexit = False
         return obj
 
+    def has_free(self) -> bool:
+        """Whether a slot is free now (``lend`` would not allocate)."""
+        with self._lock:
+            return bool(self._free)
+
     def _give_back(self, slot) -> None:
         with self._lock:
             if not self._closed:
@@ -135,12 +140,17 @@ class _Streamed:
             self._event = None
 
 
+PINNED_PICTURES_BYTES = 512 << 20  # page-locked pictures at most; past it (many frames in flight) plain memory
+
+
 class PinnedPictures:
     """Page-locked ``(H, W, 3)`` uint8 host arrays from :class:`SlotPool` s (one per picture size), each slot
-    reused once its array is garbage."""
+    reused once its array is garbage; once ``limit`` bytes are page-locked and all in use, plain numpy arrays (the
+    copy into them is slower, but the host's locked memory stays bounded: a pipeline holds 100 and more frames
+    in flight at batch 32)."""
 
-    def __init__(self, cuda):
-        self.cuda = cuda
+    def __init__(self, cuda, limit: int = PINNED_PICTURES_BYTES):
+        self.cuda, self.limit = cuda, int(limit)
         self._pools: dict = {}
 
     def take(self, height: int, width: int) -> np.ndarray:
@@ -150,6 +160,9 @@ class PinnedPictures:
         pool = self._pools.get(nbytes)
         if pool is None:
             pool = self._pools[nbytes] = SlotPool(lambda n: HostBuffer(self.cuda, n), nbytes)
+        locked = sum(p.made * p.nbytes for p in self._pools.values())
+        if not pool.has_free() and locked + nbytes > self.limit:
+            return np.empty((height, width, 3), np.uint8)
         return pool.lend(lambda slot: host_view(slot.ptr, nbytes).reshape(height, width, 3))
 
     def close(self) -> None:
@@ -311,11 +324,12 @@ def device_preprocess(runner, target, meta: Callable | None = None, pictures: bo
 
 
 class FrameDownload(_Streamed):
-    """Copies device frames to page-locked host memory (for a preprocessing that runs on the CPU)."""
+    """Copies device frames to page-locked host memory (for a preprocessing that runs on the CPU), at most
+    ``pinned_limit`` bytes of it (see :class:`PinnedPictures`)."""
 
-    def __init__(self, cuda):
+    def __init__(self, cuda, pinned_limit: int = PINNED_PICTURES_BYTES):
         super().__init__(cuda)
-        self._pictures = PinnedPictures(cuda)
+        self._pictures = PinnedPictures(cuda, pinned_limit)
         self._lock = threading.Lock()
 
     def __call__(self, image) -> np.ndarray:
