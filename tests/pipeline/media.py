@@ -82,8 +82,8 @@ class FakeNvc:
     class OutputColorType:
         RGB = "RGB"
 
-    def __init__(self, frames, fail=None, cuda=None):
-        self._frames, self._fail, self._cuda = frames, fail, cuda
+    def __init__(self, frames, fail=None, cuda=None, init_ms=None):
+        self._frames, self._fail, self._cuda, self._init_ms = frames, fail, cuda, init_ms
         self.decoders: list = []
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
@@ -99,6 +99,11 @@ class FakeNvc:
 
             def get_stream_metadata(self):
                 return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
+
+            def get_session_init_time(self):
+                if nvc._init_ms is None:
+                    raise RuntimeError("no session statistics")  # as a PyNvVideoCodec without them might
+                return nvc._init_ms
 
             def get_batch_frames(self, n):
                 batch, self.left = self.left[:n], self.left[n:]

@@ -106,10 +106,19 @@ def test_the_nvdec_host_memory_measurement_decodes_every_frame(tmp_path, monkeyp
     from tests.scripts import script_module
 
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)]))
+    video = make_video(tmp_path / "in.mp4", frames=3)
     with script_module("benchmarks", "pipeline_h200") as bench:
-        got = bench.nvdec_host_part(make_video(tmp_path / "in.mp4", frames=3), pyav_fps=100.0)
+        got = bench.nvdec_host_part(video, pyav_fps=100.0)
+        assert got["session_init_ms"] is None and got["decode_fps_steady"] is None  # the decoder does not say
+        monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)],
+                                                                   init_ms=0.0))
+        again = bench.nvdec_host_part(video, pyav_fps=100.0)
+        assert bench._steady(40, 0.5, 100.0, 100.0) == {"session_init_ms": 100.0, "decode_fps_steady": 100.0,
+                                                        "speedup_steady": 1.0}
+        assert bench._steady(40, 0.5, 900.0, 100.0)["decode_fps_steady"] is None  # more than the whole run
     assert got["frames"] == 40 and got["host_one_decoder_fps"] > 0
     assert got["speedup_one_decoder"] == round(got["host_one_decoder_fps"] / 100.0, 3)
+    assert again["session_init_ms"] == 0.0 and again["decode_fps_steady"] > 0
 
 
 def test_the_nvdec_device_pipeline_runs_with_the_gpu_preprocessing(fake_gpu, engine_file, tmp_path, monkeypatch):

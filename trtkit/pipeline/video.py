@@ -215,6 +215,15 @@ class NvdecReader:
                 for frame in batch:
                     yield host_array(frame)
 
+    def session_init_ms(self) -> float | None:
+        """How long the decoder's session took to start (PyNvVideoCodec's own count, in ms; None where this
+        PyNvVideoCodec does not say): a fixed cost that a short video's frames/s include."""
+        get = getattr(self._decoder, "get_session_init_time", None)
+        try:
+            return float(get()) if get is not None else None
+        except Exception:  # noqa: BLE001 - an optional figure: any failure means "not known"
+            return None
+
     def _own(self, batch: list) -> list:
         if self._owned is None:
             from trtkit.pipeline.device_frames import DeviceFrames
