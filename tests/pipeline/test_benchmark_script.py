@@ -35,6 +35,7 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(data["nvenc"]) >= {"available", "encode_fps", "libx264_encode_fps"}
     assert data["leak_bytes_device"] == 0 and data["memory_run"]["frames_out"] == 300, context
     assert set(data["targets"]) == {"e2e_fps_ge_0.9x_slowest_stage", "e2e_fps_ge_0.9x_slowest_stage_nvdec_device",
+                                    "e2e_fps_ge_0.9x_slowest_stage_gpu_preprocess",
                                     "infer_stage_ge_0.9x_bench",
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
@@ -45,7 +46,11 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert child["frames_in"] == child["frames_out"] == data["settings"]["video_frames"] and child["e2e_fps"] > 0
     assert child["encode_alone_fps_child"] > 0, context
     variants = data["video_variants"]
-    assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2"}, context
+    assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "gpu_preprocess"}, context
+    assert variants["gpu_preprocess"]["preprocess"]["on"] == "gpu" and "preprocess" not in (
+        variants["gpu_preprocess"]["slowest_stage"])
+    folder_gpu = data["folder_gpu_preprocess"]
+    assert folder_gpu["images_per_s"] > 0 and folder_gpu["preprocess"]["on"] == "gpu"
     for variant in variants.values():
         assert variant["frames_in"] == variant["frames_out"] == data["settings"]["video_frames"]
         assert variant["ratio_to_slowest"] > 0 and variant["slowest_stage_fps"] > 0

@@ -51,7 +51,7 @@ def test_video_to_video_with_table_and_json(fake_gpu, engine_file, tmp_path, cap
 
 
 @pytest.mark.parametrize("preprocess, where", [("auto", "on the GPU (frames in device memory"),
-                                               ("cpu", "on the CPU (the frames are in host memory)")])
+                                               ("cpu", "on the CPU (asked for (preprocess='cpu'))")])
 def test_nvdec_frames_are_preprocessed_on_the_gpu_unless_asked_otherwise(fake_gpu, engine_file, tmp_path, capsys,
                                                                          monkeypatch, preprocess, where):
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(12)], cuda=fake_gpu[1]))
@@ -61,6 +61,19 @@ def test_nvdec_frames_are_preprocessed_on_the_gpu_unless_asked_otherwise(fake_gp
     assert code == 0, err
     assert "decoder: nvdec" in stdout and f"preprocessing: {where}" in " ".join(stdout.split())
     assert "12 frames in, 12 out" in stdout and len(decode_all(out)) == 12
+
+
+def test_a_folder_letterboxed_on_the_gpu_and_a_gpu_request_it_cannot_meet(fake_gpu, engine_file, tmp_path, capsys):
+    folder = tmp_path / "imgs"
+    make_image_folder(folder, count=7)
+    code, stdout, err = run_cli(["run", str(engine_file), "--images", str(folder), "--preprocess", "gpu"], capsys)
+    assert code == 0, err
+    assert "preprocessing: on the GPU (host pictures uploaded once" in " ".join(stdout.split())
+    assert "7 images in, 7 out" in stdout
+    code, stdout, err = run_cli(["run", str(engine_file), "--images", str(folder), "--preprocess", "gpu",
+                                 "--resize", "stretch"], capsys)
+    assert code == 1 and "preprocess='gpu' cannot run here: resize='stretch' runs on the CPU" in " ".join(
+        (stdout + err).split())
 
 
 def test_image_folder_throughput_with_results(fake_gpu, engine_file, tmp_path, capsys):

@@ -311,3 +311,41 @@ def test_pictures_past_the_page_locked_limit_come_in_plain_memory_with_the_same_
     assert not fake._pinned(got.ctypes.data, got.nbytes) and np.array_equal(got, frame_picture(2, 10, 6))
     download.close()
     pictures.close()
+
+
+def test_host_pictures_letterboxed_on_the_gpu_give_the_cpu_letterboxs_outputs(engine_file, gpu):
+    from trtkit.pipeline import ArraySource
+
+    fake, backends = gpu
+    pictures = [frame_picture(i, 40 + 8 * (i % 2), 30) for i in range(9)]  # two picture sizes
+    report, seen = _run(engine_file, ArraySource(pictures), backends, preprocess="gpu")
+    assert report.source["preprocess"] == {
+        "on": "gpu",
+        "reason": "host pictures uploaded once (preprocess='gpu'), letterboxed by the GPU kernels",
+    }
+    reference = _host_reference(engine_file, pictures, backends)
+    for got, want, picture in zip(seen, reference, pictures):
+        np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
+        assert got.meta == want.meta and got.image is picture  # the sinks get the picture as it came
+
+
+def test_an_unknown_or_impossible_preprocess_is_refused_naming_it(engine_file, gpu):
+    from trtkit.pipeline import ArraySource
+
+    _, backends = gpu
+    with pytest.raises(InputError, match="preprocess='tpu' is not known; use one of: auto, gpu, cpu"):
+        _run(engine_file, ArraySource([frame_picture(0)]), backends, preprocess="tpu")
+    custom = Processing(pre_for=lambda target: ImagePreprocess(target))
+    with pytest.raises(InputError, match="preprocess='gpu' cannot run here: the processing's own pre runs on the CPU"):
+        _run(engine_file, ArraySource([frame_picture(0)]), backends, custom, preprocess="gpu")
+
+
+def test_device_frames_asked_to_run_on_the_cpu_come_to_the_host(engine_file, gpu, tmp_path, monkeypatch):
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(5)]
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], pictures)
+    report, seen = _run(engine_file, source, backends, preprocess="cpu")
+    source.close()
+    reason = "frames copied to the host: asked for (preprocess='cpu')"
+    assert report.source["preprocess"] == {"on": "cpu", "reason": reason}
+    assert [np.array_equal(f.image, p) for f, p in zip(seen, pictures)] == [True] * 5

@@ -48,11 +48,12 @@ def add_pipeline_arguments(parser) -> None:
     )
     g.add_argument(
         "--preprocess",
-        choices=("auto", "cpu"),
+        choices=("auto", "gpu", "cpu"),
         default="auto",
-        help="where video frames are preprocessed: auto: on the GPU when NVDEC decodes them into device memory "
-        "and the input is a 3-channel float image (the model input never visits the host; else the CPU, with the "
-        "reason shown); cpu: NVDEC frames come to host memory and are preprocessed there",
+        help="where frames are letterboxed: auto: on the GPU when NVDEC decodes them into device memory and the "
+        "input is a 3-channel float image (the model input never visits the host), else the CPU, the reason shown; "
+        "gpu: on the GPU for every source (decoded pictures go up once; the CPU is left decoding and encoding), an "
+        "error where it cannot; cpu: on the CPU (NVDEC frames come to host memory)",
     )
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
     g.add_argument(
@@ -114,6 +115,7 @@ def run_pipeline(args, console) -> int:
             queue_size=args.queue_size,
             pre_workers=args.workers,
             resize=args.resize,
+            preprocess=args.preprocess,
             monitor=live.update if live else None,
             cuda_graph=args.cuda_graph,
             profile=args.use_profile,
@@ -160,7 +162,7 @@ def _source(args):
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
     if args.video:
-        device = args.decoder != "pyav" and args.preprocess == "auto"
+        device = args.decoder != "pyav" and args.preprocess != "cpu"
         return VideoSource(args.video, decoder=args.decoder, device_memory=device)
     return ImageFolderSource(args.images, workers=args.workers)
 
@@ -246,7 +248,7 @@ def render_report(report, console, title: str) -> None:
     if decoder:
         console.print(f"decoder: {decoder} ({report.source.get('decoder_reason')})")
     where = report.source.get("preprocess")
-    if decoder and where:
+    if where:
         console.print(f"preprocessing: on the {where['on'].upper()} ({where['reason']})")
     if report.skipped:
         listed = "; ".join(f"{s.position}: {s.reason}" for s in report.skipped[:10])

@@ -109,6 +109,7 @@ def run_engine(
     pre_workers: int = 2,
     post_workers: int = 1,
     resize: str = "letterbox",
+    preprocess: str = "auto",
     monitor=None,
     switch_interval_s: float | None = None,
     **runner_args,
@@ -127,6 +128,10 @@ def run_engine(
         queue_size: capacity of each queue between stages, in frames.
         pre_workers, post_workers: threads of the preprocess and postprocess stages.
         resize: ``letterbox`` or ``stretch`` for the default preprocessing.
+        preprocess: where frames are preprocessed: ``auto`` (on the GPU when they are in device memory, NVDEC, and
+            the processing allows it; else the CPU), ``gpu`` (the GPU letterbox for every frame: host pictures go up
+            once; an error where it cannot), ``cpu`` (device frames are copied to the host first). The report's
+            ``source["preprocess"]`` says where, and why.
         monitor: called with a report snapshot while running.
         switch_interval_s: Python's thread switch interval while the pipeline runs (see :class:`Pipeline`).
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
@@ -135,13 +140,25 @@ def run_engine(
         The :class:`~trtkit.pipeline.stats.PipelineReport`.
 
     Raises:
-        InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile.
+        InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile;
+            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
         PipelineError: a stage failed (names it and the frame index).
     """
+    from trtkit.errors import InputError
     from trtkit.runtime.pool import RunnerPool
 
+    if preprocess not in PREPROCESS:
+        raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
     settings = Settings(
-        batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize, switch_interval_s
+        batch,
+        max_wait_ms,
+        max(1, runners),
+        queue_size,
+        pre_workers,
+        post_workers,
+        resize,
+        switch_interval_s,
+        preprocess,
     )
     try:
         return _run(
@@ -171,6 +188,10 @@ class Settings:
     post_workers: int
     resize: str
     switch_interval_s: float | None = None
+    preprocess: str = "auto"
+
+
+PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine's ``preprocess``)
 
 
 def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
@@ -178,7 +199,9 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         target = image_input(pool.runners[0].input_specs, profile)
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
         pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
-        pre, download, where = choose_preprocess(pool, source, processing, target, settings.resize, pictures)
+        pre, download, where = choose_preprocess(
+            pool, source, processing, target, settings.resize, pictures, settings.preprocess
+        )
         ring = None
         try:
             ring = sample_ring(pool, pre, plan)
@@ -213,34 +236,60 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
     return report
 
 
-def choose_preprocess(pool, source, processing: Processing, target, resize: str, pictures: bool = True) -> tuple:
+def choose_preprocess(
+    pool, source, processing: Processing, target, resize: str, pictures: bool = True, preprocess: str = "auto"
+) -> tuple:
     """``(pre, download, where)``: the preprocessing of ``source``'s frames for ``target``.
 
-    Frames in device memory (``source.device_frames``) are preprocessed on the GPU
-    (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) where the processing allows it (its
-    ``device_meta``, or the default letterbox) and the kernels fill the input; otherwise they are copied to the host
-    first (``download``) and ``where`` says why. ``where``: ``{"on": "gpu"|"cpu", "reason": ...}``. ``pictures``:
-    something downstream (a drawing, a video or image sink) needs each frame's picture in host memory; without it
-    the frames stay device arrays to the end (``post`` gets the device frame as its ``image``).
-    """
-    host_pre = processing.preprocess_for(target, resize)
-    if not getattr(source, "device_frames", False):
-        return host_pre, None, {"on": "cpu", "reason": "the frames are in host memory"}
-    from trtkit.pipeline.device_frames import FrameDownload, device_preprocess, image_preprocess_meta
+    The GPU letterbox (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) runs for frames in device
+    memory (``source.device_frames``) with ``preprocess="auto"``, and for every frame with ``"gpu"``, where the
+    processing allows it (its ``device_meta``, or the default letterbox) and the kernels fill the input; otherwise
+    the CPU preprocesses, device frames copied to the host first (``download``), and ``where`` says why:
+    ``{"on": "gpu"|"cpu", "reason": ...}``. ``pictures``: something downstream (a drawing, a video or image sink)
+    needs each frame's picture in host memory; without it device frames stay device arrays to the end (``post``
+    gets the device frame as its ``image``).
 
+    Raises:
+        InputError: ``preprocess="gpu"`` where the GPU cannot preprocess these frames (names why).
+    """
+    from trtkit.errors import InputError
+
+    host_pre = processing.preprocess_for(target, resize)
+    on_device = bool(getattr(source, "device_frames", False))
     runner = pool.runners[0]
-    meta, reason = processing.device_meta, None
-    if processing.pre is None and processing.pre_for is None:
-        meta = image_preprocess_meta if resize == "letterbox" else None
-        reason = None if meta else f"resize='{resize}' runs on the CPU (the GPU letterbox keeps the aspect ratio)"
-    elif meta is None:
-        reason = "the processing's own pre runs on the CPU (it gives no device_meta)"
-    if meta is not None:
-        pre, reason = device_preprocess(runner, target, meta=meta, pictures=pictures)
-        if pre is not None:
-            return pre, None, {"on": "gpu", "reason": "frames in device memory, letterboxed by the GPU kernels"}
+    if preprocess == "cpu" or (preprocess == "auto" and not on_device):
+        reason = "asked for (preprocess='cpu')" if preprocess == "cpu" else "the frames are in host memory"
+        if not on_device:
+            return host_pre, None, {"on": "cpu", "reason": reason}
+        from trtkit.pipeline.device_frames import FrameDownload
+
+        return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
+    pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures)
+    if pre is not None:
+        how = "frames in device memory" if on_device else "host pictures uploaded once (preprocess='gpu')"
+        return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
+    if preprocess == "gpu":
+        raise InputError(f"preprocess='gpu' cannot run here: {reason}; use preprocess='auto' or 'cpu'")
+    from trtkit.pipeline.device_frames import FrameDownload
+
     logger.info("device frames are copied to the host for preprocessing: %s", reason)
     return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
+
+
+def _gpu_preprocess(runner, source, processing: Processing, target, resize: str, pictures: bool) -> tuple:
+    """``(DeviceFramePreprocess, None)`` or ``(None, why the GPU cannot preprocess these frames)``."""
+    from trtkit.pipeline.device_frames import device_preprocess, image_preprocess_meta
+
+    if getattr(source, "blocks", False):
+        return None, "a block source's batches are preprocessed on the CPU"
+    meta = processing.device_meta
+    if processing.pre is None and processing.pre_for is None:
+        if resize != "letterbox":
+            return None, f"resize='{resize}' runs on the CPU (the GPU letterbox keeps the aspect ratio)"
+        meta = image_preprocess_meta
+    elif meta is None:
+        return None, "the processing's own pre runs on the CPU (it gives no device_meta)"
+    return device_preprocess(runner, target, meta=meta, pictures=pictures)
 
 
 def sample_ring(pool, pre, plan: BatchPlan):

@@ -217,10 +217,12 @@ class DeviceFrames(_Streamed):
 
 
 class DeviceFramePreprocess(_Streamed):
-    """The pipeline's preprocessing of frames in device memory: the GPU letterbox (keep the aspect ratio, pad with
-    gray 114, RGB scaled by 1/255; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``)
-    into the frame's row of a device :class:`~trtkit.pipeline.batching.BatchRing`, and the frame's picture copied
-    to page-locked host memory for the sinks, both in one stream synchronized once per frame.
+    """The pipeline's preprocessing on the GPU: the letterbox kernels (keep the aspect ratio, pad with gray 114, RGB
+    scaled by 1/255; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``) write each
+    frame's sample into its row of a device :class:`~trtkit.pipeline.batching.BatchRing`, in one stream
+    synchronized once per frame. Frames in device memory (NVDEC) are read where they are and their pictures copied
+    to page-locked host memory for the sinks; host pictures (PyAV, image folders) go up once (``preprocess="gpu"``:
+    the CPU is left the decoding and the encoding).
 
     Args:
         cuda: the runners' :class:`~trtkit.runtime.cuda.Cuda`.
@@ -252,19 +254,22 @@ class DeviceFramePreprocess(_Streamed):
         self._lock = threading.Lock()  # one letterbox and stream: workers take turns
 
     def letterbox_into(self, image, out) -> tuple:
-        """Write the sample of the device frame ``image`` into ``out`` (a DeviceArray of ``shape`` and the input's
-        dtype, a ring row); returns ``(meta, picture)``: ``picture`` is the frame in host memory (or ``image``
-        itself without ``pictures``). Both are ready when this returns.
+        """Write the sample of ``image`` into ``out`` (a DeviceArray of ``shape`` and the input's dtype, a ring row);
+        returns ``(meta, picture)``, both ready when this returns. A device frame is letterboxed where it is and
+        ``picture`` is its copy in host memory (``image`` itself without ``pictures``); a host picture (HxWx3 uint8,
+        a decoded image or PyAV frame) goes up once, through pinned staging, and is its own ``picture``.
 
         Raises:
-            InputError: ``image`` is not an HxWx3 uint8 device frame, or ``out`` is not a sample of this input.
+            InputError: ``image`` is not an HxWx3 uint8 picture, or ``out`` is not a sample of this input.
         """
-        dev = frame_of("The frame", image)
         if tuple(out.shape) != self.shape or np.dtype(out.dtype) != np.dtype(self.target.dtype):
             raise InputError(
                 f"The sample buffer is {tuple(out.shape)} {np.dtype(out.dtype)}; input '{self.target.name}' takes "
                 f"{self.shape} {self.target.dtype}"
             )
+        if not hasattr(image, "__cuda_array_interface__"):
+            return self._from_host(image, out)
+        dev = frame_of("The frame", image)
         height, width = dev.shape[:2]
         picture = image
         with self._lock:
@@ -275,6 +280,17 @@ class DeviceFramePreprocess(_Streamed):
                 self.cuda.memcpy_dtoh_async(picture.ctypes.data, dev.ptr, picture.nbytes, self.stream)
             self.cuda.stream_synchronize(self.stream)
         return self._meta(geometry), picture
+
+    def _from_host(self, image, out) -> tuple:
+        array = np.asarray(image)
+        if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
+            raise InputError(
+                f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
+            )
+        with self._lock:
+            geometry = self._letterbox.into_host(array, out.ptr)
+            self.cuda.stream_synchronize(self.stream)  # the sample is in its row (the ring's rows carry no stream)
+        return self._meta(geometry), image
 
     def close(self) -> None:
         """Free the kernels' buffers and the pinned pictures not in use (idempotent)."""

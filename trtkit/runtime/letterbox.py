@@ -219,12 +219,24 @@ class DeviceLetterbox:
 
     def __call__(self, images) -> tuple[DeviceArray, list[LetterboxMeta]]:
         arrays = [np.ascontiguousarray(rgb_array(image)) for image in images]
+        self._out = self._grow(self._out, self.image_bytes * len(arrays))
+        metas = self._upload_into(arrays, [self._out.ptr + i * self.image_bytes for i in range(len(arrays))])
+        batch = DeviceArray(self._out.ptr, self._batch_shape(len(arrays)), self.dtype, owner=self, cuda=self.cuda)
+        return batch, metas
+
+    def into_host(self, image, out: int) -> LetterboxMeta:
+        """Letterbox one host image (as :meth:`__call__` takes them) into the sample at ``out`` (``image_bytes``,
+        the input's layout and dtype): through the pinned staging, one host-to-device copy, queued in the stream
+        (the image may change once this returns); returns the geometry."""
+        return self._upload_into([np.ascontiguousarray(rgb_array(image))], [int(out)])[0]
+
+    def _upload_into(self, arrays: list, outs: list) -> list:
+        """Stage ``arrays`` (contiguous HWC uint8), copy them to the device at once, letterbox each into ``outs``."""
         plans = [self._plan(a.shape[1], a.shape[0]) for a in arrays]
         total = sum(a.nbytes for a in arrays)
         self._staging = self._grow_host(self._staging, total)
         self._src = self._grow(self._src, total)
         self._tmp = self._grow(self._tmp, max(p.plan.tmp_rows * p.plan.tmp_cols * 3 for p in plans))
-        self._out = self._grow(self._out, self.image_bytes * len(arrays))
         offset = 0
         offsets = []
         for a in arrays:
@@ -234,10 +246,9 @@ class DeviceLetterbox:
         self.cuda.memcpy_htod_async(self._src.ptr, self._staging.ptr, total, self.stream)
         self.cuda.event_record(self._copied, self.stream)
         self._pending = True
-        for i, (a, dp, at) in enumerate(zip(arrays, plans, offsets)):
-            self._launch(dp, self._src.ptr + at, a.shape[1], self._out.ptr + i * self.image_bytes)
-        batch = DeviceArray(self._out.ptr, self._batch_shape(len(arrays)), self.dtype, owner=self, cuda=self.cuda)
-        return batch, [dp.plan.meta for dp in plans]
+        for a, dp, at, out in zip(arrays, plans, offsets, outs):
+            self._launch(dp, self._src.ptr + at, a.shape[1], out)
+        return [dp.plan.meta for dp in plans]
 
     def into_device(self, src: int, width: int, height: int, out: int) -> LetterboxMeta:
         """Letterbox one ``height`` x ``width`` x 3 uint8 RGB image already in device memory at ``src`` (C-contiguous)
