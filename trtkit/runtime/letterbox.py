@@ -226,12 +226,20 @@ class DeviceLetterbox:
 
     def into_host(self, image, out: int) -> LetterboxMeta:
         """Letterbox one host image (as :meth:`__call__` takes them) into the sample at ``out`` (``image_bytes``,
-        the input's layout and dtype): through the pinned staging, one host-to-device copy, queued in the stream
-        (the image may change once this returns); returns the geometry."""
-        return self._upload_into([np.ascontiguousarray(rgb_array(image))], [int(out)])[0]
+        the input's layout and dtype), queued in the stream; returns the geometry. The image goes up in one
+        host-to-device copy straight from its own memory (CUDA stages pageable memory inside the call, which
+        releases the GIL; no copy into the pinned staging under it), so it may change once this returns."""
+        array = np.ascontiguousarray(rgb_array(image))
+        dp = self._plan(array.shape[1], array.shape[0])
+        self._src = self._grow(self._src, array.nbytes)
+        self._tmp = self._grow(self._tmp, dp.plan.tmp_rows * dp.plan.tmp_cols * 3)
+        self.cuda.memcpy_htod_async(self._src.ptr, array.ctypes.data, array.nbytes, self.stream)
+        self._launch(dp, self._src.ptr, array.shape[1], int(out))
+        return dp.plan.meta
 
     def _upload_into(self, arrays: list, outs: list) -> list:
-        """Stage ``arrays`` (contiguous HWC uint8), copy them to the device at once, letterbox each into ``outs``."""
+        """Stage ``arrays`` (contiguous HWC uint8) in pinned memory, copy them to the device in one transfer,
+        letterbox each into ``outs``."""
         plans = [self._plan(a.shape[1], a.shape[0]) for a in arrays]
         total = sum(a.nbytes for a in arrays)
         self._staging = self._grow_host(self._staging, total)
