@@ -592,6 +592,85 @@ def nvdec_host_part(video: Path, pyav_fps) -> dict:
             "note": "frames in host memory; the decoder's start-up is in the time (decode_fps_steady: without it)"}
 
 
+NVDEC_COPIES = 4  # the capacity run's clip: the benchmark's video this many times back to back (no re-encoding)
+NVDEC_DECODERS = (1, 2, 4)
+
+
+def repeat_video(video: Path, out: Path, copies: int) -> Path:
+    """``copies`` copies of ``video``'s packets back to back in one file, timestamps shifted, nothing re-encoded
+    (each copy starts with the keyframe the encoder wrote first): a long clip in well under a second."""
+    import av
+
+    with av.open(str(video)) as src, av.open(str(out), "w") as dst:
+        stream = src.streams.video[0]
+        packets = [p for p in src.demux(stream) if p.size]
+        target = dst.add_stream_from_template(stream)
+        span = max(p.pts for p in packets) - min(p.pts for p in packets) + (packets[-1].duration or 1)
+        for k in range(copies):
+            for p in packets:
+                q = av.Packet(bytes(p))
+                q.pts, q.dts = p.pts + k * span, (None if p.dts is None else p.dts + k * span)
+                q.duration, q.time_base, q.stream = p.duration, p.time_base, target
+                q.is_keyframe = p.is_keyframe
+                dst.mux(q)
+    return out
+
+
+def nvdec_capacity_part(video: Path, work: Path) -> dict:
+    """How NVDEC's frames/s grow with a longer clip and more decoders: PyAV and one NVDEC decoder (host memory)
+    over a clip of :data:`NVDEC_COPIES` copies of ``video``, then 2 and 4 decoders at once (threads), each seeking
+    to the start of its share of the clip. Every frame counted; start-up in the time (``session_init_ms`` says how
+    much of it each decoder's session took)."""
+    import threading
+
+    from trtkit.pipeline.video import host_array, nvdec_module
+
+    nvc = nvdec_module()
+    clip = repeat_video(video, work / "nvdec_long.mp4", NVDEC_COPIES)
+    pyav_fps, _ = decode_alone(clip)
+    total = len(nvc.SimpleDecoder(str(clip), use_device_memory=False, output_color_type=nvc.OutputColorType.RGB))
+
+    def decode_share(start: int, count: int, out: dict) -> None:
+        decoder = nvc.SimpleDecoder(str(clip), use_device_memory=False, output_color_type=nvc.OutputColorType.RGB)
+        if start:
+            decoder.seek_to_index(start)
+        got = 0
+        while got < count:
+            batch = decoder.get_batch_frames(min(16, count - got))
+            if not batch:
+                break
+            for frame in batch:
+                np.ascontiguousarray(host_array(frame))
+            got += len(batch)
+        out["frames"], out["init_ms"] = got, _init_ms(decoder)
+
+    result: dict = {"clip_frames": total, "copies": NVDEC_COPIES, "pyav_decode_fps": pyav_fps, "decoders": {}}
+    for n in NVDEC_DECODERS:
+        bounds = [total * k // n for k in range(n + 1)]
+        shares: list = [{} for _ in range(n)]
+        threads = [threading.Thread(target=decode_share, args=(a, b - a, out))
+                   for a, b, out in zip(bounds, bounds[1:], shares)]
+        t0 = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - t0
+        frames = sum(share.get("frames", 0) for share in shares)
+        fps = fps_of(frames, seconds)
+        result["decoders"][str(n)] = {"fps": fps, "frames": frames, "all_frames": frames == total,
+                                      "speedup": round(fps / pyav_fps, 3) if pyav_fps else None,
+                                      "session_init_ms": [share.get("init_ms") for share in shares]}
+    return result
+
+
+def _init_ms(decoder):
+    try:
+        return round(float(decoder.get_session_init_time()), 1)
+    except Exception:  # noqa: BLE001 - an optional figure
+        return None
+
+
 def _steady(count: int, seconds: float, init_ms, pyav_fps) -> dict:
     """The decoder's session start-up (PyNvVideoCodec's count) and frames/s without it: what a long video
     approaches. Reported beside the figures with it; the targets use those (the conservative ones)."""
@@ -732,6 +811,10 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             nvdec["host_memory"] = host
             if (host["speedup_one_decoder"] or 0) > (nvdec.get("speedup") or 0):
                 nvdec["speedup_best"], nvdec["speedup_best_by"] = host["speedup_one_decoder"], "host_memory"
+            run.store("nvdec", nvdec)
+        capacity = run.guard("nvdec_capacity", lambda: nvdec_capacity_part(video, work))
+        if capacity:
+            nvdec["capacity"] = capacity  # evidence for a reader that splits long files; not in the targets
             run.store("nvdec", nvdec)
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))

@@ -100,6 +100,12 @@ class FakeNvc:
             def get_stream_metadata(self):
                 return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
 
+            def __len__(self):
+                return len(nvc._frames)
+
+            def seek_to_index(self, index):
+                self.left = list(nvc._frames)[index:]
+
             def get_session_init_time(self):
                 if nvc._init_ms is None:
                     raise RuntimeError("no session statistics")  # as a PyNvVideoCodec without them might

@@ -140,3 +140,23 @@ def test_the_nvdec_device_pipeline_runs_with_the_gpu_preprocessing(fake_gpu, eng
     assert got["source"]["preprocess"]["on"] == "gpu" and got["frames_out"] == 10
     assert result["slowest_stage"] == "encode" and result["ratio_to_slowest"] == round(got["fps"] / 40.0, 3)
 
+
+def test_the_nvdec_capacity_run_counts_every_frame_of_a_repeated_clip(tmp_path, monkeypatch):
+    import av
+
+    from tests.pipeline.media import FakeNvc, frame_picture, make_video
+    from tests.scripts import script_module
+
+    pictures = [frame_picture(i) for i in range(37)]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(pictures, init_ms=1.0))
+    video = make_video(tmp_path / "in.mp4", frames=10, codec="libx264")
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        long = bench.repeat_video(video, tmp_path / "long.mp4", 3)
+        with av.open(str(long)) as container:
+            assert sum(1 for _ in container.decode(video=0)) == 30  # three copies, each decodable
+        got = bench.nvdec_capacity_part(video, tmp_path)
+    assert got["clip_frames"] == 37 and got["pyav_decode_fps"] > 0  # the fake decoder's frames, PyAV's clip
+    assert set(got["decoders"]) == {"1", "2", "4"}
+    for n, run in got["decoders"].items():
+        assert run["frames"] == 37 and run["all_frames"] and run["session_init_ms"] == [1.0] * int(n)
+
