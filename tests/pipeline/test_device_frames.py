@@ -349,3 +349,17 @@ def test_device_frames_asked_to_run_on_the_cpu_come_to_the_host(engine_file, gpu
     reason = "frames copied to the host: asked for (preprocess='cpu')"
     assert report.source["preprocess"] == {"on": "cpu", "reason": reason}
     assert [np.array_equal(f.image, p) for f, p in zip(seen, pictures)] == [True] * 5
+
+
+def test_block_sources_stay_on_the_cpu_and_a_gpu_request_for_them_is_refused(engine_file, gpu):
+    from trtkit.pipeline import BlockCallbackSink, BlockSource
+
+    _, backends = gpu
+    batches = [np.stack([frame_picture(i, 40, 30) for i in range(4)])]
+    blocks: list = []
+    report = run_engine(engine_file, BlockSource(batches), sinks=[BlockCallbackSink(blocks.append)], batch=4,
+                        **backends)
+    assert report.source["preprocess"]["on"] == "cpu" and report.frames_out == 4
+    with pytest.raises(InputError, match="preprocess='gpu' cannot run here: a block source's batches are "
+                                         "preprocessed on the CPU"):
+        run_engine(engine_file, BlockSource(batches), batch=4, preprocess="gpu", **backends)
