@@ -317,15 +317,17 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
 
 
 def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False,
-                 thread_type: str = "AUTO", settings: dict | None = None) -> float:
+                 thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None) -> float:
     """Frames/s of the encoder on ``frames`` through the writer the pipeline's video sink uses (``in_process``: in a
-    child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened."""
+    child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened; ``options``:
+    the encoder's FFmpeg options."""
     from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
-    path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}.mp4"
-    writer = (ProcessVideoWriter(path, fps=30, codec=codec) if in_process
-              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type))
+    tag = "_".join(f"{k}{v}" for k, v in (options or {}).items())
+    path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}{tag}.mp4"
+    writer = (ProcessVideoWriter(path, fps=30, codec=codec, options=options) if in_process
+              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options))
     if in_process:
         writer.ready()
     t0 = time.perf_counter()
@@ -433,17 +435,18 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
                    decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
-                   device_memory: bool = False, preprocess: str = "auto") -> dict:
+                   device_memory: bool = False, preprocess: str = "auto", options: dict | None = None) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
     NVDEC frames stay on the GPU and the GPU letterbox preprocesses them (what ``trtkit run`` does by default);
-    ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too)."""
+    ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too); ``options``: the
+    encoder's."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder, device_memory=device_memory)
     out = work / f"video_out_{decoder}{'_device' if device_memory else ''}{'_child' if in_process else ''}{tag}.mp4"
-    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type)
+    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options)
     if in_process:
         sink.writer.ready()
     report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
@@ -855,6 +858,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
 
 
 VARIANT_PRE_WORKERS = 2
+VARIANT_ENCODER_OPTIONS = {"preset": "veryfast"}
 VARIANT_SWITCH_INTERVAL_S = 0.001
 
 
@@ -865,7 +869,7 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
     default: SLICE threads; encode alone measured again with them), ``switch_interval_1ms`` (Python's switch
     interval 1 ms while the pipeline runs), ``pre_workers_2`` (two preprocess workers; preprocess alone measured
     again with two), ``gpu_preprocess`` (PyAV's frames letterboxed by the GPU kernels: the CPU decodes and
-    encodes only)."""
+    encodes only), ``encoder_veryfast`` (libx264's veryfast preset; encode alone measured again with it)."""
     variants: dict = {}
     slice_alone = run.guard("encode_alone_slice", lambda: encode_alone(frames, count, work, thread_type="SLICE"))
     e2e = run.guard("video_pipeline_slice", lambda: video_pipeline(engine, video, work, runner_args, sizes,
@@ -892,6 +896,15 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
         without_cpu_pre = {k: v for k, v in alone.items() if k != "preprocess"}
         variants["gpu_preprocess"] = {**video_result(e2e, without_cpu_pre),
                                       "preprocess": e2e["source"].get("preprocess")}
+    options = VARIANT_ENCODER_OPTIONS
+    fast_alone = run.guard("encode_alone_veryfast", lambda: encode_alone(frames, count, work, options=options))
+    e2e = run.guard("video_pipeline_veryfast", lambda: video_pipeline(engine, video, work, runner_args, sizes,
+                                                                      options=options, tag="_veryfast"))
+    if e2e:
+        # libx264's veryfast preset (the encoder alone measured again with it): a lighter encoder leaves the other
+        # stages more of the cores
+        variants["encoder_veryfast"] = {**video_result(e2e, {**alone, "encode": fast_alone}),
+                                        "encode_alone_fps": fast_alone, "options": options}
     return variants
 
 

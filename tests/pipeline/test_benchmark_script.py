@@ -46,7 +46,10 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert child["frames_in"] == child["frames_out"] == data["settings"]["video_frames"] and child["e2e_fps"] > 0
     assert child["encode_alone_fps_child"] > 0, context
     variants = data["video_variants"]
-    assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "gpu_preprocess"}, context
+    assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "gpu_preprocess",
+                             "encoder_veryfast"}, context
+    assert variants["encoder_veryfast"]["encode_alone_fps"] > 0
+    assert variants["encoder_veryfast"]["options"] == {"preset": "veryfast"}
     assert variants["gpu_preprocess"]["preprocess"]["on"] == "gpu" and "preprocess" not in (
         variants["gpu_preprocess"]["slowest_stage"])
     folder_gpu = data["folder_gpu_preprocess"]

@@ -87,6 +87,17 @@ def test_image_folder_throughput_with_results(fake_gpu, engine_file, tmp_path, c
     assert json.loads(stdout)["frames_out"] == 9 and "9 images in, 9 out" in err and "images/s" in err
 
 
+def test_encoder_options_reach_the_output_video(fake_gpu, engine_file, tmp_path, capsys):
+    import av
+
+    video, out = make_video(tmp_path / "in.mp4", frames=8), tmp_path / "out.mp4"
+    code, _, err = run_cli(["run", str(engine_file), "--video", str(video), "--decoder", "pyav", "--out", str(out),
+                            "--encoder-option", "g=1", "--encoder-option", "preset=ultrafast"], capsys)
+    assert code == 0, err
+    with av.open(str(out)) as container:
+        assert [bool(f.key_frame) for f in container.decode(video=0)] == [True] * 8
+
+
 def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsys):
     names = make_image_folder(tmp_path / "imgs", count=3)
     code, _, err = run_cli(["run", str(engine_file), "--images", str(tmp_path / "imgs"), "--out",
@@ -103,6 +114,11 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
     (["--video", "{video}", "--batch", "0"], "--batch must be at least 1, not 0"),
     (["--video", "{video}", "--decoder", "nvdec"], "PyNvVideoCodec"),
     (["--video", "{video}", "--conf", "1.5"], "--conf must be between 0 and 1, not 1.5"),
+    (["--images", "{tmp}", "--encoder-option", "g=1"], "--encoder-option sets the output video's encoder"),
+    (["--video", "{video}", "--out", "{tmp}/o.mp4", "--encoder-option", "veryfast"],
+     "--encoder-option 'veryfast': give KEY=VALUE, e.g. preset=veryfast"),
+    (["--video", "{video}", "--out", "{tmp}/o.mp4", "--encoder-option", "preset=quick"],
+     "preset='quick' is not one of libx264's"),
 ])
 def test_bad_input_is_one_line_and_exit_1(fake_gpu, engine_file, tmp_path, capsys, monkeypatch, argv, message):
     import re

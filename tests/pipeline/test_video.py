@@ -218,3 +218,37 @@ def test_an_unknown_thread_type_or_count_is_refused_before_any_file(tmp_path):
     with pytest.raises(InputError, match=r"threads=-1: give a thread count of 0 or more"):
         VideoWriter(tmp_path / "out.mp4", threads=-1)
     assert list(tmp_path.iterdir()) == []
+
+
+def _keyframes(path) -> list:
+    with av.open(str(path)) as container:
+        return [bool(f.key_frame) for f in container.decode(video=0)]
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+def test_encoder_options_reach_the_encoder_in_this_process_and_in_a_child(tmp_path, in_process):
+    out = tmp_path / "out.mp4"
+    sink = VideoSink(out, fps=25, codec="libx264", in_process=in_process, options={"g": 1, "preset": "ultrafast"})
+    for i in range(6):
+        sink.write(type("F", (), {"image": frame_picture(i)})())
+    sink.close()
+    assert _keyframes(out) == [True] * 6  # g=1: a keyframe every frame (the default GOP has one in 6)
+
+
+def test_the_encoder_settings_name_the_options_given(tmp_path):
+    writer = VideoWriter(tmp_path / "out.mp4", codec="libx264", options={"preset": "veryfast", "crf": 23})
+    writer.write(frame_picture(0))
+    assert writer.encoder_settings()["options"] == {"preset": "veryfast", "crf": "23"}
+    writer.close()
+    plain = VideoWriter(tmp_path / "plain.mp4", codec="libx264")
+    plain.write(frame_picture(0))
+    assert plain.encoder_settings()["options"] == {}
+    plain.close()
+
+
+def test_an_unknown_x264_preset_is_refused_before_any_file_is_made(tmp_path):
+    with pytest.raises(InputError, match="preset='fastest' is not one of libx264's: ultrafast, superfast, veryfast"):
+        VideoWriter(tmp_path / "out.mp4", codec="libx264", options={"preset": "fastest"})
+    with pytest.raises(InputError, match="Encoder options \\['g'\\]: give a dict of option names to values"):
+        VideoWriter(tmp_path / "out.mp4", options=["g"])
+    assert list(tmp_path.iterdir()) == []

@@ -41,6 +41,14 @@ def add_pipeline_arguments(parser) -> None:
         "libx264 for .mp4/.mkv/.mov where FFmpeg has it, else mpeg4)",
     )
     g.add_argument(
+        "--encoder-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an FFmpeg option of the output video's encoder, repeatable, e.g. --encoder-option preset=veryfast "
+        "(libx264's presets trade file size for speed; medium is its default) --encoder-option crf=23",
+    )
+    g.add_argument(
         "--decoder",
         choices=DECODERS,
         default="auto",
@@ -146,6 +154,19 @@ def _check_numbers(args) -> None:
             raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
         raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
+    if args.encoder_option and not (args.video and args.out):
+        raise InputError("--encoder-option sets the output video's encoder: give it with --video and --out")
+
+
+def _encoder_options(args) -> dict:
+    """``--encoder-option KEY=VALUE`` (repeated) as a dict."""
+    options = {}
+    for text in args.encoder_option:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InputError(f"--encoder-option '{text}': give KEY=VALUE, e.g. preset=veryfast")
+        options[key.strip()] = value.strip()
+    return options
 
 
 def _processing(args):
@@ -174,7 +195,9 @@ def _sinks(args, source) -> list:
     try:
         if args.out:
             sinks.append(
-                VideoSink(args.out, fps=source.fps, codec=args.codec) if args.video else ImageFolderSink(args.out)
+                VideoSink(args.out, fps=source.fps, codec=args.codec, options=_encoder_options(args))
+                if args.video
+                else ImageFolderSink(args.out)
             )
         if args.results:
             sinks.append(JsonLinesSink(args.results))

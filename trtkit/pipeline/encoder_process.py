@@ -15,6 +15,7 @@ started, ``free K`` (slot K may be refilled), ``closed`` / ``discarded``, or ``e
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,21 +35,23 @@ class ProcessVideoWriter:
     hidden partial file, renames it on :meth:`close`, removes it on :meth:`discard`).
 
     Args:
-        path, fps, codec: as for :class:`~trtkit.pipeline.video.VideoWriter`.
+        path, fps, codec, options: as for :class:`~trtkit.pipeline.video.VideoWriter`.
         slots: frames in the shared-memory ring (how far the parent may run ahead of the encoder).
 
     Raises (on creation):
         TrtkitError: the path is not writable; this FFmpeg has no such encoder; PyAV is missing.
+        InputError: ``options`` are not encoder options (see :func:`~trtkit.pipeline.video.encoder_options`).
     """
 
-    def __init__(self, path, fps=30, codec: str | None = None, slots: int = SLOTS):
+    def __init__(self, path, fps=30, codec: str | None = None, slots: int = SLOTS, options: dict | None = None):
         from trtkit._atomic import check_writable
-        from trtkit.pipeline.video import check_encoder, default_codec
+        from trtkit.pipeline.video import check_encoder, default_codec, encoder_options
 
         self.path = Path(path)
         check_writable(self.path)
         self.codec = codec or default_codec(self.path)
         check_encoder(self.codec)
+        self.options = encoder_options(self.codec, options)
         self.fps = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1001)
         self.slots = max(2, int(slots))
         self.frames = 0
@@ -64,6 +67,7 @@ class ProcessVideoWriter:
             "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
         }
         args = [sys.executable, "-m", "trtkit.pipeline.encoder_process", str(self.path), str(self.fps), self.codec]
+        args.append(json.dumps(self.options))
         self._child: Any = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True
         )
@@ -182,8 +186,8 @@ class ProcessVideoWriter:
             self._shm = None
 
 
-def _serve(path: str, fps: str, codec: str, inp, out) -> None:
-    """The child's loop (see the module docstring)."""
+def _serve(path: str, fps: str, codec: str, inp, out, options: str = "{}") -> None:
+    """The child's loop (see the module docstring); ``options``: the encoder's, as JSON."""
     from multiprocessing import resource_tracker, shared_memory
 
     from trtkit.pipeline.video import VideoWriter
@@ -197,7 +201,7 @@ def _serve(path: str, fps: str, codec: str, inp, out) -> None:
         out.flush()
 
     try:
-        writer = VideoWriter(path, fps=Fraction(fps), codec=codec)
+        writer = VideoWriter(path, fps=Fraction(fps), codec=codec, options=json.loads(options))
         say(f"ready {writer.partial_path}")
         for raw in inp:
             word, *args = raw.decode().split()
@@ -232,4 +236,4 @@ def _serve(path: str, fps: str, codec: str, inp, out) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2], sys.argv[3], sys.stdin.buffer, sys.stdout.buffer)
+    _serve(sys.argv[1], sys.argv[2], sys.argv[3], sys.stdin.buffer, sys.stdout.buffer, *sys.argv[4:5])

@@ -49,19 +49,29 @@ class VideoSink:
             the encoder sets the pace, those waits add up to its time per frame.
         thread_type: the encoder's FFmpeg threading (see :class:`~trtkit.pipeline.video.VideoWriter`; the child
             process uses the default).
+        options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast"}`` (see
+            :class:`~trtkit.pipeline.video.VideoWriter`).
     """
 
     name = "encode"
 
-    def __init__(self, path, fps=30, codec: str | None = None, in_process: bool = False, thread_type: str = "AUTO"):
+    def __init__(
+        self,
+        path,
+        fps=30,
+        codec: str | None = None,
+        in_process: bool = False,
+        thread_type: str = "AUTO",
+        options: dict | None = None,
+    ):
         from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
 
         self.writer: ProcessVideoWriter | VideoWriter
         if in_process:
-            self.writer = ProcessVideoWriter(path, fps=fps, codec=codec)
+            self.writer = ProcessVideoWriter(path, fps=fps, codec=codec, options=options)
         else:
-            self.writer = VideoWriter(path, fps=fps, codec=codec, thread_type=thread_type)
+            self.writer = VideoWriter(path, fps=fps, codec=codec, thread_type=thread_type, options=options)
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

@@ -280,6 +280,27 @@ def default_codec(path) -> str:
     return "mpeg4"
 
 
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+
+def encoder_options(codec: str, options: dict | None) -> dict:
+    """``options`` as FFmpeg takes them (text keys and values); libx264/libx265's ``preset`` checked by name (FFmpeg
+    would only fail at the first frame).
+
+    Raises:
+        InputError: ``options`` is not a mapping of names to values, or a preset x264 does not have.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, dict) or not all(isinstance(k, str) and k for k in options):
+        raise InputError(f"Encoder options {options!r}: give a dict of option names to values, e.g. {{'crf': '23'}}")
+    text = {k: str(v) for k, v in options.items()}
+    preset = text.get("preset")
+    if codec in ("libx264", "libx265") and preset is not None and preset not in X264_PRESETS + ("placebo",):
+        raise InputError(f"Encoder option preset='{preset}' is not one of {codec}'s: {', '.join(X264_PRESETS)}")
+    return text
+
+
 def check_encoder(codec: str) -> None:
     """Raises InputError if this FFmpeg has no encoder ``codec``."""
     av = pyav()
@@ -315,13 +336,23 @@ class VideoWriter:
             handing a frame over), ``"FRAME"``, ``"SLICE"`` (PyAV's own default: libx264 splits each frame into
             slices and returns when it is encoded) or ``"NONE"``.
         threads: the encoder's thread count (0: the encoder chooses, for libx264 1.5 per CPU).
+        options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast", "crf": "23"}`` (libx264's preset
+            trades file size for encoding speed; ``medium`` is its default; see :func:`encoder_options`).
 
     Raises (on creation, before any frame):
         TrtkitError: the folder does not exist or is not writable, or the path is a folder.
-        InputError: ``thread_type`` or ``threads`` is not one of the above.
+        InputError: ``thread_type``, ``threads`` or ``options`` is not one of the above.
     """
 
-    def __init__(self, path, fps=30, codec: str | None = None, thread_type: str = "AUTO", threads: int = 0):
+    def __init__(
+        self,
+        path,
+        fps=30,
+        codec: str | None = None,
+        thread_type: str = "AUTO",
+        threads: int = 0,
+        options: dict | None = None,
+    ):
         from trtkit._atomic import check_writable
 
         av = pyav()
@@ -331,6 +362,8 @@ class VideoWriter:
             raise InputError(f"threads={threads!r}: give a thread count of 0 or more (0: the encoder chooses)")
         self.thread_type, self.threads = thread_type, threads
         self.path = Path(path)
+        self.codec = codec or default_codec(self.path)
+        self.options = encoder_options(self.codec, options)
         check_writable(self.path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
         try:
@@ -340,7 +373,6 @@ class VideoWriter:
         os.close(fd)
         self._tmp = Path(tmp)
         self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
-        self.codec = codec or default_codec(self.path)
         try:
             check_encoder(self.codec)
         except InputError:
@@ -368,6 +400,8 @@ class VideoWriter:
             self._stream.pix_fmt = "yuv420p"
             self._stream.thread_type = self.thread_type
             self._stream.thread_count = self.threads
+            if self.options:
+                self._stream.options = dict(self.options)
         elif (image.shape[0], image.shape[1]) != (self._stream.height, self._stream.width):
             raise InputError(
                 f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
@@ -388,7 +422,7 @@ class VideoWriter:
             "pix_fmt": context.pix_fmt,
             "thread_type": getattr(getattr(context, "thread_type", None), "name", self.thread_type),
             "thread_count": getattr(context, "thread_count", None),
-            "options": dict(getattr(context, "options", None) or {}),
+            "options": dict(self.options),  # as given (FFmpeg consumes the codec context's own when it opens)
             "frame_wrap": "from_numpy_buffer" if hasattr(pyav().VideoFrame, "from_numpy_buffer") else "from_ndarray",
         }
 
