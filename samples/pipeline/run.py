@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=150, help="frames of the generated video")
     p.add_argument("--post", choices=("detection", "none"), default="detection")
     p.add_argument("--workdir", default="pipeline-out")
+    p.add_argument("--preprocess", choices=("auto", "gpu", "cpu"), default="auto",
+                   help="where frames are letterboxed (auto: on the GPU for NVDEC's frames, else the CPU)")
     p.add_argument("--tactic-sources", help="e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS")
     args = p.parse_args(argv)
 
@@ -87,7 +89,7 @@ def stream(args, work: Path, engine: Path) -> int:
     from trtkit.pipeline import JsonLinesSink, Processing, VideoSink, VideoSource, run_engine
 
     video = Path(args.video) if args.video else shapes_video(work / "shapes.mp4", args.frames)
-    source = VideoSource(video)
+    source = VideoSource(video, device_memory=args.preprocess != "cpu")  # NVDEC's frames stay on the GPU
     processing = Processing()
     if args.post == "detection":
         from trtkit.pipeline.detect import detection_processing
@@ -95,13 +97,16 @@ def stream(args, work: Path, engine: Path) -> int:
         names = Path(args.model).with_name("classes.txt")
         processing = detection_processing(class_names=names.read_text().split() if names.is_file() else None)
     sinks = [VideoSink(work / "out.mp4", fps=source.fps), JsonLinesSink(work / "results.jsonl")]
-    report = run_engine(engine, source, sinks=sinks, processing=processing, cuda_graph=True)
+    report = run_engine(engine, source, sinks=sinks, processing=processing, preprocess=args.preprocess,
+                        cuda_graph=True)
     for name, stage in report.stages.items():
         print(f"{name:>12}: avg {stage.avg_ms:.3f} ms, p99 {stage.p99_ms:.3f} ms, busy {stage.busy_pct:.0f}%")
     slowest = report.slowest_stage()
     print(f"{report.frames_in} frames in, {report.frames_out} out: {report.fps:.1f} FPS "
           f"(slowest stage {slowest.name if slowest else '-'}); wrote {work / 'out.mp4'} and "
           f"{work / 'results.jsonl'}")
+    where = report.source["preprocess"]
+    print(f"decoder: {report.source.get('decoder')}; preprocessing on the {where['on'].upper()} ({where['reason']})")
     return 0
 
 
