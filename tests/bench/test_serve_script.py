@@ -91,3 +91,20 @@ def test_input_uint8_builds_an_nhwc_uint8_engine_and_benches_it(tmp_path):
     assert data["engine"]["input"] == {"shape": [32, 224, 224, 3], "dtype": "uint8"}
     assert "-u8nhwc-" in data["engine"]["path"] and data["bench_streams2_ips"] > 0, data["errors"]
     assert data["settings"]["input_uint8"] is True
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_uint8_pixel_requests_are_served_at_every_level(tmp_path):
+    # what the next GPU call measures: the same levels with requests of (224, 224, 3) uint8 pixels
+    out = tmp_path / "out"
+    proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
+                "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"), "--input-uint8", "--compare", "none",
+                timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "serve-h200.json").read_text())
+    assert not data["errors"], data["errors"]
+    assert data["engine"]["input"] == {"shape": [32, 224, 224, 3], "dtype": "uint8"}
+    for level in ("1", "8", "64"):
+        figures = data["grpc"]["concurrency"][level]
+        assert figures["failed"] == 0 and figures["requests"] > 0 and figures["ips"] > 0, (level, figures)
+    assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
