@@ -131,3 +131,26 @@ def test_inspect_shows_the_values_and_run_feeds_the_opt_values(tmp_path, fake_gp
     assert "profile 0: shape (shape-tensor values) min 1x3x1 opt 2x3x2 max 4x3x4" in capsys.readouterr().out
     assert main(["run", str(engine), "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["outputs"]["y"]["shape"] == [2, 3, 2]
+
+
+def test_shape_inputs_are_found_in_a_model_that_parses_only_after_its_rewrites(monkeypatch):
+    # onnx's test_sce_mean on the H200: the raw parse refused SoftmaxCrossEntropyLoss, which the build expands
+    from onnx import TensorProto, helper
+
+    from trtkit.errors import ParseError
+    from trtkit.testing.fake_trt import builder as fake_builder
+
+    monkeypatch.setattr(fake_builder, "UNSUPPORTED_OPS", fake_builder.UNSUPPORTED_OPS | {"Hardmax"})
+    trt = make_fake_trt("8.6.0")
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["h"], name="hardmax", axis=1),
+         helper.make_node("Expand", ["h", "shape"], ["y"], name="expand")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert shape_tensor_inputs(model, trt=trt) == ["shape"]
+    with pytest.raises(ParseError, match=r"node 'hardmax' \(Hardmax\)"):
+        shape_tensor_inputs(model, trt=trt, sanitize=False)  # the model as it is: what the raw parse said

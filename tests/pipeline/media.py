@@ -75,15 +75,18 @@ def make_image_folder(folder, count: int = 10, sizes=((40, 30), (64, 48))) -> li
 class FakeNvc:
     """What trtkit uses of PyNvVideoCodec: ``SimpleDecoder(...).get_stream_metadata()`` / ``get_batch_frames(n)``.
 
-    With ``cuda`` (a :class:`~trtkit.testing.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are device
-    arrays in ``n`` output surfaces the decoder overwrites on every call, as a hardware decoder may reuse its own.
+    With ``cuda`` (a :class:`~trtkit.testing.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are
+    ``DecodedFrame`` s as PyNvVideoCodec gives them: no ``__cuda_array_interface__`` of their own, one plane from
+    ``cuda()`` (``(H, W, 3)``, or ``(H, 3 W)`` bytes with ``flat_planes``), in ``n`` output surfaces the decoder
+    overwrites on every call, as a hardware decoder may reuse its own.
     """
 
     class OutputColorType:
         RGB = "RGB"
 
-    def __init__(self, frames, fail=None, cuda=None, init_ms=None):
+    def __init__(self, frames, fail=None, cuda=None, init_ms=None, flat_planes=False):
         self._frames, self._fail, self._cuda, self._init_ms = frames, fail, cuda, init_ms
+        self._flat = flat_planes
         self.decoders: list = []
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
@@ -119,9 +122,28 @@ class FakeNvc:
                     self.surfaces.append(nvc._cuda.device_array(batch[0].shape, np.uint8))
                 for surface, picture in zip(self.surfaces, batch):
                     surface.host_view()[...] = picture
-                return self.surfaces[: len(batch)]
+                return [DecodedFrame(s, nvc._flat) for s in self.surfaces[: len(batch)]]
 
         decoder = Decoder()
         self.decoders.append(decoder)
         return decoder
+
+
+class DecodedFrame:
+    """PyNvVideoCodec's frame in device memory: ``shape`` and ``cuda()`` (its planes' CAI views), nothing more."""
+
+    def __init__(self, surface, flat: bool):
+        self.shape = list(surface.shape)
+        self._surface, self._flat = surface, flat
+
+    def cuda(self):
+        if not self._flat:
+            return [self._surface]
+        height, width, _ = self._surface.shape
+        surface = self._surface
+
+        class Plane:
+            __cuda_array_interface__ = {**surface.__cuda_array_interface__, "shape": (height, width * 3)}
+
+        return [Plane()]
 

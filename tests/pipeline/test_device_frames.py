@@ -363,3 +363,32 @@ def test_block_sources_stay_on_the_cpu_and_a_gpu_request_for_them_is_refused(eng
     with pytest.raises(InputError, match="preprocess='gpu' cannot run here: a block source's batches are "
                                          "preprocessed on the CPU"):
         run_engine(engine_file, BlockSource(batches), batch=4, preprocess="gpu", **backends)
+
+
+def test_decoded_frames_whose_plane_is_rows_of_bytes_are_read_as_pixels(engine_file, gpu, tmp_path, monkeypatch):
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(5)]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(pictures, cuda=fake, flat_planes=True))
+    source = VideoSource(make_video(tmp_path / "in.mp4", frames=2), decoder="nvdec", device_memory=True,
+                         cuda=backends["cuda"])
+    report, seen = _run(engine_file, source, backends)
+    source.close()
+    assert report.source["preprocess"]["on"] == "gpu"
+    assert [np.array_equal(f.image, p) for f, p in zip(seen, pictures)] == [True] * 5
+
+
+def test_a_decoded_frame_of_several_planes_is_refused_naming_the_colour_type():
+    from trtkit.pipeline.device_frames import DeviceFrames
+
+    fake = FakeCudart()
+
+    class TwoPlanes:  # NV12 as PyNvVideoCodec's NATIVE output gives it: luma and chroma planes
+        shape = [6, 4]
+
+        def cuda(self):
+            return [fake.device_array((4, 4), np.uint8), fake.device_array((2, 4), np.uint8)]
+
+    frames = DeviceFrames(Cuda(fake))
+    with pytest.raises(InputError, match=r"A decoded frame \(TwoPlanes\) has 2 planes; .*OutputColorType.RGB"):
+        frames.own([TwoPlanes()])
+    frames.close()

@@ -185,21 +185,31 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
     return BuildResult(engine, manifest, timing, kept, report)
 
 
-def shape_tensor_inputs(model, *, trt=None) -> list[str]:
-    """The inputs of ``model`` that TensorRT's ONNX parser makes shape tensors (their profile entries are values).
+def shape_tensor_inputs(model, *, trt=None, sanitize: bool = True, fold_constants: bool = True) -> list[str]:
+    """The inputs of ``model`` that TensorRT's ONNX parser makes shape tensors (their profile entries are values),
+    parsed as a build parses it: after :func:`~trtkit.builder.prepare.prepare` for this parser, so a model that
+    builds only with its compatibility rewrites (an op expanded from its ONNX function body) is answered too.
 
     Args:
         model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         trt: the ``tensorrt`` module (default: the installed one; tests pass a fake).
+        sanitize, fold_constants: as :class:`BuildConfig`'s (the same preparation as the build that follows).
 
     Raises:
-        ParseError: the parser refused the model (every error listed).
+        ParseError: the parser refused the prepared model (every error listed, with the rewrites tried).
     """
-    loaded = load_model(model, external_data=False)
     trt = trt or tensorrt()
     logger = make_trt_logger(trt, min_severity="ERROR")
-    network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
-    _parse(trt.OnnxParser(network, logger), loaded)
+    builder = _create_builder(trt, logger)
+    query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)  # answers op support
+    prepared = prepare(
+        load_model(model, external_data=False),
+        target=ParserTarget.from_trt(trt, query),
+        sanitize=sanitize,
+        fold_constants=fold_constants,
+    )
+    network = builder.create_network(compat.network_flags(trt))
+    _parse(trt.OnnxParser(network, logger), prepared.loaded, prepared)
     return compat.shape_tensor_inputs(network)
 
 

@@ -74,6 +74,28 @@ class SlotPool:
             slot.free()
 
 
+def device_view(name: str, image):
+    """What describes ``image``'s pixels with ``__cuda_array_interface__``: ``image`` itself (CuPy, torch, trtkit's
+    arrays), or the one plane of a PyNvVideoCodec ``DecodedFrame`` (its ``cuda()`` views; the frame itself has
+    none).
+
+    Raises:
+        InputError: a decoded frame with more than one plane (decode with ``OutputColorType.RGB``).
+    """
+    if hasattr(image, "__cuda_array_interface__"):
+        return image
+    planes = getattr(image, "cuda", None)
+    if not callable(planes):
+        return image
+    views = list(planes())
+    if len(views) != 1 or not hasattr(views[0], "__cuda_array_interface__"):
+        raise InputError(
+            f"{name} ({type(image).__name__}) has {len(views)} planes; the GPU path takes one interleaved RGB plane "
+            "(PyNvVideoCodec's OutputColorType.RGB)"
+        )
+    return views[0]
+
+
 def frame_of(name: str, image):
     """The ``DeviceInput`` of a device-resident ``(H, W, 3)`` uint8 picture.
 
@@ -82,7 +104,7 @@ def frame_of(name: str, image):
     """
     from trtkit.runtime.buffers import device_input
 
-    dev = device_input(name, image)
+    dev = device_input(name, device_view(name, image))
     if dev is None:
         raise InputError(f"{name} is a {type(image).__name__}, not a device array (__cuda_array_interface__)")
     if len(dev.shape) != 3 or dev.shape[2] != 3 or dev.dtype != np.uint8 or min(dev.shape) < 1:
@@ -102,7 +124,10 @@ def pitched_frame(name: str, image) -> tuple:
     """
     from trtkit.runtime.buffers import DeviceInput
 
-    iface = getattr(image, "__cuda_array_interface__", None)
+    view = device_view(name, image)
+    iface = getattr(view, "__cuda_array_interface__", None)
+    if isinstance(iface, dict):
+        iface = _rows_as_pixels(iface, getattr(image, "shape", None))
     if not isinstance(iface, dict) or iface.get("strides") is None:
         dev = frame_of(name, image)
         return dev, dev.shape[1] * 3
@@ -117,6 +142,19 @@ def pitched_frame(name: str, image) -> tuple:
             "(strides (pitch, 3, 1), pitch at least 3 x width)"
         )
     return DeviceInput(int(iface["data"][0]), shape, np.dtype(np.uint8), iface.get("stream")), pitch
+
+
+def _rows_as_pixels(iface: dict, frame_shape) -> dict:
+    """A plane described as ``(H, 3 * W)`` bytes whose frame says it is ``(H, W, 3)``: the same memory as pixels."""
+    shape = tuple(int(d) for d in iface.get("shape", ()))
+    try:
+        frame = tuple(int(d) for d in frame_shape) if frame_shape is not None else ()
+    except (TypeError, ValueError):
+        return iface
+    if len(shape) != 2 or len(frame) != 3 or frame[2] != 3 or (frame[0], frame[1] * 3) != shape:
+        return iface
+    pitch = int(iface["strides"][0]) if iface.get("strides") else shape[1]
+    return {**iface, "shape": frame, "strides": (pitch, 3, 1)}
 
 
 class _Streamed:
