@@ -75,3 +75,40 @@ def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine
         assert np.array_equal(got.image, want.image), got.index
         np.testing.assert_allclose(got.outputs["y"], want.outputs["y"], rtol=1e-4, atol=1e-5)
         assert got.meta == want.meta
+
+
+def test_each_step_of_the_nvdec_device_path_keeps_the_pixels(engine_path, tmp_path):
+    # the fifth session's run of the test above: outputs equal to the host path's, pictures all zeros; this one
+    # says which step loses them (the owned copy, the picture copied back, or neither when run one frame at a time)
+    from trtkit.pipeline.batching import BatchRing
+    from trtkit.pipeline.device_frames import device_preprocess
+    from trtkit.pipeline.preprocess import image_input
+    from trtkit.pipeline.video import NvdecReader, write_pattern_video
+    from trtkit.runtime import TrtRunner
+
+    pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
+    video = write_pattern_video(tmp_path / "in.mp4", frames=8, size=(96, 64), codec="libx264")
+    try:
+        host_frames = list(NvdecReader(video))
+        reader = NvdecReader(video, device_memory=True)
+    except Exception as exc:  # noqa: BLE001 - no NVDEC on this GPU or driver
+        pytest.skip(f"NVDEC does not open the file here: {exc}")
+    owned = list(reader)
+    assert len(owned) == len(host_frames) == 8
+    copies = [frame.to_host() for frame in owned]
+    same = [bool(np.array_equal(a, b)) for a, b in zip(copies, host_frames)]
+    with TrtRunner(engine_path) as runner:
+        target = image_input(runner.input_specs)
+        pre, reason = device_preprocess(runner, target)
+        assert pre is not None, reason
+        ring = BatchRing(runner.cuda, 4, pre.shape, target.dtype, 2, device=True)
+        pictures = []
+        for i, frame in enumerate(owned[:4]):
+            _, picture = pre.letterbox_into(frame, ring.acquire(i))
+            pictures.append(picture)
+        back = [bool(np.array_equal(p, h)) for p, h in zip(pictures, host_frames)]
+        ring.close()
+        pre.close()
+    reader.close()
+    assert same == [True] * 8, f"owned device copies equal to host decoding: {same}"
+    assert back == [True] * 4, f"pictures copied back equal to host decoding: {back}"
