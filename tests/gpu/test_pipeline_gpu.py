@@ -61,8 +61,13 @@ def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine
         source = VideoSource(video, decoder="nvdec", device_memory=True)
     except Exception as exc:  # noqa: BLE001 - no NVDEC on this GPU or driver
         pytest.skip(f"NVDEC does not open the file here: {exc}")
-    on_gpu, on_host = [], []
-    report = run_engine(engine_path, source, sinks=[CallbackSink(on_gpu.append)], cuda_graph=True, runners=2)
+    on_gpu, on_host, at_sink = [], [], []
+
+    def keep(frame):  # the picture as the sink sees it, copied then (the frames' own arrays are checked after)
+        on_gpu.append(frame)
+        at_sink.append(np.array(frame.image, copy=True))
+
+    report = run_engine(engine_path, source, sinks=[CallbackSink(keep)], cuda_graph=True, runners=2)
     source.close()
     assert report.source["preprocess"]["on"] == "gpu", report.source
     exact = Processing(pre_for=lambda target: ImagePreprocess(target, reducing_gap=None))
@@ -70,6 +75,9 @@ def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine
     run_engine(engine_path, host, sinks=[CallbackSink(on_host.append)], processing=exact, cuda_graph=True)
     host.close()
     assert len(on_gpu) == len(on_host) == 45 and [f.index for f in on_gpu] == list(range(45))
+    seen = [bool(np.array_equal(a, w.image)) for a, w in zip(at_sink, on_host)]
+    kept = [bool(np.array_equal(g.image, w.image)) for g, w in zip(on_gpu, on_host)]
+    assert seen == kept == [True] * 45, f"pictures right at the sink: {seen}; still right after the run: {kept}"
     for got, want in zip(on_gpu, on_host):
         # the device copies kept every frame as decoded while it waited (the same pictures as host decoding)
         assert np.array_equal(got.image, want.image), got.index
@@ -95,6 +103,9 @@ def test_each_step_of_the_nvdec_device_path_keeps_the_pixels(engine_path, tmp_pa
         pytest.skip(f"NVDEC does not open the file here: {exc}")
     owned = list(reader)
     assert len(owned) == len(host_frames) == 8
+    # the pattern differs from frame to frame: equal host frames would mean NVDEC reuses the buffers they view
+    distinct = len({f.tobytes() for f in host_frames})
+    assert distinct == 8, f"only {distinct} different host frames of 8: PyNvVideoCodec reuses its host buffers"
     copies = [frame.to_host() for frame in owned]
     same = [bool(np.array_equal(a, b)) for a, b in zip(copies, host_frames)]
     with TrtRunner(engine_path) as runner:
