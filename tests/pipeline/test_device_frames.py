@@ -392,3 +392,42 @@ def test_a_decoded_frame_of_several_planes_is_refused_naming_the_colour_type():
     with pytest.raises(InputError, match=r"A decoded frame \(TwoPlanes\) has 2 planes; .*OutputColorType.RGB"):
         frames.own([TwoPlanes()])
     frames.close()
+
+
+def test_several_lanes_letterbox_at_once_with_one_lanes_results():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trtkit.pipeline.device_frames import DeviceFramePreprocess
+    from trtkit.pipeline.preprocess import ImageInput
+    from trtkit.runtime.buffers import DeviceBuffer
+    from trtkit.testing.fake_cuda import FakeLetterboxKernels
+
+    fake = FakeCudart()
+    cuda = Cuda(fake)
+    target = ImageInput("x", 3, 8, 8, "float32", 1, 4)
+    frames = [fake.device_array((30, 40 + 8 * (i % 3), 3), np.uint8, fill=frame_picture(i, 40 + 8 * (i % 3), 30))
+              for i in range(12)]
+    row = 3 * 8 * 8 * 4
+
+    def run(pre, buffer):
+        from trtkit.runtime.buffers import DeviceArray
+
+        def one(i):
+            out = DeviceArray(buffer.ptr + i * row, (3, 8, 8), np.float32, cuda=cuda)
+            meta, picture = pre.letterbox_into(frames[i], out)
+            return meta, picture, out.to_host()
+
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(one, range(12)))
+
+    single = DeviceFramePreprocess(cuda, target, FakeLetterboxKernels(fake), lanes=1)
+    many = DeviceFramePreprocess(cuda, target, lambda: FakeLetterboxKernels(fake), lanes=3)
+    a, b = DeviceBuffer(cuda, 12 * row), DeviceBuffer(cuda, 12 * row)
+    want, got = run(single, a), run(many, b)
+    for (m1, p1, s1), (m2, p2, s2), frame in zip(want, got, frames):
+        assert m1 == m2 and np.array_equal(s1, s2)
+        assert np.array_equal(p1, frame.host_view()) and np.array_equal(p2, frame.host_view())
+    for done in (single.close, many.close, a.free, b.free):
+        done()
+    with pytest.raises(InputError, match="lanes=0: give 1 or more"):
+        DeviceFramePreprocess(cuda, target, FakeLetterboxKernels(fake), lanes=0)

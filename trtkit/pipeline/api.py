@@ -200,7 +200,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
         pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
         pre, download, where = choose_preprocess(
-            pool, source, processing, target, settings.resize, pictures, settings.preprocess
+            pool, source, processing, target, settings.resize, pictures, settings.preprocess, settings.pre_workers
         )
         ring = None
         try:
@@ -210,8 +210,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
                 fns = block_stage_functions(processing, pre, ring)
             else:
                 fns = stage_functions(processing, pre, ring, download)
-            workers = 1 if getattr(pre, "device", False) else settings.pre_workers  # one stream: one at a time
-            stages = [Stage("preprocess", fns["preprocess"], workers), InferStep(pool, plan, ring)]
+            stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name], settings.post_workers))
@@ -237,7 +236,14 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
 
 
 def choose_preprocess(
-    pool, source, processing: Processing, target, resize: str, pictures: bool = True, preprocess: str = "auto"
+    pool,
+    source,
+    processing: Processing,
+    target,
+    resize: str,
+    pictures: bool = True,
+    preprocess: str = "auto",
+    lanes: int = 1,
 ) -> tuple:
     """``(pre, download, where)``: the preprocessing of ``source``'s frames for ``target``.
 
@@ -247,7 +253,7 @@ def choose_preprocess(
     the CPU preprocesses, device frames copied to the host first (``download``), and ``where`` says why:
     ``{"on": "gpu"|"cpu", "reason": ...}``. ``pictures``: something downstream (a drawing, a video or image sink)
     needs each frame's picture in host memory; without it device frames stay device arrays to the end (``post``
-    gets the device frame as its ``image``).
+    gets the device frame as its ``image``). ``lanes``: the GPU preprocessing's streams, one per preprocess worker.
 
     Raises:
         InputError: ``preprocess="gpu"`` where the GPU cannot preprocess these frames (names why).
@@ -264,7 +270,7 @@ def choose_preprocess(
         from trtkit.pipeline.device_frames import FrameDownload
 
         return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
-    pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures)
+    pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures, lanes)
     if pre is not None:
         how = "frames in device memory" if on_device else "host pictures uploaded once (preprocess='gpu')"
         return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
@@ -276,7 +282,9 @@ def choose_preprocess(
     return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
 
 
-def _gpu_preprocess(runner, source, processing: Processing, target, resize: str, pictures: bool) -> tuple:
+def _gpu_preprocess(
+    runner, source, processing: Processing, target, resize: str, pictures: bool, lanes: int = 1
+) -> tuple:
     """``(DeviceFramePreprocess, None)`` or ``(None, why the GPU cannot preprocess these frames)``."""
     from trtkit.pipeline.device_frames import device_preprocess, image_preprocess_meta
 
@@ -289,7 +297,7 @@ def _gpu_preprocess(runner, source, processing: Processing, target, resize: str,
         meta = image_preprocess_meta
     elif meta is None:
         return None, "the processing's own pre runs on the CPU (it gives no device_meta)"
-    return device_preprocess(runner, target, meta=meta, pictures=pictures)
+    return device_preprocess(runner, target, meta=meta, pictures=pictures, lanes=max(1, int(lanes)))
 
 
 def sample_ring(pool, pre, plan: BatchPlan):

@@ -190,15 +190,17 @@ class PinnedPictures:
     def __init__(self, cuda, limit: int = PINNED_PICTURES_BYTES):
         self.cuda, self.limit = cuda, int(limit)
         self._pools: dict = {}
+        self._lock = threading.Lock()  # workers on several lanes take pictures at once
 
     def take(self, height: int, width: int) -> np.ndarray:
         from trtkit.runtime.buffers import HostBuffer, host_view
 
         nbytes = height * width * 3
-        pool = self._pools.get(nbytes)
-        if pool is None:
-            pool = self._pools[nbytes] = SlotPool(lambda n: HostBuffer(self.cuda, n), nbytes)
-        locked = sum(p.made * p.nbytes for p in self._pools.values())
+        with self._lock:
+            pool = self._pools.get(nbytes)
+            if pool is None:
+                pool = self._pools[nbytes] = SlotPool(lambda n: HostBuffer(self.cuda, n), nbytes)
+            locked = sum(p.made * p.nbytes for p in self._pools.values())
         if not pool.has_free() and locked + nbytes > self.limit:
             return np.empty((height, width, 3), np.uint8)
         return pool.lend(lambda slot: host_view(slot.ptr, nbytes).reshape(height, width, 3))
@@ -254,48 +256,75 @@ class DeviceFrames(_Streamed):
             pool.close()
 
 
-class DeviceFramePreprocess(_Streamed):
+class _Lane(_Streamed):
+    """One stream and the letterbox kernels' buffers on it: a preprocessing worker's own while it uses it."""
+
+    def __init__(self, cuda, target, kernels):
+        from trtkit.runtime.letterbox import DeviceLetterbox
+
+        super().__init__(cuda)
+        self.letterbox = DeviceLetterbox(cuda, self.stream, (target.height, target.width), target.dtype, kernels)
+
+    def close(self) -> None:
+        if self._event is not None:
+            self.letterbox.close()  # waits for its stream, which the base class then destroys
+        super().close()
+
+
+class DeviceFramePreprocess:
     """The pipeline's preprocessing on the GPU: the letterbox kernels (keep the aspect ratio, pad with gray 114, RGB
     scaled by 1/255; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``) write each
-    frame's sample into its row of a device :class:`~trtkit.pipeline.batching.BatchRing`, in one stream
-    synchronized once per frame. Frames in device memory (NVDEC) are read where they are and their pictures copied
-    to page-locked host memory for the sinks; host pictures (PyAV, image folders) go up once (``preprocess="gpu"``:
-    the CPU is left the decoding and the encoding).
+    frame's sample into its row of a device :class:`~trtkit.pipeline.batching.BatchRing`, in a stream synchronized
+    once per frame. Frames in device memory (NVDEC) are read where they are and their pictures copied to
+    page-locked host memory for the sinks; host pictures (PyAV, image folders) go up once (``preprocess="gpu"``:
+    the CPU is left the decoding and the encoding). Each of ``lanes`` workers takes a stream of its own at a time,
+    so one frame's copies and kernels overlap another's.
 
     Args:
         cuda: the runners' :class:`~trtkit.runtime.cuda.Cuda`.
         target: the engine's :class:`~trtkit.pipeline.preprocess.ImageInput` (3 channels, float32 or float16).
-        kernels: :class:`~trtkit.runtime.letterbox.LetterboxKernels` or a fake with the same methods.
+        kernels: :class:`~trtkit.runtime.letterbox.LetterboxKernels` or a fake with the same methods (or a callable
+            making one per lane).
         meta: turns the letterbox's :class:`~trtkit.detection.letterbox.LetterboxMeta` into the ``meta`` the
             postprocessing expects (default: that of :class:`~trtkit.pipeline.preprocess.ImagePreprocess`).
         pictures: copy each frame's picture to the host (for video/image sinks and drawing); False leaves the
             device frame as the frame's image.
+        lanes: streams (and kernel buffers) for that many workers at once.
 
     Raises:
-        InputError: the input is not a 3-channel float32/float16 image input.
+        InputError: the input is not a 3-channel float32/float16 image input, or ``lanes`` is below 1.
     """
 
     device = True  # the pipeline gives it rows of a device ring
 
-    def __init__(self, cuda, target, kernels, *, meta: Callable | None = None, pictures: bool = True):
-        from trtkit.runtime.letterbox import DeviceLetterbox
+    def __init__(self, cuda, target, kernels, *, meta: Callable | None = None, pictures: bool = True, lanes: int = 1):
+        import queue
 
         unfit = _unfit(target)
         if unfit:
             raise InputError(f"The GPU preprocessing cannot fill this input: {unfit}")
-        super().__init__(cuda)
-        self.target, self.pictures = target, pictures
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+            raise InputError(f"lanes={lanes!r}: give 1 or more (streams for that many workers at once)")
+        self.cuda, self.target, self.pictures = cuda, target, pictures
         self.shape = (3, target.height, target.width)
         self._meta = meta or image_preprocess_meta
-        self._letterbox = DeviceLetterbox(cuda, self.stream, (target.height, target.width), target.dtype, kernels)
         self._pictures = PinnedPictures(cuda)
-        self._lock = threading.Lock()  # one letterbox and stream: workers take turns
+        self._lanes: list = []
+        self._free: queue.Queue = queue.Queue()
+        try:
+            for _ in range(lanes):
+                lane = _Lane(cuda, target, kernels() if callable(kernels) else kernels)
+                self._lanes.append(lane)
+                self._free.put(lane)
+        except BaseException:
+            self.close()
+            raise
 
     def letterbox_into(self, image, out) -> tuple:
         """Write the sample of ``image`` into ``out`` (a DeviceArray of ``shape`` and the input's dtype, a ring row);
         returns ``(meta, picture)``, both ready when this returns. A device frame is letterboxed where it is and
         ``picture`` is its copy in host memory (``image`` itself without ``pictures``); a host picture (HxWx3 uint8,
-        a decoded image or PyAV frame) goes up once, through pinned staging, and is its own ``picture``.
+        a decoded image or PyAV frame) goes up once and is its own ``picture``.
 
         Raises:
             InputError: ``image`` is not an HxWx3 uint8 picture, or ``out`` is not a sample of this input.
@@ -310,13 +339,16 @@ class DeviceFramePreprocess(_Streamed):
         dev = frame_of("The frame", image)
         height, width = dev.shape[:2]
         picture = image
-        with self._lock:
-            self.after(dev)
-            geometry = self._letterbox.into_device(dev.ptr, width, height, out.ptr)
+        lane = self._free.get()
+        try:
+            lane.after(dev)
+            geometry = lane.letterbox.into_device(dev.ptr, width, height, out.ptr)
             if self.pictures:
                 picture = self._pictures.take(height, width)
-                self.cuda.memcpy_dtoh_async(picture.ctypes.data, dev.ptr, picture.nbytes, self.stream)
-            self.cuda.stream_synchronize(self.stream)
+                self.cuda.memcpy_dtoh_async(picture.ctypes.data, dev.ptr, picture.nbytes, lane.stream)
+            self.cuda.stream_synchronize(lane.stream)
+        finally:
+            self._free.put(lane)
         return self._meta(geometry), picture
 
     def _from_host(self, image, out) -> tuple:
@@ -325,17 +357,19 @@ class DeviceFramePreprocess(_Streamed):
             raise InputError(
                 f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
             )
-        with self._lock:
-            geometry = self._letterbox.into_host(array, out.ptr)
-            self.cuda.stream_synchronize(self.stream)  # the sample is in its row (the ring's rows carry no stream)
+        lane = self._free.get()
+        try:
+            geometry = lane.letterbox.into_host(array, out.ptr)
+            self.cuda.stream_synchronize(lane.stream)  # the sample is in its row (the ring's rows carry no stream)
+        finally:
+            self._free.put(lane)
         return self._meta(geometry), image
 
     def close(self) -> None:
-        """Free the kernels' buffers and the pinned pictures not in use (idempotent)."""
-        with self._lock:
-            self._letterbox.close()  # waits for its stream, which the base class then destroys
-            super().close()
-            self._pictures.close()
+        """Free the lanes' streams and buffers and the pinned pictures not in use (idempotent; after the workers)."""
+        for lane in self._lanes:
+            lane.close()
+        self._pictures.close()
 
 
 def image_preprocess_meta(geometry) -> dict:
@@ -357,7 +391,7 @@ def _unfit(target) -> str | None:
     )
 
 
-def device_preprocess(runner, target, meta: Callable | None = None, pictures: bool = True):
+def device_preprocess(runner, target, meta: Callable | None = None, pictures: bool = True, lanes: int = 1):
     """The GPU preprocessing for ``runner``'s image input ``target``, or why there is none.
 
     Returns:
@@ -374,7 +408,12 @@ def device_preprocess(runner, target, meta: Callable | None = None, pictures: bo
     kernels, reason = load_kernels(runner.cuda)
     if kernels is None:
         return None, reason
-    return DeviceFramePreprocess(runner.cuda, target, kernels, meta=meta, pictures=pictures), None
+    made = [kernels]  # the first lane's; each further lane loads its own
+
+    def per_lane():
+        return made.pop() if made else load_kernels(runner.cuda)[0]
+
+    return DeviceFramePreprocess(runner.cuda, target, per_lane, meta=meta, pictures=pictures, lanes=lanes), None
 
 
 class FrameDownload(_Streamed):
