@@ -132,11 +132,14 @@ class FakeNvc:
 class DecodedFrame:
     """PyNvVideoCodec's frame in device memory: ``shape`` and ``cuda()`` (its planes' CAI views), nothing more."""
 
+    planes_asked = 0  # every DecodedFrame's cuda() calls, for the tests
+
     def __init__(self, surface, flat: bool):
         self.shape = list(surface.shape)
         self._surface, self._flat = surface, flat
 
     def cuda(self):
+        DecodedFrame.planes_asked += 1
         if not self._flat:
             return [self._surface]
         height, width, _ = self._surface.shape

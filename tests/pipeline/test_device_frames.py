@@ -175,6 +175,17 @@ def test_device_memory_with_the_cpu_decoder_is_refused(tmp_path):
         VideoSource(make_video(tmp_path / "in.mp4", frames=2), decoder="pyav", device_memory=True)
 
 
+def test_each_decoded_frame_is_asked_for_its_planes_once(engine_file, gpu, tmp_path, monkeypatch):
+    from tests.pipeline.media import DecodedFrame
+
+    fake, backends = gpu
+    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], [frame_picture(i) for i in range(7)])
+    before = DecodedFrame.planes_asked
+    _run(engine_file, source, backends)
+    source.close()
+    assert DecodedFrame.planes_asked - before == 7
+
+
 def test_owned_frames_keep_their_pixels_when_the_decoder_reuses_its_surface():
     fake = FakeCudart()
     cuda = Cuda(fake)

@@ -263,23 +263,26 @@ def choose_preprocess(
     host_pre = processing.preprocess_for(target, resize)
     on_device = bool(getattr(source, "device_frames", False))
     runner = pool.runners[0]
-    if preprocess == "cpu" or (preprocess == "auto" and not on_device):
-        reason = "asked for (preprocess='cpu')" if preprocess == "cpu" else "the frames are in host memory"
+
+    def on_cpu(reason: str) -> tuple:
         if not on_device:
             return host_pre, None, {"on": "cpu", "reason": reason}
         from trtkit.pipeline.device_frames import FrameDownload
 
+        logger.info("device frames are copied to the host for preprocessing: %s", reason)
         return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
+
+    if preprocess == "cpu":
+        return on_cpu("asked for (preprocess='cpu')")
+    if preprocess == "auto" and not on_device:
+        return on_cpu("the frames are in host memory")
     pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures, lanes)
     if pre is not None:
         how = "frames in device memory" if on_device else "host pictures uploaded once (preprocess='gpu')"
         return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
     if preprocess == "gpu":
         raise InputError(f"preprocess='gpu' cannot run here: {reason}; use preprocess='auto' or 'cpu'")
-    from trtkit.pipeline.device_frames import FrameDownload
-
-    logger.info("device frames are copied to the host for preprocessing: %s", reason)
-    return host_pre, FrameDownload(runner.cuda), {"on": "cpu", "reason": f"frames copied to the host: {reason}"}
+    return on_cpu(reason)
 
 
 def _gpu_preprocess(

@@ -102,9 +102,14 @@ def frame_of(name: str, image):
     Raises:
         InputError: ``image`` is not on the device, not C-contiguous, or not an HxWx3 uint8 picture.
     """
+    return _rgb_input(name, image, device_view(name, image))
+
+
+def _rgb_input(name: str, image, view):
+    """``frame_of`` for the view :func:`device_view` gave of ``image`` (asked once per frame)."""
     from trtkit.runtime.buffers import device_input
 
-    dev = device_input(name, device_view(name, image))
+    dev = device_input(name, view)
     if dev is None:
         raise InputError(f"{name} is a {type(image).__name__}, not a device array (__cuda_array_interface__)")
     if len(dev.shape) != 3 or dev.shape[2] != 3 or dev.dtype != np.uint8 or min(dev.shape) < 1:
@@ -129,12 +134,12 @@ def pitched_frame(name: str, image) -> tuple:
     if isinstance(iface, dict):
         iface = _rows_as_pixels(iface, getattr(image, "shape", None))
     if not isinstance(iface, dict) or iface.get("strides") is None:
-        dev = frame_of(name, image)
+        dev = _rgb_input(name, image, view)
         return dev, dev.shape[1] * 3
     strides = iface["strides"]
     shape = tuple(int(d) for d in iface.get("shape", ()))
     if len(shape) != 3 or shape[2] != 3 or iface.get("typestr") != "|u1":
-        frame_of(name, image)  # raises, naming what it is
+        _rgb_input(name, image, view)  # raises, naming what it is
     pitch, pixel, channel = (int(v) for v in strides)
     if (pixel, channel) != (3, 1) or pitch < shape[1] * 3:
         raise InputError(
