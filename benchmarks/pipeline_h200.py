@@ -626,7 +626,7 @@ def nvdec_capacity_part(video: Path, work: Path) -> dict:
     much of it each decoder's session took)."""
     import threading
 
-    from trtkit.pipeline.video import host_array, nvdec_module
+    from trtkit.pipeline.video import host_array, nvdec_module, session_init_ms
 
     nvc = nvdec_module()
     clip = repeat_video(video, work / "nvdec_long.mp4", NVDEC_COPIES)
@@ -645,7 +645,8 @@ def nvdec_capacity_part(video: Path, work: Path) -> dict:
             for frame in batch:
                 np.ascontiguousarray(host_array(frame))
             got += len(batch)
-        out["frames"], out["init_ms"] = got, _init_ms(decoder)
+        init = session_init_ms(decoder)
+        out["frames"], out["init_ms"] = got, None if init is None else round(init, 1)
 
     result: dict = {"clip_frames": total, "copies": NVDEC_COPIES, "pyav_decode_fps": pyav_fps, "decoders": {}}
     for n in NVDEC_DECODERS:
@@ -665,13 +666,6 @@ def nvdec_capacity_part(video: Path, work: Path) -> dict:
                                       "speedup": round(fps / pyav_fps, 3) if pyav_fps else None,
                                       "session_init_ms": [share.get("init_ms") for share in shares]}
     return result
-
-
-def _init_ms(decoder):
-    try:
-        return round(float(decoder.get_session_init_time()), 1)
-    except Exception:  # noqa: BLE001 - an optional figure
-        return None
 
 
 def _steady(count: int, seconds: float, init_ms, pyav_fps) -> dict:

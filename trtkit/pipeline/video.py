@@ -216,13 +216,8 @@ class NvdecReader:
                     yield host_array(frame)
 
     def session_init_ms(self) -> float | None:
-        """How long the decoder's session took to start (PyNvVideoCodec's own count, in ms; None where this
-        PyNvVideoCodec does not say): a fixed cost that a short video's frames/s include."""
-        get = getattr(self._decoder, "get_session_init_time", None)
-        try:
-            return float(get()) if get is not None else None
-        except Exception:  # noqa: BLE001 - an optional figure: any failure means "not known"
-            return None
+        """How long the decoder's session took to start (see :func:`session_init_ms`)."""
+        return session_init_ms(self._decoder)
 
     def _own(self, batch: list) -> list:
         if self._owned is None:
@@ -239,6 +234,16 @@ class NvdecReader:
         if self._owned is not None:
             self._owned.close()
             self._owned = None
+
+
+def session_init_ms(decoder) -> float | None:
+    """A PyNvVideoCodec decoder's session start-up (its own count, in ms; None where this PyNvVideoCodec does not
+    say): a fixed cost that a short video's frames/s include."""
+    get = getattr(decoder, "get_session_init_time", None)
+    try:
+        return float(get()) if get is not None else None
+    except Exception:  # noqa: BLE001 - an optional figure: any failure means "not known"
+        return None
 
 
 def host_array(frame) -> np.ndarray:
