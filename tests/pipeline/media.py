@@ -78,20 +78,26 @@ class FakeNvc:
     With ``cuda`` (a :class:`~trtkit.testing.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are
     ``DecodedFrame`` s as PyNvVideoCodec gives them: no ``__cuda_array_interface__`` of their own, one plane from
     ``cuda()`` (``(H, W, 3)``, or ``(H, 3 W)`` bytes with ``flat_planes``), in ``n`` output surfaces the decoder
-    overwrites on every call, as a hardware decoder may reuse its own.
+    overwrites on every call, as a hardware decoder may reuse its own. The pixels are written asynchronously, as
+    NVDEC's conversion kernels write them: on the ``cuda_stream`` the decoder was given, else on a stream of the
+    decoder's own that nothing outside it waits for (what PyNvVideoCodec 2.2 does with ``cuda_stream=0``; the H200
+    run of the fifth session read such frames before they were written). ``refuse_stream`` makes the decoder refuse a
+    ``cuda_stream``, as one that does not take the caller's stream would.
     """
 
     class OutputColorType:
         RGB = "RGB"
 
-    def __init__(self, frames, fail=None, cuda=None, init_ms=None, flat_planes=False):
+    def __init__(self, frames, fail=None, cuda=None, init_ms=None, flat_planes=False, refuse_stream=False):
         self._frames, self._fail, self._cuda, self._init_ms = frames, fail, cuda, init_ms
-        self._flat = flat_planes
+        self._flat, self._refuse_stream = flat_planes, refuse_stream
         self.decoders: list = []
 
     def SimpleDecoder(self, path, **kwargs):  # noqa: N802 - the library's name
         if self._fail:
             raise RuntimeError(self._fail)
+        if self._refuse_stream and kwargs.get("cuda_stream"):
+            raise RuntimeError("cudastream input argument does not correspond to cudacontext argument")
         nvc = self
 
         class Decoder:
@@ -99,6 +105,9 @@ class FakeNvc:
                 self.left = list(nvc._frames)
                 self.kwargs = kwargs
                 self.surfaces: list = []
+                self.stream = kwargs.get("cuda_stream") or None
+                if self.stream is None and nvc._cuda is not None and kwargs.get("use_device_memory"):
+                    self.stream = int(nvc._cuda.cudaStreamCreateWithFlags(1)[1])  # the decoder's own
 
             def get_stream_metadata(self):
                 return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
@@ -121,7 +130,7 @@ class FakeNvc:
                 while len(self.surfaces) < len(batch):
                     self.surfaces.append(nvc._cuda.device_array(batch[0].shape, np.uint8))
                 for surface, picture in zip(self.surfaces, batch):
-                    surface.host_view()[...] = picture
+                    nvc._cuda.enqueue(self.stream, lambda s=surface, p=picture: s.host_view().__setitem__(..., p))
                 return [DecodedFrame(s, nvc._flat) for s in self.surfaces[: len(batch)]]
 
         decoder = Decoder()

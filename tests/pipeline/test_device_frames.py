@@ -63,6 +63,8 @@ def test_device_frames_are_letterboxed_on_the_gpu_with_the_cpu_letterboxs_output
     source.close()
     assert report.frames_in == report.frames_out == FRAMES and [f.index for f in seen] == list(range(FRAMES))
     assert report.source["preprocess"]["on"] == "gpu" and report.source["decoder"] == "nvdec"
+    # the fake decoder writes its frames asynchronously on the stream it is given: the copies follow them there
+    assert report.source["frames_ready_by"] == "stream"
     reference = _host_reference(engine_file, pictures, backends)
     for got, want, picture in zip(seen, reference, pictures):
         np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
@@ -76,6 +78,25 @@ def test_device_frames_are_letterboxed_on_the_gpu_with_the_cpu_letterboxs_output
     surfaces = len(_decoder_surfaces())
     assert after["device"] - surfaces == before["device"] and after["host"] == before["host"]
     assert after["streams"] == before["streams"] and after["events"] == before["events"]
+
+
+def test_frames_of_a_decoder_that_refuses_trtkits_stream_are_whole_after_a_wait_for_the_gpu(
+    engine_file, gpu, tmp_path, monkeypatch
+):
+    # such a decoder writes its frames on a stream of its own, which no copy can be ordered after
+    fake, backends = gpu
+    pictures = [frame_picture(i) for i in range(FRAMES)]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(pictures, cuda=fake, refuse_stream=True))
+    source = VideoSource(
+        make_video(tmp_path / "in.mp4", frames=2), decoder="nvdec", device_memory=True, cuda=backends["cuda"]
+    )
+    report, seen = _run(engine_file, source, backends)
+    source.close()
+    assert report.source["frames_ready_by"] == "device"
+    assert [bool(np.array_equal(f.image, p)) for f, p in zip(seen, pictures)] == [True] * FRAMES
+    reference = _host_reference(engine_file, pictures, backends)
+    for got, want in zip(seen, reference):
+        np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
 
 
 def _decoder_surfaces():

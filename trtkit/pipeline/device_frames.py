@@ -220,6 +220,10 @@ class DeviceFrames(_Streamed):
     in a queue (a decoder may reuse its own output surfaces once asked for the next frames); frames with padded
     rows are packed in the copy.
 
+    The frames must be ready in the order of :attr:`stream` (a decoder working on it, or a frame whose
+    ``__cuda_array_interface__`` names the stream it was written on); with ``wait_for_device`` every batch waits for
+    all work on the GPU first, for frames written on a stream nothing names.
+
     Args:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (the runtime's context on the decoding GPU).
     """
@@ -227,6 +231,7 @@ class DeviceFrames(_Streamed):
     def __init__(self, cuda):
         super().__init__(cuda)
         self._pools: dict = {}  # frame bytes -> SlotPool
+        self.wait_for_device = False
 
     def own(self, frames: list) -> list:
         """Device copies (:class:`~trtkit.runtime.buffers.DeviceArray` s, ready when returned) of ``frames``.
@@ -237,6 +242,8 @@ class DeviceFrames(_Streamed):
         from trtkit.runtime.buffers import DeviceArray, DeviceBuffer
 
         owned = []
+        if frames and self.wait_for_device:
+            self.cuda.device_synchronize()
         for frame in frames:
             dev, pitch = pitched_frame("A decoded frame", frame)
             height, row = dev.shape[0], dev.shape[1] * 3

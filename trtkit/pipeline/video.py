@@ -168,7 +168,9 @@ class NvdecReader:
         path: the video file (a seekable container: MP4, MKV, AVI, MOV).
         device_memory: keep frames on the GPU instead of numpy arrays: each one is copied, on the device, into memory
             trtkit owns (:class:`~trtkit.pipeline.device_frames.DeviceFrames`), so it stays what it was while it
-            waits in the pipeline's queues whatever the decoder does with its own surfaces.
+            waits in the pipeline's queues whatever the decoder does with its own surfaces. The decoder works on
+            the copies' stream, so each copy follows the conversion that wrote its frame; where a decoder does not
+            take that stream, each batch's copies wait for the whole GPU (``info()["frames_ready_by"]`` says which).
         gpu_id: the GPU that decodes.
         cuda: the :class:`~trtkit.runtime.cuda.Cuda` of those copies (default: the CUDA runtime's).
     """
@@ -179,19 +181,43 @@ class NvdecReader:
         nvc = nvdec_module()
         self.path = Path(path)
         self.device_memory = device_memory
-        self._cuda = cuda
-        self._owned: Any = None  # DeviceFrames, made with the first batch
+        self._owned: Any = None  # DeviceFrames: the device copies, and the stream the decoder works on
+        self.frames_ready_by: str | None = None  # device memory: "stream" (the copies' own) or "device" (a full wait)
+        options = dict(gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB)
         try:
-            self._decoder = nvc.SimpleDecoder(
-                str(path), gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB
-            )
+            if device_memory:
+                from trtkit.pipeline.device_frames import DeviceFrames
+                from trtkit.runtime.cuda import Cuda
+
+                self._owned = DeviceFrames(cuda if cuda is not None else Cuda())
+            self._decoder = self._open(nvc, options)
             meta = self._decoder.get_stream_metadata()
         except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
+            self.close()
+            if isinstance(exc, TrtkitError):
+                raise
             raise DependencyError(f"NVDEC could not open '{path}': {exc}") from exc
         self.skipped: list = []
         self.width, self.height = int(getattr(meta, "width", 0)), int(getattr(meta, "height", 0))
         self.fps = Fraction(float(getattr(meta, "average_fps", 0) or 30)).limit_denominator(1001)
         self.frames = int(getattr(meta, "num_frames", 0) or 0)
+
+    def _open(self, nvc, options: dict):
+        """The decoder; with device memory, working on the copies' stream where it takes it. PyNvVideoCodec converts
+        each frame to RGB in a kernel on the decoder's stream; on a stream of the decoder's own, nothing orders a
+        copy after that kernel, and the copy can read the surface before it is written."""
+        if self._owned is None:
+            return nvc.SimpleDecoder(str(self.path), **options)
+        try:
+            decoder = nvc.SimpleDecoder(str(self.path), cuda_stream=int(self._owned.stream), **options)
+            self.frames_ready_by = "stream"
+            return decoder
+        except Exception:  # noqa: BLE001 - one that does not take this stream: each batch waits for the GPU instead
+            logger.debug("NVDEC did not take trtkit's stream; each batch waits for the whole GPU", exc_info=True)
+        decoder = nvc.SimpleDecoder(str(self.path), **options)
+        self._owned.wait_for_device = True
+        self.frames_ready_by = "device"
+        return decoder
 
     def info(self) -> dict:
         return {
@@ -202,6 +228,7 @@ class NvdecReader:
             "fps": float(self.fps),
             "frames": self.frames,
             "device_memory": self.device_memory,
+            "frames_ready_by": self.frames_ready_by,
         }
 
     def __iter__(self):
@@ -221,14 +248,11 @@ class NvdecReader:
 
     def _own(self, batch: list) -> list:
         if self._owned is None:
-            from trtkit.pipeline.device_frames import DeviceFrames
-            from trtkit.runtime.cuda import Cuda
-
-            self._owned = DeviceFrames(self._cuda if self._cuda is not None else Cuda())
+            raise InputError(f"The NVDEC reader of '{self.path}' was closed")
         return self._owned.own(batch)
 
     def close(self) -> None:
-        stop = getattr(self._decoder, "stop", None)
+        stop = getattr(getattr(self, "_decoder", None), "stop", None)
         if stop is not None:
             stop()
         if self._owned is not None:

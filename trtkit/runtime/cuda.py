@@ -136,6 +136,10 @@ class Cuda:
     def stream_destroy(self, stream: int) -> None:
         check(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")
 
+    def device_synchronize(self) -> None:
+        """Wait for all work queued on the current GPU, on every stream (also those of other libraries)."""
+        check(self.rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
     def stream_synchronize(self, stream: int) -> None:
         check(self.rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
 

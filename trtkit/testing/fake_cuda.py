@@ -393,6 +393,9 @@ class FakeCudart:
         _STREAM_OWNERS.pop(handle, None)
         return (OK,)
 
+    def cudaDeviceSynchronize(self):
+        return self._call("cudaDeviceSynchronize", lambda: (self.run_pending(), (OK,))[1])
+
     def cudaStreamSynchronize(self, stream):
         return self._call("cudaStreamSynchronize", self._sync_stream, stream)
 
