@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline backend overhead serve (default: env tests demo).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet backend overhead serve (default: env tests demo).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -56,6 +56,18 @@ for step in ${*:-env tests demo}; do
     pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" ${PIPELINE_ARGS:-} \
                 > "$W/pipeline.log" 2>&1;
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
+    realdet) # the detection sample's detector on its generated video through the pipeline sample (NVDEC where it
+             # loads: frames on the GPU), then `trtkit run` with each decoder; the two runs' detections compared
+             D=$W/realdet; mkdir -p "$D"; cp "$TRTKIT_GPU_CACHE/detector-timing.cache" "$D/timing.cache" 2>/dev/null
+             timeout ${REALDET_TIMEOUT:-240} python3 samples/pipeline/run.py --workdir "$D" --frames 300 --tactic-sources $TACTICS \
+               > "$D/sample.log" 2>&1; echo "sample rc=$?"; tail -8 "$D/sample.log"
+             for dec in nvdec pyav; do
+               timeout 90 trtkit run "$D/model.engine" --video "$D/shapes.mp4" --out "$D/out-$dec.mp4" --results "$D/res-$dec.jsonl" \
+                 --post detection --decoder $dec --no-live --json "$D/run-$dec.json" > "$D/run-$dec.log" 2>&1; echo "run $dec rc=$?"; tail -5 "$D/run-$dec.log"
+             done
+             python3 scripts/compare_runs.py "$D/res-nvdec.jsonl" "$D/res-pyav.jsonl" | tee "$D/compare.json"
+             cp "$D/timing.cache" "$TRTKIT_GPU_CACHE/detector-timing.cache" 2>/dev/null
+             rm -f "$D"/*.mp4 "$D/model.engine" "$D/timing.cache" ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
                --doc "$W/onnx-support.md" ${BACKEND_ARGS:-} > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
