@@ -56,6 +56,8 @@ for step in ${*:-env tests demo}; do
     pipeline) timeout ${PIPELINE_TIMEOUT:-400} python3 benchmarks/pipeline_h200.py --out "$W/pipeline" ${PIPELINE_ARGS:-} \
                 > "$W/pipeline.log" 2>&1;
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
+    probe) timeout ${PROBE_TIMEOUT:-120} python3 scripts/nvdec_probe.py ${PROBE_ARGS:-} > "$W/nvdec-probe.json" 2> "$W/nvdec-probe.log";
+           echo "probe rc=$?"; cat "$W/nvdec-probe.json"; grep -v "INVALID INDEX" "$W/nvdec-probe.log" | tail -20 ;;
     realdet) # the detection sample's detector on its generated video through the pipeline sample (NVDEC where it
              # loads: frames on the GPU), then `trtkit run` with each decoder; the two runs' detections compared
              D=$W/realdet; mkdir -p "$D"; cp "$TRTKIT_GPU_CACHE/detector-timing.cache" "$D/timing.cache" 2>/dev/null
