@@ -109,17 +109,17 @@ def test_detection_runs_only_when_its_measured_estimate_fits_the_budget(tmp_path
         script.DETECTOR_BUILD_FALLBACK_S, "fallback (no measured build time found)")
 
 
-def test_the_nvdec_host_memory_measurement_decodes_every_frame(tmp_path, monkeypatch):
+def test_the_nvdec_host_memory_measurement_decodes_every_frame(tmp_path, monkeypatch, fake_gpu):
     from tests.pipeline.media import FakeNvc, frame_picture, make_video
     from tests.scripts import script_module
 
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)]))
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)], cuda=fake_gpu[1]))
     video = make_video(tmp_path / "in.mp4", frames=3)
     with script_module("benchmarks", "pipeline_h200") as bench:
         got = bench.nvdec_host_part(video, pyav_fps=100.0)
         assert got["session_init_ms"] is None and got["decode_fps_steady"] is None  # the decoder does not say
         monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(40)],
-                                                                   init_ms=0.0))
+                                                                   init_ms=0.0, cuda=fake_gpu[1]))
         again = bench.nvdec_host_part(video, pyav_fps=100.0)
         assert bench._steady(40, 0.5, 100.0, 100.0) == {"session_init_ms": 100.0, "decode_fps_steady": 100.0,
                                                         "speedup_steady": 1.0}

@@ -70,19 +70,33 @@ def test_nvdec_asked_for_where_it_does_not_load_is_an_error_and_auto_falls_back(
         open_video(path, "gpu")
 
 
-def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch):
+def test_nvdec_frames_come_in_order_as_host_arrays(tmp_path, monkeypatch, fake_gpu):
+    # decoded into device memory and copied down by trtkit (PyNvVideoCodec's own host frames were not reliable)
     frames = [frame_picture(i) for i in range(20)]
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(frames))
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(frames, cuda=fake_gpu[1]))
     reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=3), "auto")
     assert choice.name == "nvdec" and reader.fps == 25
     got = list(reader)
     assert len(got) == 20 and all(np.array_equal(a, b) for a, b in zip(got, frames))
 
 
-def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([], fail="cuvidCreateDecoder failed"))
+def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, monkeypatch, fake_gpu):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([], fail="cuvidCreateDecoder failed", cuda=fake_gpu[1]))
     reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=2), "auto")
     assert choice.name == "pyav" and "cuvidCreateDecoder failed" in choice.reason
+    reader.close()
+
+
+def test_nvdec_without_a_usable_cuda_falls_back_naming_the_driver(tmp_path, monkeypatch):
+    # PyNvVideoCodec imports, but this machine has no GPU driver: the CUDA runtime's error is the reason
+    from trtkit.runtime import cuda as runtime_cuda
+    from trtkit.testing.fake_cuda import FakeCudart
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(0)]))
+    monkeypatch.setattr(runtime_cuda, "cudart", lambda: FakeCudart(no_device=True))
+    reader, choice = open_video(make_video(tmp_path / "in.mp4", frames=2), "auto")
+    assert choice.name == "pyav" and "cudaErrorInsufficientDriver" in choice.reason, choice.reason
+    assert len(list(reader)) == 2
     reader.close()
 
 

@@ -231,6 +231,7 @@ class DeviceFrames(_Streamed):
     def __init__(self, cuda):
         super().__init__(cuda)
         self._pools: dict = {}  # frame bytes -> SlotPool
+        self._pictures: PinnedPictures | None = None  # made by the first download
         self.wait_for_device = False
 
     def own(self, frames: list) -> list:
@@ -262,10 +263,26 @@ class DeviceFrames(_Streamed):
             self.cuda.stream_synchronize(self.stream)
         return owned
 
+    def download(self, owned: list) -> list:
+        """Host copies (HxWx3 uint8 numpy arrays, page-locked while :class:`PinnedPictures` allows, ready when
+        returned) of frames :meth:`own` made."""
+        if self._pictures is None:
+            self._pictures = PinnedPictures(self.cuda)
+        pictures = []
+        for frame in owned:
+            picture = self._pictures.take(*frame.shape[:2])
+            self.cuda.memcpy_dtoh_async(picture.ctypes.data, frame.ptr, picture.nbytes, self.stream)
+            pictures.append(picture)
+        if pictures:
+            self.cuda.stream_synchronize(self.stream)
+        return pictures
+
     def close(self) -> None:
         super().close()
         for pool in self._pools.values():
             pool.close()
+        if self._pictures is not None:
+            self._pictures.close()
 
 
 class _Lane(_Streamed):

@@ -164,13 +164,16 @@ def nvdec_module():
 class NvdecReader:
     """Frames decoded on the GPU by NVDEC (PyNvVideoCodec's ``SimpleDecoder``), converted to interleaved RGB.
 
+    The decoder always decodes into device memory, on the stream of a
+    :class:`~trtkit.pipeline.device_frames.DeviceFrames`, which copies every frame at once into memory trtkit owns
+    (the decoder reuses its own surfaces; and PyNvVideoCodec 2.2's host-memory frames, the H200 showed, hold other
+    frames' pixels by the time they are read). Where a decoder does not take that stream, each batch's copies wait
+    for the whole GPU (``info()["frames_ready_by"]`` says which).
+
     Args:
         path: the video file (a seekable container: MP4, MKV, AVI, MOV).
-        device_memory: keep frames on the GPU instead of numpy arrays: each one is copied, on the device, into memory
-            trtkit owns (:class:`~trtkit.pipeline.device_frames.DeviceFrames`), so it stays what it was while it
-            waits in the pipeline's queues whatever the decoder does with its own surfaces. The decoder works on
-            the copies' stream, so each copy follows the conversion that wrote its frame; where a decoder does not
-            take that stream, each batch's copies wait for the whole GPU (``info()["frames_ready_by"]`` says which).
+        device_memory: yield the device copies (``__cuda_array_interface__``) for a preprocessing on the GPU; else
+            numpy arrays, copied down from them.
         gpu_id: the GPU that decodes.
         cuda: the :class:`~trtkit.runtime.cuda.Cuda` of those copies (default: the CUDA runtime's).
     """
@@ -182,20 +185,17 @@ class NvdecReader:
         self.path = Path(path)
         self.device_memory = device_memory
         self._owned: Any = None  # DeviceFrames: the device copies, and the stream the decoder works on
-        self.frames_ready_by: str | None = None  # device memory: "stream" (the copies' own) or "device" (a full wait)
-        options = dict(gpu_id=gpu_id, use_device_memory=device_memory, output_color_type=nvc.OutputColorType.RGB)
+        self.frames_ready_by: str | None = None  # "stream" (the copies' own) or "device" (a wait for the whole GPU)
+        options = dict(gpu_id=gpu_id, use_device_memory=True, output_color_type=nvc.OutputColorType.RGB)
         try:
-            if device_memory:
-                from trtkit.pipeline.device_frames import DeviceFrames
-                from trtkit.runtime.cuda import Cuda
+            from trtkit.pipeline.device_frames import DeviceFrames
+            from trtkit.runtime.cuda import Cuda
 
-                self._owned = DeviceFrames(cuda if cuda is not None else Cuda())
+            self._owned = DeviceFrames(cuda if cuda is not None else Cuda())
             self._decoder = self._open(nvc, options)
             meta = self._decoder.get_stream_metadata()
         except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions for every failure
             self.close()
-            if isinstance(exc, TrtkitError):
-                raise
             raise DependencyError(f"NVDEC could not open '{path}': {exc}") from exc
         self.skipped: list = []
         self.width, self.height = int(getattr(meta, "width", 0)), int(getattr(meta, "height", 0))
@@ -203,11 +203,9 @@ class NvdecReader:
         self.frames = int(getattr(meta, "num_frames", 0) or 0)
 
     def _open(self, nvc, options: dict):
-        """The decoder; with device memory, working on the copies' stream where it takes it. PyNvVideoCodec converts
-        each frame to RGB in a kernel on the decoder's stream; on a stream of the decoder's own, nothing orders a
-        copy after that kernel, and the copy can read the surface before it is written."""
-        if self._owned is None:
-            return nvc.SimpleDecoder(str(self.path), **options)
+        """The decoder, working on the copies' stream where it takes it. PyNvVideoCodec converts each frame to RGB
+        in a kernel on the decoder's stream; on a stream of the decoder's own, nothing orders a copy after that
+        kernel."""
         try:
             decoder = nvc.SimpleDecoder(str(self.path), cuda_stream=int(self._owned.stream), **options)
             self.frames_ready_by = "stream"
@@ -236,11 +234,8 @@ class NvdecReader:
             batch = self._decoder.get_batch_frames(NVDEC_BATCH)
             if not batch:
                 return
-            if self.device_memory:
-                yield from self._own(batch)
-            else:
-                for frame in batch:
-                    yield host_array(frame)
+            owned = self._own(batch)
+            yield from (owned if self.device_memory else self._owned.download(owned))
 
     def session_init_ms(self) -> float | None:
         """How long the decoder's session took to start (see :func:`session_init_ms`)."""
