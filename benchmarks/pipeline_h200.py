@@ -26,7 +26,9 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
-   idle time between batches (CUDA events around every batch).
+   idle time between batches (CUDA events around every batch). ``nvdec.capacity``: 1, 2 and 4 raw decoders in
+   threads over a clip of the video four times; ``nvdec.split``: trtkit's readers on that clip (one NvdecReader,
+   SplitNvdecReader with 2 and 4 decoders, frames in device memory and in order), against PyAV on the same clip.
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
    before/after it. Target: 0 bytes of growth; frames in = frames out.
 8. If time is left: the detection sample's detector (FP16, 320x320) on the 1080p video with the detection
@@ -648,7 +650,8 @@ def nvdec_capacity_part(video: Path, work: Path) -> dict:
         init = session_init_ms(decoder)
         out["frames"], out["init_ms"] = got, None if init is None else round(init, 1)
 
-    result: dict = {"clip_frames": total, "copies": NVDEC_COPIES, "pyav_decode_fps": pyav_fps, "decoders": {}}
+    result: dict = {"clip": str(clip), "clip_frames": total, "copies": NVDEC_COPIES, "pyav_decode_fps": pyav_fps,
+                    "decoders": {}}
     for n in NVDEC_DECODERS:
         bounds = [total * k // n for k in range(n + 1)]
         shares: list = [{} for _ in range(n)]
@@ -665,6 +668,33 @@ def nvdec_capacity_part(video: Path, work: Path) -> dict:
         result["decoders"][str(n)] = {"fps": fps, "frames": frames, "all_frames": frames == total,
                                       "speedup": round(fps / pyav_fps, 3) if pyav_fps else None,
                                       "session_init_ms": [share.get("init_ms") for share in shares]}
+    return result
+
+
+NVDEC_SPLIT_DECODERS = (1, 2, 4)
+
+
+def nvdec_split_part(clip: Path, pyav_fps) -> dict:
+    """trtkit's readers over the capacity run's clip, frames kept in device memory and in order: one
+    NvdecReader, then SplitNvdecReader with 2 and 4 decoders (chunks of whole GOPs, 256 frames ahead each)."""
+    from trtkit.pipeline.nvdec_split import SplitNvdecReader
+    from trtkit.pipeline.video import NvdecReader
+
+    result: dict = {"pyav_decode_fps": pyav_fps, "decoders": {}}
+    for n in NVDEC_SPLIT_DECODERS:
+        reader = (NvdecReader(clip, device_memory=True) if n == 1
+                  else SplitNvdecReader(clip, decoders=n, device_memory=True))
+        count = 0
+        t0 = time.perf_counter()
+        for _ in reader:
+            count += 1
+        seconds = time.perf_counter() - t0
+        info = reader.info()
+        reader.close()
+        fps = fps_of(count, seconds)
+        result["decoders"][str(n)] = {"fps": fps, "frames": count, "chunks": info.get("chunks", 1),
+                                      "decoders_used": info.get("decoders", 1),
+                                      "speedup": round(fps / pyav_fps, 3) if pyav_fps else None}
     return result
 
 
@@ -811,8 +841,18 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             run.store("nvdec", nvdec)
         capacity = run.guard("nvdec_capacity", lambda: nvdec_capacity_part(video, work))
         if capacity:
-            nvdec["capacity"] = capacity  # evidence for a reader that splits long files; not in the targets
+            nvdec["capacity"] = capacity  # raw decoders in threads, host memory: what the split reader can reach
             run.store("nvdec", nvdec)
+            split = run.guard("nvdec_split", lambda: nvdec_split_part(Path(capacity["clip"]),
+                                                                      capacity["pyav_decode_fps"]))
+            if split:
+                nvdec["split"] = split
+                best = max(split["decoders"].items(), key=lambda kv: kv[1]["fps"])
+                if (best[1]["speedup"] or 0) > (nvdec.get("speedup_best") or nvdec.get("speedup") or 0):
+                    nvdec["speedup_best"] = best[1]["speedup"]
+                    nvdec["speedup_best_by"] = (f"split: {best[0]} decoder(s) in device memory on the capacity clip, "
+                                                "against PyAV on that clip")
+                run.store("nvdec", nvdec)
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
         if with_nvdec:

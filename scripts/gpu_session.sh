@@ -58,14 +58,17 @@ for step in ${*:-env tests demo}; do
               echo "pipeline rc=$?"; tail -30 "$W/pipeline.log" ;;
     probe) timeout ${PROBE_TIMEOUT:-120} python3 scripts/nvdec_probe.py ${PROBE_ARGS:-} > "$W/nvdec-probe.json" 2> "$W/nvdec-probe.log";
            echo "probe rc=$?"; cat "$W/nvdec-probe.json"; grep -v "INVALID INDEX" "$W/nvdec-probe.log" | tail -20 ;;
-    realdet) # the detection sample's detector on its generated video through the pipeline sample (NVDEC where it
-             # loads: frames on the GPU), then `trtkit run` with each decoder; the two runs' detections compared
+    realdet) # the detection sample's detector (FP16, opt level 1, batch 1-16) on the pipeline sample's video of
+             # shapes (H.264, 1280x720), through `trtkit run --post detection` with each decoder; detections compared
              D=$W/realdet; mkdir -p "$D"; cp "$TRTKIT_GPU_CACHE/detector-timing.cache" "$D/timing.cache" 2>/dev/null
-             timeout ${REALDET_TIMEOUT:-240} python3 samples/pipeline/run.py --workdir "$D" --frames 300 --tactic-sources $TACTICS \
-               > "$D/sample.log" 2>&1; echo "sample rc=$?"; tail -8 "$D/sample.log"
+             S=3x320x320; timeout ${REALDET_BUILD_TIMEOUT:-200} trtkit build samples/detection/model/detector.onnx --fp16 --opt-level 1 \
+               --shapes images:1x$S,8x$S,16x$S --timing-cache "$D/timing.cache" --tactic-sources $TACTICS -o "$D/model.engine" \
+               > "$D/build.log" 2>&1; echo "build rc=$?"; tail -3 "$D/build.log"
+             python3 -c "import sys; sys.path.insert(0, 'samples/pipeline'); from pathlib import Path; import run; \
+               run.shapes_video(Path('$D/shapes.mp4'), ${REALDET_FRAMES:-600}, size=(1280, 720), codec='libx264')"
              for dec in nvdec pyav; do
                timeout 90 trtkit run "$D/model.engine" --video "$D/shapes.mp4" --out "$D/out-$dec.mp4" --results "$D/res-$dec.jsonl" \
-                 --post detection --decoder $dec --no-live --json "$D/run-$dec.json" > "$D/run-$dec.log" 2>&1; echo "run $dec rc=$?"; tail -5 "$D/run-$dec.log"
+                 --post detection --decoder $dec --no-live --json "$D/run-$dec.json" > "$D/run-$dec.log" 2>&1; echo "run $dec rc=$?"; tail -6 "$D/run-$dec.log"
              done
              python3 scripts/compare_runs.py "$D/res-nvdec.jsonl" "$D/res-pyav.jsonl" | tee "$D/compare.json"
              cp "$D/timing.cache" "$TRTKIT_GPU_CACHE/detector-timing.cache" 2>/dev/null

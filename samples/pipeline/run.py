@@ -61,7 +61,7 @@ def build(args, work: Path) -> Path:
     return work / "model.engine"
 
 
-def shapes_video(path: Path, frames: int, size=(640, 360)) -> Path:
+def shapes_video(path: Path, frames: int, size=(640, 360), codec: str = "mpeg4") -> Path:
     """A video of a few filled shapes (the detector's classes) gliding over a gray background."""
     import av
     import numpy as np
@@ -69,7 +69,7 @@ def shapes_video(path: Path, frames: int, size=(640, 360)) -> Path:
 
     width, height = size
     with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=30)
+        stream = container.add_stream(codec, rate=30)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
             image = Image.new("RGB", size, (96, 96, 96))

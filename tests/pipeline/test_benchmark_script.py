@@ -163,3 +163,19 @@ def test_the_nvdec_capacity_run_counts_every_frame_of_a_repeated_clip(tmp_path, 
     for n, run in got["decoders"].items():
         assert run["frames"] == 37 and run["all_frames"] and run["session_init_ms"] == [1.0] * int(n)
 
+
+
+def test_the_nvdec_split_run_reads_the_clip_with_each_reader(fake_gpu, tmp_path, monkeypatch):
+    from tests.pipeline.media import FakeNvc, frame_picture
+    from tests.pipeline.test_nvdec_split import gop_video
+    from tests.scripts import script_module
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(35)],
+                                                               cuda=fake_gpu[1]))
+    monkeypatch.setattr("trtkit.pipeline.nvdec_split.CHUNK_FRAMES", 10)
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        got = bench.nvdec_split_part(gop_video(tmp_path / "clip.mp4"), pyav_fps=100.0)
+    assert set(got["decoders"]) == {"1", "2", "4"}
+    for n, run in got["decoders"].items():
+        assert run["frames"] == 35 and run["decoders_used"] == int(n) and run["speedup"] == round(run["fps"] / 100, 3)
+    assert got["decoders"]["4"]["chunks"] == 4

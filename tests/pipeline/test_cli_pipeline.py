@@ -63,6 +63,24 @@ def test_nvdec_frames_are_preprocessed_on_the_gpu_unless_asked_otherwise(fake_gp
     assert "12 frames in, 12 out" in stdout and len(decode_all(out)) == 12
 
 
+def test_a_video_split_over_two_nvdec_decoders_keeps_its_frames_in_order(fake_gpu, engine_file, tmp_path, capsys,
+                                                                           monkeypatch):
+    from tests.pipeline.test_nvdec_split import gop_video
+
+    pictures = [frame_picture(i) for i in range(35)]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc(pictures, cuda=fake_gpu[1]))
+    monkeypatch.setattr("trtkit.pipeline.nvdec_split.CHUNK_FRAMES", 10)
+    results, report = tmp_path / "r.jsonl", tmp_path / "report.json"
+    code, stdout, err = run_cli(["run", str(engine_file), "--video", str(gop_video(tmp_path / "in.mp4")),
+                                 "--results", str(results), "--nvdec-decoders", "2", "--json", str(report)], capsys)
+    assert code == 0, err
+    assert "35 frames in, 35 out" in stdout
+    source = json.loads(report.read_text())["source"]
+    assert source["decoders"] == 2 and source["chunks"] == 4
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(35))
+
+
 def test_a_folder_letterboxed_on_the_gpu_and_a_gpu_request_it_cannot_meet(fake_gpu, engine_file, tmp_path, capsys):
     folder = tmp_path / "imgs"
     make_image_folder(folder, count=7)
@@ -114,6 +132,9 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
     (["--video", "{video}", "--batch", "0"], "--batch must be at least 1, not 0"),
     (["--video", "{video}", "--decoder", "nvdec"], "PyNvVideoCodec"),
     (["--video", "{video}", "--conf", "1.5"], "--conf must be between 0 and 1, not 1.5"),
+    (["--video", "{video}", "--nvdec-decoders", "0"], "--nvdec-decoders must be at least 1, not 0"),
+    (["--video", "{video}", "--nvdec-decoders", "2", "--decoder", "pyav"], "--nvdec-decoders splits a video"),
+    (["--images", "{tmp}", "--nvdec-decoders", "2"], "--nvdec-decoders splits a video"),
     (["--images", "{tmp}", "--encoder-option", "g=1"], "--encoder-option sets the output video's encoder"),
     (["--video", "{video}", "--out", "{tmp}/o.mp4", "--encoder-option", "veryfast"],
      "--encoder-option 'veryfast': give KEY=VALUE, e.g. preset=veryfast"),

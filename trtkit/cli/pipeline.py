@@ -55,6 +55,14 @@ def add_pipeline_arguments(parser) -> None:
         help="video decoder: nvdec (GPU, PyNvVideoCodec), pyav (CPU), auto: nvdec where it loads",
     )
     g.add_argument(
+        "--nvdec-decoders",
+        type=int,
+        default=1,
+        metavar="N",
+        help="NVDEC decoders at once, each on chunks of whole GOPs of the video, frames still in order (a GPU has "
+        "several NVDEC engines; each decoder may hold 256 decoded frames ahead, in device memory)",
+    )
+    g.add_argument(
         "--preprocess",
         choices=("auto", "gpu", "cpu"),
         default="auto",
@@ -146,6 +154,7 @@ def _check_numbers(args) -> None:
         ("--runners", args.runners, 1),
         ("--queue-size", args.queue_size, 1),
         ("--workers", args.workers, 1),
+        ("--nvdec-decoders", args.nvdec_decoders, 1),
     ):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
@@ -154,6 +163,10 @@ def _check_numbers(args) -> None:
             raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
         raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
+    if args.nvdec_decoders > 1 and (not args.video or args.decoder == "pyav"):
+        raise InputError(
+            "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
+        )
     if args.encoder_option and not (args.video and args.out):
         raise InputError("--encoder-option sets the output video's encoder: give it with --video and --out")
 
@@ -184,7 +197,7 @@ def _source(args):
 
     if args.video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"
-        return VideoSource(args.video, decoder=args.decoder, device_memory=device)
+        return VideoSource(args.video, decoder=args.decoder, device_memory=device, nvdec_decoders=args.nvdec_decoders)
     return ImageFolderSource(args.images, workers=args.workers)
 
 

@@ -113,8 +113,8 @@ class ImageFolderSource:
 
 
 class VideoSource:
-    """The frames of a video file (see :func:`trtkit.pipeline.video.open_video` for ``decoder`` and
-    ``device_memory``).
+    """The frames of a video file (see :func:`trtkit.pipeline.video.open_video` for ``decoder``, ``device_memory``
+    and ``nvdec_decoders``).
 
     Raises (on creation):
         InputError: the file is missing, not a video, or has no video stream.
@@ -123,10 +123,10 @@ class VideoSource:
 
     name = "decode"
 
-    def __init__(self, path, decoder: str = "auto", device_memory: bool = False, cuda=None):
+    def __init__(self, path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
         from trtkit.pipeline.video import open_video
 
-        self.reader, self.decoder = open_video(path, decoder, device_memory, cuda)
+        self.reader, self.decoder = open_video(path, decoder, device_memory, cuda, nvdec_decoders)
 
     @property
     def device_frames(self) -> bool:

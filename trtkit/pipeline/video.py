@@ -57,12 +57,14 @@ def pyav():
     return av
 
 
-def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None):
+def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
 
     ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``, copies trtkit owns, through
     ``cuda``: a :class:`~trtkit.runtime.cuda.Cuda`, default the CUDA runtime's), for a preprocessing that runs there;
     with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
+    ``nvdec_decoders``: NVDEC decoders at once over chunks of the file
+    (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order.
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -81,7 +83,12 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=No
     if decoder == "pyav":
         return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
     try:
-        reader = NvdecReader(path, device_memory=device_memory, cuda=cuda)
+        if nvdec_decoders != 1:
+            from trtkit.pipeline.nvdec_split import SplitNvdecReader
+
+            reader: Any = SplitNvdecReader(path, decoders=nvdec_decoders, device_memory=device_memory, cuda=cuda)
+        else:
+            reader = NvdecReader(path, device_memory=device_memory, cuda=cuda)
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
@@ -230,12 +237,22 @@ class NvdecReader:
         }
 
     def __iter__(self):
-        while True:
-            batch = self._decoder.get_batch_frames(NVDEC_BATCH)
+        return self.read()
+
+    def read(self, start: int = 0, count: int | None = None):
+        """Frames ``start`` to ``start + count`` (to the end with ``count=None``), seeking first if ``start`` is not
+        0 (the decoder decodes from the keyframe before it)."""
+        if start:
+            self._decoder.seek_to_index(int(start))
+        left = count
+        while left is None or left > 0:
+            batch = self._decoder.get_batch_frames(NVDEC_BATCH if left is None else min(NVDEC_BATCH, left))
             if not batch:
                 return
             owned = self._own(batch)
             yield from (owned if self.device_memory else self._owned.download(owned))
+            if left is not None:
+                left -= len(batch)
 
     def session_init_ms(self) -> float | None:
         """How long the decoder's session took to start (see :func:`session_init_ms`)."""
