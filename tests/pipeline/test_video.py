@@ -11,7 +11,8 @@ import pytest
 from tests.pipeline.media import FakeNvc, corrupt_packet, decode_all, frame_picture, make_audio_only, make_video
 from trtkit.errors import DependencyError, InputError, TrtkitError
 from trtkit.pipeline import VideoSink, VideoSource, run_engine
-from trtkit.pipeline.video import PyAVReader, VideoWriter, open_video
+from trtkit.pipeline.sources import open_video
+from trtkit.pipeline.video import PyAVReader, VideoWriter
 
 av = pytest.importorskip("av")
 

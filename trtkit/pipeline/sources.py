@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.errors import InputError
+from trtkit.errors import DependencyError, InputError
 from trtkit.pipeline.stats import SkippedFrame
 
 logger = logging.getLogger("trtkit")
@@ -112,8 +112,51 @@ class ImageFolderSource:
         pass
 
 
+def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
+    """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
+
+    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``, copies trtkit owns, through
+    ``cuda``: a :class:`~trtkit.runtime.cuda.Cuda`, default the CUDA runtime's), for a preprocessing that runs there;
+    with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
+    ``nvdec_decoders``: NVDEC decoders at once over chunks of the file
+    (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order.
+
+    Returns:
+        ``(reader, DecoderChoice)``.
+
+    Raises:
+        InputError: the file is missing, cannot be opened as a video, or has no video stream; ``decoder`` unknown.
+        DependencyError: the asked decoder's package or libraries do not load.
+    """
+    from trtkit.pipeline.video import DECODERS, DecoderChoice, NvdecReader, PyAVReader
+
+    if decoder not in DECODERS:
+        raise InputError(f"Decoder '{decoder}' is not known; use one of: {', '.join(DECODERS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"Video '{path}' does not exist or is not a file")
+    if device_memory and decoder == "pyav":
+        raise InputError("Frames in device memory need decoder='nvdec' (or 'auto'), not 'pyav'")
+    if decoder == "pyav":
+        return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
+    try:
+        if nvdec_decoders != 1:
+            from trtkit.pipeline.nvdec_split import SplitNvdecReader
+
+            reader: object = SplitNvdecReader(path, decoders=nvdec_decoders, device_memory=device_memory, cuda=cuda)
+        else:
+            reader = NvdecReader(path, device_memory=device_memory, cuda=cuda)
+    except DependencyError as exc:
+        if decoder == "nvdec":
+            raise
+        return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
+    return reader, DecoderChoice(
+        "nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec" else "PyNvVideoCodec loaded and opened the file"
+    )
+
+
 class VideoSource:
-    """The frames of a video file (see :func:`trtkit.pipeline.video.open_video` for ``decoder``, ``device_memory``
+    """The frames of a video file (see :func:`open_video` for ``decoder``, ``device_memory``
     and ``nvdec_decoders``).
 
     Raises (on creation):
@@ -124,8 +167,6 @@ class VideoSource:
     name = "decode"
 
     def __init__(self, path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
-        from trtkit.pipeline.video import open_video
-
         self.reader, self.decoder = open_video(path, decoder, device_memory, cuda, nvdec_decoders)
 
     @property

@@ -1,6 +1,6 @@
 """Video backends: PyAV (FFmpeg wheels, works everywhere) and PyNvVideoCodec (NVDEC), both imported on first use.
 
-    reader, choice = open_video("in.mp4", decoder="auto")   # choice.name: "nvdec" or "pyav", choice.reason: why
+    reader, choice = open_video("in.mp4", decoder="auto")   # (trtkit.pipeline.sources) choice.reason: why that one
     for image in reader: ...                               # HxWx3 uint8 RGB; undecodable frames land in reader.skipped
     writer = VideoWriter("out.mp4", fps=reader.fps)        # checks the folder now; writes a hidden partial file
     writer.write(image); writer.close()                    # flushes the encoder, then renames: a playable file
@@ -55,47 +55,6 @@ def pyav():
     except ImportError as exc:
         raise DependencyError(f"{_PYAV_HINT} (import failed: {exc})") from exc
     return av
-
-
-def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
-    """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
-
-    ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``, copies trtkit owns, through
-    ``cuda``: a :class:`~trtkit.runtime.cuda.Cuda`, default the CUDA runtime's), for a preprocessing that runs there;
-    with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
-    ``nvdec_decoders``: NVDEC decoders at once over chunks of the file
-    (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order.
-
-    Returns:
-        ``(reader, DecoderChoice)``.
-
-    Raises:
-        InputError: the file is missing, cannot be opened as a video, or has no video stream; ``decoder`` unknown.
-        DependencyError: the asked decoder's package or libraries do not load.
-    """
-    if decoder not in DECODERS:
-        raise InputError(f"Decoder '{decoder}' is not known; use one of: {', '.join(DECODERS)}")
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"Video '{path}' does not exist or is not a file")
-    if device_memory and decoder == "pyav":
-        raise InputError("Frames in device memory need decoder='nvdec' (or 'auto'), not 'pyav'")
-    if decoder == "pyav":
-        return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
-    try:
-        if nvdec_decoders != 1:
-            from trtkit.pipeline.nvdec_split import SplitNvdecReader
-
-            reader: Any = SplitNvdecReader(path, decoders=nvdec_decoders, device_memory=device_memory, cuda=cuda)
-        else:
-            reader = NvdecReader(path, device_memory=device_memory, cuda=cuda)
-    except DependencyError as exc:
-        if decoder == "nvdec":
-            raise
-        return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
-    return reader, DecoderChoice(
-        "nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec" else "PyNvVideoCodec loaded and opened the file"
-    )
 
 
 class PyAVReader:
