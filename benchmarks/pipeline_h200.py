@@ -554,6 +554,18 @@ def nvenc_part(frames: list, count: int, work: Path, x264_fps) -> dict:
             "note": "the video pipeline above encodes with libx264; trtkit run --codec h264_nvenc uses NVENC"}
 
 
+def read_all(reader) -> tuple:
+    """``(frames, seconds, session_init_ms, info)`` of one pass over an NVDEC reader, which is then closed."""
+    count = 0
+    t0 = time.perf_counter()
+    for _ in reader:
+        count += 1
+    seconds = time.perf_counter() - t0
+    init_ms, info = reader.session_init_ms(), reader.info()
+    reader.close()
+    return count, seconds, init_ms, info
+
+
 def nvdec_part(video: Path, pyav_fps) -> dict:
     from trtkit.errors import DependencyError
     from trtkit.pipeline.video import NvdecReader
@@ -562,13 +574,7 @@ def nvdec_part(video: Path, pyav_fps) -> dict:
         reader = NvdecReader(video, device_memory=True)
     except DependencyError as exc:
         return {"available": False, "reason": str(exc), "decode_fps": None, "pyav_decode_fps": pyav_fps}
-    count = 0
-    t0 = time.perf_counter()
-    for _ in reader:
-        count += 1
-    seconds = time.perf_counter() - t0
-    init_ms = reader.session_init_ms()
-    reader.close()
+    count, seconds, init_ms, _ = read_all(reader)
     fps = fps_of(count, seconds)
     return {"available": True, "reason": "PyNvVideoCodec loaded and opened the file", "decode_fps": fps,
             "frames": count, "pyav_decode_fps": pyav_fps,
@@ -684,13 +690,7 @@ def nvdec_split_part(clip: Path, pyav_fps) -> dict:
     for n in NVDEC_SPLIT_DECODERS:
         reader = (NvdecReader(clip, device_memory=True) if n == 1
                   else SplitNvdecReader(clip, decoders=n, device_memory=True))
-        count = 0
-        t0 = time.perf_counter()
-        for _ in reader:
-            count += 1
-        seconds = time.perf_counter() - t0
-        info = reader.info()
-        reader.close()
+        count, seconds, _, info = read_all(reader)
         fps = fps_of(count, seconds)
         result["decoders"][str(n)] = {"fps": fps, "frames": count, "chunks": info.get("chunks", 1),
                                       "decoders_used": info.get("decoders", 1),
