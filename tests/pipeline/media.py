@@ -80,8 +80,8 @@ class FakeNvc:
     ``cuda()`` (``(H, W, 3)``, or ``(H, 3 W)`` bytes with ``flat_planes``), in ``n`` output surfaces the decoder
     overwrites on every call, as a hardware decoder may reuse its own. The pixels are written asynchronously, as
     NVDEC's conversion kernels write them: on the ``cuda_stream`` the decoder was given, else on a stream of the
-    decoder's own that nothing outside it waits for (what PyNvVideoCodec 2.2 does with ``cuda_stream=0``; the H200
-    run of the fifth session read such frames before they were written). ``refuse_stream`` makes the decoder refuse a
+    decoder's own that nothing outside it waits for (the worst a decoder may do: PyNvVideoCodec 2.2's frames say
+    stream 0, and on the H200 they were right when read at once). ``refuse_stream`` makes the decoder refuse a
     ``cuda_stream``, as one that does not take the caller's stream would.
     """
 

@@ -169,9 +169,9 @@ class NvdecReader:
         self.frames = int(getattr(meta, "num_frames", 0) or 0)
 
     def _open(self, nvc, options: dict):
-        """The decoder, working on the copies' stream where it takes it. PyNvVideoCodec converts each frame to RGB
-        in a kernel on the decoder's stream; on a stream of the decoder's own, nothing orders a copy after that
-        kernel."""
+        """The decoder, working on the copies' stream where it takes it: PyNvVideoCodec converts each frame to RGB
+        in a kernel on the decoder's stream, and on that stream each copy follows its frame's kernel whatever the
+        frame's ``__cuda_array_interface__`` says (PyNvVideoCodec 2.2's say stream 0)."""
         try:
             decoder = nvc.SimpleDecoder(str(self.path), cuda_stream=int(self._owned.stream), **options)
             self.frames_ready_by = "stream"
