@@ -29,6 +29,9 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    idle time between batches (CUDA events around every batch). ``nvdec.capacity``: 1, 2 and 4 raw decoders in
    threads over a clip of the video four times; ``nvdec.split``: trtkit's readers on that clip (one NvdecReader,
    SplitNvdecReader with 2 and 4 decoders, frames in device memory and in order), against PyAV on the same clip.
+   ``cores_busy``: the cores the process kept busy during decode alone, encode alone and the video pipeline (CPU
+   time of every thread over wall time): where the encoder alone keeps every core busy, a pipeline decoding on the
+   same CPU cannot reach it.
 7. Device memory: cudaMemGetInfo sampled during a 10 000-frame pipeline run (from frame 1000 to the end) and
    before/after it. Target: 0 bytes of growth; frames in = frames out.
 8. If time is left: the detection sample's detector (FP16, 320x320) on the 1080p video with the detection
@@ -778,13 +781,26 @@ def main(argv=None) -> int:
     return finish(result, out, args.fake)
 
 
+def cores_busy(fn, figures: dict, name: str):
+    """``fn()``, with the cores this process kept busy meanwhile (its CPU time, every thread's: FFmpeg's, x264's,
+    the pipeline's, over the wall time) in ``figures[name]``: a stage alone that keeps every core busy leaves the
+    other stages of a pipeline nothing but its own share."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    value = fn()
+    seconds = time.perf_counter() - wall
+    if seconds > 0:
+        figures[name] = round((time.process_time() - cpu) / seconds, 2)
+    return value
+
+
 def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, runner_args: dict, trt, cuda,
                 args) -> None:
     from trtkit.pipeline.preprocess import ImagePreprocess, image_input
     from trtkit.runtime import TrtRunner
 
     result = run.result
-    decoded = run.guard("decode_alone", lambda: decode_alone(video))
+    cores: dict = {"cpus": os.cpu_count()}
+    decoded = cores_busy(lambda: run.guard("decode_alone", lambda: decode_alone(video)), cores, "decode")
     pyav_fps, frames = decoded if decoded else (None, [])
     with TrtRunner(str(engine), **({"trt": trt, "cuda": cuda} if args.fake else {})) as runner:
         target = image_input(runner.input_specs)
@@ -802,15 +818,18 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         alone["infer"] = infer["fps"] if infer else None
         run.store("infer_stage", {"fps": alone["infer"], "pipeline_stage": infer})
         encoder: dict = {}
-        alone["encode"] = run.guard("encode_alone", lambda: encode_alone(frames, count, work, settings=encoder))
+        alone["encode"] = cores_busy(lambda: run.guard("encode_alone", lambda: encode_alone(
+            frames, count, work, settings=encoder)), cores, "encode")
         run.store("encoder", encoder)
         run.store("nvenc", nvenc_part(frames, count, work, alone["encode"]))
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
         run.store("infer_stage", {"fps": alone["infer"], "bench_fps": bench["items_per_s"] if bench else None,
                                   "ratio": _ratio(alone["infer"], bench["items_per_s"] if bench else None),
                                   "pipeline_stage": infer, "bench": bench})
-    e2e = run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args, sizes))
+    e2e = cores_busy(lambda: run.guard("video_pipeline", lambda: video_pipeline(engine, video, work, runner_args,
+                                                                             sizes)), cores, "video_pipeline")
     run.store("stages_alone_fps", alone)
+    run.store("cores_busy", cores)
     run.store("video", video_result(e2e, alone))
     if frames:
         run.store("video_variants", video_variants(run, engine, video, work, runner_args, sizes, frames, count,

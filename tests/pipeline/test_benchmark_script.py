@@ -4,6 +4,7 @@ through and write every key of the issue's results format."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,9 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert variants["encoder_slice_threads"]["encode_alone_fps"] > 0
     assert variants["pre_workers_2"]["preprocess_alone_fps"] > 0 and variants["pre_workers_2"]["pre_workers"] == 2
     assert data["encoder"]["thread_type"] == "AUTO" and data["encoder"]["pix_fmt"] == "yuv420p"
+    cores = data["cores_busy"]  # the process's CPU time over the wall time of each stage alone and the pipeline
+    assert cores["cpus"] == os.cpu_count() and all(0 < cores[k] <= cores["cpus"] + 0.5 for k in
+                                                   ("decode", "encode", "video_pipeline")), cores
     for part in ("decode", "preprocess", "encode", "from_ndarray"):
         assert data["gil"][part]["ms_per_frame"] > 0 and data["gil"][part]["gil_held_ms_per_frame"] >= 0
 
