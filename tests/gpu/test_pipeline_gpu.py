@@ -133,29 +133,12 @@ def test_each_step_of_the_nvdec_device_path_keeps_the_pixels(engine_path, tmp_pa
     assert back == [True] * 4, f"pictures copied back equal to host decoding: {back}"
 
 
-def gop_pattern_video(path, frames: int, gop: int, size=(96, 64)):
-    """:func:`~trtkit.pipeline.video.pattern_frame` frames in H.264 with a keyframe every ``gop`` frames."""
-    from trtkit.pipeline.video import pattern_frame
-
-    width, height = size
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.codec_context.gop_size = gop
-        stream.codec_context.options = {"sc_threshold": "0"}  # keyframes by count only
-        for i in range(frames):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return path
-
-
 def test_a_video_split_over_three_nvdec_decoders_keeps_every_frame_in_order(tmp_path):
     from trtkit.pipeline.nvdec_split import SplitNvdecReader
+    from trtkit.pipeline.video import write_pattern_video
 
     pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
-    video = gop_pattern_video(tmp_path / "in.mp4", frames=150, gop=30)
+    video = write_pattern_video(tmp_path / "in.mp4", frames=150, size=(96, 64), codec="libx264", gop=30)
     try:
         reader = SplitNvdecReader(video, decoders=3, chunk_frames=30)
     except Exception as exc:  # noqa: BLE001 - no NVDEC on this GPU or driver

@@ -14,6 +14,7 @@ import pytest
 from tests.pipeline.media import FakeNvc, frame_picture
 from trtkit.errors import InputError, PipelineError
 from trtkit.pipeline.nvdec_split import SplitNvdecReader, gop_chunks, keyframe_indices
+from trtkit.pipeline.video import write_pattern_video
 from trtkit.runtime.cuda import Cuda
 from trtkit.testing.fake_cuda import FakeCudart
 
@@ -24,17 +25,7 @@ FRAMES = 35
 
 def gop_video(path, frames: int = FRAMES, gop: int = 10):
     """An MPEG-4 video with a keyframe every ``gop`` frames (no B-frames: decode order is display order)."""
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-        stream.codec_context.gop_size = gop
-        stream.codec_context.options = {"sc_threshold": "1000000000"}  # keyframes by count only, not scene cuts
-        for i in range(frames):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame_picture(i), format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return path
+    return write_pattern_video(path, frames=frames, gop=gop)
 
 
 @pytest.fixture

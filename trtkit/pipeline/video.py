@@ -464,9 +464,12 @@ def pattern_frame(index: int, width: int = 64, height: int = 48) -> np.ndarray:
     return image
 
 
-def write_pattern_video(path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4") -> Path:
+def write_pattern_video(
+    path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4", gop: int | None = None
+) -> Path:
     """A short video of :func:`pattern_frame` frames made with PyAV (for tests, samples and benchmarks: nothing to
-    download). ``size`` is ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``."""
+    download). ``size`` is ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``; ``gop``: a
+    keyframe every that many frames and at no scene cut (default: the encoder's choice)."""
     av = pyav()
     path = Path(path)
     width, height = size
@@ -474,6 +477,11 @@ def write_pattern_video(path, frames: int = 60, size: tuple = (64, 48), fps: int
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        if gop is not None:
+            stream.codec_context.gop_size = gop
+            # x264 takes 0 as "no scene cuts"; FFmpeg's own encoders cut less the higher the threshold
+            no_cuts = "0" if codec in ("libx264", "libx265") else "1000000000"
+            stream.codec_context.options = {"sc_threshold": no_cuts}
         for i in range(frames):
             for packet in stream.encode(av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="rgb24")):
                 container.mux(packet)
