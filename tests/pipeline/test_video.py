@@ -43,6 +43,21 @@ def test_a_corrupt_frame_mid_file_is_skipped_counted_and_named(engine_file, back
     assert report.to_json()["skipped"][0]["position"].startswith("frame 10")
 
 
+def test_pyav_decodes_the_same_frames_with_the_decoder_threads_asked_for(tmp_path):
+    path = make_video(tmp_path / "in.mp4", frames=24)
+    auto = PyAVReader(path)
+    two = VideoSource(path, decoder="pyav", decode_threads=2).reader
+    assert two._stream.codec_context.thread_count == 2 and two.info()["decoder_threads"] == 2
+    assert auto.info()["decoder_threads"] == "auto"
+    first, second = list(auto), list(two)
+    auto.close(), two.close()
+    assert len(first) == len(second) == 24
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    for bad in (-1, True, 1.5):
+        with pytest.raises(InputError, match=r"decoder threads=.*: give a thread count of 0 or more"):
+            PyAVReader(path, threads=bad)
+
+
 def test_a_file_that_is_not_a_video_is_one_clear_error(tmp_path):
     text = tmp_path / "notes.mp4"
     text.write_text("this is not a video")

@@ -63,6 +63,14 @@ def add_pipeline_arguments(parser) -> None:
         "several NVDEC engines; each decoder may hold 256 decoded frames ahead, in device memory)",
     )
     g.add_argument(
+        "--decode-threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="threads of PyAV's CPU decoder (0, the default: FFmpeg chooses, about one per core); beside a CPU "
+        "encoder that keeps every core busy, 2 to 4 take fewer cores from it",
+    )
+    g.add_argument(
         "--preprocess",
         choices=("auto", "gpu", "cpu"),
         default="auto",
@@ -155,6 +163,7 @@ def _check_numbers(args) -> None:
         ("--queue-size", args.queue_size, 1),
         ("--workers", args.workers, 1),
         ("--nvdec-decoders", args.nvdec_decoders, 1),
+        ("--decode-threads", args.decode_threads, 0),
     ):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
@@ -166,6 +175,10 @@ def _check_numbers(args) -> None:
     if args.nvdec_decoders > 1 and (not args.video or args.decoder == "pyav"):
         raise InputError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
+        )
+    if args.decode_threads and (not args.video or args.decoder == "nvdec"):
+        raise InputError(
+            "--decode-threads sets PyAV's CPU decoder threads: give it with --video, without --decoder nvdec"
         )
     if args.encoder_option and not (args.video and args.out):
         raise InputError("--encoder-option sets the output video's encoder: give it with --video and --out")
@@ -197,7 +210,13 @@ def _source(args):
 
     if args.video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"
-        return VideoSource(args.video, decoder=args.decoder, device_memory=device, nvdec_decoders=args.nvdec_decoders)
+        return VideoSource(
+            args.video,
+            decoder=args.decoder,
+            device_memory=device,
+            nvdec_decoders=args.nvdec_decoders,
+            decode_threads=args.decode_threads,
+        )
     return ImageFolderSource(args.images, workers=args.workers)
 
 

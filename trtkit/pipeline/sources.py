@@ -112,14 +112,22 @@ class ImageFolderSource:
         pass
 
 
-def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
+def open_video(
+    path,
+    decoder: str = "auto",
+    device_memory: bool = False,
+    cuda=None,
+    nvdec_decoders: int = 1,
+    decode_threads: int = 0,
+):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
 
     ``device_memory``: NVDEC frames stay on the GPU (``__cuda_array_interface__``, copies trtkit owns, through
     ``cuda``: a :class:`~trtkit.runtime.cuda.Cuda`, default the CUDA runtime's), for a preprocessing that runs there;
     with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
     ``nvdec_decoders``: NVDEC decoders at once over chunks of the file
-    (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order.
+    (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order. ``decode_threads``: PyAV's
+    FFmpeg threads where PyAV decodes (0: FFmpeg chooses).
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -138,7 +146,7 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=No
     if device_memory and decoder == "pyav":
         raise InputError("Frames in device memory need decoder='nvdec' (or 'auto'), not 'pyav'")
     if decoder == "pyav":
-        return PyAVReader(path), DecoderChoice("pyav", "asked for (decoder='pyav')")
+        return PyAVReader(path, decode_threads), DecoderChoice("pyav", "asked for (decoder='pyav')")
     try:
         if nvdec_decoders != 1:
             from trtkit.pipeline.nvdec_split import SplitNvdecReader
@@ -149,15 +157,15 @@ def open_video(path, decoder: str = "auto", device_memory: bool = False, cuda=No
     except DependencyError as exc:
         if decoder == "nvdec":
             raise
-        return PyAVReader(path), DecoderChoice("pyav", f"NVDEC not used: {exc}")
+        return PyAVReader(path, decode_threads), DecoderChoice("pyav", f"NVDEC not used: {exc}")
     return reader, DecoderChoice(
         "nvdec", "asked for (decoder='nvdec')" if decoder == "nvdec" else "PyNvVideoCodec loaded and opened the file"
     )
 
 
 class VideoSource:
-    """The frames of a video file (see :func:`open_video` for ``decoder``, ``device_memory``
-    and ``nvdec_decoders``).
+    """The frames of a video file (see :func:`open_video` for ``decoder``, ``device_memory``,
+    ``nvdec_decoders`` and ``decode_threads``).
 
     Raises (on creation):
         InputError: the file is missing, not a video, or has no video stream.
@@ -166,8 +174,16 @@ class VideoSource:
 
     name = "decode"
 
-    def __init__(self, path, decoder: str = "auto", device_memory: bool = False, cuda=None, nvdec_decoders: int = 1):
-        self.reader, self.decoder = open_video(path, decoder, device_memory, cuda, nvdec_decoders)
+    def __init__(
+        self,
+        path,
+        decoder: str = "auto",
+        device_memory: bool = False,
+        cuda=None,
+        nvdec_decoders: int = 1,
+        decode_threads: int = 0,
+    ):
+        self.reader, self.decoder = open_video(path, decoder, device_memory, cuda, nvdec_decoders, decode_threads)
 
     @property
     def device_frames(self) -> bool:

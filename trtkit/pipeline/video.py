@@ -61,13 +61,21 @@ class PyAVReader:
     """Frames of a video file decoded by PyAV on the CPU (FFmpeg's own threads), as HxWx3 uint8 RGB arrays.
 
     A packet that does not decode is skipped and recorded in :attr:`skipped`; decoding goes on with the next one.
+    ``threads``: FFmpeg's decoder threads (0: FFmpeg chooses, about one per core). Beside a CPU encoder that keeps
+    every core busy, a few threads are enough and take fewer cores from it.
+
+    Raises:
+        InputError: the file cannot be opened, has no video stream, or ``threads`` is not a count of 0 or more.
     """
 
     name = "pyav"
 
-    def __init__(self, path):
+    def __init__(self, path, threads: int = 0):
         av = pyav()
         self.path = Path(path)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise InputError(f"decoder threads={threads!r}: give a thread count of 0 or more (0: FFmpeg chooses)")
+        self.threads = threads
         try:
             self._container = av.open(str(path))
         except (av.error.FFmpegError, OSError, ValueError) as exc:
@@ -79,6 +87,7 @@ class PyAVReader:
             raise InputError(f"'{path}' has no video stream (its streams: {', '.join(kinds)}); give a video file")
         self._stream = streams.video[0]
         self._stream.thread_type = "AUTO"
+        self._stream.thread_count = threads
         self.skipped: list = []
         self.fps = self._stream.average_rate or self._stream.guessed_rate or Fraction(30)
         self.width, self.height = self._stream.codec_context.width, self._stream.codec_context.height
@@ -93,6 +102,7 @@ class PyAVReader:
             "height": self.height,
             "fps": float(self.fps),
             "frames": self.frames,
+            "decoder_threads": self.threads or "auto",
         }
 
     def __iter__(self):
