@@ -152,17 +152,49 @@ def make_model(side: int):
     return model
 
 
-def build_engine(sizes: Sizes, work: Path, trt) -> Path:
+def make_heavy_model(side: int, width: int, depth: int):
+    """A CNN slow enough that the GPU, not NVDEC, is the slowest stage: a 3→64 and a 64→``width`` strided 3x3
+    convolution (to a quarter of ``side``), ``depth`` 3x3 ``width``→``width`` convolutions there, global pooling and
+    a ``width``→10 Gemm (about 9·width²·(side/4)²·depth multiply-adds per image)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, prev, channels = [], [], "images", 3
+    for i, (out, stride) in enumerate([(64, 2), (width, 2)] + [(width, 1)] * depth):
+        w = rng.standard_normal((out, channels, 3, 3)).astype(np.float32) * (2.0 / (9 * channels)) ** 0.5
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(out, np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1],
+                                   strides=[stride, stride]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev, channels = f"r{i}", out
+    inits += [numpy_helper.from_array(rng.standard_normal((width, 10)).astype(np.float32) * 0.1, "fc"),
+              numpy_helper.from_array(np.zeros(10, np.float32), "fcb")]
+    nodes += [helper.make_node("GlobalAveragePool", [prev], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"])]
+    graph = helper.make_graph(nodes, "pipeline_heavy_cnn",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, side, side])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def build_engine(sizes: Sizes, work: Path, trt, model=None, side: int | None = None, batch: int | None = None,
+                 name: str = "pipeline_cnn") -> Path:
+    """The benchmark's engine (FP16, batch 1..max): ``model`` (default :func:`make_model` at the sizes' side)."""
     from trtkit.builder.api import build
     from trtkit.builder.config import BuildConfig
     from trtkit.builder.profiles import parse_shapes
 
-    s, b = sizes.side, sizes.max_batch
-    model_path = work / "pipeline_cnn.onnx"
-    model_path.write_bytes(make_model(s).SerializeToString())
+    s, b = side or sizes.side, batch or sizes.max_batch
+    model_path = work / f"{name}.onnx"
+    model_path.write_bytes((model or make_model(s)).SerializeToString())
     config = BuildConfig(precision="fp16", tactic_sources=TACTICS,
                          profiles=[parse_shapes(f"images:1x3x{s}x{s},{b}x3x{s}x{s},{b}x3x{s}x{s}")])
-    engine = work / "pipeline_cnn.engine"
+    engine = work / f"{name}.engine"
     build(str(model_path), config, output=engine, isolate=False, trt=trt)
     return engine
 
@@ -191,11 +223,12 @@ def fps_of(frames: int, seconds: float) -> float:
     return round(frames / seconds, 2) if seconds > 0 else 0.0
 
 
-def decode_alone(video: Path) -> tuple:
-    """PyAV decode of every frame (its own threads): fps, and the first frames kept for the other stages."""
+def decode_alone(video: Path, threads: int = 0) -> tuple:
+    """PyAV decode of every frame (``threads`` FFmpeg threads, 0: FFmpeg's choice): fps, and the first frames kept
+    for the other stages."""
     from trtkit.pipeline.video import PyAVReader
 
-    reader, kept, count = PyAVReader(video), [], 0
+    reader, kept, count = PyAVReader(video, threads), [], 0
     t0 = time.perf_counter()
     for image in reader:
         count += 1
@@ -423,10 +456,11 @@ def gil_part(frames: list, video: Path, target, work: Path, calls: int) -> dict:
     return result
 
 
-def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
+def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int, batch: int | None = None,
+              side: int | None = None) -> dict:
     from trtkit.bench.measure import BenchSettings, benchmark
 
-    b, s = sizes.max_batch, sizes.side
+    b, s = batch or sizes.max_batch, side or sizes.side
     settings = BenchSettings(shapes={"images": (b, 3, s, s)}, streams=streams, cuda_graph=True,
                              duration_s=0.5 if sizes.fake else 3.0, warmup_ms=50 if sizes.fake else 300,
                              e2e=False)
@@ -440,16 +474,17 @@ def bench_fps(engine: Path, sizes: Sizes, trt, cuda, streams: int) -> dict:
 def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
                    decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
-                   device_memory: bool = False, preprocess: str = "auto", options: dict | None = None) -> dict:
+                   device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
+                   decode_threads: int = 0) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
     NVDEC frames stay on the GPU and the GPU letterbox preprocesses them (what ``trtkit run`` does by default);
     ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too); ``options``: the
-    encoder's."""
+    encoder's; ``decode_threads``: PyAV's decoder threads (0: FFmpeg's choice)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
-    source = VideoSource(video, decoder=decoder, device_memory=device_memory)
+    source = VideoSource(video, decoder=decoder, device_memory=device_memory, decode_threads=decode_threads)
     out = work / f"video_out_{decoder}{'_device' if device_memory else ''}{'_child' if in_process else ''}{tag}.mp4"
     sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options)
     if in_process:
@@ -701,6 +736,31 @@ def nvdec_split_part(clip: Path, pyav_fps) -> dict:
     return result
 
 
+HEAVY = {"side": 640, "width": 256, "depth": 16, "batch": 8}  # about 245 G multiply-adds an image
+HEAVY_FAKE = {"side": 32, "width": 8, "depth": 1, "batch": 4}
+GPU_BOUND_DECODERS = 4
+
+
+def gpu_bound_part(engine: Path, clip: Path, decoders: int, runner_args: dict, bench: dict | None) -> dict:
+    """The NVDEC path where the GPU is the slowest stage: ``clip`` decoded by ``decoders`` NVDEC decoders into
+    device memory, letterboxed there, through the heavy CNN (:func:`make_heavy_model`), results dropped (no
+    encoder). Whether the pipeline keeps the GPU fed shows here: the GPU's idle time between batches, and the
+    end-to-end frames/s against ``trtkit bench`` on the same engine and batch (``bench``)."""
+    from trtkit.pipeline import VideoSource, run_engine
+
+    source = VideoSource(clip, decoder="nvdec", device_memory=True, nvdec_decoders=decoders)
+    report = run_engine(engine, source, **runner_args)
+    data = report.to_json()
+    bench_ips = (bench or {}).get("items_per_s")
+    return {"e2e_fps": round(report.fps, 2), "frames_in": report.frames_in, "frames_out": report.frames_out,
+            "decoders": decoders, "bench_fps": bench_ips, "ratio_to_bench": _ratio(report.fps, bench_ips),
+            "slowest_stage_in_pipeline": data["slowest_stage"], "gpu": data["gpu"],
+            "idle_between_batches_pct": (data["gpu"] or {}).get("idle_between_batches_pct"),
+            "stages": {name: {k: st[k] for k in ("avg_ms", "max_ms", "p99_ms", "busy_pct")}
+                       for name, st in data["stages"].items()},
+            "preprocess": data["source"].get("preprocess"), "batch": report.batch}
+
+
 def _steady(count: int, seconds: float, init_ms, pyav_fps) -> dict:
     """The decoder's session start-up (PyNvVideoCodec's count) and frames/s without it: what a long video
     approaches. Reported beside the figures with it; the targets use those (the conservative ones)."""
@@ -747,6 +807,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runners", type=int, default=2, help="runners in the pool (batches in flight)")
     parser.add_argument("--encoder-process", action="store_true",
                         help="also the video pipeline with the encoder in a child process (and that encoder alone)")
+    parser.add_argument("--skip-variants", default="encoder_slice_threads,switch_interval_1ms",
+                        help="video variants not to run, comma-separated ('none': run every one); by default the two "
+                             "whose figures the fourth and fifth sessions settled (in git history)")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="seconds this call may take; the optional detection part runs only if its estimate "
                              "(measured build time + run) fits in what is left")
@@ -832,8 +895,9 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     run.store("cores_busy", cores)
     run.store("video", video_result(e2e, alone))
     if frames:
+        skip = frozenset(name for name in args.skip_variants.split(",") if name and name != "none")
         run.store("video_variants", video_variants(run, engine, video, work, runner_args, sizes, frames, count,
-                                                   target, alone))
+                                                   target, alone, skip))
         run.store("gil", run.guard("gil", lambda: gil_part(frames, video, target, work,
                                                                  min(sizes.video_frames - 1, 120))))
     if frames and args.encoder_process:
@@ -871,6 +935,22 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                     nvdec["speedup_best"] = best[1]["speedup"]
                     nvdec["speedup_best_by"] = (f"split: {best[0]} decoder(s) in device memory on the capacity clip, "
                                                 "against PyAV on that clip")
+                run.store("nvdec", nvdec)
+        heavy = HEAVY_FAKE if sizes.fake else HEAVY
+        heavy_engine = run.guard("build_heavy", lambda: build_engine(
+            sizes, work, trt, make_heavy_model(heavy["side"], heavy["width"], heavy["depth"]), heavy["side"],
+            heavy["batch"], name="pipeline_heavy_cnn"))
+        if heavy_engine:
+            heavy_bench = run.guard("bench_heavy", lambda: bench_fps(heavy_engine, sizes, trt, cuda, args.runners,
+                                                                     heavy["batch"], heavy["side"]))
+            clip = Path(capacity["clip"]) if capacity else video
+            bound = run.guard("gpu_bound", lambda: gpu_bound_part(heavy_engine, clip, GPU_BOUND_DECODERS,
+                                                                  runner_args, heavy_bench))
+            if bound:
+                nvdec["gpu_bound"] = {**bound, "model": {"name": "make_heavy_model", **heavy},
+                                      "note": "NVDEC split over decoders, GPU letterbox, a CNN slow enough that the "
+                                              "GPU is the slowest stage, no encoder: the GPU's idle time between "
+                                              "batches where it is the stage the pipeline waits for"}
                 run.store("nvdec", nvdec)
         with_nvdec = run.guard("video_pipeline_nvdec",
                                lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec"))
@@ -913,28 +993,33 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
 VARIANT_PRE_WORKERS = 2
 VARIANT_ENCODER_OPTIONS = {"preset": "veryfast"}
 VARIANT_SWITCH_INTERVAL_S = 0.001
+VARIANT_DECODE_THREADS = (2, 4)
 
 
 def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes, frames: list,
-                   count: int, target, alone: dict) -> dict:
+                   count: int, target, alone: dict, skip: frozenset = frozenset()) -> dict:
     """The video pipeline with one setting changed at a time, each against the stages alone measured with that
     setting (the other stages' figures from above): ``encoder_slice_threads`` (libx264 as PyAV opens it by
     default: SLICE threads; encode alone measured again with them), ``switch_interval_1ms`` (Python's switch
     interval 1 ms while the pipeline runs), ``pre_workers_2`` (two preprocess workers; preprocess alone measured
     again with two), ``gpu_preprocess`` (PyAV's frames letterboxed by the GPU kernels: the CPU decodes and
-    encodes only), ``encoder_veryfast`` (libx264's veryfast preset; encode alone measured again with it)."""
+    encodes only), ``encoder_veryfast`` (libx264's veryfast preset; encode alone measured again with it),
+    ``decode_threads_N`` (PyAV's decoder on N FFmpeg threads instead of one per core; decode alone measured again
+    with N, and the cores the process kept busy in both). ``skip``: the names of variants not to run."""
     variants: dict = {}
-    slice_alone = run.guard("encode_alone_slice", lambda: encode_alone(frames, count, work, thread_type="SLICE"))
-    e2e = run.guard("video_pipeline_slice", lambda: video_pipeline(engine, video, work, runner_args, sizes,
-                                                                   thread_type="SLICE", tag="_slice"))
-    if e2e:
-        variants["encoder_slice_threads"] = {**video_result(e2e, {**alone, "encode": slice_alone}),
-                                             "encode_alone_fps": slice_alone}
-    e2e = run.guard("video_pipeline_switch", lambda: video_pipeline(
-        engine, video, work, runner_args, sizes, switch_interval_s=VARIANT_SWITCH_INTERVAL_S, tag="_switch"))
-    if e2e:
-        variants["switch_interval_1ms"] = {**video_result(e2e, alone),
-                                           "switch_interval_s": VARIANT_SWITCH_INTERVAL_S}
+    if "encoder_slice_threads" not in skip:
+        slice_alone = run.guard("encode_alone_slice", lambda: encode_alone(frames, count, work, thread_type="SLICE"))
+        e2e = run.guard("video_pipeline_slice", lambda: video_pipeline(engine, video, work, runner_args, sizes,
+                                                                       thread_type="SLICE", tag="_slice"))
+        if e2e:
+            variants["encoder_slice_threads"] = {**video_result(e2e, {**alone, "encode": slice_alone}),
+                                                 "encode_alone_fps": slice_alone}
+    if "switch_interval_1ms" not in skip:
+        e2e = run.guard("video_pipeline_switch", lambda: video_pipeline(
+            engine, video, work, runner_args, sizes, switch_interval_s=VARIANT_SWITCH_INTERVAL_S, tag="_switch"))
+        if e2e:
+            variants["switch_interval_1ms"] = {**video_result(e2e, alone),
+                                               "switch_interval_s": VARIANT_SWITCH_INTERVAL_S}
     workers = VARIANT_PRE_WORKERS
     pre_alone = run.guard("preprocess_alone_2", lambda: preprocess_alone(target, frames, count, workers))
     e2e = run.guard("video_pipeline_pre2", lambda: video_pipeline(engine, video, work, runner_args, sizes,
@@ -958,7 +1043,27 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
         # stages more of the cores
         variants["encoder_veryfast"] = {**video_result(e2e, {**alone, "encode": fast_alone}),
                                         "encode_alone_fps": fast_alone, "options": options}
+    for threads in VARIANT_DECODE_THREADS:
+        variant = decode_threads_variant(run, engine, video, work, runner_args, sizes, alone, threads)
+        if variant:
+            variants[f"decode_threads_{threads}"] = variant
     return variants
+
+
+def decode_threads_variant(run: Run, engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
+                           alone: dict, threads: int) -> dict | None:
+    """The video pipeline with FFmpeg's decoder on ``threads`` threads instead of one per core (fewer threads beside
+    libx264's), against the stages alone with decode measured again that way; the cores kept busy in both."""
+    cores: dict = {}
+    decoded = cores_busy(lambda: run.guard(f"decode_alone_threads{threads}", lambda: decode_alone(video, threads)),
+                         cores, "decode")
+    decode_fps = decoded[0] if decoded else None
+    e2e = cores_busy(lambda: run.guard(f"video_pipeline_threads{threads}", lambda: video_pipeline(
+        engine, video, work, runner_args, sizes, decode_threads=threads, tag=f"_dt{threads}")), cores, "video_pipeline")
+    if not e2e:
+        return None
+    return {**video_result(e2e, {**alone, "decode": decode_fps}), "decode_alone_fps": decode_fps,
+            "decode_threads": threads, "cores_busy": cores}
 
 
 def _ratio(a, b):
@@ -999,6 +1104,11 @@ def targets(result: dict) -> dict:
         "nvdec_gpu_idle_between_batches_lt_10pct": _met(nvdec.get("gpu_idle_between_batches_pct"),
                                                         lambda p: p < 10.0) if nvdec.get("available")
         else "not available",
+        # the same, where the GPU is the slowest stage (the heavy CNN, no encoder)
+        "nvdec_gpu_idle_between_batches_lt_10pct_gpu_bound": _met(
+            (nvdec.get("gpu_bound") or {}).get("idle_between_batches_pct"), lambda p: p < 10.0)
+        if nvdec.get("gpu_bound")
+        else "not run",
         "zero_device_growth_10k_frames": _met(result.get("leak_bytes_device"), lambda b: b <= 0),
         "frames_in_eq_out": all(
             d.get("frames_in") == d.get("frames_out") for d in (video, memory, on_gpu, gpu_pre) if d

@@ -1,5 +1,7 @@
-"""Compare two `trtkit run --post detection --results` files frame by frame (the same video decoded two ways):
-frames, detections per frame, and the IoU of boxes paired by class. Prints one JSON line.
+"""Compare two `trtkit run --results` files frame by frame (the same video decoded two ways). Detections
+(``--post detection``): frames, detections per frame, and the IoU of boxes paired by class. Raw outputs (``--post
+none``): per output, the largest and mean absolute difference, the outputs' own spread, and how often the arg max
+(a classifier's top class) agrees. Prints one JSON line.
 
     python scripts/compare_runs.py a.jsonl b.jsonl
 """
@@ -48,5 +50,30 @@ def compare(first: list, second: list) -> dict:
             "mean_iou": round(sum(ious) / len(ious), 4) if ious else None}
 
 
+def compare_raw(first: list, second: list) -> dict:
+    """Per output name: ``max_abs_diff``, ``mean_abs_diff``, ``spread`` (the first file's standard deviation over
+    every frame and element: what a difference is small against) and ``argmax_agree`` (the fraction of frames whose
+    arg max is the same)."""
+    import numpy as np
+
+    outputs: dict = {}
+    for name in (first[0].get("result") or {}) if first else ():
+        a = np.array([np.asarray(r["result"][name], np.float64).ravel() for r in first])
+        b = np.array([np.asarray(r["result"][name], np.float64).ravel() for r in second])
+        if a.shape != b.shape:
+            outputs[name] = {"shapes": [list(a.shape), list(b.shape)]}
+            continue
+        diff = np.abs(a - b)
+        outputs[name] = {"max_abs_diff": round(float(diff.max()), 6), "mean_abs_diff": round(float(diff.mean()), 6),
+                         "spread": round(float(a.std()), 6),
+                         "argmax_agree": round(float((a.argmax(axis=1) == b.argmax(axis=1)).mean()), 4)}
+    return {"frames": [len(first), len(second)], "outputs": outputs}
+
+
+def is_detections(records: list) -> bool:
+    return bool(records) and isinstance(records[0].get("result"), dict) and "boxes" in records[0]["result"]
+
+
 if __name__ == "__main__":
-    print(json.dumps(compare(load(sys.argv[1]), load(sys.argv[2]))))
+    first, second = load(sys.argv[1]), load(sys.argv[2])
+    print(json.dumps(compare(first, second) if is_detections(first) else compare_raw(first, second)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet backend overhead serve (default: env tests demo).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend overhead serve (default: env tests demo).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -75,6 +75,25 @@ for step in ${*:-env tests demo}; do
              python3 scripts/compare_runs.py "$D/res-nvdec.jsonl" "$D/res-pyav.jsonl" | tee "$D/compare.json"
              cp "$D/timing.cache" "$TRTKIT_GPU_CACHE/detector-timing.cache" 2>/dev/null
              rm -f "$D"/*.mp4 "$D/model.engine" "$D/timing.cache" ;;
+    realcls) # a torchvision classifier from outside the project (random weights, exported here) on the pipeline
+             # sample's video of shapes through `trtkit run` (raw outputs): NVDEC with the GPU letterbox, NVDEC with
+             # the CPU letterbox, PyAV; the outputs compared pairwise (the letterbox's part, the decoder's part)
+             D=$W/realcls; mkdir -p "$D"; M=${REALCLS_MODEL:-mobilenet_v3_large}; O=/tmp/$M.onnx
+             /opt/torch/.venv/bin/python3 scripts/export_torchvision.py $M "$O" > "$D/export.log" 2>&1; echo "export rc=$?"
+             E=$TRTKIT_GPU_CACHE/$M-fp16-b16.engine; S=3x224x224
+             [ -f "$E" ] || { timeout ${REALCLS_BUILD_TIMEOUT:-200} trtkit build "$O" --fp16 --shapes images:1x$S,8x$S,16x$S \
+               --timing-cache "$TRTKIT_GPU_CACHE/$M-timing.cache" --tactic-sources $TACTICS -o "$E" > "$D/build.log" 2>&1;
+               echo "build rc=$?"; tail -3 "$D/build.log"; }
+             python3 -c "import sys; sys.path.insert(0, 'samples/pipeline'); from pathlib import Path; import run; \
+               run.shapes_video(Path('$D/shapes.mp4'), ${REALCLS_FRAMES:-200}, size=(1280, 720), codec='libx264')"
+             for how in "nvdec gpu" "nvdec cpu" "pyav cpu"; do set -- $how; tag=$1-$2
+               timeout 90 trtkit run "$E" --video "$D/shapes.mp4" --results "$D/res-$tag.jsonl" --decoder $1 --preprocess $2 \
+                 --no-live --json "$D/run-$tag.json" > "$D/run-$tag.log" 2>&1; echo "run $tag rc=$?"; tail -4 "$D/run-$tag.log"
+             done
+             for pair in "nvdec-gpu nvdec-cpu" "nvdec-cpu pyav-cpu" "nvdec-gpu pyav-cpu"; do set -- $pair
+               echo "$1 vs $2: $(python3 scripts/compare_runs.py "$D/res-$1.jsonl" "$D/res-$2.jsonl")" | tee -a "$D/compare.txt"
+             done
+             rm -f "$D"/*.mp4 "$D"/*.jsonl ;;
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
                --doc "$W/onnx-support.md" ${BACKEND_ARGS:-} > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
@@ -97,6 +116,8 @@ for step in ${*:-env tests demo}; do
                && python3 -m pip install -q --no-index --no-deps /tmp/sw/*.whl > "$W/serve-install.log" 2>&1
              echo "serve extra install rc=$?"; fi
            python3 -c "import numpy; print('numpy', numpy.__version__)"
+           # Triton's own TensorRT backend (scripts/build_triton_trt_backend.sh), carried in .gpu-triton/ where built
+           [ -f .gpu-triton/backends/tensorrt/libtriton_tensorrt.so ] && export TRTKIT_TRITON_BACKENDS=$PWD/.gpu-triton/backends
            # SERVE_TESTS=0 leaves out the serve GPU tests (their time goes to benchmarks/serve_h200.py instead)
            if [ "${SERVE_TESTS:-1}" != 0 ]; then
              timeout ${SERVE_TESTS_TIMEOUT:-240} python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 200 --timeout-method=thread \

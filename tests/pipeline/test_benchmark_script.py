@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_benchmark_writes_the_issues_format(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_h200.py"), "--fake", "--out",
-                           str(tmp_path), "--encoder-process"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+                           str(tmp_path), "--encoder-process", "--skip-variants", "none"], capture_output=True,
+                          text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "pipeline-h200.json").read_text())
     # a failure here once under a loaded full run (not reproduced since): the whole result is kept in the message
@@ -39,6 +40,7 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
                                     "e2e_fps_ge_0.9x_slowest_stage_gpu_preprocess",
                                     "infer_stage_ge_0.9x_bench",
                                     "nvdec_decode_ge_3x_pyav", "nvdec_gpu_idle_between_batches_lt_10pct",
+                                    "nvdec_gpu_idle_between_batches_lt_10pct_gpu_bound",
                                     "zero_device_growth_10k_frames", "frames_in_eq_out"}
     assert data["video"]["gpu"]["batches"] > 0, context
     assert stage["samples"].startswith("blocks of a batch") and stage["frame_path"]["frames"] == 100 * stage["batch"]
@@ -48,7 +50,11 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert child["encode_alone_fps_child"] > 0, context
     variants = data["video_variants"]
     assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "gpu_preprocess",
-                             "encoder_veryfast"}, context
+                             "encoder_veryfast", "decode_threads_2", "decode_threads_4"}, context
+    for threads in (2, 4):  # FFmpeg's decoder on that many threads, decode alone measured again with them
+        variant = variants[f"decode_threads_{threads}"]
+        assert variant["decode_threads"] == threads and variant["decode_alone_fps"] > 0, context
+        assert set(variant["cores_busy"]) == {"decode", "video_pipeline"}, context
     assert variants["encoder_veryfast"]["encode_alone_fps"] > 0
     assert variants["encoder_veryfast"]["options"] == {"preset": "veryfast"}
     assert variants["gpu_preprocess"]["preprocess"]["on"] == "gpu" and "preprocess" not in (
@@ -167,6 +173,25 @@ def test_the_nvdec_capacity_run_counts_every_frame_of_a_repeated_clip(tmp_path, 
     for n, run in got["decoders"].items():
         assert run["frames"] == 37 and run["all_frames"] and run["session_init_ms"] == [1.0] * int(n)
 
+
+
+def test_the_gpu_bound_run_reads_every_frame_through_the_gpu_letterbox(fake_gpu, engine_file, tmp_path,
+                                                                       monkeypatch):
+    from tests.pipeline.media import FakeNvc, frame_picture
+    from tests.pipeline.test_nvdec_split import gop_video
+    from tests.scripts import script_module
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(35)],
+                                                               cuda=fake_gpu[1]))
+    monkeypatch.setattr("trtkit.pipeline.nvdec_split.CHUNK_FRAMES", 10)
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        got = bench.gpu_bound_part(engine_file, gop_video(tmp_path / "clip.mp4"), 2, {}, {"items_per_s": 1000.0})
+        model = bench.make_heavy_model(side=16, width=4, depth=2)
+    assert got["frames_in"] == got["frames_out"] == 35 and got["decoders"] == 2
+    assert got["preprocess"]["on"] == "gpu" and got["gpu"]["batches"] > 0
+    assert got["idle_between_batches_pct"] == got["gpu"]["idle_between_batches_pct"]
+    assert got["ratio_to_bench"] == round(got["e2e_fps"] / 1000.0, 3)
+    assert [n.op_type for n in model.graph.node].count("Conv") == 4  # the stem's two and the two at a quarter size
 
 
 def test_the_nvdec_split_run_reads_the_clip_with_each_reader(fake_gpu, tmp_path, monkeypatch):
