@@ -22,7 +22,9 @@ In one call:
    allocations count) after a warm-up load minus after the soak.
 6. SIGTERM to the server: ``stop``: exit code and seconds to exit.
 6b. ``compare``: with ``--compare pytriton`` (the default when the main run is the stub backend), steps 3-4 again
-   with that backend, given what is left before the deadline, and ``grpc64_main_over_this``.
+   with that backend, given what is left before the deadline, and ``grpc64_main_over_this``; ``--compare tensorrt``:
+   Triton's own TensorRT backend (``trtkit serve --backend tensorrt``, the backend from ``--triton-backends``), with
+   its ``grpc64_vs_bench_streams2``.
 7. ``sweep`` (with ``--sweep``): a server of its own per setting of the model (``runner``, or ``null``: the stubs
    answer zeros with no runner, a diagnostic ceiling of Triton, the Python backend and the clients alone), instances
    and batcher delay, loaded at ``--sweep-levels`` (default 64) for ``--sweep-s`` per number of client processes;
@@ -152,7 +154,8 @@ class ServeProcess:
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
         shared = ["--shared-memory"] if args.shared_memory == "system" else []
-        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend,
+        native = ["--triton-backends", args.triton_backends] if backend == "tensorrt" else []
+        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
                str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
@@ -548,10 +551,13 @@ def main() -> int:
     ap.add_argument("--soak-s", type=float, default=60.0, help="the soak's own seconds, reserved before the levels")
     ap.add_argument("--shared-memory", choices=("system", "none"), default="system",
                     help="system: clients send inputs through system shared memory (default); none: in each request")
-    ap.add_argument("--backend", choices=("stub", "pytriton"), default="stub",
+    ap.add_argument("--backend", choices=("stub", "pytriton", "tensorrt"), default="stub",
                     help="trtkit serve --backend for the main run (default stub: the runners inside Triton's Python "
                     "backend stubs)")
-    ap.add_argument("--compare", choices=("pytriton", "stub", "none"), default="pytriton",
+    ap.add_argument("--triton-backends", default=str(ROOT / ".gpu-triton" / "backends"),
+                    help="with --backend/--compare tensorrt: the folder holding Triton's TensorRT backend "
+                         "(tensorrt/libtriton_tensorrt.so; scripts/build_triton_trt_backend.sh)")
+    ap.add_argument("--compare", choices=("pytriton", "stub", "tensorrt", "none"), default="pytriton",
                     help="after the main run, serve with this backend too and load it at 1/8/64 (no soak): "
                     "results['compare'] (default pytriton, the older path)")
     ap.add_argument("--compare-levels-s", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -644,6 +650,9 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
             cmp64 = (((results.get("compare") or {}).get("grpc") or {}).get("concurrency", {}).get("64") or {})
             if cmp64.get("ips") and ips64:
                 results["compare"]["grpc64_main_over_this"] = round(ips64 / cmp64["ips"], 2)
+            if cmp64.get("ips") and results.get("bench_streams2_ips"):
+                results["compare"]["grpc64_vs_bench_streams2"] = round(cmp64["ips"] / results["bench_streams2_ips"],
+                                                                       3)
         else:
             results["compare"] = f"not run: {left:.0f} s left before the deadline"
     if args.sweep:

@@ -1,6 +1,7 @@
-"""``trtkit serve`` on a real GPU, both backends (runners in Triton's backend stubs; runners behind pytriton's proxy):
-the tiny conv net behind Triton, one HTTP and one gRPC round trip equal
-to TrtRunner's outputs, a wrong shape refused while the model stays ready, instances on every GPU of the host.
+"""``trtkit serve`` on a real GPU, every backend (runners in Triton's backend stubs; runners behind pytriton's proxy;
+Triton's own TensorRT backend, from the folder ``TRTKIT_TRITON_BACKENDS`` names, skipped without it): the tiny conv
+net behind Triton, one HTTP and one gRPC round trip equal to TrtRunner's outputs, a wrong shape refused while the
+model stays ready, instances on every GPU of the host.
 
 Needs the serve extra in the GPU bundle, with a numpy pytriton accepts (0.7.0: numpy<2; skipped with the reason
 otherwise). Run on the GPU host: ``bash .gpu/bin/gpu-run pytest -m gpu -q
@@ -33,9 +34,15 @@ def engine(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("backend", ["stub", "pytriton"])
+@pytest.mark.parametrize("backend", ["stub", "pytriton", "tensorrt"])
 def test_serve_round_trips_on_the_gpu(engine, backend):
+    import os
+
     pytest.importorskip("pytriton", reason="the serve extra is not in this environment (pip install 'trtkit[serve]')")
+    backends = os.environ.get("TRTKIT_TRITON_BACKENDS")
+    if backend == "tensorrt" and not backends:
+        pytest.skip("TRTKIT_TRITON_BACKENDS names no folder with Triton's TensorRT backend "
+                    "(scripts/build_triton_trt_backend.sh)")
     from trtkit.errors import DependencyError
     from trtkit.serve.backend import check_numpy
 
@@ -57,12 +64,14 @@ def test_serve_round_trips_on_the_gpu(engine, backend):
     with TrtRunner(engine) as runner:
         want = runner.infer({"x": x})["y"]
     settings = ServeSettings(instances=2, gpus=gpus, http_port=http_port, grpc_port=grpc_port,
-                             metrics_port=metrics_port, exit_timeout_s=10, backend=backend)
+                             metrics_port=metrics_port, exit_timeout_s=10, backend=backend,
+                             triton_backends=backends if backend == "tensorrt" else None)
     with Server([engine], settings) as server:
         (model,) = server.models
         assert model.devices == [g for g in gpus for _ in range(2)] and model.max_batch == 4
-        # the stub backend's runners are in Triton's backend stubs, none in this process
-        assert len(model.runners) == (0 if backend == "stub" else len(model.devices))
+        # the stub backend's runners are in Triton's backend stubs, the tensorrt backend's engines in Triton's
+        # TensorRT backend: none in this process
+        assert len(model.runners) == (len(model.devices) if backend == "pytriton" else 0)
         with thttp.InferenceServerClient(f"127.0.0.1:{http_port}") as http:
             inp = thttp.InferInput("x", list(x.shape), "FP32")
             inp.set_data_from_numpy(x)

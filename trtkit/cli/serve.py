@@ -62,10 +62,17 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--backend",
-        choices=("pytriton", "stub"),
+        choices=("pytriton", "stub", "tensorrt"),
         default="stub",
-        help="where the runners run: stub (default: inside Triton's Python backend stubs, no hop to this process) or "
-        "pytriton (in this process, behind pytriton's proxy)",
+        help="where the engines run: stub (default: runners inside Triton's Python backend stubs, no hop to this "
+        "process), pytriton (runners in this process, behind pytriton's proxy) or tensorrt (Triton's own TensorRT "
+        "backend, no Python in the request path; needs --triton-backends)",
+    )
+    g.add_argument(
+        "--triton-backends",
+        metavar="DIR",
+        help="with --backend tensorrt: the folder holding tensorrt/libtriton_tensorrt.so, Triton's TensorRT backend "
+        "for the pytriton wheel's Triton and this TensorRT (scripts/build_triton_trt_backend.sh builds it)",
     )
     options.add_json_option(parser)
 
@@ -89,6 +96,7 @@ def run(args, console) -> int:
         log_file=args.log_file,
         shared_memory=args.shared_memory,
         backend=args.backend,
+        triton_backends=args.triton_backends,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

@@ -305,11 +305,24 @@ def _release_of(version: str) -> str | None:
 
 
 def config_pbtxt(
-    model: TritonModel, *, instances: int = 1, gpus: tuple = (), max_queue_delay_us: int = 100, cuda_graphs: bool = True
+    model: TritonModel,
+    *,
+    instances: int = 1,
+    gpus: tuple = (),
+    max_queue_delay_us: int = 100,
+    cuda_graphs: bool = True,
+    max_batch: int | None = None,
+    preferred: tuple | None = None,
 ) -> str:
-    """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``)."""
+    """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``);
+    ``max_batch`` and ``preferred`` (default: the profile's) limit the batches the dynamic batcher forms."""
     lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"']
-    lines += io_and_batching_lines(model, model.max_batch_size, model.preferred_batch_sizes, max_queue_delay_us)
+    lines += io_and_batching_lines(
+        model,
+        model.max_batch_size if max_batch is None else max_batch,
+        model.preferred_batch_sizes if preferred is None else preferred,
+        max_queue_delay_us,
+    )
     gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
     if cuda_graphs:

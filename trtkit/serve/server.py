@@ -37,8 +37,9 @@ logger = logging.getLogger("trtkit")
 STUB_LOAD_TIMEOUT_S = 300.0
 
 
-# where the runners run: in this process behind pytriton's proxy, or inside Triton's Python backend stubs
-BACKENDS = ("pytriton", "stub")
+# where the engines run: runners in this process behind pytriton's proxy, runners inside Triton's Python backend
+# stubs, or Triton's own TensorRT backend
+BACKENDS = ("pytriton", "stub", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,11 @@ class ServeSettings:
         backend: where the runners run. ``"stub"`` (default): inside Triton's Python backend stubs themselves, one
             runner per stub process, on a model repository trtkit writes (:mod:`trtkit.serve.stub`), with no hop to
             this process; ``"pytriton"``: in this process, behind pytriton's proxy (each batch goes from Triton's
-            backend stub to this process and back through ZeroMQ and pytriton's tensor store).
+            backend stub to this process and back through ZeroMQ and pytriton's tensor store); ``"tensorrt"``:
+            Triton's own TensorRT backend (:mod:`trtkit.serve.native`; no Python in the request path, the engines
+            as ``trtkit export triton`` writes them), from the folder ``triton_backends``.
+        triton_backends: with ``backend="tensorrt"``: a folder holding ``tensorrt/libtriton_tensorrt.so``, Triton's
+            TensorRT backend built for the pytriton wheel's Triton and this environment's TensorRT.
     """
 
     instances: int = 1
@@ -80,6 +85,7 @@ class ServeSettings:
     log_file: str | None = None
     shared_memory: bool = False
     backend: str = "stub"
+    triton_backends: str | None = None
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
@@ -88,6 +94,11 @@ class ServeSettings:
                 f"backend={self.backend!r}: give one of {', '.join(BACKENDS)}",
                 field="backend",
                 accepted=", ".join(BACKENDS),
+            )
+        if self.triton_backends and self.backend != "tensorrt":
+            raise UsageError(
+                f"triton_backends is Triton's TensorRT backend's folder, for backend='tensorrt', not {self.backend!r}",
+                field="triton_backends",
             )
         if int(self.instances) < 1:
             raise UsageError(
@@ -186,7 +197,7 @@ def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> Loade
     spec = triton_model(engine, trt=trt)
     max_batch, preferred = batch_limit(spec, settings.max_batch, engine)
     model = LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
-    if settings.backend == "stub":
+    if settings.backend in ("stub", "tensorrt"):  # the engine is loaded inside Triton
         return model
     try:
         for device in settings.devices():
@@ -278,14 +289,19 @@ class Server:
         if not self.engines:
             raise TrtkitError("Give at least one engine to serve")
         env = backend_environment()
+        if self.settings.backend == "tensorrt":
+            from trtkit.serve import native
+
+            native.tensorrt_backend(self.settings.triton_backends)
+            env = native.server_environment(env, self._trt)
         check_ports(self.settings.host, self.settings.ports())
         self._cuda = self._cuda or Cuda()
         self._load_all()
         self._log_dir = None if self.settings.log_file else tempfile.TemporaryDirectory(prefix="trtkit-serve-")
         started = time.monotonic()
         try:
-            if self.settings.backend == "stub":
-                self._start_stub(env)
+            if self.settings.backend in ("stub", "tensorrt"):
+                self._start_repository(env)
             else:
                 self._start_triton(env)
         except BaseException:
@@ -357,14 +373,22 @@ class Server:
         except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
             raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){log_tail(self.log_file)}") from exc
 
-    def _start_stub(self, env: dict) -> None:
-        from trtkit.serve import stub
+    def _start_repository(self, env: dict) -> None:
+        """The stub and tensorrt backends: a model repository written here, served by the wheel's tritonserver."""
+        from trtkit.serve import native, stub
 
-        self._work_dir = tempfile.TemporaryDirectory(prefix="trtkit-serve-stub-")
+        self._work_dir = tempfile.TemporaryDirectory(prefix=f"trtkit-serve-{self.settings.backend}-")
         work = Path(self._work_dir.name)
-        repo = stub.write_repository(self.models, self.settings, work / "models")
+        backends: tuple = ()
+        if self.settings.backend == "tensorrt":
+            repo = native.write_repository(self.models, self.settings, work / "models")
+            backends = (native.tensorrt_backend(self.settings.triton_backends),)
+        else:
+            repo = stub.write_repository(self.models, self.settings, work / "models")
         try:
-            self._stub = stub.StubTriton(repo, self.settings, work, self.log_file, stub.server_environment(env))
+            self._stub = stub.StubTriton(
+                repo, self.settings, work, self.log_file, stub.server_environment(env), backends
+            )
             failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
         except ServeError as exc:
             raise ServeError(f"Triton did not start ({exc}){log_tail(self.log_file)}") from exc

@@ -65,9 +65,11 @@ def write_repository(models: list, settings, repo: Path) -> Path:
     return Path(repo)
 
 
-def prepare_server(workspace: Path) -> Path:
+def prepare_server(workspace: Path, backends: tuple = ()) -> Path:
     """The pytriton wheel's ``tritonserver`` folder copied into ``workspace`` with this Python's backend stub in its
-    Python backend (as pytriton prepares it); returns the copy's root."""
+    Python backend (as pytriton prepares it) and each folder of ``backends`` (e.g. Triton's ``tensorrt`` backend)
+    copied beside it (copied, not linked: a backend finds its own libraries through ``$ORIGIN``); returns the copy's
+    root."""
     from pytriton.utils.distribution import get_root_module_path
 
     from trtkit.serve.backend import check_backend_stub
@@ -77,6 +79,8 @@ def prepare_server(workspace: Path) -> Path:
     root = Path(workspace) / "tritonserver"
     shutil.copytree(dist, root, ignore=shutil.ignore_patterns("python_backend_stubs", "triton_python_backend_stub"))
     shutil.copy(stub, root / "backends" / "python" / "triton_python_backend_stub")
+    for backend in backends:
+        shutil.copytree(backend, root / "backends" / Path(backend).name)
     return root
 
 
@@ -97,7 +101,8 @@ def server_environment(base_env: dict) -> dict:
 
 
 class StubTriton:
-    """One ``tritonserver`` process serving a repository of :mod:`trtkit.serve.stub_model` models.
+    """One ``tritonserver`` process serving a model repository: of :mod:`trtkit.serve.stub_model` models, or of
+    engines on Triton's TensorRT backend (:mod:`trtkit.serve.native`, with ``backends``).
 
     Args:
         repo: the model repository (:func:`write_repository`).
@@ -105,12 +110,13 @@ class StubTriton:
         workspace: a folder for the server's binaries.
         log_file: where Triton's log goes.
         env: the server process's environment (:func:`server_environment`).
+        backends: backend folders to serve with besides the wheel's Python backend.
     """
 
-    def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict):
+    def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict, backends: tuple = ()):
         self.settings, self.log_file = settings, Path(log_file)
         self._token = secrets.token_hex(16)
-        root = prepare_server(workspace)
+        root = prepare_server(workspace, backends)
         s = settings
         restricted = [*RESTRICTED, *(() if s.shared_memory else ("shared-memory",))]
         rule = f"{','.join(restricted)}:{TOKEN_HEADER}={self._token}"

@@ -1,0 +1,98 @@
+"""``trtkit serve --backend tensorrt``: engines written for Triton's own TensorRT backend, the backend folder and
+TensorRT's libraries found (or a clear error), the server's backends folder made with it; no Triton runs here (the
+tests that start one are in test_serve_triton.py)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from tests.serve.test_serve_stub_units import _parse
+from trtkit.errors import DependencyError, UsageError
+from trtkit.runtime.cuda import Cuda
+from trtkit.serve import native
+from trtkit.serve.server import Server, ServeSettings, load_model
+from trtkit.testing.fake_cuda import FakeCudart
+from trtkit.testing.fake_trt import make_fake_trt
+
+
+def _backends(tmp_path):
+    folder = tmp_path / "backends" / "tensorrt"
+    folder.mkdir(parents=True)
+    (folder / native.BACKEND_LIBRARY).write_bytes(b"\x7fELF")
+    return tmp_path / "backends"
+
+
+def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_for(tmp_path, engine):
+    settings = ServeSettings(instances=2, gpus=(0, 3), backend="tensorrt", max_batch=3, max_queue_delay_us=250,
+                             triton_backends=str(_backends(tmp_path)))
+    rt = FakeCudart(devices=4)
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+    assert model.runners == [] and rt.live_allocations()["device"] == 0  # Triton's backend loads the engine
+    repo = native.write_repository([model], settings, tmp_path / "repo")
+    config = _parse((repo / "tiny" / "config.pbtxt").read_text())
+    assert config.name == "tiny" and config.platform == "tensorrt_plan" and config.max_batch_size == 3
+    assert [(t.name, list(t.dims)) for t in config.input] == [("x", [3, 8, 8])]
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 3]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 250
+    assert [(g.count, list(g.gpus)) for g in config.instance_group] == [(2, [0, 3])]
+    assert config.optimization.cuda.graphs
+    plan = repo / "tiny" / "1" / "model.plan"
+    assert plan.read_bytes() == engine.read_bytes()
+    native.write_repository([model], settings, tmp_path / "repo")  # written again over the first: no error
+    assert plan.resolve() == engine.resolve()
+
+
+def test_a_backends_folder_without_the_tensorrt_backend_is_named_with_what_to_do(tmp_path, engine):
+    with pytest.raises(DependencyError, match=r"give the folder that holds tensorrt/libtriton_tensorrt.so "
+                                              r"\(--triton-backends DIR\); build it .*build_triton_trt_backend.sh"):
+        native.tensorrt_backend(None)
+    with pytest.raises(DependencyError, match=r"Triton backends folder '.*nowhere' does not exist; build it"):
+        native.tensorrt_backend(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DependencyError, match=r"'.*empty' has no tensorrt/libtriton_tensorrt.so"):
+        native.tensorrt_backend(tmp_path / "empty")
+    assert native.tensorrt_backend(_backends(tmp_path)) == tmp_path / "backends" / "tensorrt"
+
+
+def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):
+    with pytest.raises(UsageError, match="triton_backends is Triton's TensorRT backend's folder, for "
+                                         "backend='tensorrt', not 'stub'"):
+        ServeSettings(backend="stub", triton_backends=str(tmp_path)).check()
+
+
+def test_the_server_refuses_a_missing_backend_before_loading_anything(tmp_path, engine, monkeypatch):
+    monkeypatch.setattr("trtkit.serve.backend.backend_environment", lambda: {"LD_LIBRARY_PATH": ""})
+    rt = FakeCudart()
+    server = Server([engine], ServeSettings(backend="tensorrt"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+    with pytest.raises(DependencyError, match="pytriton wheel does not carry"):
+        server.start()
+    assert server.models == [] and rt.live_allocations()["device"] == 0
+
+
+def test_tensorrt_libraries_are_found_beside_the_module_or_in_tensorrt_libs(tmp_path):
+    here = tmp_path / "site" / "tensorrt"
+    here.mkdir(parents=True)
+    module = types.SimpleNamespace(__file__=str(here / "__init__.py"))
+    with pytest.raises(DependencyError, match=r"No libnvinfer.so.\* next to the tensorrt module"):
+        native.tensorrt_library_dir(module)
+    (tmp_path / "site" / "tensorrt_libs").mkdir()
+    (tmp_path / "site" / "tensorrt_libs" / "libnvinfer.so.10").write_bytes(b"")
+    assert native.tensorrt_library_dir(module) == tmp_path / "site" / "tensorrt_libs"
+    (here / "libnvinfer.so.8").write_bytes(b"")
+    assert native.tensorrt_library_dir(module) == here
+    env = native.server_environment({"LD_LIBRARY_PATH": f"/py/lib:{here}", "X": "1"}, module)
+    assert env == {"LD_LIBRARY_PATH": f"{here}:/py/lib", "X": "1"}
+
+
+def test_the_servers_backends_folder_gets_a_copy_of_the_tensorrt_backend(tmp_path, monkeypatch):
+    pytest.importorskip("pytriton", reason="the serve extra (nvidia-pytriton) ships the tritonserver folder")
+    from trtkit.serve import stub
+
+    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", lambda _: tmp_path / "stub")
+    (tmp_path / "stub").write_bytes(b"stub")
+    root = stub.prepare_server(tmp_path / "work", (native.tensorrt_backend(_backends(tmp_path)),))
+    copied = root / "backends" / "tensorrt" / native.BACKEND_LIBRARY
+    assert copied.read_bytes() == b"\x7fELF" and not copied.is_symlink()
+    assert (root / "backends" / "python").is_dir()
