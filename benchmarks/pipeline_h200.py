@@ -223,9 +223,9 @@ def fps_of(frames: int, seconds: float) -> float:
     return round(frames / seconds, 2) if seconds > 0 else 0.0
 
 
-def decode_alone(video: Path, threads: int = 0) -> tuple:
-    """PyAV decode of every frame (``threads`` FFmpeg threads, 0: FFmpeg's choice): fps, and the first frames kept
-    for the other stages."""
+def decode_alone(video: Path, threads: int | None = None) -> tuple:
+    """PyAV decode of every frame (``threads`` FFmpeg threads: default the reader's, 0: FFmpeg's choice): fps, and
+    the first frames kept for the other stages."""
     from trtkit.pipeline.video import PyAVReader
 
     reader, kept, count = PyAVReader(video, threads), [], 0
@@ -335,13 +335,18 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
     """The inference stage as a user with pre-made batches runs it: a block pipeline (``BlockSource`` of stacked
     batches, each written into a batch ring buffer in one step, sent from there, one sink call per batch),
     measured over at least ``min_work_s`` of steady work (a pilot run of 20 batches sets the frame count of the
-    measured runs, whole batches), with the batches in place in the ring (``fps``: the stage itself), then copied
+    measured runs, whole batches; a measured run shorter than that, after a pilot slow to warm up, is made again
+    with the count its own rate gives), with the batches in place in the ring (``fps``: the stage itself), then copied
     in batch by batch (``copying_samples``, at most 250 batches); and the frame pipeline (one item per frame) over
     100 batches (``frame_path``)."""
     in_place = BlockSamplesInto(target, copy_always=False)
     pilot = infer_once(engine, samples, 20 * batch, batch, runner_args, in_place, blocks=True)
     batches = max(20, int(np.ceil(pilot["fps"] * min_work_s / batch)) if pilot["fps"] else 20)
     measured = infer_once(engine, samples, batches * batch, batch, runner_args, in_place, blocks=True)
+    if measured["fps"] and measured["steady_s"] < min_work_s:  # the pilot was slow to warm up: again, long enough
+        batches = int(np.ceil(measured["fps"] * min_work_s / batch))
+        measured = {**infer_once(engine, samples, batches * batch, batch, runner_args, in_place, blocks=True),
+                    "first_measured": {k: measured[k] for k in ("fps", "steady_s", "frames")}}
     measured["pilot"] = {k: pilot[k] for k in ("fps", "startup_s", "frames")}
     measured["min_work_s"] = min_work_s
     copying = infer_once(engine, samples, min(batches, 250) * batch, batch, runner_args,  # bounded: copies are slow
@@ -475,13 +480,13 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                    decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
                    device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
-                   decode_threads: int = 0) -> dict:
+                   decode_threads: int | None = None) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
     NVDEC frames stay on the GPU and the GPU letterbox preprocesses them (what ``trtkit run`` does by default);
     ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too); ``options``: the
-    encoder's; ``decode_threads``: PyAV's decoder threads (0: FFmpeg's choice)."""
+    encoder's; ``decode_threads``: PyAV's decoder threads (default the reader's, 0: FFmpeg's choice)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder, device_memory=device_memory, decode_threads=decode_threads)
@@ -741,15 +746,20 @@ HEAVY_FAKE = {"side": 32, "width": 8, "depth": 1, "batch": 4}
 GPU_BOUND_DECODERS = 4
 
 
-def gpu_bound_part(engine: Path, clip: Path, decoders: int, runner_args: dict, bench: dict | None) -> dict:
+GPU_BOUND_SETTINGS = ({"runners": 2, "pre_workers": 2}, {"runners": 3, "pre_workers": 2},
+                      {"runners": 2, "pre_workers": 4}, {"runners": 3, "pre_workers": 4})
+
+
+def gpu_bound_part(engine: Path, clip: Path, decoders: int, runner_args: dict, bench: dict | None,
+                   pre_workers: int = 2) -> dict:
     """The NVDEC path where the GPU is the slowest stage: ``clip`` decoded by ``decoders`` NVDEC decoders into
-    device memory, letterboxed there, through the heavy CNN (:func:`make_heavy_model`), results dropped (no
-    encoder). Whether the pipeline keeps the GPU fed shows here: the GPU's idle time between batches, and the
-    end-to-end frames/s against ``trtkit bench`` on the same engine and batch (``bench``)."""
+    device memory, letterboxed there (``pre_workers`` threads), through the heavy CNN (:func:`make_heavy_model`),
+    results dropped (no encoder). Whether the pipeline keeps the GPU fed shows here: the GPU's idle time between
+    batches, and the end-to-end frames/s against ``trtkit bench`` on the same engine and batch (``bench``)."""
     from trtkit.pipeline import VideoSource, run_engine
 
     source = VideoSource(clip, decoder="nvdec", device_memory=True, nvdec_decoders=decoders)
-    report = run_engine(engine, source, **runner_args)
+    report = run_engine(engine, source, pre_workers=pre_workers, **runner_args)
     data = report.to_json()
     bench_ips = (bench or {}).get("items_per_s")
     return {"e2e_fps": round(report.fps, 2), "frames_in": report.frames_in, "frames_out": report.frames_out,
@@ -758,7 +768,8 @@ def gpu_bound_part(engine: Path, clip: Path, decoders: int, runner_args: dict, b
             "idle_between_batches_pct": (data["gpu"] or {}).get("idle_between_batches_pct"),
             "stages": {name: {k: st[k] for k in ("avg_ms", "max_ms", "p99_ms", "busy_pct")}
                        for name, st in data["stages"].items()},
-            "preprocess": data["source"].get("preprocess"), "batch": report.batch}
+            "preprocess": data["source"].get("preprocess"), "batch": report.batch, "pre_workers": pre_workers,
+            "runners": runner_args.get("runners")}
 
 
 def _steady(count: int, seconds: float, init_ms, pyav_fps) -> dict:
@@ -944,10 +955,19 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             heavy_bench = run.guard("bench_heavy", lambda: bench_fps(heavy_engine, sizes, trt, cuda, args.runners,
                                                                      heavy["batch"], heavy["side"]))
             clip = Path(capacity["clip"]) if capacity else video
-            bound = run.guard("gpu_bound", lambda: gpu_bound_part(heavy_engine, clip, GPU_BOUND_DECODERS,
-                                                                  runner_args, heavy_bench))
+            tried = []
+            for i, setting in enumerate(GPU_BOUND_SETTINGS):  # batches in flight and letterbox threads
+                got = run.guard(f"gpu_bound_{i}", lambda setting=setting: gpu_bound_part(
+                    heavy_engine, clip, GPU_BOUND_DECODERS, {**runner_args, "runners": setting["runners"]},
+                    heavy_bench, setting["pre_workers"]))
+                if got:
+                    tried.append(got)
+            bound = min(tried, key=lambda t: t["idle_between_batches_pct"] or 100.0) if tried else None
             if bound:
                 nvdec["gpu_bound"] = {**bound, "model": {"name": "make_heavy_model", **heavy},
+                                      "settings_tried": [{k: t[k] for k in ("runners", "pre_workers", "e2e_fps",
+                                                                            "idle_between_batches_pct",
+                                                                            "ratio_to_bench")} for t in tried],
                                       "note": "NVDEC split over decoders, GPU letterbox, a CNN slow enough that the "
                                               "GPU is the slowest stage, no encoder: the GPU's idle time between "
                                               "batches where it is the stage the pipeline waits for"}
@@ -993,7 +1013,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
 VARIANT_PRE_WORKERS = 2
 VARIANT_ENCODER_OPTIONS = {"preset": "veryfast"}
 VARIANT_SWITCH_INTERVAL_S = 0.001
-VARIANT_DECODE_THREADS = (2, 4)
+VARIANT_DECODE_THREADS = (0, 2)  # 0: FFmpeg's choice (a thread per core and one more); the reader's default is 4
 
 
 def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes, frames: list,
@@ -1004,8 +1024,9 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
     interval 1 ms while the pipeline runs), ``pre_workers_2`` (two preprocess workers; preprocess alone measured
     again with two), ``gpu_preprocess`` (PyAV's frames letterboxed by the GPU kernels: the CPU decodes and
     encodes only), ``encoder_veryfast`` (libx264's veryfast preset; encode alone measured again with it),
-    ``decode_threads_N`` (PyAV's decoder on N FFmpeg threads instead of one per core; decode alone measured again
-    with N, and the cores the process kept busy in both). ``skip``: the names of variants not to run."""
+    ``decode_threads_N`` (PyAV's decoder on N FFmpeg threads instead of the reader's default, 0: FFmpeg's choice, a
+    thread per core; decode alone measured again with N, and the cores the process kept busy in both). ``skip``: the
+    names of variants not to run."""
     variants: dict = {}
     if "encoder_slice_threads" not in skip:
         slice_alone = run.guard("encode_alone_slice", lambda: encode_alone(frames, count, work, thread_type="SLICE"))
@@ -1052,8 +1073,8 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
 
 def decode_threads_variant(run: Run, engine: Path, video: Path, work: Path, runner_args: dict, sizes: Sizes,
                            alone: dict, threads: int) -> dict | None:
-    """The video pipeline with FFmpeg's decoder on ``threads`` threads instead of one per core (fewer threads beside
-    libx264's), against the stages alone with decode measured again that way; the cores kept busy in both."""
+    """The video pipeline with FFmpeg's decoder on ``threads`` threads (0: FFmpeg's choice) instead of the reader's
+    default, against the stages alone with decode measured again that way; the cores kept busy in both."""
     cores: dict = {}
     decoded = cores_busy(lambda: run.guard(f"decode_alone_threads{threads}", lambda: decode_alone(video, threads)),
                          cores, "decode")

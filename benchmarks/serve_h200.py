@@ -336,8 +336,9 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
 
 # what --sweep may vary: the server's instances and batcher delay, the clients' processes, and the model (the engine's
 # runner, or the null model: zeros with no runner, the ceiling of Triton and the clients alone)
-SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str}
-SERVER_KEYS = ("model", "instances", "delay_us")  # a new server per setting of these; client_procs reuse it
+SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str}
+SERVER_KEYS = ("model", "backend", "instances", "delay_us")  # a new server per setting of these; client_procs reuse it
+SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
 
 
@@ -374,9 +375,10 @@ def _product(text: str) -> list:
             axes[key] = [SWEEP_KEYS[key](v) for v in items]
         except ValueError:
             raise ValueError(f"sweep key {key!r}: {values.strip()!r} are not whole numbers") from None
-        bad = [v for v in axes[key] if (v not in MODELS if key == "model" else v < (0 if key == "delay_us" else 1))]
+        choices = {"model": MODELS, "backend": SERVE_BACKENDS}.get(key)
+        bad = [v for v in axes[key] if (v not in choices if choices else v < (0 if key == "delay_us" else 1))]
         if bad:
-            accepted = " or ".join(MODELS) if key == "model" else "0 or more" if key == "delay_us" else "1 or more"
+            accepted = (" or ".join(choices) if choices else "0 or more" if key == "delay_us" else "1 or more")
             raise ValueError(f"sweep key {key!r}: {', '.join(map(str, bad))} not accepted ({accepted})")
     if not axes:
         raise ValueError(f"sweep part {text.strip()!r} is empty: give e.g. instances=4,8;client_procs=4,8")
@@ -388,8 +390,8 @@ def sweep_groups(settings: list, args) -> list:
     ``[(server settings, [client_procs, ...])]``."""
     groups: dict = {}
     for one in settings:
-        full = {"model": "runner", "instances": args.instances, "delay_us": args.max_queue_delay_us,
-                "client_procs": args.client_procs, **one}
+        full = {"model": "runner", "backend": args.backend, "instances": args.instances,
+                "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         procs = groups.setdefault(key, [])
         if full["client_procs"] not in procs:
@@ -414,7 +416,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                for n in procs]
             continue
         tag = f"sweep{i}"
-        server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, args.backend,
+        server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
                               null_model=server_settings["model"] == "null")
         runs: list = []

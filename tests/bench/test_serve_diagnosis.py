@@ -97,7 +97,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -105,6 +105,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("instances=0", "1 or more"),
     ("delay_us=-1", "0 or more"),
     ("model=fast", "runner or null"),
+    ("backend=onnx", "stub or pytriton or tensorrt"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -129,10 +130,12 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
     assert groups == [
-        ({"model": "null", "instances": 4, "delay_us": 100}, [4, 8]),
-        ({"model": "runner", "instances": 4, "delay_us": 100}, [4, 8]),
-        ({"model": "runner", "instances": 8, "delay_us": 100}, [4]),  # the main run's client processes
+        ({"model": "null", "backend": "stub", "instances": 4, "delay_us": 100}, [4, 8]),
+        ({"model": "runner", "backend": "stub", "instances": 4, "delay_us": 100}, [4, 8]),
+        ({"model": "runner", "backend": "stub", "instances": 8, "delay_us": 100}, [4]),  # the main run's procs
     ]
+    groups = m.sweep_groups(m.parse_sweep("backend=tensorrt;instances=1,2"), _args())
+    assert [(g["backend"], g["instances"]) for g, _ in groups] == [("tensorrt", 1), ("tensorrt", 2)]
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from tests.pipeline.media import FakeNvc, corrupt_packet, decode_all, frame_pict
 from trtkit.errors import DependencyError, InputError, TrtkitError
 from trtkit.pipeline import VideoSink, VideoSource, run_engine
 from trtkit.pipeline.sources import open_video
-from trtkit.pipeline.video import PyAVReader, VideoWriter
+from trtkit.pipeline.video import DECODE_THREADS, PyAVReader, VideoWriter
 
 av = pytest.importorskip("av")
 
@@ -45,14 +45,15 @@ def test_a_corrupt_frame_mid_file_is_skipped_counted_and_named(engine_file, back
 
 def test_pyav_decodes_the_same_frames_with_the_decoder_threads_asked_for(tmp_path):
     path = make_video(tmp_path / "in.mp4", frames=24)
-    auto = PyAVReader(path)
+    auto = PyAVReader(path, threads=0)  # FFmpeg's choice
     two = VideoSource(path, decoder="pyav", decode_threads=2).reader
+    default = VideoSource(path, decoder="pyav").reader
     assert two._stream.codec_context.thread_count == 2 and two.info()["decoder_threads"] == 2
-    assert auto.info()["decoder_threads"] == "auto"
-    first, second = list(auto), list(two)
-    auto.close(), two.close()
-    assert len(first) == len(second) == 24
-    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert auto.info()["decoder_threads"] == "auto" and default.info()["decoder_threads"] == DECODE_THREADS == 4
+    first, second, third = list(auto), list(two), list(default)
+    auto.close(), two.close(), default.close()
+    assert len(first) == len(second) == len(third) == 24
+    assert all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(first, second, third))
     for bad in (-1, True, 1.5):
         with pytest.raises(InputError, match=r"decoder threads=.*: give a thread count of 0 or more"):
             PyAVReader(path, threads=bad)

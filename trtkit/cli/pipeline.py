@@ -65,10 +65,9 @@ def add_pipeline_arguments(parser) -> None:
     g.add_argument(
         "--decode-threads",
         type=int,
-        default=0,
         metavar="N",
-        help="threads of PyAV's CPU decoder (0, the default: FFmpeg chooses, about one per core); beside a CPU "
-        "encoder that keeps every core busy, 2 to 4 take fewer cores from it",
+        help="threads of PyAV's CPU decoder (default 4: beside a CPU encoder a few keep up and leave it the cores; "
+        "0: FFmpeg chooses, a thread per core)",
     )
     g.add_argument(
         "--preprocess",
@@ -176,7 +175,7 @@ def _check_numbers(args) -> None:
         raise InputError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
         )
-    if args.decode_threads and (not args.video or args.decoder == "nvdec"):
+    if args.decode_threads is not None and (not args.video or args.decoder == "nvdec"):
         raise InputError(
             "--decode-threads sets PyAV's CPU decoder threads: give it with --video, without --decoder nvdec"
         )

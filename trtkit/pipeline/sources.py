@@ -118,7 +118,7 @@ def open_video(
     device_memory: bool = False,
     cuda=None,
     nvdec_decoders: int = 1,
-    decode_threads: int = 0,
+    decode_threads: int | None = None,
 ):
     """A reader of ``path`` with the asked decoder (``auto``: NVDEC where it loads, else PyAV).
 
@@ -127,7 +127,7 @@ def open_video(
     with ``decoder="auto"`` a PyAV fallback gives host frames (the reader's ``device_memory`` says which).
     ``nvdec_decoders``: NVDEC decoders at once over chunks of the file
     (:class:`~trtkit.pipeline.nvdec_split.SplitNvdecReader`), frames still in order. ``decode_threads``: PyAV's
-    FFmpeg threads where PyAV decodes (0: FFmpeg chooses).
+    FFmpeg threads where PyAV decodes (default: :data:`~trtkit.pipeline.video.DECODE_THREADS`; 0: FFmpeg chooses).
 
     Returns:
         ``(reader, DecoderChoice)``.
@@ -181,7 +181,7 @@ class VideoSource:
         device_memory: bool = False,
         cuda=None,
         nvdec_decoders: int = 1,
-        decode_threads: int = 0,
+        decode_threads: int | None = None,
     ):
         self.reader, self.decoder = open_video(path, decoder, device_memory, cuda, nvdec_decoders, decode_threads)
 

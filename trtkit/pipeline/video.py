@@ -57,12 +57,16 @@ def pyav():
     return av
 
 
+DECODE_THREADS = 4  # PyAV's decoder threads by default (FFmpeg's own choice is a thread per core and one more)
+
+
 class PyAVReader:
     """Frames of a video file decoded by PyAV on the CPU (FFmpeg's own threads), as HxWx3 uint8 RGB arrays.
 
     A packet that does not decode is skipped and recorded in :attr:`skipped`; decoding goes on with the next one.
-    ``threads``: FFmpeg's decoder threads (0: FFmpeg chooses, about one per core). Beside a CPU encoder that keeps
-    every core busy, a few threads are enough and take fewer cores from it.
+    ``threads``: FFmpeg's decoder threads (default :data:`DECODE_THREADS`; 0: FFmpeg chooses, a thread per core and
+    one more). Beside a CPU encoder a few threads keep up with it and leave it the cores; FFmpeg's own choice made
+    the video pipeline slower (see docs/performance.md, "Pipelines").
 
     Raises:
         InputError: the file cannot be opened, has no video stream, or ``threads`` is not a count of 0 or more.
@@ -70,8 +74,9 @@ class PyAVReader:
 
     name = "pyav"
 
-    def __init__(self, path, threads: int = 0):
+    def __init__(self, path, threads: int | None = None):
         av = pyav()
+        threads = DECODE_THREADS if threads is None else threads
         self.path = Path(path)
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise InputError(f"decoder threads={threads!r}: give a thread count of 0 or more (0: FFmpeg chooses)")
