@@ -30,6 +30,16 @@ def test_no_driver_is_a_clear_error():
         cuda.stream_create()
 
 
+def test_a_high_priority_stream_gets_the_gpus_greatest_priority():
+    rt = FakeCudart()
+    cuda = Cuda(rt)
+    normal, high = cuda.stream_create(), cuda.stream_create(high_priority=True)
+    assert rt.stream_priority(normal) == 0 and rt.stream_priority(high) == rt.GREATEST_PRIORITY == -5
+    cuda.stream_destroy(normal), cuda.stream_destroy(high)
+    with pytest.raises(CudaError, match="cudaDeviceGetStreamPriorityRange failed with cudaErrorInsufficientDriver"):
+        Cuda(FakeCudart(no_device=True)).stream_create(high_priority=True)
+
+
 def test_copies_run_in_stream_order_only_when_synchronized():
     rt = FakeCudart()
     cuda = Cuda(rt)

@@ -163,11 +163,13 @@ def _rows_as_pixels(iface: dict, frame_shape) -> dict:
 
 
 class _Streamed:
-    """A stream of its own, ordered after the stream a device array was made on."""
+    """A stream of its own, ordered after the stream a device array was made on. Of the GPU's greatest priority: its
+    copies and letterbox kernels are small, and an engine's long kernels on the runners' streams would otherwise
+    hold them back, and with them the next batch, while the GPU is the slowest stage."""
 
     def __init__(self, cuda):
         self.cuda = cuda
-        self.stream = cuda.stream_create()
+        self.stream = cuda.stream_create(high_priority=True)
         self._event = cuda.event_create(timing=False)
 
     def after(self, dev) -> None:

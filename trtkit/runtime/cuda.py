@@ -128,10 +128,15 @@ class Cuda:
 
     # --- streams and events --------------------------------------------------------------------------------------
 
-    def stream_create(self) -> int:
-        """A new non-blocking stream (does not synchronize with the legacy default stream)."""
-        stream = check(self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
-        return int(stream)
+    def stream_create(self, high_priority: bool = False) -> int:
+        """A new non-blocking stream (does not synchronize with the legacy default stream). ``high_priority``: the
+        GPU's greatest stream priority, so its (small) kernels are scheduled ahead of the pending blocks of the other
+        streams' (an engine's long convolutions) instead of behind them."""
+        flags = self.rt.cudaStreamNonBlocking
+        if not high_priority:
+            return int(check(self.rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags"))
+        _, greatest = check(self.rt.cudaDeviceGetStreamPriorityRange(), "cudaDeviceGetStreamPriorityRange")
+        return int(check(self.rt.cudaStreamCreateWithPriority(flags, greatest), "cudaStreamCreateWithPriority"))
 
     def stream_destroy(self, stream: int) -> None:
         check(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")

@@ -86,6 +86,7 @@ class _Stream:
     def __init__(self):
         self.queue: list = []
         self.capture: list | None = None
+        self.priority = 0
 
 
 class _Event:
@@ -376,9 +377,22 @@ class FakeCudart:
     def cudaStreamCreateWithFlags(self, flags):
         return self._call("cudaStreamCreateWithFlags", self._new_stream)
 
-    def _new_stream(self):
+    LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5  # the range an H100/H200 reports
+
+    def cudaDeviceGetStreamPriorityRange(self):
+        return self._call("cudaDeviceGetStreamPriorityRange", lambda: (OK, self.LEAST_PRIORITY, self.GREATEST_PRIORITY))
+
+    def cudaStreamCreateWithPriority(self, flags, priority):
+        return self._call("cudaStreamCreateWithPriority", self._new_stream, int(priority))
+
+    def stream_priority(self, stream) -> int:
+        """The priority ``stream`` was made with (0 for streams made without one)."""
+        return self._streams[int(stream)].priority
+
+    def _new_stream(self, priority: int = 0):
         handle = _Handle(next(_HANDLES))
-        self._streams[int(handle)] = _Stream()
+        self._streams[int(handle)] = stream = _Stream()
+        stream.priority = min(self.LEAST_PRIORITY, max(self.GREATEST_PRIORITY, priority))  # clamped, as CUDA does
         self._stream_device[int(handle)] = self.current_device()
         _STREAM_OWNERS[int(handle)] = self
         return OK, handle
