@@ -127,53 +127,37 @@ class Run:
 
 def make_model(side: int):
     """Four strided 3x3 convolutions (3→16→32→64→128 channels) with ReLU, global average pooling, a 128→10 Gemm."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    nodes, inits, prev, channels = [], [], "images", 3
-    for i, out in enumerate((16, 32, 64, 128)):
-        w = rng.standard_normal((out, channels, 3, 3)).astype(np.float32) * (2.0 / (9 * channels)) ** 0.5
-        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(out, np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[2, 2]),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
-        prev, channels = f"r{i}", out
-    inits += [numpy_helper.from_array(rng.standard_normal((128, 10)).astype(np.float32) * 0.1, "fc"),
-              numpy_helper.from_array(np.zeros(10, np.float32), "fcb")]
-    nodes += [helper.make_node("GlobalAveragePool", [prev], ["gap"]),
-              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
-              helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"])]
-    graph = helper.make_graph(nodes, "pipeline_cnn",
-                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, side, side])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return conv_net(side, [(16, 2), (32, 2), (64, 2), (128, 2)], "pipeline_cnn")
 
 
 def make_heavy_model(side: int, width: int, depth: int):
     """A CNN slow enough that the GPU, not NVDEC, is the slowest stage: a 3→64 and a 64→``width`` strided 3x3
     convolution (to a quarter of ``side``), ``depth`` 3x3 ``width``→``width`` convolutions there, global pooling and
     a ``width``→10 Gemm (about 9·width²·(side/4)²·depth multiply-adds per image)."""
+    return conv_net(side, [(64, 2), (width, 2)] + [(width, 1)] * depth, "pipeline_heavy_cnn")
+
+
+def conv_net(side: int, layers: list, name: str):
+    """``images`` N x 3 x side x side through 3x3 convolutions ``(out channels, stride)`` with ReLU (seeded random
+    weights), global average pooling and a Gemm to 10 ``logits``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     nodes, inits, prev, channels = [], [], "images", 3
-    for i, (out, stride) in enumerate([(64, 2), (width, 2)] + [(width, 1)] * depth):
+    for i, (out, stride) in enumerate(layers):
         w = rng.standard_normal((out, channels, 3, 3)).astype(np.float32) * (2.0 / (9 * channels)) ** 0.5
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(out, np.float32), f"b{i}")]
         nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1],
                                    strides=[stride, stride]),
                   helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
         prev, channels = f"r{i}", out
-    inits += [numpy_helper.from_array(rng.standard_normal((width, 10)).astype(np.float32) * 0.1, "fc"),
+    inits += [numpy_helper.from_array(rng.standard_normal((channels, 10)).astype(np.float32) * 0.1, "fc"),
               numpy_helper.from_array(np.zeros(10, np.float32), "fcb")]
     nodes += [helper.make_node("GlobalAveragePool", [prev], ["gap"]),
               helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
               helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"])]
-    graph = helper.make_graph(nodes, "pipeline_heavy_cnn",
+    graph = helper.make_graph(nodes, name,
                               [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, side, side])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -45,8 +45,8 @@ def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_
 
 
 def test_a_backends_folder_without_the_tensorrt_backend_is_named_with_what_to_do(tmp_path, engine):
-    with pytest.raises(DependencyError, match=r"give the folder that holds tensorrt/libtriton_tensorrt.so "
-                                              r"\(--triton-backends DIR\); build it .*build_triton_trt_backend.sh"):
+    with pytest.raises(DependencyError, match=r"give triton_backends, the folder that holds tensorrt/"
+                                              r"libtriton_tensorrt.so; build it .*build_triton_trt_backend.sh"):
         native.tensorrt_backend(None)
     with pytest.raises(DependencyError, match=r"Triton backends folder '.*nowhere' does not exist; build it"):
         native.tensorrt_backend(tmp_path / "nowhere")
@@ -62,8 +62,14 @@ def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):
         ServeSettings(backend="stub", triton_backends=str(tmp_path)).check()
 
 
-def test_the_server_refuses_a_missing_backend_before_loading_anything(tmp_path, engine, monkeypatch):
-    monkeypatch.setattr("trtkit.serve.backend.backend_environment", lambda: {"LD_LIBRARY_PATH": ""})
+def test_the_server_refuses_a_missing_backend_before_loading_anything_and_asks_nothing_of_numpy(tmp_path, engine,
+                                                                                                 monkeypatch):
+    def python_backend_only(*_):
+        raise AssertionError("the Python backend's requirements were checked for the tensorrt backend")
+
+    monkeypatch.setattr("trtkit.serve.backend.require_pytriton", lambda: types.SimpleNamespace(__file__="pytriton"))
+    monkeypatch.setattr("trtkit.serve.backend.check_numpy", python_backend_only)
+    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", python_backend_only)
     rt = FakeCudart()
     server = Server([engine], ServeSettings(backend="tensorrt"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
     with pytest.raises(DependencyError, match="pytriton wheel does not carry"):
@@ -90,9 +96,27 @@ def test_the_servers_backends_folder_gets_a_copy_of_the_tensorrt_backend(tmp_pat
     pytest.importorskip("pytriton", reason="the serve extra (nvidia-pytriton) ships the tritonserver folder")
     from trtkit.serve import stub
 
-    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", lambda _: tmp_path / "stub")
-    (tmp_path / "stub").write_bytes(b"stub")
-    root = stub.prepare_server(tmp_path / "work", (native.tensorrt_backend(_backends(tmp_path)),))
+    def no_stub(*_):
+        raise AssertionError("a Python backend stub was looked for")
+
+    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", no_stub)  # nothing runs on the Python backend
+    root = stub.prepare_server(tmp_path / "work", (native.tensorrt_backend(_backends(tmp_path)),), python_stub=False)
     copied = root / "backends" / "tensorrt" / native.BACKEND_LIBRARY
     assert copied.read_bytes() == b"\x7fELF" and not copied.is_symlink()
-    assert (root / "backends" / "python").is_dir()
+    assert not (root / "backends" / "python" / "triton_python_backend_stub").exists()
+
+
+def test_the_cli_names_the_flag_and_serves_under_any_numpy_with_the_tensorrt_backend(engine, tmp_path, monkeypatch,
+                                                                                    capsys):
+    import numpy as np
+
+    from trtkit.cli import main as cli_main
+
+    monkeypatch.setattr("trtkit.serve.backend.require_pytriton", lambda: types.SimpleNamespace(__file__="pytriton"))
+    monkeypatch.setattr(np, "__version__", "2.2.6")  # pytriton's Python backend would refuse it; this one does not
+    assert cli_main.main(["serve", str(engine), "--backend", "tensorrt"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "give --triton-backends, the folder that holds tensorrt/libtriton_tensorrt.so" in err, err
+    assert cli_main.main(["serve", str(engine), "--triton-backends", str(tmp_path)]) == 2  # a usage error
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--triton-backends is Triton's TensorRT backend's folder, for --backend tensorrt, not 'stub'" in err, err

@@ -302,3 +302,33 @@ def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, str
         assert child.finish() == 0
     finally:
         child.kill()
+
+
+def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place_is_named(tmp_path, engines,
+                                                                                            monkeypatch):
+    """Triton's own TensorRT backend (built by scripts/build_triton_trt_backend.sh, folder in TRTKIT_TRITON_BACKENDS;
+    its TensorRT libraries in TRTKIT_TENSORRT_LIBS) loads into the pytriton wheel's tritonserver on the repository
+    trtkit writes, with no Python backend stub; on a machine without a GPU its model cannot be placed, and trtkit
+    names the engine with Triton's reason."""
+    backends, libs = os.environ.get("TRTKIT_TRITON_BACKENDS"), os.environ.get("TRTKIT_TENSORRT_LIBS")
+    if not (backends and libs):
+        pytest.skip("TRTKIT_TRITON_BACKENDS and TRTKIT_TENSORRT_LIBS name no TensorRT backend and libraries")
+    from trtkit.runtime.cuda import Cuda
+    from trtkit.serve import native
+    from trtkit.serve.server import Server, ServeSettings
+    from trtkit.testing.fake_cuda import FakeCudart
+    from trtkit.testing.fake_trt import make_fake_trt
+
+    monkeypatch.setattr(native, "tensorrt_library_dir", lambda trt=None: Path(libs))  # the fake module has none
+    good, _ = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    log = tmp_path / "triton.log"
+    settings = ServeSettings(backend="tensorrt", triton_backends=backends, http_port=http_port, grpc_port=grpc_port,
+                             metrics_port=metrics_port, log_file=str(log))
+    server = Server([good], settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
+    with pytest.raises(ServeError, match=r"nothing to serve; could not load '.*tiny.engine': Triton could not load "
+                                         r"it: .*gpu id 0"):
+        server.start()
+    text = log.read_text()
+    assert "TRITONBACKEND_Initialize: tensorrt" in text and "libtriton_tensorrt.so" in text
+    assert not server.is_alive()

@@ -444,6 +444,8 @@ FLAGS = {
     "warmup_s": "--warmup-ms",
     "instances": "--instances",
     "max_batch": "--max-batch",
+    "triton_backends": "--triton-backends",
+    "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",
     "input_uint8_nhwc": "--input-uint8-nhwc",

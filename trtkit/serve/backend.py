@@ -156,18 +156,21 @@ def check_backend_stub(pytriton_dir, version=None) -> Path:
     return stub
 
 
-def backend_environment(environ=None) -> dict:
+def backend_environment(environ=None, python_backend: bool = True) -> dict:
     """Environment variables for the Triton server process: ``LD_LIBRARY_PATH`` with this interpreter's library
-    folder first, so the backend stub loads this interpreter's ``libpython``.
+    folder first, so the backend stub loads this interpreter's ``libpython``. ``python_backend=False`` (engines on
+    Triton's TensorRT backend: no Python backend stub runs): only pytriton, for its ``tritonserver``, is needed.
 
     Raises:
         DependencyError: pytriton is missing, has no stub for this Python, numpy is one pytriton excludes, or this
-            Python has no shared library.
+            Python has no shared library (the last three only with ``python_backend``).
     """
     pytriton = require_pytriton()
+    environ = os.environ if environ is None else environ
+    if not python_backend:
+        return {"LD_LIBRARY_PATH": environ.get("LD_LIBRARY_PATH", "")}
     check_numpy()
     check_backend_stub(Path(pytriton.__file__).parent)
     libdir = str(python_library().parent)
-    environ = os.environ if environ is None else environ
     rest = [p for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
     return {"LD_LIBRARY_PATH": ":".join([libdir, *rest])}

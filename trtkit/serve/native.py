@@ -33,12 +33,13 @@ def tensorrt_backend(folder) -> Path:
     if not folder:
         raise DependencyError(
             "The tensorrt backend needs Triton's TensorRT backend, which the pytriton wheel does not carry: give "
-            f"the folder that holds tensorrt/{BACKEND_LIBRARY} (--triton-backends DIR); {_BUILD_HINT}"
+            f"triton_backends, the folder that holds tensorrt/{BACKEND_LIBRARY}; {_BUILD_HINT}",
+            field="triton_backends",
         )
     path = Path(folder) / "tensorrt"
     if not (path / BACKEND_LIBRARY).is_file():
         what = "does not exist" if not Path(folder).is_dir() else f"has no tensorrt/{BACKEND_LIBRARY}"
-        raise DependencyError(f"Triton backends folder '{folder}' {what}; {_BUILD_HINT}")
+        raise DependencyError(f"Triton backends folder '{folder}' {what}; {_BUILD_HINT}", field="triton_backends")
     return path
 
 

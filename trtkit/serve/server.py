@@ -288,8 +288,9 @@ class Server:
         self.settings.check()
         if not self.engines:
             raise TrtkitError("Give at least one engine to serve")
-        env = backend_environment()
-        if self.settings.backend == "tensorrt":
+        native_backend = self.settings.backend == "tensorrt"
+        env = backend_environment(python_backend=not native_backend)
+        if native_backend:  # no Python backend stub: numpy and this Python's libpython do not matter there
             from trtkit.serve import native
 
             native.tensorrt_backend(self.settings.triton_backends)

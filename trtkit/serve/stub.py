@@ -65,20 +65,22 @@ def write_repository(models: list, settings, repo: Path) -> Path:
     return Path(repo)
 
 
-def prepare_server(workspace: Path, backends: tuple = ()) -> Path:
+def prepare_server(workspace: Path, backends: tuple = (), python_stub: bool = True) -> Path:
     """The pytriton wheel's ``tritonserver`` folder copied into ``workspace`` with this Python's backend stub in its
     Python backend (as pytriton prepares it) and each folder of ``backends`` (e.g. Triton's ``tensorrt`` backend)
     copied beside it (copied, not linked: a backend finds its own libraries through ``$ORIGIN``); returns the copy's
-    root."""
+    root. ``python_stub=False``: no stub (nothing served runs on the Python backend; this Python needs none)."""
     from pytriton.utils.distribution import get_root_module_path
 
     from trtkit.serve.backend import check_backend_stub
 
     dist = get_root_module_path() / "tritonserver"
-    stub = check_backend_stub(get_root_module_path())
     root = Path(workspace) / "tritonserver"
     shutil.copytree(dist, root, ignore=shutil.ignore_patterns("python_backend_stubs", "triton_python_backend_stub"))
-    shutil.copy(stub, root / "backends" / "python" / "triton_python_backend_stub")
+    if python_stub:
+        shutil.copy(
+            check_backend_stub(get_root_module_path()), root / "backends" / "python" / "triton_python_backend_stub"
+        )
     for backend in backends:
         shutil.copytree(backend, root / "backends" / Path(backend).name)
     return root
@@ -110,13 +112,14 @@ class StubTriton:
         workspace: a folder for the server's binaries.
         log_file: where Triton's log goes.
         env: the server process's environment (:func:`server_environment`).
-        backends: backend folders to serve with besides the wheel's Python backend.
+        backends: backend folders to serve with besides the wheel's Python backend; given, the models are taken to
+            be theirs and the Python backend gets no stub.
     """
 
     def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict, backends: tuple = ()):
         self.settings, self.log_file = settings, Path(log_file)
         self._token = secrets.token_hex(16)
-        root = prepare_server(workspace, backends)
+        root = prepare_server(workspace, backends, python_stub=not backends)
         s = settings
         restricted = [*RESTRICTED, *(() if s.shared_memory else ("shared-memory",))]
         rule = f"{','.join(restricted)}:{TOKEN_HEADER}={self._token}"
