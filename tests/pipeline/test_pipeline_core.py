@@ -313,7 +313,8 @@ def test_gpu_timeline_merges_overlapping_batches_and_finds_the_idle_time():
         timeline.collect(pair)
     timeline.collect(timeline.end(1, timeline.begin(1)))
     data = timeline.to_json(elapsed_s=0.024)
-    assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0}
+    assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0,
+                    "idle_gaps": {"count": 1, "median_ms": 4, "max_ms": 4, "over_1ms_pct_of_idle": 100.0}}
     timeline.close()
     assert cuda.destroyed == cuda.created  # events are reused, then all destroyed
 

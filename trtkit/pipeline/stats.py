@@ -170,7 +170,9 @@ class GpuTimeline:
 
     def to_json(self, elapsed_s: float) -> dict:
         """``busy_pct`` of the run's wall time, ``idle_between_batches_pct`` of the time from the first batch's start
-        to the last one's end, milliseconds of GPU time per batch."""
+        to the last one's end, milliseconds of GPU time per batch, and ``idle_gaps``: how that idle time is spread
+        (the gaps between batches: their count, median and longest, and the share of the idle time in gaps over
+        1 ms)."""
         merged: list = []
         for a, b in sorted(self._intervals):
             if merged and a <= merged[-1][1]:
@@ -179,12 +181,24 @@ class GpuTimeline:
                 merged.append([a, b])
         busy = sum(b - a for a, b in merged)
         span = merged[-1][1] - merged[0][0] if merged else 0.0
+        gaps = sorted(b[0] - a[1] for a, b in zip(merged, merged[1:]))
         return {
             "batches": len(self._intervals),
             "busy_pct": round(100.0 * busy / (1e3 * elapsed_s), 2) if elapsed_s > 0 else None,
             "idle_between_batches_pct": round(100.0 * (span - busy) / span, 2) if span > 0 else None,
             "avg_ms_per_batch": round(sum(b - a for a, b in self._intervals) / len(self._intervals), 4)
             if self._intervals
+            else None,
+            # many short gaps: a cost paid per batch; a few long ones: the GPU waited for frames
+            "idle_gaps": {
+                "count": len(gaps),
+                "median_ms": round(gaps[len(gaps) // 2], 4),
+                "max_ms": round(gaps[-1], 4),
+                "over_1ms_pct_of_idle": round(100.0 * sum(g for g in gaps if g > 1.0) / sum(gaps), 1)
+                if sum(gaps) > 0
+                else 0.0,
+            }
+            if gaps
             else None,
         }
 
