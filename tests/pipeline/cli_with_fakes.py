@@ -28,17 +28,22 @@ def install_fakes() -> None:
 
 
 def slow_down_preprocessing(seconds: float, started: str | None) -> None:
+    """Both preprocessings: the CPU's (``ImagePreprocess.into``, which ``__call__`` goes through too) and the GPU
+    letterbox's (``DeviceFramePreprocess.letterbox_into``)."""
+    from trtkit.pipeline.device_frames import DeviceFramePreprocess
     from trtkit.pipeline.preprocess import ImagePreprocess
 
-    into = ImagePreprocess.into  # what the pipeline calls (``__call__`` goes through it too)
+    def slowed(method):
+        def slow(self, image, out):
+            if started and not os.path.exists(started):
+                Path(started).touch()
+            time.sleep(seconds)
+            return method(self, image, out)
 
-    def slow(self, image, out):
-        if started and not os.path.exists(started):
-            Path(started).touch()
-        time.sleep(seconds)
-        return into(self, image, out)
+        return slow
 
-    ImagePreprocess.into = slow
+    ImagePreprocess.into = slowed(ImagePreprocess.into)
+    DeviceFramePreprocess.letterbox_into = slowed(DeviceFramePreprocess.letterbox_into)
 
 
 if __name__ == "__main__":

@@ -133,7 +133,8 @@ def test_run_engine_preprocesses_into_the_ring_and_sends_its_rows(engine_file, b
     monkeypatch.setattr(TrtRunner, "infer_async", recording_async)
     monkeypatch.setattr(BatchRing, "__init__", recording_init)
     frames, seen = [frame_picture(i, 40, 30) for i in range(11)], []
-    run_engine(engine_file, ArraySource(frames), sinks=[CallbackSink(seen.append)], batch=4, runners=2, **backends)
+    run_engine(engine_file, ArraySource(frames), sinks=[CallbackSink(seen.append)], batch=4, runners=2,
+               preprocess="cpu", **backends)  # the host ring (auto letterboxes on the GPU where it can)
     (ring,) = rings
     assert (ring.batch, ring.count, ring.sample_shape) == (4, 3, (3, 8, 8))
     assert sent == [(4, True), (4, True), (3, True)] and [f.index for f in seen] == list(range(11))

@@ -370,15 +370,16 @@ def test_host_pictures_letterboxed_on_the_gpu_give_the_cpu_letterboxs_outputs(en
 
     fake, backends = gpu
     pictures = [frame_picture(i, 40 + 8 * (i % 2), 30) for i in range(9)]  # two picture sizes
-    report, seen = _run(engine_file, ArraySource(pictures), backends, preprocess="gpu")
-    assert report.source["preprocess"] == {
-        "on": "gpu",
-        "reason": "host pictures uploaded once (preprocess='gpu'), letterboxed by the GPU kernels",
-    }
     reference = _host_reference(engine_file, pictures, backends)
-    for got, want, picture in zip(seen, reference, pictures):
-        np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
-        assert got.meta == want.meta and got.image is picture  # the sinks get the picture as it came
+    for preprocess in ("gpu", "auto"):  # auto: the GPU letterbox wherever it can fill the input, host frames too
+        report, seen = _run(engine_file, ArraySource(pictures), backends, preprocess=preprocess)
+        assert report.source["preprocess"] == {
+            "on": "gpu",
+            "reason": "host pictures uploaded once, letterboxed by the GPU kernels",
+        }
+        for got, want, picture in zip(seen, reference, pictures):
+            np.testing.assert_array_equal(got.outputs["y"], want.outputs["y"])
+            assert got.meta == want.meta and got.image is picture  # the sinks get the picture as it came
 
 
 def test_an_unknown_or_impossible_preprocess_is_refused_naming_it(engine_file, gpu):

@@ -73,10 +73,10 @@ def add_pipeline_arguments(parser) -> None:
         "--preprocess",
         choices=("auto", "gpu", "cpu"),
         default="auto",
-        help="where frames are letterboxed: auto: on the GPU when NVDEC decodes them into device memory and the "
-        "input is a 3-channel float image (the model input never visits the host), else the CPU, the reason shown; "
-        "gpu: on the GPU for every source (decoded pictures go up once; the CPU is left decoding and encoding), an "
-        "error where it cannot; cpu: on the CPU (NVDEC frames come to host memory)",
+        help="where frames are letterboxed: auto: on the GPU wherever the input is a 3-channel float image (NVDEC "
+        "frames where they are, the model input never visiting the host; PyAV frames and images uploaded once, the "
+        "CPU left decoding and encoding), else the CPU, the reason shown; gpu: the same, an error where it cannot; "
+        "cpu: on the CPU (NVDEC frames come to host memory)",
     )
     g.add_argument("--batch", type=int, metavar="N", help="frames per engine call (default: the profile's max)")
     g.add_argument(

@@ -128,10 +128,10 @@ def run_engine(
         queue_size: capacity of each queue between stages, in frames.
         pre_workers, post_workers: threads of the preprocess and postprocess stages.
         resize: ``letterbox`` or ``stretch`` for the default preprocessing.
-        preprocess: where frames are preprocessed: ``auto`` (on the GPU when they are in device memory, NVDEC, and
-            the processing allows it; else the CPU), ``gpu`` (the GPU letterbox for every frame: host pictures go up
-            once; an error where it cannot), ``cpu`` (device frames are copied to the host first). The report's
-            ``source["preprocess"]`` says where, and why.
+        preprocess: where frames are preprocessed: ``auto`` (the GPU letterbox wherever the processing allows it
+            and the kernels fill the input, for frames in device memory (NVDEC) and host pictures (uploaded once)
+            alike; else the CPU), ``gpu`` (the same, an error where it cannot), ``cpu`` (device frames are copied to
+            the host first). The report's ``source["preprocess"]`` says where, and why.
         monitor: called with a report snapshot while running.
         switch_interval_s: Python's thread switch interval while the pipeline runs (see :class:`Pipeline`).
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
@@ -247,8 +247,8 @@ def choose_preprocess(
 ) -> tuple:
     """``(pre, download, where)``: the preprocessing of ``source``'s frames for ``target``.
 
-    The GPU letterbox (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) runs for frames in device
-    memory (``source.device_frames``) with ``preprocess="auto"``, and for every frame with ``"gpu"``, where the
+    The GPU letterbox (:class:`~trtkit.pipeline.device_frames.DeviceFramePreprocess`) runs with ``preprocess="auto"``
+    or ``"gpu"``, for frames in device memory (``source.device_frames``) and host pictures alike, where the
     processing allows it (its ``device_meta``, or the default letterbox) and the kernels fill the input; otherwise
     the CPU preprocesses, device frames copied to the host first (``download``), and ``where`` says why:
     ``{"on": "gpu"|"cpu", "reason": ...}``. ``pictures``: something downstream (a drawing, a video or image sink)
@@ -274,11 +274,9 @@ def choose_preprocess(
 
     if preprocess == "cpu":
         return on_cpu("asked for (preprocess='cpu')")
-    if preprocess == "auto" and not on_device:
-        return on_cpu("the frames are in host memory")
     pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures, lanes)
     if pre is not None:
-        how = "frames in device memory" if on_device else "host pictures uploaded once (preprocess='gpu')"
+        how = "frames in device memory" if on_device else "host pictures uploaded once"
         return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
     if preprocess == "gpu":
         raise InputError(f"preprocess='gpu' cannot run here: {reason}; use preprocess='auto' or 'cpu'")
