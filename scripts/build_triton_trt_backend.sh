@@ -96,10 +96,17 @@ sed -i 's|^add_subdirectory(test)$|# add_subdirectory(test)  # unit tests need g
   "$SRC/common/src/CMakeLists.txt"
 grep -q '^# add_subdirectory(test)' "$SRC/common/src/CMakeLists.txt"
 
-# ---------------------------------------------------------------- 2. TensorRT 8.6.0 libs from the bundle
+# ---------------------------------------------------------------- 2. TensorRT 8.6.0 libs: TRT_LIBS, else the bundle
+# TRT_LIBS: a folder holding libnvinfer.so.8 and libnvinfer_plugin.so.8 of TensorRT 8.6.0, e.g. the folder of an
+# installed pip wheel: TRT_LIBS=$(python3 -c 'import os, tensorrt; print(os.path.dirname(tensorrt.__file__))').
+# Another 8.6 release needs its own headers too (TENSORRT_REV: the NVIDIA/TensorRT tag of that release).
 TRT_IN_TAR=root/.pyenv/versions/3.10.13/lib/python3.10/site-packages/tensorrt
-TRTDIR=$DEPS/trt86/$TRT_IN_TAR
+TRTDIR=${TRT_LIBS:-$DEPS/trt86/$TRT_IN_TAR}
+if [[ -n ${TRT_LIBS:-} && ! -f $TRTDIR/libnvinfer.so.8 ]]; then
+  echo "TRT_LIBS=$TRT_LIBS has no libnvinfer.so.8 (TensorRT 8.6's library)" >&2; exit 2
+fi
 if [[ ! -f $TRTDIR/libnvinfer.so.8 ]]; then
+  [[ -f $BUNDLE/MANIFEST ]] || { echo "no TensorRT 8.6 libraries: set TRT_LIBS, or make the GPU bundle ($BUNDLE)" >&2; exit 2; }
   rm -rf "$DEPS/trt86"; mkdir -p "$DEPS/trt86"
   cat "$BUNDLE"/part*/part* | "$BUNDLE/bin/zstd" -q -d --long=27 \
     | tar -x -C "$DEPS/trt86" "$TRT_IN_TAR/libnvinfer.so.8" "$TRT_IN_TAR/libnvinfer_plugin.so.8" \
