@@ -66,8 +66,7 @@ def add_pipeline_arguments(parser) -> None:
         "--decode-threads",
         type=int,
         metavar="N",
-        help="threads of PyAV's CPU decoder (default 4: beside a CPU encoder a few keep up and leave it the cores; "
-        "0: FFmpeg chooses, a thread per core)",
+        help="threads of PyAV's CPU decoder (default 4; 0: FFmpeg chooses, a thread per core and one more)",
     )
     g.add_argument(
         "--preprocess",

@@ -65,8 +65,8 @@ class PyAVReader:
 
     A packet that does not decode is skipped and recorded in :attr:`skipped`; decoding goes on with the next one.
     ``threads``: FFmpeg's decoder threads (default :data:`DECODE_THREADS`; 0: FFmpeg chooses, a thread per core and
-    one more). Beside a CPU encoder a few threads keep up with it and leave it the cores; FFmpeg's own choice made
-    the video pipeline slower (see docs/performance.md, "Pipelines").
+    one more). On the H200 host 1080p H.264 decoded faster alone on 4 threads than on FFmpeg's choice; a video
+    pipeline's end-to-end rate did not move with it (docs/performance.md, "Pipelines").
 
     Raises:
         InputError: the file cannot be opened, has no video stream, or ``threads`` is not a count of 0 or more.

@@ -257,6 +257,7 @@ class Server:
         self._log_dir: tempfile.TemporaryDirectory | None = None
         self._stub: Any = None  # the stub backend's tritonserver (trtkit.serve.stub.StubTriton), once started
         self._work_dir: tempfile.TemporaryDirectory | None = None
+        self._backends: tuple = ()  # backend folders served beside the wheel's (the tensorrt backend's), from start()
 
     def __enter__(self) -> "Server":
         self.start()
@@ -293,7 +294,7 @@ class Server:
         if native_backend:  # no Python backend stub: numpy and this Python's libpython do not matter there
             from trtkit.serve import native
 
-            native.tensorrt_backend(self.settings.triton_backends)
+            self._backends = (native.tensorrt_backend(self.settings.triton_backends),)
             env = native.server_environment(env, self._trt)
         check_ports(self.settings.host, self.settings.ports())
         self._cuda = self._cuda or Cuda()
@@ -380,15 +381,13 @@ class Server:
 
         self._work_dir = tempfile.TemporaryDirectory(prefix=f"trtkit-serve-{self.settings.backend}-")
         work = Path(self._work_dir.name)
-        backends: tuple = ()
         if self.settings.backend == "tensorrt":
             repo = native.write_repository(self.models, self.settings, work / "models")
-            backends = (native.tensorrt_backend(self.settings.triton_backends),)
         else:
             repo = stub.write_repository(self.models, self.settings, work / "models")
         try:
             self._stub = stub.StubTriton(
-                repo, self.settings, work, self.log_file, stub.server_environment(env), backends
+                repo, self.settings, work, self.log_file, stub.server_environment(env), self._backends
             )
             failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
         except ServeError as exc:
