@@ -144,7 +144,8 @@ class ServeProcess:
     starts the stubs as the null model (:mod:`trtkit.serve.stub_model`: zeros, no runner; a diagnostic)."""
 
     def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
-                 instances: int | None = None, delay_us: int | None = None, null_model: bool = False):
+                 instances: int | None = None, delay_us: int | None = None, null_model: bool = False,
+                 graphs: str | None = None):
         from trtkit.serve.stub_model import NULL_MODEL_ENV
 
         self.instances = int(instances or args.instances)
@@ -154,7 +155,8 @@ class ServeProcess:
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
         shared = ["--shared-memory"] if args.shared_memory == "system" else []
-        native = ["--triton-backends", args.triton_backends] if backend == "tensorrt" else []
+        native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches]
+                  if backend == "tensorrt" else [])
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
                str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
@@ -336,10 +338,12 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
 
 # what --sweep may vary: the server's instances and batcher delay, the clients' processes, and the model (the engine's
 # runner, or the null model: zeros with no runner, the ceiling of Triton and the clients alone)
-SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str}
-SERVER_KEYS = ("model", "backend", "instances", "delay_us")  # a new server per setting of these; client_procs reuse it
+SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str}
+# a new server per setting of these; client_procs reuse it
+SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
+GRAPH_BATCHES = ("every", "triton")  # trtkit serve --graph-batches (the tensorrt backend's CUDA graphs)
 
 
 def parse_sweep(text: str) -> list:
@@ -375,7 +379,7 @@ def _product(text: str) -> list:
             axes[key] = [SWEEP_KEYS[key](v) for v in items]
         except ValueError:
             raise ValueError(f"sweep key {key!r}: {values.strip()!r} are not whole numbers") from None
-        choices = {"model": MODELS, "backend": SERVE_BACKENDS}.get(key)
+        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES}.get(key)
         bad = [v for v in axes[key] if (v not in choices if choices else v < (0 if key == "delay_us" else 1))]
         if bad:
             accepted = (" or ".join(choices) if choices else "0 or more" if key == "delay_us" else "1 or more")
@@ -391,7 +395,8 @@ def sweep_groups(settings: list, args) -> list:
     groups: dict = {}
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
-                "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs, **one}
+                "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
+                "graphs": args.graph_batches, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         procs = groups.setdefault(key, [])
         if full["client_procs"] not in procs:
@@ -418,7 +423,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         tag = f"sweep{i}"
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
-                              null_model=server_settings["model"] == "null")
+                              null_model=server_settings["model"] == "null", graphs=server_settings["graphs"])
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
@@ -559,6 +564,9 @@ def main() -> int:
     ap.add_argument("--triton-backends", default=str(ROOT / ".gpu-triton" / "backends"),
                     help="with --backend/--compare tensorrt: the folder holding Triton's TensorRT backend "
                          "(tensorrt/libtriton_tensorrt.so; scripts/build_triton_trt_backend.sh)")
+    ap.add_argument("--graph-batches", choices=GRAPH_BATCHES, default="every",
+                    help="trtkit serve --graph-batches for the tensorrt backend (default every: a CUDA graph for every "
+                         "batch size; triton: the backend's own choice of 1, the preferred sizes and the largest)")
     ap.add_argument("--compare", choices=("pytriton", "stub", "tensorrt", "none"), default="pytriton",
                     help="after the main run, serve with this backend too and load it at 1/8/64 (no soak): "
                     "results['compare'] (default pytriton, the older path)")

@@ -97,7 +97,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -106,6 +106,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("delay_us=-1", "0 or more"),
     ("model=fast", "runner or null"),
     ("backend=onnx", "stub or pytriton or tensorrt"),
+    ("graphs=some", "every or triton"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -122,20 +123,23 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
 
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
-                port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None)
+                port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
+                graph_batches="every")
     return types.SimpleNamespace(**{**base, **over})
 
 
 def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
+    same = {"delay_us": 100, "graphs": "every"}
     assert groups == [
-        ({"model": "null", "backend": "stub", "instances": 4, "delay_us": 100}, [4, 8]),
-        ({"model": "runner", "backend": "stub", "instances": 4, "delay_us": 100}, [4, 8]),
-        ({"model": "runner", "backend": "stub", "instances": 8, "delay_us": 100}, [4]),  # the main run's procs
+        ({"model": "null", "backend": "stub", "instances": 4, **same}, [4, 8]),
+        ({"model": "runner", "backend": "stub", "instances": 4, **same}, [4, 8]),
+        ({"model": "runner", "backend": "stub", "instances": 8, **same}, [4]),  # the main run's procs
     ]
-    groups = m.sweep_groups(m.parse_sweep("backend=tensorrt;instances=1,2"), _args())
-    assert [(g["backend"], g["instances"]) for g, _ in groups] == [("tensorrt", 1), ("tensorrt", 2)]
+    groups = m.sweep_groups(m.parse_sweep("backend=tensorrt;instances=1,2;graphs=every,triton"), _args())
+    assert [(g["backend"], g["instances"], g["graphs"]) for g, _ in groups] == [
+        ("tensorrt", 1, "every"), ("tensorrt", 1, "triton"), ("tensorrt", 2, "every"), ("tensorrt", 2, "triton")]
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):

@@ -195,6 +195,37 @@ def test_the_gpu_bound_run_reads_every_frame_through_the_gpu_letterbox(fake_gpu,
     assert [n.op_type for n in model.graph.node].count("Conv") == 4  # the stem's two and the two at a quarter size
 
 
+def test_the_gpu_bound_settings_keep_the_least_idle_run_and_say_how_far_the_decoders_are_ahead(
+        fake_gpu, engine_file, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tests.pipeline.media import FakeNvc, frame_picture
+    from tests.pipeline.test_nvdec_split import gop_video
+    from tests.scripts import script_module
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(i) for i in range(35)],
+                                                               cuda=fake_gpu[1]))
+    monkeypatch.setattr("trtkit.pipeline.nvdec_split.CHUNK_FRAMES", 10)
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        built = []
+        monkeypatch.setattr(bench, "build_engine", lambda *a, name, **k: built.append(name) or engine_file)
+        monkeypatch.setattr(bench, "bench_fps", lambda *a, **k: {"items_per_s": 500.0})
+        run = bench.Run()
+        settings = ({"runners": 2, "pre_workers": 1}, {"runners": 1, "pre_workers": 2})
+        got = bench.gpu_bound(run, bench.Sizes(fake=True), tmp_path, None, None, SimpleNamespace(runners=2), {},
+                              gop_video(tmp_path / "clip.mp4"), 1500.0, {**bench.HEAVY_FAKE, "depth": 3}, settings,
+                              "_t")
+    assert built == ["pipeline_heavy_cnn_d3"] and run.result["errors"] == {}
+    assert got["decode_alone_fps"] == 1500.0 and got["decode_alone_over_bench"] == 3.0
+    tried = got["settings_tried"]
+    assert [(t["runners"], t["pre_workers"]) for t in tried] == [(2, 1), (1, 2)]
+    assert got["idle_between_batches_pct"] == min(t["idle_between_batches_pct"] for t in tried)
+    for t in tried:  # several batches in each run, so the gaps between them are told
+        assert set(t["idle_gaps"]) == {"count", "median_ms", "max_ms", "over_1ms_pct_of_idle"}, tried
+    assert got["frames_in"] == got["frames_out"] == 35 and got["model"]["depth"] == 3
+    assert set(run.result["timings_s"]) >= {"build_heavy_t", "bench_heavy_t", "gpu_bound_t_0", "gpu_bound_t_1"}
+
+
 def test_the_nvdec_split_run_reads_the_clip_with_each_reader(fake_gpu, tmp_path, monkeypatch):
     from tests.pipeline.media import FakeNvc, frame_picture
     from tests.pipeline.test_nvdec_split import gop_video

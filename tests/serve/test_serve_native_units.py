@@ -38,6 +38,8 @@ def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_
     assert config.dynamic_batching.max_queue_delay_microseconds == 250
     assert [(g.count, list(g.gpus)) for g in config.instance_group] == [(2, [0, 3])]
     assert config.optimization.cuda.graphs
+    # a graph for every batch the dynamic batcher can form, not only Triton's 1, preferred and largest
+    assert [g.batch_size for g in config.optimization.cuda.graph_spec] == [1, 2, 3]
     plan = repo / "tiny" / "1" / "model.plan"
     assert plan.read_bytes() == engine.read_bytes()
     native.write_repository([model], settings, tmp_path / "repo")  # written again over the first: no error
@@ -54,6 +56,22 @@ def test_a_backends_folder_without_the_tensorrt_backend_is_named_with_what_to_do
     with pytest.raises(DependencyError, match=r"'.*empty' has no tensorrt/libtriton_tensorrt.so"):
         native.tensorrt_backend(tmp_path / "empty")
     assert native.tensorrt_backend(_backends(tmp_path)) == tmp_path / "backends" / "tensorrt"
+
+
+def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the_tensorrt_backend_only(
+        tmp_path, engine):
+    settings = ServeSettings(backend="tensorrt", graph_batches="triton", triton_backends=str(_backends(tmp_path)))
+    settings.check()
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
+    config = _parse(native.native_config(model, settings))
+    assert config.optimization.cuda.graphs and list(config.optimization.cuda.graph_spec) == []
+    off = _parse(native.native_config(model, ServeSettings(backend="tensorrt", cuda_graph=False)))
+    assert not off.optimization.cuda.graphs and list(off.optimization.cuda.graph_spec) == []
+    with pytest.raises(UsageError, match=r"graph_batches='triton' chooses the CUDA graphs of Triton's TensorRT "
+                                         r"backend \(backend='tensorrt'\); the 'stub' backend's runners capture"):
+        ServeSettings(backend="stub", graph_batches="triton").check()
+    with pytest.raises(UsageError, match=r"graph_batches='some': give one of every, triton"):
+        ServeSettings(backend="tensorrt", graph_batches="some").check()
 
 
 def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):

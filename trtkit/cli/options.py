@@ -445,6 +445,7 @@ FLAGS = {
     "instances": "--instances",
     "max_batch": "--max-batch",
     "triton_backends": "--triton-backends",
+    "graph_batches": "--graph-batches",
     "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",

@@ -74,6 +74,13 @@ def add_arguments(parser) -> None:
         help="with --backend tensorrt: the folder holding tensorrt/libtriton_tensorrt.so, Triton's TensorRT backend "
         "for the pytriton wheel's Triton and this TensorRT (scripts/build_triton_trt_backend.sh builds it)",
     )
+    g.add_argument(
+        "--graph-batches",
+        choices=("every", "triton"),
+        default="every",
+        help="with --backend tensorrt: capture a CUDA graph for every batch size up to --max-batch (default), or "
+        "leave it to Triton's backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
+    )
     options.add_json_option(parser)
 
 
@@ -97,6 +104,7 @@ def run(args, console) -> int:
         shared_memory=args.shared_memory,
         backend=args.backend,
         triton_backends=args.triton_backends,
+        graph_batches=args.graph_batches,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

@@ -313,9 +313,13 @@ def config_pbtxt(
     cuda_graphs: bool = True,
     max_batch: int | None = None,
     preferred: tuple | None = None,
+    graph_batch_sizes: tuple | None = None,
 ) -> str:
     """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``);
-    ``max_batch`` and ``preferred`` (default: the profile's) limit the batches the dynamic batcher forms."""
+    ``max_batch`` and ``preferred`` (default: the profile's) limit the batches the dynamic batcher forms.
+    ``graph_batch_sizes``: the batch sizes the backend captures CUDA graphs for (``graph_spec``; default: the
+    backend's own choice, batch 1, the preferred sizes and the largest; a batch of another size runs without a
+    graph)."""
     lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"']
     lines += io_and_batching_lines(
         model,
@@ -326,7 +330,8 @@ def config_pbtxt(
     gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
     if cuda_graphs:
-        lines.append("optimization { cuda { graphs: true } }")
+        specs = ", ".join(f"{{ batch_size: {int(b)} }}" for b in graph_batch_sizes or ())
+        lines.append(f"optimization {{ cuda {{ graphs: true{f' graph_spec [ {specs} ]' if specs else ''} }} }}")
     return "\n".join(lines) + "\n"
 
 

@@ -77,6 +77,7 @@ def native_config(model, settings) -> str:
         cuda_graphs=settings.cuda_graph,
         max_batch=model.max_batch,
         preferred=model.preferred_batch_sizes,
+        graph_batch_sizes=tuple(range(1, int(model.max_batch) + 1)) if settings.graph_batches == "every" else None,
     )
 
 

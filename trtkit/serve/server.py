@@ -40,6 +40,8 @@ STUB_LOAD_TIMEOUT_S = 300.0
 # where the engines run: runners in this process behind pytriton's proxy, runners inside Triton's Python backend
 # stubs, or Triton's own TensorRT backend
 BACKENDS = ("pytriton", "stub", "tensorrt")
+# the TensorRT backend's CUDA graphs: one for every batch size, or the backend's own choice
+GRAPH_BATCHES = ("every", "triton")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class ServeSettings:
             as ``trtkit export triton`` writes them), from the folder ``triton_backends``.
         triton_backends: with ``backend="tensorrt"``: a folder holding ``tensorrt/libtriton_tensorrt.so``, Triton's
             TensorRT backend built for the pytriton wheel's Triton and this environment's TensorRT.
+        graph_batches: with ``backend="tensorrt"`` and ``cuda_graph``: ``"every"`` (default) captures a CUDA graph
+            for every batch size up to the largest, as the runners of the other backends do for every shape they
+            meet; ``"triton"`` leaves it to the backend (batch 1, the preferred sizes and the largest; the dynamic
+            batcher's other sizes then run without a graph).
     """
 
     instances: int = 1
@@ -86,9 +92,22 @@ class ServeSettings:
     shared_memory: bool = False
     backend: str = "stub"
     triton_backends: str | None = None
+    graph_batches: str = "every"
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
+        if self.graph_batches not in GRAPH_BATCHES:
+            raise UsageError(
+                f"graph_batches={self.graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}",
+                field="graph_batches",
+                accepted=", ".join(GRAPH_BATCHES),
+            )
+        if self.graph_batches != "every" and self.backend != "tensorrt":
+            raise UsageError(
+                f"graph_batches={self.graph_batches!r} chooses the CUDA graphs of Triton's TensorRT backend "
+                f"(backend='tensorrt'); the {self.backend!r} backend's runners capture one for every shape they meet",
+                field="graph_batches",
+            )
         if self.backend not in BACKENDS:
             raise UsageError(
                 f"backend={self.backend!r}: give one of {', '.join(BACKENDS)}",
