@@ -240,3 +240,37 @@ def test_the_nvdec_split_run_reads_the_clip_with_each_reader(fake_gpu, tmp_path,
     for n, run in got["decoders"].items():
         assert run["frames"] == 35 and run["decoders_used"] == int(n) and run["speedup"] == round(run["fps"] / 100, 3)
     assert got["decoders"]["4"]["chunks"] == 4
+
+
+def test_the_memory_run_counts_a_leak_that_memory_let_go_elsewhere_would_hide(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from tests.pipeline.media import make_video
+    from tests.scripts import script_module
+
+    class Cuda:  # cudaMemGetInfo of the whole device: before the run, then one sample a call, then after
+        def __init__(self, frees):
+            self.frees = iter(frees)
+
+        def mem_get_info(self):
+            return next(self.frees), 1 << 40
+
+    def run_engine(engine, source, sinks, **_):
+        for i in range(300):
+            sinks[0].write(SimpleNamespace(index=i))
+        return SimpleNamespace(frames_in=300, frames_out=300, fps=100.0)
+
+    monkeypatch.setattr("trtkit.pipeline.run_engine", run_engine)
+    with script_module("benchmarks", "pipeline_h200") as bench:
+        sizes = bench.Sizes(fake=True)  # 300 frames: samples from frame 30 on, every 3
+        count = len(range(30, 300, 3))
+        # 9 000 free, then 500 let go by something else, then 100 taken and kept: a leak under the release
+        frees = [10_000] + [9_000] * 30 + [9_500] * 20 + [9_400] * (count - 50) + [9_400]
+        video = make_video(tmp_path / "v.mp4", frames=2)  # opened only; the stand-in run makes 300 frames
+        got = bench.memory_run(tmp_path / "e.engine", video, {}, sizes, Cuda(frees))
+        steady = bench.memory_run(tmp_path / "e.engine", video, {}, sizes,
+                                  Cuda([10_000] + [9_000] * count + [10_000]))
+    assert got["samples"] == count and got["growth_during_run_bytes"] == -400  # first to last: hidden
+    assert got["largest_drop_bytes"] == 100 and got["leak_measured_by"] == "largest_drop_bytes"
+    assert got["free_range_bytes"] == 500 and got["growth_after_run_bytes"] == 600
+    assert steady["largest_drop_bytes"] == 0 and steady["growth_after_run_bytes"] == 0
