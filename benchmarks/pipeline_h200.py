@@ -500,9 +500,9 @@ def memory_run(engine: Path, video: Path, runner_args: dict, sizes: Sizes, cuda)
     """cudaMemGetInfo: before, from frame 1000 (or a tenth of the run) on during (about 80 samples, taken by the sink
     every so many frames: as many whatever the speed), and after a pipeline run.
 
-    cudaMemGetInfo counts the whole device, so memory an earlier part still held and let go during this run (the
-    seventh session's call: 261 MB more free at the end than at frame 1000) would hide a leak of as much in the
-    growth from the first sample to the last. Garbage is collected first, and the leak is measured as the largest
+    cudaMemGetInfo counts the whole device, so memory an earlier part still held and let go during this run (it
+    happened once: docs/performance.md, Pipelines) would hide a leak of as much in the growth from the first sample
+    to the last. Garbage is collected first, and the leak is measured as the largest
     fall of free memory from any sample to a later one (``largest_drop_bytes``), which memory let go elsewhere does
     not offset."""
     import gc
@@ -741,10 +741,10 @@ def nvdec_split_part(clip: Path, pyav_fps) -> dict:
     return result
 
 
-# The GPU-bound runs' CNN. At depth 16 (about 245 G multiply-adds an image) `trtkit bench` gave 1 361 images/s on the
-# H200 while 4 NVDEC decoders alone gave 1 548 frames/s on the clip: decode and inference nearly level, so that run
-# said as much about the decoders next to a busy GPU as about the pipeline. Depth 40 keeps the decoders well ahead;
-# depth 16 runs once more beside it (`gpu_bound_near`).
+# The GPU-bound runs' CNN. At depth 16 (about 245 G multiply-adds an image) the engine alone is barely slower than the
+# 4 NVDEC decoders alone on the clip (docs/performance.md, Pipelines), so that run said as much about the decoders
+# next to a busy GPU as about the pipeline. Depth 40 keeps the decoders well ahead (`decode_alone_over_bench` in the
+# results); depth 16 runs once more beside it (`gpu_bound_near`).
 HEAVY = {"side": 640, "width": 256, "depth": 40, "batch": 8}
 HEAVY_NEAR = {**HEAVY, "depth": 16}
 HEAVY_FAKE = {"side": 32, "width": 8, "depth": 1, "batch": 4}

@@ -52,10 +52,21 @@ def test_config_parses_back_with_engine_io_and_profile(engine, tmp_path):
     group = config.instance_group[0]
     assert group.count == 2 and list(group.gpus) == [0, 1] and group.kind == 1  # 1: KIND_GPU
     assert config.optimization.cuda.graphs is True
+    # a graph for every batch the dynamic batcher can form (the backend's default: 1, the preferred and the largest)
+    assert [g.batch_size for g in config.optimization.cuda.graph_spec] == [1, 2, 3, 4]
     assert [p.name for p in (tmp_path / "repo").iterdir()] == ["tiny"]  # nothing staged left behind
     modes = [oct(p.stat().st_mode & 0o777) for p in (folder, folder / "1", folder / "1" / "model.plan",
                                                       folder / "config.pbtxt")]
     assert modes == ["0o755", "0o755", "0o644", "0o644"]  # readable by a server running as another user
+
+
+def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_a_wrong_choice_is_named(engine, tmp_path):
+    result = tx.write_repository(engine, tmp_path / "repo", graph_batches="triton", trt=make_fake_trt("8.6.0"))
+    config = parse_config(result.config)
+    assert config.optimization.cuda.graphs is True and list(config.optimization.cuda.graph_spec) == []
+    with pytest.raises(TrtkitError, match=r"graph_batches='all': give one of every, triton"):
+        tx.write_repository(engine, tmp_path / "other", graph_batches="all", trt=make_fake_trt("8.6.0"))
+    assert not (tmp_path / "other").exists()  # refused before anything was written
 
 
 def test_unbatched_engine_keeps_full_dims(tmp_path):

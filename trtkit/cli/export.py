@@ -33,6 +33,13 @@ def add_arguments(parser) -> None:
         help="leave CUDA graphs out of the model's optimization settings",
     )
     p.add_argument(
+        "--graph-batches",
+        choices=("every", "triton"),
+        default="every",
+        help="capture a CUDA graph for every batch size up to the profile's largest (default), or leave it to the "
+        "TensorRT backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
+    )
+    p.add_argument(
         "--triton-version",
         metavar="V",
         help="the Triton you deploy on (25.01 or 2.54.0): warns if its TensorRT is not the engine's",
@@ -52,6 +59,7 @@ def run(args, console) -> int:
         gpus=parse_gpus(args.gpus),
         max_queue_delay_us=args.max_queue_delay_us,
         cuda_graphs=args.cuda_graphs,
+        graph_batches=args.graph_batches,
         triton_version=args.triton_version,
         force=args.force,
     )

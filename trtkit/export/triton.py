@@ -304,6 +304,25 @@ def _release_of(version: str) -> str | None:
     return None
 
 
+# the TensorRT backend's CUDA graphs: one for every batch size the dynamic batcher can form, or the backend's own
+# choice (batch 1, the preferred sizes and the largest; a batch of another size then runs without a graph)
+GRAPH_BATCHES = ("every", "triton")
+
+
+def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | None:
+    """The batch sizes to capture CUDA graphs for (``graph_spec``), or None for the backend's own choice.
+
+    With the backend's choice most of the dynamic batcher's batches run without a graph; docs/performance.md
+    (Serving) has what that cost on the H200.
+
+    Raises:
+        TrtkitError: ``graph_batches`` is not one of :data:`GRAPH_BATCHES`.
+    """
+    if graph_batches not in GRAPH_BATCHES:
+        raise TrtkitError(f"graph_batches={graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}")
+    return tuple(range(1, int(max_batch) + 1)) if graph_batches == "every" and max_batch > 0 else None
+
+
 def config_pbtxt(
     model: TritonModel,
     *,
@@ -373,6 +392,7 @@ def write_repository(
     gpus: tuple = (),
     max_queue_delay_us: int = 100,
     cuda_graphs: bool = True,
+    graph_batches: str = "every",
     triton_version: str | None = None,
     force: bool = False,
     trt=None,
@@ -390,6 +410,8 @@ def write_repository(
         gpus: GPU indices for the instances (default: every GPU).
         max_queue_delay_us: the dynamic batcher's longest wait for a fuller batch.
         cuda_graphs: ask the TensorRT backend to capture CUDA graphs.
+        graph_batches: ``"every"`` (default): a graph for every batch size up to the profile's largest;
+            ``"triton"``: the backend's own choice (see :func:`graph_batch_sizes`).
         triton_version: the Triton you deploy on (``25.01`` or ``2.54.0``): warns if its TensorRT differs.
         force: write into a repository that exists and is not empty (replacing a model of the same name).
         trt: the ``tensorrt`` module (tests pass a fake).
@@ -400,6 +422,7 @@ def write_repository(
     """
     if int(instances) < 1:
         raise TrtkitError(f"instances must be 1 or more, not {instances}")
+    graph_batch_sizes(1, graph_batches)  # refused before anything is read or written
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")
@@ -413,7 +436,12 @@ def write_repository(
     for text in warnings:
         logger.warning("%s", text)
     text = config_pbtxt(
-        model, instances=instances, gpus=tuple(gpus), max_queue_delay_us=max_queue_delay_us, cuda_graphs=cuda_graphs
+        model,
+        instances=instances,
+        gpus=tuple(gpus),
+        max_queue_delay_us=max_queue_delay_us,
+        cuda_graphs=cuda_graphs,
+        graph_batch_sizes=graph_batch_sizes(model.max_batch_size, graph_batches),
     )
     folder = _place_model(repo, model.name, Path(engine).read_bytes(), text)
     return ExportResult(model, folder, text, warnings)

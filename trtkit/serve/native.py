@@ -67,7 +67,7 @@ def tensorrt_library_dir(trt=None) -> Path:
 
 def native_config(model, settings) -> str:
     """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's TensorRT backend."""
-    from trtkit.export.triton import config_pbtxt
+    from trtkit.export.triton import config_pbtxt, graph_batch_sizes
 
     return config_pbtxt(
         model.spec,
@@ -77,7 +77,7 @@ def native_config(model, settings) -> str:
         cuda_graphs=settings.cuda_graph,
         max_batch=model.max_batch,
         preferred=model.preferred_batch_sizes,
-        graph_batch_sizes=tuple(range(1, int(model.max_batch) + 1)) if settings.graph_batches == "every" else None,
+        graph_batch_sizes=graph_batch_sizes(model.max_batch, settings.graph_batches),
     )
 
 

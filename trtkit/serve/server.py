@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
+from trtkit.export.triton import GRAPH_BATCHES
 from trtkit.serve.batching import run_requests
 from trtkit.serve.logs import log_tail
 
@@ -40,8 +41,6 @@ STUB_LOAD_TIMEOUT_S = 300.0
 # where the engines run: runners in this process behind pytriton's proxy, runners inside Triton's Python backend
 # stubs, or Triton's own TensorRT backend
 BACKENDS = ("pytriton", "stub", "tensorrt")
-# the TensorRT backend's CUDA graphs: one for every batch size, or the backend's own choice
-GRAPH_BATCHES = ("every", "triton")
 
 
 @dataclass(frozen=True)
