@@ -15,8 +15,9 @@ In one call:
    latencies are merged before the percentiles are taken. With ``--shared-memory system`` (the default) the server
    is started with ``--shared-memory`` and each client writes its input once into system shared memory, so requests
    carry only the region's name (perf_analyzer's ``--shared-memory system``); ``none`` sends the input in every
-   request. Each level runs ``--duration-s``, shortened where the soak's share would not fit before the deadline
-   (``level_s`` says how long they ran).
+   request; ``cuda`` writes it once into device memory on GPU 0 instead (CUDA IPC). Each level runs
+   ``--duration-s``, shortened where the soak's share would not fit before the deadline (``level_s`` says how long
+   they ran).
 5. ``soak``: ``--soak-requests`` (100 000) requests at concurrency 64, given ``--soak-s`` of its own (reserved before
    the levels run); ``leak_bytes_device``: the GPU's free memory (cudaMemGetInfo, device-wide, so the server's
    allocations count) after a warm-up load minus after the soak.
@@ -154,7 +155,7 @@ class ServeProcess:
         self.output = workdir / f"serve-{tag}.out"
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
-        shared = ["--shared-memory"] if args.shared_memory == "system" else []
+        shared = ["--shared-memory"] if args.shared_memory != "none" else []
         native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches]
                   if backend == "tensorrt" else [])
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
@@ -556,8 +557,9 @@ def main() -> int:
     ap.add_argument("--bench-s", type=float, default=5.0, help="seconds of trtkit bench --streams 2")
     ap.add_argument("--soak-requests", type=int, default=100_000)
     ap.add_argument("--soak-s", type=float, default=60.0, help="the soak's own seconds, reserved before the levels")
-    ap.add_argument("--shared-memory", choices=("system", "none"), default="system",
-                    help="system: clients send inputs through system shared memory (default); none: in each request")
+    ap.add_argument("--shared-memory", choices=("system", "cuda", "none"), default="system",
+                    help="system: clients send inputs through system shared memory (default); cuda: through device "
+                         "memory on GPU 0 (CUDA IPC, perf_analyzer's --shared-memory cuda); none: in each request")
     ap.add_argument("--backend", choices=("stub", "pytriton", "tensorrt"), default="stub",
                     help="trtkit serve --backend for the main run (default stub: the runners inside Triton's Python "
                     "backend stubs)")

@@ -20,7 +20,9 @@ from trtkit.cli import main as cli_main
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--requests", "0"], "--requests must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--batch", "0"], "--batch must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "posix"],
-     "--shared-memory posix: give one of none, system"),
+     "--shared-memory posix: give one of none, system, cuda"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "cuda", "--cuda-device", "-1"],
+     "--cuda-device must be 0 or more, not -1"),
 ])
 def test_refused_before_any_load(args, says, capsys):
     assert cli_main.main(args) == 2  # usage errors
@@ -124,7 +126,8 @@ def test_inputs_in_shared_memory_are_registered_then_freed(refuse):
     async def run():
         try:
             await serving._inputs_in_shared_memory(client, [(item, x)], regions, "host:1")
-            (name, handle, _), = regions
+            (name, handle, _, kind), = regions
+            assert kind == "system"
             np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [2, 3, 4]), x)
             return name
         finally:
@@ -143,3 +146,70 @@ def test_inputs_in_shared_memory_are_registered_then_freed(refuse):
         assert request.parameters["shared_memory_region"].string_param == name  # the request names the region
         assert item._get_content() is None  # and carries no data
     assert regions == [] and shm.mapped_shared_memory_regions() == []
+
+
+class _FakeCudaShm:
+    """tritonclient.utils.cuda_shared_memory's calls trtkit makes, on host memory (``fail``: no GPU here)."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.made, self.destroyed = fail, [], []
+
+    def create_shared_memory_region(self, name, byte_size, device_id):
+        if self.fail:
+            raise RuntimeError("unable to create cuda shared memory handle on device 0")
+        handle = {"name": name, "device": device_id, "data": bytearray(byte_size)}
+        self.made.append(handle)
+        return handle
+
+    def set_shared_memory_region(self, handle, arrays):
+        handle["data"][:] = b"".join(a.tobytes() for a in arrays)
+
+    def get_raw_handle(self, handle):
+        return b"raw-" + handle["name"].encode()
+
+    def destroy_shared_memory_region(self, handle):
+        self.destroyed.append(handle["name"])
+
+
+class _CudaShmClient:
+    def __init__(self):
+        self.registered, self.unregistered = [], []
+
+    async def register_cuda_shared_memory(self, name, raw_handle, device_id, byte_size):
+        self.registered.append((name, raw_handle, device_id, byte_size))
+
+    async def unregister_cuda_shared_memory(self, name):
+        self.unregistered.append(name)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_inputs_in_cuda_shared_memory_are_shared_by_their_ipc_handle_then_freed(fail, monkeypatch):
+    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+    fake = _FakeCudaShm(fail)
+    monkeypatch.setattr(serving, "_shared_memory_module", lambda kind="system": fake if kind == "cuda" else None)
+    x = np.arange(6, dtype=np.float32)
+    item = grpc.InferInput("x", [6], "FP32")
+    item.set_data_from_numpy(x)
+    client, regions = _CudaShmClient(), []
+
+    async def run():
+        try:
+            await serving._inputs_in_shared_memory(client, [(item, x)], regions, "host:1", "cuda", 3)
+            assert bytes(fake.made[0]["data"]) == x.tobytes() and fake.made[0]["device"] == 3
+        finally:
+            await serving._release_regions(client, regions)
+
+    if fail:
+        says = (r"Cannot make a CUDA shared-memory region for input 'x' on GPU 3 of this host \(unable to create.*\); "
+                r"shared_memory='cuda' needs a CUDA GPU on the server's host; use shared_memory='system'")
+        with pytest.raises(serving.ServeError, match=says):
+            asyncio.run(run())
+        assert client.registered == [] and fake.destroyed == []
+    else:
+        asyncio.run(run())
+        (name, raw, device, size), = client.registered
+        assert raw == b"raw-" + name.encode() and device == 3 and size == x.nbytes
+        assert client.unregistered == [name] and fake.destroyed == [name]
+        assert item._get_tensor().parameters["shared_memory_region"].string_param == name
+        assert item._get_content() is None  # the request carries no data
+    assert regions == []

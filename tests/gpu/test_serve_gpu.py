@@ -34,8 +34,9 @@ def engine(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("backend", ["stub", "pytriton", "tensorrt"])
-def test_serve_round_trips_on_the_gpu(engine, backend):
+def _serve_or_skip(backend: str) -> str | None:
+    """Skips without the serve extra, without the TensorRT backend's folder (``backend="tensorrt"``) or under a numpy
+    pytriton's stubs cannot answer with; returns that folder (``TRTKIT_TRITON_BACKENDS``) for the tensorrt backend."""
     import os
 
     pytest.importorskip("pytriton", reason="the serve extra is not in this environment (pip install 'trtkit[serve]')")
@@ -50,6 +51,12 @@ def test_serve_round_trips_on_the_gpu(engine, backend):
         check_numpy()  # pytriton's backend stub answers with empty outputs under numpy 2
     except DependencyError as exc:
         pytest.skip(str(exc))
+    return backends if backend == "tensorrt" else None
+
+
+@pytest.mark.parametrize("backend", ["stub", "pytriton", "tensorrt"])
+def test_serve_round_trips_on_the_gpu(engine, backend):
+    backends = _serve_or_skip(backend)
     import tritonclient.grpc as tgrpc
     import tritonclient.http as thttp
     from tritonclient.utils import InferenceServerException
@@ -65,7 +72,7 @@ def test_serve_round_trips_on_the_gpu(engine, backend):
         want = runner.infer({"x": x})["y"]
     settings = ServeSettings(instances=2, gpus=gpus, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, exit_timeout_s=10, backend=backend,
-                             triton_backends=backends if backend == "tensorrt" else None)
+                             triton_backends=backends)
     with Server([engine], settings) as server:
         (model,) = server.models
         assert model.devices == [g for g in gpus for _ in range(2)] and model.max_batch == 4
@@ -87,3 +94,40 @@ def test_serve_round_trips_on_the_gpu(engine, backend):
             np.testing.assert_allclose(grpc.infer("tiny", [ginp], client_timeout=60).as_numpy("y"), want, rtol=1e-5,
                                        atol=1e-6)
     assert not server.models[0].runners  # every runner closed
+
+
+@pytest.mark.parametrize("backend", ["stub", "tensorrt"])
+def test_inputs_through_cuda_shared_memory_on_the_gpu(engine, backend):
+    """``trtkit bench --server --shared-memory cuda``: inputs written once into device memory and shared with the
+    server by CUDA IPC; every request answered, and one answer equal to TrtRunner's."""
+    backends = _serve_or_skip(backend)
+    import tritonclient.grpc as tgrpc
+    import tritonclient.utils.cuda_shared_memory as cshm
+
+    from trtkit.bench.serving import LoadSettings, load_test
+    from trtkit.runtime.runner import TrtRunner
+    from trtkit.serve import Server, ServeSettings
+
+    http_port, grpc_port, metrics_port = free_ports(3)
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with TrtRunner(engine) as runner:
+        want = runner.infer({"x": x})["y"]
+    settings = ServeSettings(instances=1, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                             exit_timeout_s=10, backend=backend, shared_memory=True,
+                             triton_backends=backends)
+    with Server([engine], settings):
+        (level,) = load_test(f"127.0.0.1:{grpc_port}", "tiny", LoadSettings(
+            concurrency=(4,), duration_s=1.0, warmup_s=0.2, grpc=True, shared_memory="cuda"))
+        assert level.failed == 0 and level.requests > 0, level.errors
+        with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc:
+            region = cshm.create_shared_memory_region("trtkit-test-x", x.nbytes, 0)
+            try:
+                cshm.set_shared_memory_region(region, [x])
+                grpc.register_cuda_shared_memory("trtkit-test-x", cshm.get_raw_handle(region), 0, x.nbytes)
+                item = tgrpc.InferInput("x", list(x.shape), "FP32")
+                item.set_shared_memory("trtkit-test-x", x.nbytes)
+                got = grpc.infer("tiny", [item], client_timeout=60).as_numpy("y")
+                grpc.unregister_cuda_shared_memory("trtkit-test-x")
+            finally:
+                cshm.destroy_shared_memory_region(region)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

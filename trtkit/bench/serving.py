@@ -10,7 +10,10 @@ under numpy 2 does); otherwise it counts as failed.
 Each input is encoded once and the same encoded input goes with every request. With ``shared_memory="system"`` (as
 perf_analyzer's ``--shared-memory system``), each input is written once into a system shared-memory region that the
 server is told about, and requests carry only the region's name: the server reads the input from there instead of the
-request (a server on this host only). Outputs come back in the answers either way.
+request (a server on this host only). With ``shared_memory="cuda"`` (perf_analyzer's ``--shared-memory cuda``) each
+input is written once into device memory on GPU ``cuda_device`` of this host and shared with the server by its CUDA IPC
+handle, so a server whose backend runs on the GPU (Triton's TensorRT backend) takes the input device to device,
+without the copy through page-locked host memory. Outputs come back in the answers either way.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ _DTYPES = {
 }
 
 
-# where requests carry their inputs: in the request, or in system shared memory on the server's host
-SHARED_MEMORY = ("none", "system")
+# where requests carry their inputs: in the request, in system shared memory on the server's host, or in device
+# memory there (CUDA IPC)
+SHARED_MEMORY = ("none", "system", "cuda")
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,8 @@ class LoadSettings:
     grpc: bool = False
     timeout_s: float = 30.0
     keep_latencies: bool = False  # LoadResult.latencies_ms (to merge the levels of several client processes)
-    shared_memory: str = "none"  # "system": inputs in system shared-memory regions (a server on this host only)
+    shared_memory: str = "none"  # "system"/"cuda": inputs in shared-memory regions (a server on this host only)
+    cuda_device: int = 0  # with shared_memory="cuda": the GPU of the inputs' regions
 
     def check(self) -> None:
         if self.shared_memory not in SHARED_MEMORY:
@@ -61,6 +66,10 @@ class LoadSettings:
                 f"shared_memory={self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
                 field="shared_memory",
                 accepted=", ".join(SHARED_MEMORY),
+            )
+        if int(self.cuda_device) < 0:
+            raise UsageError(
+                f"cuda_device must be 0 or more, not {self.cuda_device}", field="cuda_device", accepted="0 or more"
             )
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
             raise UsageError(
@@ -132,8 +141,8 @@ async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
     regions: list = []
     try:
         inputs, outputs = await _inputs(client, module, model, settings, url)
-        if settings.shared_memory == "system":
-            await _inputs_in_shared_memory(client, inputs, regions, url)
+        if settings.shared_memory != "none":
+            await _inputs_in_shared_memory(client, inputs, regions, url, settings.shared_memory, settings.cuda_device)
         results = []
         for level in settings.concurrency:
             warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
@@ -148,32 +157,50 @@ async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
             await client.close()
 
 
-def _shared_memory_module():
+def _shared_memory_module(kind: str = "system"):
     try:
-        import tritonclient.utils.shared_memory as shm
-    except ImportError as exc:
+        if kind == "cuda":
+            import tritonclient.utils.cuda_shared_memory as shm
+        else:
+            import tritonclient.utils.shared_memory as shm
+    except (ImportError, RuntimeError) as exc:  # the CUDA utilities raise RuntimeError without cuda-python
         raise DependencyError(
-            f"shared_memory='system' needs tritonclient's shared-memory utilities ({exc}); install them with pip "
-            'install "trtkit[serve]"'
+            f"shared_memory={kind!r} needs tritonclient's {kind} shared-memory utilities ({exc}); install them with "
+            'pip install "trtkit[serve]"'
         ) from exc
     return shm
 
 
-async def _inputs_in_shared_memory(client, inputs: list, regions: list, url: str) -> None:
-    """Write each input's data once into its own system shared-memory region, register the region with the server
-    and point the input at it (requests then carry only the region's name). ``regions`` collects what was made, for
-    :func:`_release_regions`, as it is made."""
-    shm = _shared_memory_module()
+async def _inputs_in_shared_memory(
+    client, inputs: list, regions: list, url: str, kind: str = "system", device: int = 0
+) -> None:
+    """Write each input's data once into its own shared-memory region (``kind`` ``"system"``, or ``"cuda"``: device
+    memory on GPU ``device``), register the region with the server and point the input at it (requests then carry
+    only the region's name). ``regions`` collects what was made, for :func:`_release_regions`, as it is made."""
+    shm = _shared_memory_module(kind)
     for item, array in inputs:
         name = f"trtkit-{os.getpid()}-{len(regions)}"
-        handle = shm.create_shared_memory_region(name, "/" + name, array.nbytes)
-        regions.append([name, handle, False])
+        if kind == "cuda":
+            try:
+                handle = shm.create_shared_memory_region(name, array.nbytes, int(device))
+            except Exception as exc:  # tritonclient's CudaSharedMemoryException: no GPU, no driver, a bad device
+                raise ServeError(
+                    f"Cannot make a CUDA shared-memory region for input '{item.name()}' on GPU {device} of this host "
+                    f"({exc}); shared_memory='cuda' needs a CUDA GPU on the server's host; use shared_memory='system' "
+                    "otherwise"
+                ) from exc
+        else:
+            handle = shm.create_shared_memory_region(name, "/" + name, array.nbytes)
+        regions.append([name, handle, False, kind])
         shm.set_shared_memory_region(handle, [array])
         try:
-            await client.register_system_shared_memory(name, "/" + name, array.nbytes)
+            if kind == "cuda":
+                await client.register_cuda_shared_memory(name, shm.get_raw_handle(handle), int(device), array.nbytes)
+            else:
+                await client.register_system_shared_memory(name, "/" + name, array.nbytes)
         except Exception as exc:  # tritonclient's InferenceServerException
             raise ServeError(
-                f"The server at {url} did not take the system shared-memory region of input '{item.name()}' ({exc}); "
+                f"The server at {url} did not take the {kind} shared-memory region of input '{item.name()}' ({exc}); "
                 "shared memory works only with a server on this host that lets clients use it (one served with "
                 "ServeSettings(shared_memory=True)); leave shared_memory='none' otherwise"
             ) from exc
@@ -183,13 +210,14 @@ async def _inputs_in_shared_memory(client, inputs: list, regions: list, url: str
 
 async def _release_regions(client, regions: list) -> None:
     """Unregister (from the server) and free the shared-memory regions of :func:`_inputs_in_shared_memory`."""
-    if not regions:
-        return
-    shm = _shared_memory_module()
-    for name, handle, registered in regions:
+    for name, handle, registered, kind in regions:
+        shm = _shared_memory_module(kind)
         try:
             if registered:
-                await client.unregister_system_shared_memory(name)
+                unregister = (
+                    client.unregister_cuda_shared_memory if kind == "cuda" else client.unregister_system_shared_memory
+                )
+                await unregister(name)
         except Exception:  # noqa: BLE001 - a server gone away keeps nothing registered; the region is still freed
             pass
         finally:

@@ -29,7 +29,15 @@ def add_server_options(parser) -> None:
         default="none",
         metavar="KIND",
         help="none (default): inputs in every request; system: inputs written once into system shared memory, "
-        "requests carry only its name (a server on this host, started with trtkit serve --shared-memory)",
+        "requests carry only its name (a server on this host, started with trtkit serve --shared-memory); cuda: "
+        "the same in device memory of --cuda-device, shared by CUDA IPC (a GPU on the server's host)",
+    )
+    g.add_argument(
+        "--cuda-device",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --shared-memory cuda: the GPU holding the inputs (default 0)",
     )
 
 
@@ -52,6 +60,7 @@ def run_server_load(args, console) -> int:
         batch=args.batch,
         grpc=args.grpc,
         shared_memory=args.shared_memory,
+        cuda_device=args.cuda_device,
     )
     results = load_test(args.server, args.server_model, settings)
     protocol = "gRPC" if args.grpc else "HTTP"

@@ -457,6 +457,7 @@ FLAGS = {
     "grpc_port": "--grpc-port",
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
+    "cuda_device": "--cuda-device",
 }
 
 
