@@ -422,7 +422,6 @@ def write_repository(
     """
     if int(instances) < 1:
         raise TrtkitError(f"instances must be 1 or more, not {instances}")
-    graph_batch_sizes(1, graph_batches)  # refused before anything is read or written
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")

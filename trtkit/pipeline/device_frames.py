@@ -164,8 +164,8 @@ def _rows_as_pixels(iface: dict, frame_shape) -> dict:
 
 class _Streamed:
     """A stream of its own, ordered after the stream a device array was made on. Of the GPU's greatest priority: its
-    copies and letterbox kernels are small, and an engine's long kernels on the runners' streams would otherwise
-    hold them back, and with them the next batch, while the GPU is the slowest stage."""
+    copies and letterbox kernels are small, and are then not queued behind an engine's pending blocks on the
+    runners' streams (on the H200 the GPU-bound pipeline's idle time did not move with it: docs/performance.md)."""
 
     def __init__(self, cuda):
         self.cuda = cuda
