@@ -345,18 +345,37 @@ def infer_alone(engine: Path, samples: list, batch: int, min_work_s: float, runn
     return measured
 
 
+def convert_alone(frames: list, count: int) -> dict:
+    """Milliseconds a picture of ``frames`` takes to convert from rgb24 to yuv420p on one thread (swscale, what the
+    encoder does in its calling thread unless the writer's ``convert_threads`` do it ahead)."""
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    from trtkit.pipeline.video import rgb_frame
+
+    reformatter = VideoReformatter()
+    t0 = time.perf_counter()
+    for image in cycled(frames, count):
+        reformatter.reformat(rgb_frame(av, np.ascontiguousarray(image)), format="yuv420p")
+    return {"ms_per_frame": round((time.perf_counter() - t0) / count * 1e3, 3), "frames": count}
+
+
 def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False,
-                 thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None) -> float:
+                 thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None,
+                 convert_threads: int = 0) -> float:
     """Frames/s of the encoder on ``frames`` through the writer the pipeline's video sink uses (``in_process``: in a
     child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened; ``options``:
-    the encoder's FFmpeg options."""
+    the encoder's FFmpeg options; ``convert_threads``: the writer's (pictures converted to yuv420p ahead of the
+    encoder on that many threads)."""
     from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
     tag = "_".join(f"{k}{v}" for k, v in (options or {}).items())
+    tag += f"_conv{convert_threads}" if convert_threads else ""
     path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}{tag}.mp4"
     writer = (ProcessVideoWriter(path, fps=30, codec=codec, options=options) if in_process
-              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options))
+              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options,
+                               convert_threads=convert_threads))
     if in_process:
         writer.ready()
     t0 = time.perf_counter()
@@ -466,18 +485,20 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                    decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
                    device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
-                   decode_threads: int | None = None) -> dict:
+                   decode_threads: int | None = None, convert_threads: int = 0) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
     NVDEC frames stay on the GPU and the GPU letterbox preprocesses them (what ``trtkit run`` does by default);
     ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too); ``options``: the
-    encoder's; ``decode_threads``: PyAV's decoder threads (default the reader's, 0: FFmpeg's choice)."""
+    encoder's; ``decode_threads``: PyAV's decoder threads (default the reader's, 0: FFmpeg's choice);
+    ``convert_threads``: the video sink's (pictures converted to yuv420p ahead of the encoder)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder, device_memory=device_memory, decode_threads=decode_threads)
     out = work / f"video_out_{decoder}{'_device' if device_memory else ''}{'_child' if in_process else ''}{tag}.mp4"
-    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options)
+    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options,
+                     convert_threads=convert_threads)
     if in_process:
         sink.writer.ready()
     report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
@@ -933,6 +954,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         encoder: dict = {}
         alone["encode"] = cores_busy(lambda: run.guard("encode_alone", lambda: encode_alone(
             frames, count, work, settings=encoder)), cores, "encode")
+        encoder["convert_alone"] = run.guard("convert_alone", lambda: convert_alone(frames, min(count, 120)))
         run.store("encoder", encoder)
         run.store("nvenc", nvenc_part(frames, count, work, alone["encode"]))
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
@@ -1020,6 +1042,16 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                                                      "pictures copied to the host for the encoder"})
             nvdec["gpu_idle_between_batches_pct_device"] = (on_gpu["gpu"] or {}).get("idle_between_batches_pct")
             run.store("nvdec", nvdec)
+            threads = max(CONVERT_ALONE) if CONVERT_ALONE else None
+            if threads and CONVERT_ALONE[threads]:
+                converted = run.guard("video_pipeline_nvdec_device_conv", lambda: video_pipeline(
+                    engine, video, work, runner_args, sizes, "nvdec", device_memory=True, convert_threads=threads,
+                    tag=f"_conv{threads}"))
+                if converted:
+                    run.store("video_nvdec_device_convert", {
+                        **video_result(converted, {**device_alone, "encode": CONVERT_ALONE[threads]}),
+                        "convert_threads": threads, "encode_alone_fps": CONVERT_ALONE[threads],
+                        "note": "the NVDEC device path with the pictures converted to yuv420p ahead of libx264"})
     leak_video = run.guard("make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames,
                                                                  sizes.leak_video, "mpeg4"))
     if leak_video:
@@ -1040,6 +1072,8 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
 VARIANT_PRE_WORKERS = 2
 VARIANT_ENCODER_OPTIONS = {"preset": "veryfast"}
 VARIANT_SWITCH_INTERVAL_S = 0.001
+VARIANT_CONVERT_THREADS = (1, 2)  # the video sink's convert_threads (0, the default: the encoder converts)
+CONVERT_ALONE: dict = {}  # encode alone with each of them, for the NVDEC device path's variant
 VARIANT_DECODE_THREADS = (0, 2)  # 0: FFmpeg's choice (a thread per core and one more); the reader's default is 4
 
 
@@ -1095,6 +1129,19 @@ def video_variants(run: Run, engine: Path, video: Path, work: Path, runner_args:
         # stages more of the cores
         variants["encoder_veryfast"] = {**video_result(e2e, {**alone, "encode": fast_alone}),
                                         "encode_alone_fps": fast_alone, "options": options}
+    for threads in VARIANT_CONVERT_THREADS:
+        if f"convert_threads_{threads}" in skip:
+            continue
+        conv_alone = run.guard(f"encode_alone_conv{threads}", lambda threads=threads: encode_alone(
+            frames, count, work, convert_threads=threads))
+        CONVERT_ALONE[threads] = conv_alone
+        e2e = run.guard(f"video_pipeline_conv{threads}", lambda threads=threads: video_pipeline(
+            engine, video, work, runner_args, sizes, convert_threads=threads, tag=f"_conv{threads}"))
+        if e2e:
+            # the pictures converted to yuv420p on `threads` threads ahead of libx264 (the encoder alone measured
+            # again that way): its calling thread then only hands it converted frames
+            variants[f"convert_threads_{threads}"] = {**video_result(e2e, {**alone, "encode": conv_alone}),
+                                                     "encode_alone_fps": conv_alone, "convert_threads": threads}
     for threads in VARIANT_DECODE_THREADS:
         variant = decode_threads_variant(run, engine, video, work, runner_args, sizes, alone, threads)
         if variant:

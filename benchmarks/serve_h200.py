@@ -337,11 +337,14 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
 
 # --- sweep ----------------------------------------------------------------------------------------------------------
 
-# what --sweep may vary: the server's instances and batcher delay, the clients' processes, and the model (the engine's
-# runner, or the null model: zeros with no runner, the ceiling of Triton and the clients alone)
-SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str}
-# a new server per setting of these; client_procs reuse it
+# what --sweep may vary: the server's instances and batcher delay, the clients' processes and how they send inputs
+# (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
+# ceiling of Triton and the clients alone)
+SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
+              "shm": str}
+# a new server per setting of these; the client settings (client_procs, shm) reuse it
 SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs")
+SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
 GRAPH_BATCHES = ("every", "triton")  # trtkit serve --graph-batches (the tensorrt backend's CUDA graphs)
@@ -380,7 +383,7 @@ def _product(text: str) -> list:
             axes[key] = [SWEEP_KEYS[key](v) for v in items]
         except ValueError:
             raise ValueError(f"sweep key {key!r}: {values.strip()!r} are not whole numbers") from None
-        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES}.get(key)
+        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
         bad = [v for v in axes[key] if (v not in choices if choices else v < (0 if key == "delay_us" else 1))]
         if bad:
             accepted = (" or ".join(choices) if choices else "0 or more" if key == "delay_us" else "1 or more")
@@ -392,17 +395,18 @@ def _product(text: str) -> list:
 
 def sweep_groups(settings: list, args) -> list:
     """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
-    ``[(server settings, [client_procs, ...])]``."""
+    ``[(server settings, [{"client_procs": N, "shm": KIND}, ...])]``."""
     groups: dict = {}
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
-                "graphs": args.graph_batches, **one}
+                "graphs": args.graph_batches, "shm": args.shared_memory, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
-        procs = groups.setdefault(key, [])
-        if full["client_procs"] not in procs:
-            procs.append(full["client_procs"])
-    return [(dict(zip(SERVER_KEYS, key)), procs) for key, procs in groups.items()]
+        clients = groups.setdefault(key, [])
+        client = {"client_procs": full["client_procs"], "shm": full["shm"]}
+        if client not in clients:
+            clients.append(client)
+    return [(dict(zip(SERVER_KEYS, key)), clients) for key, clients in groups.items()]
 
 
 def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, stop_s: float) -> dict:
@@ -414,12 +418,12 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
     out: dict = {"spec": args.sweep, "levels": levels, "level_s": args.sweep_s, "runs": [], "skipped": []}
     url = f"127.0.0.1:{args.port + 1}"
     one_load = args.sweep_s + LOAD_OVERHEAD_S
-    for i, (server_settings, procs) in enumerate(sweep_groups(parse_sweep(args.sweep), args)):
+    for i, (server_settings, clients) in enumerate(sweep_groups(parse_sweep(args.sweep), args)):
         left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
         stop_est = stop_s * max(1.0, server_settings["instances"] / max(int(args.instances), 1))
         if left < start_s + stop_est + one_load:
-            out["skipped"] += [{**server_settings, "client_procs": n, "why": f"{left:.0f} s left before the deadline"}
-                               for n in procs]
+            out["skipped"] += [{**server_settings, **client, "why": f"{left:.0f} s left before the deadline"}
+                               for client in clients]
             continue
         tag = f"sweep{i}"
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
@@ -428,8 +432,9 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
-            for n in procs:
-                run = {**server_settings, "client_procs": n, "grpc": {}}
+            for client in clients:
+                n, shm = client["client_procs"], client["shm"]
+                run = {**server_settings, **client, "grpc": {}}
                 if status:
                     run["ready_s"] = round(status["ready_s"], 3)
                 for c in levels:
@@ -439,8 +444,8 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                                else f"not run: {left:.0f} s left before the deadline")
                         continue
                     run["grpc"][str(c)] = step(
-                        results, f"{tag}.procs{n}.c{c}", lambda c=c, n=n, server=server: measured_level(
-                            server, url, c, n, args.sweep_s, workdir, args.shared_memory))
+                        results, f"{tag}.procs{n}.{shm}.c{c}", lambda c=c, n=n, shm=shm, server=server: measured_level(
+                            server, url, c, n, args.sweep_s, workdir, shm))
                 runs.append(run)
                 out["runs"].append(run)
         finally:

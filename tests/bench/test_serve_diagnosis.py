@@ -97,7 +97,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -107,6 +107,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("model=fast", "runner or null"),
     ("backend=onnx", "stub or pytriton or tensorrt"),
     ("graphs=some", "every or triton"),
+    ("shm=posix", "system or cuda or none"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -132,14 +133,18 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
     same = {"delay_us": 100, "graphs": "every"}
+    four, eight = {"client_procs": 4, "shm": "system"}, {"client_procs": 8, "shm": "system"}
     assert groups == [
-        ({"model": "null", "backend": "stub", "instances": 4, **same}, [4, 8]),
-        ({"model": "runner", "backend": "stub", "instances": 4, **same}, [4, 8]),
-        ({"model": "runner", "backend": "stub", "instances": 8, **same}, [4]),  # the main run's procs
+        ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
+        ({"model": "runner", "backend": "stub", "instances": 4, **same}, [four, eight]),
+        ({"model": "runner", "backend": "stub", "instances": 8, **same}, [four]),  # the main run's procs and shm
     ]
     groups = m.sweep_groups(m.parse_sweep("backend=tensorrt;instances=1,2;graphs=every,triton"), _args())
     assert [(g["backend"], g["instances"], g["graphs"]) for g, _ in groups] == [
         ("tensorrt", 1, "every"), ("tensorrt", 1, "triton"), ("tensorrt", 2, "every"), ("tensorrt", 2, "triton")]
+    # how the clients send inputs shares a server, as their process count does
+    groups = m.sweep_groups(m.parse_sweep("instances=3;shm=system,cuda"), _args(shared_memory="cuda"))
+    assert [clients for _, clients in groups] == [[four, {"client_procs": 4, "shm": "cuda"}]]
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):
