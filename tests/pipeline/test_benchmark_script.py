@@ -50,7 +50,12 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert child["encode_alone_fps_child"] > 0, context
     variants = data["video_variants"]
     assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "cpu_preprocess",
-                             "encoder_veryfast", "decode_threads_0", "decode_threads_2"}, context
+                             "encoder_veryfast", "decode_threads_0", "decode_threads_2", "convert_threads_1",
+                             "convert_threads_2"}, context
+    for threads in (1, 2):  # pictures converted to yuv420p ahead of the encoder, encode alone again that way
+        variant = variants[f"convert_threads_{threads}"]
+        assert variant["convert_threads"] == threads and variant["encode_alone_fps"] > 0, context
+    assert data["encoder"]["convert_alone"]["ms_per_frame"] > 0 and data["encoder"]["convert_threads"] == 0
     for threads in (0, 2):  # FFmpeg's decoder on that many threads (0: its choice), decode alone again with them
         variant = variants[f"decode_threads_{threads}"]
         assert variant["decode_threads"] == threads and variant["decode_alone_fps"] > 0, context
