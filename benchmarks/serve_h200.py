@@ -146,7 +146,7 @@ class ServeProcess:
 
     def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
                  instances: int | None = None, delay_us: int | None = None, null_model: bool = False,
-                 graphs: str | None = None):
+                 graphs: str | None = None, trt: str | None = None):
         from trtkit.serve.stub_model import NULL_MODEL_ENV
 
         self.instances = int(instances or args.instances)
@@ -156,7 +156,9 @@ class ServeProcess:
         self.log_file = workdir / f"triton-{tag}.log"
         launcher = [args.serve_with] if args.serve_with else ["-m", "trtkit.cli.main"]
         shared = ["--shared-memory"] if args.shared_memory != "none" else []
-        native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches]
+        trt = args.tensorrt_options if trt is None else trt
+        native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches,
+                   *(["--tensorrt-options", trt] if trt and trt != "none" else [])]
                   if backend == "tensorrt" else [])
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
@@ -341,9 +343,10 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
 # (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
-              "shm": str}
-# a new server per setting of these; the client settings (client_procs, shm) reuse it
-SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs")
+              "shm": str, "trt": str}
+# a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
+# latency options (trtkit serve --tensorrt-options), joined by '+', or none
+SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt")
 SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
@@ -383,6 +386,9 @@ def _product(text: str) -> list:
             axes[key] = [SWEEP_KEYS[key](v) for v in items]
         except ValueError:
             raise ValueError(f"sweep key {key!r}: {values.strip()!r} are not whole numbers") from None
+        if key == "trt":
+            _check_trt_options(axes[key])
+            continue
         choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
         bad = [v for v in axes[key] if (v not in choices if choices else v < (0 if key == "delay_us" else 1))]
         if bad:
@@ -393,6 +399,17 @@ def _product(text: str) -> list:
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
 
 
+def _check_trt_options(values: list) -> None:
+    from trtkit.errors import TrtkitError
+    from trtkit.export.triton import tensorrt_options
+
+    for value in values:
+        try:
+            tensorrt_options(value)
+        except TrtkitError as exc:
+            raise ValueError(f"sweep key 'trt': {value!r}: {exc}") from None
+
+
 def sweep_groups(settings: list, args) -> list:
     """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
     ``[(server settings, [{"client_procs": N, "shm": KIND}, ...])]``."""
@@ -400,7 +417,8 @@ def sweep_groups(settings: list, args) -> list:
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
-                "graphs": args.graph_batches, "shm": args.shared_memory, **one}
+                "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
+                **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
         client = {"client_procs": full["client_procs"], "shm": full["shm"]}
@@ -428,7 +446,8 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         tag = f"sweep{i}"
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
-                              null_model=server_settings["model"] == "null", graphs=server_settings["graphs"])
+                              null_model=server_settings["model"] == "null", graphs=server_settings["graphs"],
+                              trt=server_settings["trt"])
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
@@ -571,6 +590,9 @@ def main() -> int:
     ap.add_argument("--triton-backends", default=str(ROOT / ".gpu-triton" / "backends"),
                     help="with --backend/--compare tensorrt: the folder holding Triton's TensorRT backend "
                          "(tensorrt/libtriton_tensorrt.so; scripts/build_triton_trt_backend.sh)")
+    ap.add_argument("--tensorrt-options", default="",
+                    help="trtkit serve --tensorrt-options for the tensorrt backend (its latency options, e.g. "
+                         "busy_wait_events,eager_batching; default none: Triton's defaults)")
     ap.add_argument("--graph-batches", choices=GRAPH_BATCHES, default="every",
                     help="trtkit serve --graph-batches for the tensorrt backend (default every: a CUDA graph for every "
                          "batch size; triton: the backend's own choice of 1, the preferred sizes and the largest)")

@@ -97,7 +97,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -108,6 +108,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("backend=onnx", "stub or pytriton or tensorrt"),
     ("graphs=some", "every or triton"),
     ("shm=posix", "system or cuda or none"),
+    ("trt=busy_wait_events+spin", "'trt': 'busy_wait_events\\+spin': .*spin not known here"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -125,14 +126,14 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
-                graph_batches="every")
+                graph_batches="every", tensorrt_options="")
     return types.SimpleNamespace(**{**base, **over})
 
 
 def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
-    same = {"delay_us": 100, "graphs": "every"}
+    same = {"delay_us": 100, "graphs": "every", "trt": "none"}
     four, eight = {"client_procs": 4, "shm": "system"}, {"client_procs": 8, "shm": "system"}
     assert groups == [
         ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
@@ -145,6 +146,9 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     # how the clients send inputs shares a server, as their process count does
     groups = m.sweep_groups(m.parse_sweep("instances=3;shm=system,cuda"), _args(shared_memory="cuda"))
     assert [clients for _, clients in groups] == [[four, {"client_procs": 4, "shm": "cuda"}]]
+    # each set of the tensorrt backend's options is a server of its own
+    groups = m.sweep_groups(m.parse_sweep("trt=none,busy_wait_events+eager_batching"), _args(backend="tensorrt"))
+    assert [g["trt"] for g, _ in groups] == ["none", "busy_wait_events+eager_batching"]
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):

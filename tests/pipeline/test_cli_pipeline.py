@@ -161,7 +161,7 @@ def test_ctrl_c_drains_and_leaves_a_playable_video(engine_file, tmp_path):
     video = make_video(tmp_path / "in.mp4", frames=400)
     out = tmp_path / "out.mp4"
     started = tmp_path / "started"
-    env = {**os.environ, "TRTKIT_TEST_PRE_DELAY_S": "0.01", "TRTKIT_TEST_STARTED": str(started), "NO_COLOR": "1"}
+    env = {**os.environ, "TRTKIT_TEST_PRE_DELAY_S": "0.03", "TRTKIT_TEST_STARTED": str(started), "NO_COLOR": "1"}
     proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(engine_file), "--video", str(video), "--out",
                              str(out), "--decoder", "pyav", "--json", str(tmp_path / "r.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

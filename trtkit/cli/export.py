@@ -40,6 +40,14 @@ def add_arguments(parser) -> None:
         "TensorRT backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
     )
     p.add_argument(
+        "--tensorrt-options",
+        metavar="LIST",
+        default="",
+        help="the TensorRT backend's latency options to set, comma-separated: busy_wait_events (spin on CUDA "
+        "events), output_copy_stream (outputs copied beside the next batch), eager_batching (the next batch's "
+        "inputs copied while one computes)",
+    )
+    p.add_argument(
         "--triton-version",
         metavar="V",
         help="the Triton you deploy on (25.01 or 2.54.0): warns if its TensorRT is not the engine's",
@@ -60,6 +68,7 @@ def run(args, console) -> int:
         max_queue_delay_us=args.max_queue_delay_us,
         cuda_graphs=args.cuda_graphs,
         graph_batches=args.graph_batches,
+        options=args.tensorrt_options,
         triton_version=args.triton_version,
         force=args.force,
     )

@@ -446,6 +446,7 @@ FLAGS = {
     "max_batch": "--max-batch",
     "triton_backends": "--triton-backends",
     "graph_batches": "--graph-batches",
+    "tensorrt_options": "--tensorrt-options",
     "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",

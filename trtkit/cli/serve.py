@@ -81,6 +81,14 @@ def add_arguments(parser) -> None:
         help="with --backend tensorrt: capture a CUDA graph for every batch size up to --max-batch (default), or "
         "leave it to Triton's backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
     )
+    g.add_argument(
+        "--tensorrt-options",
+        metavar="LIST",
+        default="",
+        help="with --backend tensorrt: the backend's latency options to turn on, comma-separated: busy_wait_events "
+        "(spin on CUDA events), output_copy_stream (outputs copied beside the next batch), eager_batching (the next "
+        "batch's inputs copied while one computes), blocking (each instance on a thread of its own)",
+    )
     options.add_json_option(parser)
 
 
@@ -105,6 +113,7 @@ def run(args, console) -> int:
         backend=args.backend,
         triton_backends=args.triton_backends,
         graph_batches=args.graph_batches,
+        tensorrt_options=tuple(n for n in args.tensorrt_options.replace("+", ",").split(",") if n.strip()),
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

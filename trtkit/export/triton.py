@@ -323,6 +323,42 @@ def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | N
     return tuple(range(1, int(max_batch) + 1)) if graph_batches == "every" and max_batch > 0 else None
 
 
+# the TensorRT backend's latency options, as its model configuration names them (ModelOptimizationPolicy):
+# busy_wait_events: its threads spin on CUDA events instead of sleeping until they are signalled (lower latency from
+# a batch's end to its responses, a core kept busy); output_copy_stream: outputs copied to the host on a stream of
+# their own, beside the next batch's compute; eager_batching: an instance prepares its next batch (the inputs'
+# copies) while the previous one computes
+TENSORRT_CONFIG_OPTIONS = ("busy_wait_events", "output_copy_stream", "eager_batching")
+# and the server's: blocking: each instance on a thread of its own (the backend's execution policy BLOCKING; by
+# default, DEVICE_BLOCKING, the instances of one GPU take turns on one thread)
+TENSORRT_SERVER_OPTIONS = ("blocking",)
+TENSORRT_OPTIONS = TENSORRT_CONFIG_OPTIONS + TENSORRT_SERVER_OPTIONS
+
+
+def tensorrt_options(names, accepted: tuple = TENSORRT_OPTIONS) -> tuple:
+    """``names`` (an iterable, or text joined by commas or ``+``) as a tuple in :data:`TENSORRT_OPTIONS`' order.
+
+    Raises:
+        TrtkitError: a name that is not one of ``accepted``.
+    """
+    if isinstance(names, str):
+        names = names.replace("+", ",").split(",")
+    given = {n.strip() for n in names or () if n and n.strip() and n.strip() != "none"}
+    bad = sorted(given - set(accepted))
+    if bad:
+        server = [n for n in bad if n in TENSORRT_SERVER_OPTIONS]
+        where = (
+            f" ({', '.join(server)}: a server setting, not the model configuration's: "
+            "tritonserver --backend-config=tensorrt,execution-policy=BLOCKING)"
+            if server
+            else ""
+        )
+        raise TrtkitError(
+            f"TensorRT backend option(s) {', '.join(bad)} not known here{where}; give any of {', '.join(accepted)}"
+        )
+    return tuple(n for n in TENSORRT_OPTIONS if n in given)
+
+
 def config_pbtxt(
     model: TritonModel,
     *,
@@ -333,12 +369,18 @@ def config_pbtxt(
     max_batch: int | None = None,
     preferred: tuple | None = None,
     graph_batch_sizes: tuple | None = None,
+    options: tuple = (),
 ) -> str:
     """The ``config.pbtxt`` of ``model`` for Triton's TensorRT backend (``platform: "tensorrt_plan"``);
     ``max_batch`` and ``preferred`` (default: the profile's) limit the batches the dynamic batcher forms.
     ``graph_batch_sizes``: the batch sizes the backend captures CUDA graphs for (``graph_spec``; default: the
     backend's own choice, batch 1, the preferred sizes and the largest; a batch of another size runs without a
-    graph)."""
+    graph). ``options``: any of :data:`TENSORRT_CONFIG_OPTIONS`, each set true.
+
+    Raises:
+        TrtkitError: an option that is not one of :data:`TENSORRT_CONFIG_OPTIONS`.
+    """
+    options = tensorrt_options(options, TENSORRT_CONFIG_OPTIONS)
     lines = [f'name: "{model.name}"', 'platform: "tensorrt_plan"']
     lines += io_and_batching_lines(
         model,
@@ -348,9 +390,17 @@ def config_pbtxt(
     )
     gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
+    cuda = [f"{name}: true" for name in ("busy_wait_events", "output_copy_stream") if name in options]
     if cuda_graphs:
+        cuda.insert(0, "graphs: true")
         specs = ", ".join(f"{{ batch_size: {int(b)} }}" for b in graph_batch_sizes or ())
-        lines.append(f"optimization {{ cuda {{ graphs: true{f' graph_spec [ {specs} ]' if specs else ''} }} }}")
+        if specs:
+            cuda.append(f"graph_spec [ {specs} ]")
+    policy = ["eager_batching: true"] if "eager_batching" in options else []
+    if cuda:
+        policy.append(f"cuda {{ {' '.join(cuda)} }}")
+    if policy:
+        lines.append(f"optimization {{ {' '.join(policy)} }}")
     return "\n".join(lines) + "\n"
 
 
@@ -393,6 +443,7 @@ def write_repository(
     max_queue_delay_us: int = 100,
     cuda_graphs: bool = True,
     graph_batches: str = "every",
+    options: tuple = (),
     triton_version: str | None = None,
     force: bool = False,
     trt=None,
@@ -412,16 +463,19 @@ def write_repository(
         cuda_graphs: ask the TensorRT backend to capture CUDA graphs.
         graph_batches: ``"every"`` (default): a graph for every batch size up to the profile's largest;
             ``"triton"``: the backend's own choice (see :func:`graph_batch_sizes`).
+        options: the TensorRT backend's latency options to set, any of :data:`TENSORRT_CONFIG_OPTIONS`.
         triton_version: the Triton you deploy on (``25.01`` or ``2.54.0``): warns if its TensorRT differs.
         force: write into a repository that exists and is not empty (replacing a model of the same name).
         trt: the ``tensorrt`` module (tests pass a fake).
 
     Raises:
-        TrtkitError: the repository exists and is not empty and ``force`` is false; ``instances`` below 1.
+        TrtkitError: the repository exists and is not empty and ``force`` is false; ``instances`` below 1; an
+            option that is not one of :data:`TENSORRT_CONFIG_OPTIONS`.
         EngineError / ProfileError: see :func:`triton_model`.
     """
     if int(instances) < 1:
         raise TrtkitError(f"instances must be 1 or more, not {instances}")
+    options = tensorrt_options(options, TENSORRT_CONFIG_OPTIONS)
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")
@@ -441,6 +495,7 @@ def write_repository(
         max_queue_delay_us=max_queue_delay_us,
         cuda_graphs=cuda_graphs,
         graph_batch_sizes=graph_batch_sizes(model.max_batch_size, graph_batches),
+        options=options,
     )
     folder = _place_model(repo, model.name, Path(engine).read_bytes(), text)
     return ExportResult(model, folder, text, warnings)

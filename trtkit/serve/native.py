@@ -67,7 +67,7 @@ def tensorrt_library_dir(trt=None) -> Path:
 
 def native_config(model, settings) -> str:
     """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's TensorRT backend."""
-    from trtkit.export.triton import config_pbtxt, graph_batch_sizes
+    from trtkit.export.triton import TENSORRT_CONFIG_OPTIONS, config_pbtxt, graph_batch_sizes, tensorrt_options
 
     return config_pbtxt(
         model.spec,
@@ -78,6 +78,19 @@ def native_config(model, settings) -> str:
         max_batch=model.max_batch,
         preferred=model.preferred_batch_sizes,
         graph_batch_sizes=graph_batch_sizes(model.max_batch, settings.graph_batches),
+        options=tuple(n for n in tensorrt_options(settings.tensorrt_options) if n in TENSORRT_CONFIG_OPTIONS),
+    )
+
+
+def backend_config(settings) -> dict:
+    """tritonserver's ``--backend-config`` for the TensorRT backend: ``execution-policy=BLOCKING`` (an instance per
+    thread) when ``blocking`` is among the settings' ``tensorrt_options``, else nothing (DEVICE_BLOCKING)."""
+    from trtkit.export.triton import tensorrt_options
+
+    return (
+        {"backend-config": "tensorrt,execution-policy=BLOCKING"}
+        if "blocking" in tensorrt_options(settings.tensorrt_options)
+        else {}
     )
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
-from trtkit.export.triton import GRAPH_BATCHES
+from trtkit.export.triton import GRAPH_BATCHES, TENSORRT_OPTIONS, tensorrt_options
 from trtkit.serve.batching import run_requests
 from trtkit.serve.logs import log_tail
 
@@ -74,6 +74,11 @@ class ServeSettings:
             for every batch size up to the largest, as the runners of the other backends do for every shape they
             meet; ``"triton"`` leaves it to the backend (batch 1, the preferred sizes and the largest; the dynamic
             batcher's other sizes then run without a graph).
+        tensorrt_options: with ``backend="tensorrt"``: the backend's latency options to turn on, any of
+            ``busy_wait_events``, ``output_copy_stream``, ``eager_batching`` (its model configuration's, see
+            :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
+            its own); none by default (Triton's defaults). docs/performance.md (Serving) has what each did on the
+            H200.
     """
 
     instances: int = 1
@@ -92,9 +97,20 @@ class ServeSettings:
     backend: str = "stub"
     triton_backends: str | None = None
     graph_batches: str = "every"
+    tensorrt_options: tuple = ()
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
+        try:
+            tensorrt_options(self.tensorrt_options)
+        except TrtkitError as exc:
+            raise UsageError(str(exc), field="tensorrt_options", accepted=", ".join(TENSORRT_OPTIONS)) from None
+        if tensorrt_options(self.tensorrt_options) and self.backend != "tensorrt":
+            raise UsageError(
+                f"tensorrt_options are options of Triton's TensorRT backend (backend='tensorrt'), not of the "
+                f"{self.backend!r} backend",
+                field="tensorrt_options",
+            )
         if self.graph_batches not in GRAPH_BATCHES:
             raise UsageError(
                 f"graph_batches={self.graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}",

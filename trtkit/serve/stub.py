@@ -30,6 +30,7 @@ from trtkit._atomic import write_text_atomic
 from trtkit.errors import ServeError
 from trtkit.serve import stub_model
 from trtkit.serve.logs import log_tail
+from trtkit.serve.native import backend_config
 
 # the administrative protocols closed behind the token (shared-memory too unless clients may use it)
 RESTRICTED = ("model-repository", "trace", "logging")
@@ -139,6 +140,7 @@ class StubTriton:
             "log-file": self.log_file,
             "grpc-restricted-protocol": rule,
             "http-restricted-api": rule,
+            **(backend_config(s) if backends else {}),
         }
         self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
         self._proc = subprocess.Popen(
