@@ -200,28 +200,6 @@ def test_frames_wrapped_without_a_copy_encode_to_the_same_video_as_copied_frames
         np.testing.assert_array_equal(a, b)
 
 
-def test_pictures_converted_ahead_of_the_encoder_give_the_same_video_in_order(tmp_path):
-    pictures = [frame_picture(i, 64, 48) for i in range(9)]  # more frames than conversions in flight
-    for threads in (0, 3):
-        writer = VideoWriter(tmp_path / f"t{threads}.mp4", fps=25, codec="mpeg4", threads=1, convert_threads=threads)
-        for picture in pictures:
-            writer.write(picture)
-        assert writer.encoder_settings()["convert_threads"] == threads
-        writer.close()
-    ahead, inline = decode_all(tmp_path / "t3.mp4"), decode_all(tmp_path / "t0.mp4")
-    assert len(ahead) == len(inline) == 9
-    for a, b in zip(ahead, inline):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_a_discarded_writer_with_pictures_still_converting_leaves_nothing(tmp_path):
-    writer = VideoWriter(tmp_path / "out.mp4", fps=25, codec="mpeg4", convert_threads=2)
-    for i in range(5):
-        writer.write(frame_picture(i, 64, 48))
-    writer.discard()
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_picture_array_reused_after_write_does_not_change_the_frame_written(tmp_path):
     buffer = np.empty((48, 64, 3), np.uint8)
     writer = VideoWriter(tmp_path / "reuse.mp4", fps=25, codec="mpeg4")
@@ -277,8 +255,6 @@ def test_an_unknown_thread_type_or_count_is_refused_before_any_file(tmp_path):
         VideoWriter(tmp_path / "out.mp4", thread_type="PARALLEL")
     with pytest.raises(InputError, match=r"threads=-1: give a thread count of 0 or more"):
         VideoWriter(tmp_path / "out.mp4", threads=-1)
-    with pytest.raises(InputError, match=r"convert_threads=1.5: give a thread count of 0 or more \(0: the encoder"):
-        VideoWriter(tmp_path / "out.mp4", convert_threads=1.5)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -51,8 +51,6 @@ class VideoSink:
             process uses the default).
         options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast"}`` (see
             :class:`~trtkit.pipeline.video.VideoWriter`).
-        convert_threads: threads converting pictures to the encoder's pixel format ahead of it (see
-            :class:`~trtkit.pipeline.video.VideoWriter`; 0: the encoder converts; the child process converts itself).
     """
 
     name = "encode"
@@ -65,7 +63,6 @@ class VideoSink:
         in_process: bool = False,
         thread_type: str = "AUTO",
         options: dict | None = None,
-        convert_threads: int = 0,
     ):
         from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
@@ -74,9 +71,7 @@ class VideoSink:
         if in_process:
             self.writer = ProcessVideoWriter(path, fps=fps, codec=codec, options=options)
         else:
-            self.writer = VideoWriter(
-                path, fps=fps, codec=codec, thread_type=thread_type, options=options, convert_threads=convert_threads
-            )
+            self.writer = VideoWriter(path, fps=fps, codec=codec, thread_type=thread_type, options=options)
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

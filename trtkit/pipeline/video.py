@@ -351,17 +351,12 @@ class VideoWriter:
             handing a frame over), ``"FRAME"``, ``"SLICE"`` (PyAV's own default: libx264 splits each frame into
             slices and returns when it is encoded) or ``"NONE"``.
         threads: the encoder's thread count (0: the encoder chooses, for libx264 1.5 per CPU).
-        convert_threads: threads that convert each picture from RGB to the encoder's pixel format ahead of the
-            encoder (swscale, which lets go of the GIL), so the calling thread only hands the encoder converted
-            frames; :meth:`write` then returns before its picture is converted, holding a reference to it until
-            it is (the picture must not be written to meanwhile). 0 (default): the encoder converts each picture
-            in :meth:`write`, as PyAV does. Same pixels either way.
         options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast", "crf": "23"}`` (libx264's preset
             trades file size for encoding speed; ``medium`` is its default; see :func:`encoder_options`).
 
     Raises (on creation, before any frame):
         TrtkitError: the folder does not exist or is not writable, or the path is a folder.
-        InputError: ``thread_type``, ``threads``, ``convert_threads`` or ``options`` is not one of the above.
+        InputError: ``thread_type``, ``threads`` or ``options`` is not one of the above.
     """
 
     def __init__(
@@ -372,7 +367,6 @@ class VideoWriter:
         thread_type: str = "AUTO",
         threads: int = 0,
         options: dict | None = None,
-        convert_threads: int = 0,
     ):
         from trtkit._atomic import check_writable
 
@@ -381,12 +375,7 @@ class VideoWriter:
             raise InputError(f"thread_type='{thread_type}' is not known; use one of: {', '.join(THREAD_TYPES)}")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise InputError(f"threads={threads!r}: give a thread count of 0 or more (0: the encoder chooses)")
-        if isinstance(convert_threads, bool) or not isinstance(convert_threads, int) or convert_threads < 0:
-            raise InputError(
-                f"convert_threads={convert_threads!r}: give a thread count of 0 or more (0: the encoder converts)"
-            )
         self.thread_type, self.threads = thread_type, threads
-        self._converter = _Converter(convert_threads) if convert_threads else None
         self.path = Path(path)
         self.codec = codec or default_codec(self.path)
         self.options = encoder_options(self.codec, options)
@@ -433,16 +422,9 @@ class VideoWriter:
                 f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
                 f"is {self._stream.width}x{self._stream.height}: every frame must have the same size"
             )
-        self.frames += 1
-        if self._converter is None:
-            self._encode(rgb_frame(av, image))
-            return
-        for frame in self._converter.put(av, image, self._stream.codec_context.pix_fmt):
-            self._encode(frame)
-
-    def _encode(self, frame) -> None:
-        for packet in self._stream.encode(frame):
+        for packet in self._stream.encode(rgb_frame(av, image)):
             self._container.mux(packet)
+        self.frames += 1
 
     def encoder_settings(self) -> dict:
         """The encoder as opened (after the first frame): codec, pixel format, FFmpeg thread type and count (0: the
@@ -457,7 +439,6 @@ class VideoWriter:
             "thread_count": getattr(context, "thread_count", None),
             "options": dict(self.options),  # as given (FFmpeg consumes the codec context's own when it opens)
             "frame_wrap": "from_numpy_buffer" if hasattr(pyav().VideoFrame, "from_numpy_buffer") else "from_ndarray",
-            "convert_threads": self._converter.threads if self._converter else 0,
         }
 
     def close(self) -> Path:
@@ -465,11 +446,9 @@ class VideoWriter:
         if self._container is None:
             return self.path
         try:
-            if self._converter is not None:
-                for frame in self._converter.drain():
-                    self._encode(frame)
             if self._stream is not None:
-                self._encode(None)
+                for packet in self._stream.encode(None):
+                    self._container.mux(packet)
             self._container.close()
         except BaseException:
             self.discard()
@@ -483,8 +462,6 @@ class VideoWriter:
 
     def discard(self) -> None:
         """Close without keeping anything."""
-        if self._converter is not None:
-            self._converter.cancel()
         if self._container is not None:
             try:
                 self._container.close()
@@ -492,47 +469,6 @@ class VideoWriter:
                 logger.debug("closing a discarded video failed", exc_info=True)
             self._container = None
         self._tmp.unlink(missing_ok=True)
-
-
-class _Converter:
-    """Pictures converted from RGB on ``threads`` threads (a swscale context each), handed back in the order given,
-    at most ``threads`` of them still converting: :meth:`put` returns the frames ready to encode."""
-
-    def __init__(self, threads: int):
-        import threading
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.threads = threads
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="trtkit-convert")
-        self._local = threading.local()  # a swscale context may not be shared by two threads
-        self._pending: list = []
-
-    def _convert(self, av, image: np.ndarray, pix_fmt: str):
-        reformatter = getattr(self._local, "reformatter", None)
-        if reformatter is None:
-            from av.video.reformatter import VideoReformatter
-
-            reformatter = self._local.reformatter = VideoReformatter()
-        return reformatter.reformat(rgb_frame(av, image), format=pix_fmt)
-
-    def put(self, av, image: np.ndarray, pix_fmt: str) -> list:
-        self._pending.append(self._pool.submit(self._convert, av, image, pix_fmt))
-        ready = []
-        while len(self._pending) > self.threads:
-            ready.append(self._pending.pop(0).result())
-        return ready
-
-    def drain(self) -> list:
-        ready = [future.result() for future in self._pending]
-        self._pending = []
-        self._pool.shutdown()
-        return ready
-
-    def cancel(self) -> None:
-        for future in self._pending:
-            future.cancel()
-        self._pending = []
-        self._pool.shutdown(wait=True)
 
 
 def pattern_frame(index: int, width: int = 64, height: int = 48) -> np.ndarray:
