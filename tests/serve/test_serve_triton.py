@@ -304,8 +304,9 @@ def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, str
         child.kill()
 
 
+@pytest.mark.parametrize("options", [(), ("busy_wait_events", "output_copy_stream", "eager_batching", "blocking")])
 def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place_is_named(tmp_path, engines,
-                                                                                            monkeypatch):
+                                                                                            monkeypatch, options):
     """Triton's own TensorRT backend (built by scripts/build_triton_trt_backend.sh, folder in TRTKIT_TRITON_BACKENDS;
     its TensorRT libraries in TRTKIT_TENSORRT_LIBS) loads into the pytriton wheel's tritonserver on the repository
     trtkit writes, with no Python backend stub; on a machine without a GPU its model cannot be placed, and trtkit
@@ -324,11 +325,13 @@ def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place
     http_port, grpc_port, metrics_port = free_ports(3)
     log = tmp_path / "triton.log"
     settings = ServeSettings(backend="tensorrt", triton_backends=backends, http_port=http_port, grpc_port=grpc_port,
-                             metrics_port=metrics_port, log_file=str(log))
+                             metrics_port=metrics_port, log_file=str(log), tensorrt_options=options)
     server = Server([good], settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
     with pytest.raises(ServeError, match=r"nothing to serve; could not load '.*tiny.engine': Triton could not load "
                                          r"it: .*gpu id 0"):
         server.start()
     text = log.read_text()
     assert "TRITONBACKEND_Initialize: tensorrt" in text and "libtriton_tensorrt.so" in text
+    # the latency options parsed (the model got as far as its GPU), the execution policy reached the backend
+    assert ('"execution-policy":"BLOCKING"' in text.replace(" ", "")) == ("blocking" in options)
     assert not server.is_alive()
