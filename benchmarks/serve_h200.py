@@ -462,9 +462,10 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                         run["grpc"][str(c)] = ("not run: the server did not start" if not status
                                                else f"not run: {left:.0f} s left before the deadline")
                         continue
-                    run["grpc"][str(c)] = step(
+                    level = run["grpc"][str(c)] = step(
                         results, f"{tag}.procs{n}.{shm}.c{c}", lambda c=c, n=n, shm=shm, server=server: measured_level(
                             server, url, c, n, args.sweep_s, workdir, shm))
+                    log(f"{tag} {server_settings} procs {n} {shm} c{c}: {(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
         finally:
@@ -521,6 +522,7 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
                 server, url, c, args.client_procs, level_s, workdir, args.shared_memory))
+            log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
