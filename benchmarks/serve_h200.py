@@ -239,7 +239,8 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     parts = [json.loads(o.read_text()) for o in outs if o.exists()]
     if len(parts) != n:
         raise RuntimeError(f"{n - len(parts)} of {n} client processes wrote no result")
-    lat = np.sort(np.concatenate([np.asarray(p["latencies_ms"], float) for p in parts]))
+    # a client with no answer has no latencies (its errors say why: every request failed, or none came back)
+    lat = np.sort(np.concatenate([np.asarray(p.get("latencies_ms", []), float) for p in parts]))
     pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if lat.size else (lambda q: None)
     requests = sum(p["requests"] for p in parts)
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),

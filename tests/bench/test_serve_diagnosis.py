@@ -240,3 +240,29 @@ def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_w
     assert [(r["instances"], r["grpc"]["64"], r["ready_s"], r["stop"]["exit_code"]) for r in out["runs"]] == [
         (4, {"ips": 1.0, "client_procs": 4}, 0.5, 0)]
     assert [(s["instances"], s["client_procs"]) for s in out["skipped"]] == [(8, 4)]
+
+
+def test_a_client_process_with_no_answer_is_merged_with_its_errors_not_a_key_error(tmp_path, monkeypatch):
+    """A level where one client process got no answer at all (the server hung on the H200 with one of the TensorRT
+    backend's options) still merges: the other's latencies, every request counted, that process's errors named."""
+    import json
+
+    m = _script()
+    parts = iter([
+        {"ips": 100.0, "requests": 50, "failed": 0, "wall_s": 0.5, "cpu_frac": 0.5, "cpu_s": 0.25, "errors": [],
+         "latencies_ms": [1.0, 2.0, 3.0]},
+        {"ips": 0.0, "requests": 0, "failed": 12, "wall_s": 60.0, "cpu_frac": 0.1, "cpu_s": 6.0,
+         "errors": ["DEADLINE_EXCEEDED: no answer in 60 s"]},
+    ])
+
+    class Client:
+        def __init__(self, argv, cwd):
+            Path(argv[8]).write_text(json.dumps(next(parts)))
+
+        def wait(self, timeout):
+            return 0
+
+    monkeypatch.setattr(m.subprocess, "Popen", Client)
+    merged = m.load("127.0.0.1:1", 64, 2, 1.0, 1000, tmp_path)
+    assert merged["ips"] == 100.0 and merged["failed"] == 12 and merged["p50_ms"] == 2.0
+    assert merged["errors"] == ["DEADLINE_EXCEEDED: no answer in 60 s"]

@@ -75,13 +75,13 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the
 
 
 def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_and_are_checked(tmp_path, engine):
-    settings = ServeSettings(backend="tensorrt", tensorrt_options=("output_copy_stream", "blocking"),
+    settings = ServeSettings(backend="tensorrt", tensorrt_options=("eager_batching", "blocking"),
                              triton_backends=str(_backends(tmp_path)))
     settings.check()
     model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
     config = _parse(native.native_config(model, settings))
-    assert config.optimization.cuda.output_copy_stream and config.optimization.cuda.graphs
-    assert not config.optimization.cuda.busy_wait_events and not config.optimization.eager_batching
+    assert config.optimization.eager_batching and config.optimization.cuda.graphs
+    assert not config.optimization.cuda.busy_wait_events and not config.optimization.cuda.output_copy_stream
     # blocking is the server's: each instance on a thread of its own
     assert native.backend_config(settings) == {"backend-config": "tensorrt,execution-policy=BLOCKING"}
     assert native.backend_config(ServeSettings(backend="tensorrt")) == {}
@@ -89,7 +89,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
                                          r"\(backend='tensorrt'\), not of the 'stub' backend"):
         ServeSettings(backend="stub", tensorrt_options=("busy_wait_events",)).check()
     with pytest.raises(UsageError, match=r"option\(s\) spin not known here; give any of busy_wait_events, "
-                                         r"output_copy_stream, eager_batching, blocking"):
+                                         r"eager_batching, blocking"):
         ServeSettings(backend="tensorrt", tensorrt_options=("spin",)).check()
 
 

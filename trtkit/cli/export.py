@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
         metavar="LIST",
         default="",
         help="the TensorRT backend's latency options to set, comma-separated: busy_wait_events (spin on CUDA "
-        "events), output_copy_stream (outputs copied beside the next batch), eager_batching (the next batch's "
+        "events), eager_batching (the next batch's "
         "inputs copied while one computes)",
     )
     p.add_argument(

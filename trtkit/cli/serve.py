@@ -86,7 +86,7 @@ def add_arguments(parser) -> None:
         metavar="LIST",
         default="",
         help="with --backend tensorrt: the backend's latency options to turn on, comma-separated: busy_wait_events "
-        "(spin on CUDA events), output_copy_stream (outputs copied beside the next batch), eager_batching (the next "
+        "(spin on CUDA events), eager_batching (the next "
         "batch's inputs copied while one computes), blocking (each instance on a thread of its own)",
     )
     options.add_json_option(parser)

@@ -325,34 +325,39 @@ def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | N
 
 # the TensorRT backend's latency options, as its model configuration names them (ModelOptimizationPolicy):
 # busy_wait_events: its threads spin on CUDA events instead of sleeping until they are signalled (lower latency from
-# a batch's end to its responses, a core kept busy); output_copy_stream: outputs copied to the host on a stream of
-# their own, beside the next batch's compute; eager_batching: an instance prepares its next batch (the inputs'
+# a batch's end to its responses, a core kept busy); eager_batching: an instance prepares its next batch (the inputs'
 # copies) while the previous one computes
-TENSORRT_CONFIG_OPTIONS = ("busy_wait_events", "output_copy_stream", "eager_batching")
+TENSORRT_CONFIG_OPTIONS = ("busy_wait_events", "eager_batching")
 # and the server's: blocking: each instance on a thread of its own (the backend's execution policy BLOCKING; by
 # default, DEVICE_BLOCKING, the instances of one GPU take turns on one thread)
 TENSORRT_SERVER_OPTIONS = ("blocking",)
 TENSORRT_OPTIONS = TENSORRT_CONFIG_OPTIONS + TENSORRT_SERVER_OPTIONS
+# options the backend has that trtkit does not write, and why
+TENSORRT_REFUSED = {
+    "output_copy_stream": "with it the H200 run's server (Triton 2.51's TensorRT backend, TensorRT 8.6, CUDA graphs "
+    "for every batch size) answered no request for 60 s and then could not stop; docs/performance.md, Serving",
+}
 
 
 def tensorrt_options(names, accepted: tuple = TENSORRT_OPTIONS) -> tuple:
     """``names`` (an iterable, or text joined by commas or ``+``) as a tuple in :data:`TENSORRT_OPTIONS`' order.
 
     Raises:
-        TrtkitError: a name that is not one of ``accepted``.
+        TrtkitError: a name that is not one of ``accepted`` (one of :data:`TENSORRT_REFUSED` says why).
     """
     if isinstance(names, str):
         names = names.replace("+", ",").split(",")
     given = {n.strip() for n in names or () if n and n.strip() and n.strip() != "none"}
     bad = sorted(given - set(accepted))
     if bad:
-        server = [n for n in bad if n in TENSORRT_SERVER_OPTIONS]
-        where = (
-            f" ({', '.join(server)}: a server setting, not the model configuration's: "
-            "tritonserver --backend-config=tensorrt,execution-policy=BLOCKING)"
-            if server
-            else ""
-        )
+        notes = [
+            f"{n}: a server setting, not the model configuration's: tritonserver "
+            "--backend-config=tensorrt,execution-policy=BLOCKING"
+            for n in bad
+            if n in TENSORRT_SERVER_OPTIONS
+        ]
+        notes += [f"{n} is left out: {TENSORRT_REFUSED[n]}" for n in bad if n in TENSORRT_REFUSED]
+        where = f" ({'; '.join(notes)})" if notes else ""
         raise TrtkitError(
             f"TensorRT backend option(s) {', '.join(bad)} not known here{where}; give any of {', '.join(accepted)}"
         )
@@ -390,7 +395,7 @@ def config_pbtxt(
     )
     gpu_list = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     lines.append(f"instance_group [ {{ count: {int(instances)} kind: KIND_GPU{gpu_list} }} ]")
-    cuda = [f"{name}: true" for name in ("busy_wait_events", "output_copy_stream") if name in options]
+    cuda = ["busy_wait_events: true"] if "busy_wait_events" in options else []
     if cuda_graphs:
         cuda.insert(0, "graphs: true")
         specs = ", ".join(f"{{ batch_size: {int(b)} }}" for b in graph_batch_sizes or ())

@@ -75,7 +75,7 @@ class ServeSettings:
             meet; ``"triton"`` leaves it to the backend (batch 1, the preferred sizes and the largest; the dynamic
             batcher's other sizes then run without a graph).
         tensorrt_options: with ``backend="tensorrt"``: the backend's latency options to turn on, any of
-            ``busy_wait_events``, ``output_copy_stream``, ``eager_batching`` (its model configuration's, see
+            ``busy_wait_events``, ``eager_batching`` (its model configuration's, see
             :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
             its own); none by default (Triton's defaults). docs/performance.md (Serving) has what each did on the
             H200.
