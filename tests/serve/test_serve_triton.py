@@ -242,6 +242,10 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
     (["--strict"], 1, "--strict: every engine must load; could not load '{junk}'"),
     (["--max-batch", "8"], 1, "--max-batch 8 is above the largest batch of engine '{good}' (profile 0 takes 1..4)"),
     (["--instances", "0"], 2, "--instances must be 1 or more, not 0"),  # a usage error
+    (["--tensorrt-options", "eager_batching"], 2, "--tensorrt-options are options of Triton's TensorRT backend "
+                                                  "(--backend tensorrt), not of the 'stub' backend"),
+    (["--backend", "tensorrt", "--tensorrt-options", "output_copy_stream"], 2,
+     "output_copy_stream is left out: with it the H200 run's server"),
 ])
 def test_refusals_before_serving(tmp_path, engines, extra, code, says):
     good, junk = engines

@@ -44,8 +44,7 @@ def add_arguments(parser) -> None:
         metavar="LIST",
         default="",
         help="the TensorRT backend's latency options to set, comma-separated: busy_wait_events (spin on CUDA "
-        "events), eager_batching (the next batch's "
-        "inputs copied while one computes)",
+        "events), eager_batching (the next batch's inputs copied while one computes); none by default",
     )
     p.add_argument(
         "--triton-version",
