@@ -853,10 +853,29 @@ def install_fakes():
     return trt, Cuda(rt)
 
 
+def cpu_topology(root: Path = Path("/sys")) -> dict:
+    """What the encoder and the other stages share: the logical CPUs this process may run on, how many of them share
+    a physical core (SMT), and the cgroup's CPU quota (``cpu.max``: ``max`` when there is none); None where the host
+    does not say."""
+    def read(path: Path):
+        try:
+            return path.read_text().strip()
+        except OSError:
+            return None
+
+    siblings = read(root / "devices/system/cpu/cpu0/topology/thread_siblings_list")
+    per_core = None
+    if siblings:
+        per_core = sum(int(b) - int(a) + 1 if "-" in part else 1
+                       for part in siblings.split(",") for a, _, b in [part.partition("-")])
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpus_allowed": allowed, "threads_per_core": per_core, "cgroup_cpu_max": read(root / "fs/cgroup/cpu.max")}
+
+
 def environment() -> dict:
     import av
 
-    info = {"python": sys.version.split()[0], "av": av.__version__, "cpus": os.cpu_count()}
+    info = {"python": sys.version.split()[0], "av": av.__version__, "cpus": os.cpu_count(), **cpu_topology()}
     try:
         import tensorrt
 

@@ -21,7 +21,9 @@ for step in ${*:-env tests demo}; do
   case $step in
     env) { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version;
            python3 -c "import tensorrt, numpy; print('tensorrt', tensorrt.__version__, 'numpy', numpy.__version__)";
-           trtkit doctor; } > "$W/env.log" 2>&1; tail -15 "$W/env.log" ;;
+           lscpu | grep -E "^(CPU\(s\)|On-line|Thread|Core|Socket|Model name|NUMA node\(s\))";
+           echo "cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo none)";
+           trtkit doctor; } > "$W/env.log" 2>&1; tail -24 "$W/env.log" ;;
     tests) # SIGINT at the limit (then SIGKILL 20 s later): pytest stops and still prints the failures so far
            rm -f "$W/gpu-junit.xml"; timeout -s INT -k 20 ${TESTS_TIMEOUT:-540} python3 -m pytest -m gpu -v -rs --timeout 240 \
              -o faulthandler_timeout=200 -p no:cacheprovider --durations=15 --junitxml="$W/gpu-junit.xml" ${GPU_TESTS:-tests} \

@@ -131,6 +131,20 @@ def test_the_paired_runs_set_each_pipeline_against_the_encoder_measured_just_bef
     assert not script.targets({"video": {"ratio_to_slowest": 0.5}})["e2e_fps_ge_0.9x_slowest_stage"]
 
 
+def test_the_cpu_topology_reads_smt_siblings_and_the_cgroup_quota(tmp_path):
+    topology = tmp_path / "devices" / "system" / "cpu" / "cpu0" / "topology"
+    topology.mkdir(parents=True)
+    (topology / "thread_siblings_list").write_text("0,8\n")
+    (tmp_path / "fs" / "cgroup").mkdir(parents=True)
+    (tmp_path / "fs" / "cgroup" / "cpu.max").write_text("800000 100000\n")
+    info = _script().cpu_topology(tmp_path)
+    assert info["threads_per_core"] == 2 and info["cgroup_cpu_max"] == "800000 100000"
+    (topology / "thread_siblings_list").write_text("0-1\n")
+    assert _script().cpu_topology(tmp_path)["threads_per_core"] == 2
+    unknown = _script().cpu_topology(tmp_path / "nowhere")  # a host that does not say
+    assert unknown["threads_per_core"] is None and unknown["cgroup_cpu_max"] is None
+
+
 def test_detection_runs_only_when_its_measured_estimate_fits_the_budget(tmp_path):
     script = _script()
     results = tmp_path / "detection-h200.json"
