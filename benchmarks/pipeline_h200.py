@@ -1191,6 +1191,7 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
             encoder = result["stages"].get("encode") or {}
             runs.append({"encode_alone_fps": encoded, "e2e_fps": result["e2e_fps"],
                          "slowest_stage": result["slowest_stage"], "ratio": result["ratio_to_slowest"],
+                         "first_out_s": result["first_out_s"], "steady_ratio": result["steady_ratio_to_slowest"],
                          "encode_avg_ms": encoder.get("avg_ms"), "encode_busy_pct": encoder.get("busy_pct"),
                          "frames_out": result["frames_out"]})
     import statistics
@@ -1217,7 +1218,10 @@ def video_result(e2e: dict | None, alone: dict) -> dict | None:
     stages = {name: {k: s[k] for k in ("avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct", "fps_alone")}
               for name, s in e2e["stages"].items()}
     return {"e2e_fps": e2e["fps"], "slowest_stage": slowest, "slowest_stage_fps": timed.get(slowest),
-            "ratio_to_slowest": _ratio(e2e["fps"], timed.get(slowest)), "frames_in": e2e["frames_in"],
+            "ratio_to_slowest": _ratio(e2e["fps"], timed.get(slowest)),
+            # a diagnosis, not the target: the rate once the first frames are out, against the same stage alone
+            "first_out_s": e2e.get("first_out_s"), "steady_fps": e2e.get("steady_fps"),
+            "steady_ratio_to_slowest": _ratio(e2e.get("steady_fps"), timed.get(slowest)), "frames_in": e2e["frames_in"],
             "frames_out": e2e["frames_out"], "stages": stages, "queues": e2e["queues"],
             "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"], "gpu": e2e["gpu"],
             "preprocess": where}

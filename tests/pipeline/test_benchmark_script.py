@@ -52,6 +52,8 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "cpu_preprocess",
                              "encoder_veryfast", "decode_threads_0", "decode_threads_2"}, context
     assert data["encoder"]["convert_alone"]["ms_per_frame"] > 0
+    # the pipeline's fill told apart from its steady rate (a diagnosis beside the target's ratio)
+    assert data["video"]["first_out_s"] > 0 and data["video"]["steady_ratio_to_slowest"] > 0, context
     paired = data["video"]["paired"]  # the pipeline again right after the encoder alone, against it
     assert len(paired["runs"]) == 1 and paired["runs"][0]["encode_alone_fps"] > 0, context
     assert paired["ratio_median"] == paired["runs"][0]["ratio"] > 0, context

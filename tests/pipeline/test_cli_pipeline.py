@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,9 @@ def test_video_to_video_with_table_and_json(fake_gpu, engine_file, tmp_path, cap
     assert "24 frames in, 24 out" in stdout and "slowest stage" in stdout and "decode" in stdout
     data = json.loads(report.read_text())
     assert data["frames_in"] == data["frames_out"] == 24 and data["batch"] == 4
+    # the pipeline's fill told apart from its steady rate, in the JSON and the summary
+    assert 0 < data["first_out_s"] < data["elapsed_s"] and data["steady_fps"] > 0
+    assert re.search(r"first frames out after \d+\.\d\d s, then \d+\.\d FPS", " ".join(stdout.split()))
     assert set(data["stages"]) == {"decode", "preprocess", "infer", "encode"}
     assert set(data["stages"]["infer"]) >= {"avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct"}
     assert data["source"]["decoder"] == "pyav"

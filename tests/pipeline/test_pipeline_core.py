@@ -221,6 +221,24 @@ def test_report_figures_are_per_frame_and_name_the_slowest_stage():
     assert set(data["stages"]["slow"]) >= {"avg_ms", "min_ms", "max_ms", "p99_ms", "busy_pct"}
 
 
+def test_the_fill_before_the_first_frame_out_is_told_apart_from_the_steady_rate():
+    def late_start():  # a source that takes 0.3 s to open, then reads quickly
+        time.sleep(0.3)
+        yield from pictures(40)
+
+    def paced(frame):
+        time.sleep(0.002)
+
+    report = Pipeline(ArraySource(late_start()), [Stage("paced", paced)]).run()
+    assert report.first_out_s >= 0.3 and 1 <= report.first_out_frames < 40
+    steady = (40 - report.first_out_frames) / (report.elapsed_s - report.first_out_s)
+    assert report.steady_fps == pytest.approx(steady) and report.steady_fps > 1.5 * report.fps
+    data = report.to_json()
+    assert data["first_out_s"] >= 0.3 and data["steady_fps"] == round(report.steady_fps, 3)
+    nothing = Pipeline(ArraySource([]), [Stage("paced", paced)]).run()
+    assert nothing.first_out_s is None and nothing.steady_fps is None and nothing.to_json()["steady_fps"] is None
+
+
 def test_batch_plan_refuses_impossible_sizes():
     with pytest.raises(InputError, match="min_batch <= max_batch"):
         BatchPlan("x", max_batch=2, min_batch=4)

@@ -291,6 +291,8 @@ def render_report(report, console, title: str) -> None:
         f"{report.fps:.1f} {unit[1]}"
         + (f"; slowest stage: {slowest.name} ({slowest.fps_alone:.1f} {unit[1]} alone)" if slowest else "")
     )
+    if report.steady_fps is not None:
+        console.print(f"first {unit[0]} out after {report.first_out_s:.2f} s, then {report.steady_fps:.1f} {unit[1]}")
     gpu = report.gpu or {}
     if gpu.get("batches"):
         console.print(

@@ -97,6 +97,7 @@ class Pipeline:
         self._error_lock = threading.Lock()
         self._clock = Clock()
         self.frames_in = self.frames_out = 0
+        self._first_out: tuple | None = None  # (seconds from the start, frames) once the first group is written
         self.blocks = bool(getattr(source, "blocks", False))
         self._build()
 
@@ -238,6 +239,8 @@ class Pipeline:
                 count = sum(f.count for f in item) if self.blocks else len(item)
                 self.sink_timer.add(time.perf_counter() - t0, count)
                 self.frames_out += count
+                if self._first_out is None:
+                    self._first_out = (self._clock.elapsed, count)
             frame = None
             for sink in self.sinks:
                 sink.close()
@@ -266,6 +269,8 @@ class Pipeline:
             source=info,
             batch=infer.plan.max_batch if infer else None,
             gpu=infer.gpu.to_json(elapsed) if infer and infer.gpu else None,
+            first_out_s=self._first_out[0] if self._first_out else None,
+            first_out_frames=self._first_out[1] if self._first_out else 0,
         )
 
 

@@ -229,10 +229,21 @@ class PipelineReport:
     source: dict = field(default_factory=dict)  # what the source says about itself (decoder, fps, size...)
     batch: int | None = None
     gpu: dict | None = None  # GpuTimeline.to_json() where the inference stage ran on runners
+    first_out_s: float | None = None  # from the start to the first frames through the sinks (the pipeline's fill)
+    first_out_frames: int = 0  # how many frames that first group held
 
     @property
     def fps(self) -> float:
         return self.frames_out / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def steady_fps(self) -> float | None:
+        """Frames/s after the first frames came out: :attr:`fps` less the pipeline's fill (the source opening, the
+        first batch, the runners' first shapes); None before a second group is out."""
+        if self.first_out_s is None or self.frames_out <= self.first_out_frames:
+            return None
+        seconds = self.elapsed_s - self.first_out_s
+        return (self.frames_out - self.first_out_frames) / seconds if seconds > 0 else None
 
     def slowest_stage(self) -> StageStats | None:
         """The stage with the lowest throughput on its own (``fps_alone``), i.e. the one that sets the pace."""
@@ -246,6 +257,8 @@ class PipelineReport:
             "frames_out": self.frames_out,
             "elapsed_s": round(self.elapsed_s, 4),
             "fps": round(self.fps, 3),
+            "first_out_s": None if self.first_out_s is None else round(self.first_out_s, 4),
+            "steady_fps": None if self.steady_fps is None else round(self.steady_fps, 3),
             "batch": self.batch,
             "stages": {n: s.to_json() for n, s in self.stages.items()},
             "queues": self.queues,
