@@ -113,7 +113,7 @@ def run(args, console) -> int:
         backend=args.backend,
         triton_backends=args.triton_backends,
         graph_batches=args.graph_batches,
-        tensorrt_options=tuple(n for n in args.tensorrt_options.replace("+", ",").split(",") if n.strip()),
+        tensorrt_options=tuple(n for n in args.tensorrt_options.split(",") if n.strip()),  # checked by the settings
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

@@ -468,7 +468,8 @@ def write_repository(
         cuda_graphs: ask the TensorRT backend to capture CUDA graphs.
         graph_batches: ``"every"`` (default): a graph for every batch size up to the profile's largest;
             ``"triton"``: the backend's own choice (see :func:`graph_batch_sizes`).
-        options: the TensorRT backend's latency options to set, any of :data:`TENSORRT_CONFIG_OPTIONS`.
+        options: the TensorRT backend's latency options to set, any of :data:`TENSORRT_CONFIG_OPTIONS` (checked
+            when the config is built, before anything is written).
         triton_version: the Triton you deploy on (``25.01`` or ``2.54.0``): warns if its TensorRT differs.
         force: write into a repository that exists and is not empty (replacing a model of the same name).
         trt: the ``tensorrt`` module (tests pass a fake).
@@ -480,7 +481,6 @@ def write_repository(
     """
     if int(instances) < 1:
         raise TrtkitError(f"instances must be 1 or more, not {instances}")
-    options = tensorrt_options(options, TENSORRT_CONFIG_OPTIONS)
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")

@@ -102,10 +102,10 @@ class ServeSettings:
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
         try:
-            tensorrt_options(self.tensorrt_options)
+            options = tensorrt_options(self.tensorrt_options)
         except TrtkitError as exc:
             raise UsageError(str(exc), field="tensorrt_options", accepted=", ".join(TENSORRT_OPTIONS)) from None
-        if tensorrt_options(self.tensorrt_options) and self.backend != "tensorrt":
+        if options and self.backend != "tensorrt":
             raise UsageError(
                 f"tensorrt_options are options of Triton's TensorRT backend (backend='tensorrt'), not of the "
                 f"{self.backend!r} backend",
