@@ -362,17 +362,18 @@ def convert_alone(frames: list, count: int) -> dict:
 
 
 def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False,
-                 thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None) -> float:
+                 thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None,
+                 threads: int = 0) -> float:
     """Frames/s of the encoder on ``frames`` through the writer the pipeline's video sink uses (``in_process``: in a
     child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened; ``options``:
-    the encoder's FFmpeg options."""
+    the encoder's FFmpeg options; ``threads``: its thread count (0: its choice)."""
     from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
     tag = "_".join(f"{k}{v}" for k, v in (options or {}).items())
-    path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}{tag}.mp4"
+    path = work / f"encode_alone_{codec or 'default'}_{thread_type}{'_child' if in_process else ''}{tag}_t{threads}.mp4"
     writer = (ProcessVideoWriter(path, fps=30, codec=codec, options=options) if in_process
-              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options))
+              else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options, threads=threads))
     if in_process:
         writer.ready()
     t0 = time.perf_counter()
@@ -482,22 +483,27 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                    decoder: str = "pyav", in_process: bool = False, pre_workers: int | None = None,
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
                    device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
-                   decode_threads: int | None = None) -> dict:
+                   decode_threads: int | None = None, gpu_wait: str | None = None,
+                   encoder_threads: int = 0) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
     NVDEC frames stay on the GPU and the GPU letterbox preprocesses them (what ``trtkit run`` does by default);
     ``preprocess``: run_engine's (``gpu``: the GPU letterbox for PyAV's host frames too); ``options``: the
-    encoder's; ``decode_threads``: PyAV's decoder threads (default the reader's, 0: FFmpeg's choice)."""
+    encoder's; ``decode_threads``: PyAV's decoder threads (default the reader's, 0: FFmpeg's choice); ``gpu_wait``:
+    run_engine's (how the threads wait for the GPU); ``encoder_threads``: the encoder's thread count (0: its
+    choice)."""
     from trtkit.pipeline import VideoSink, VideoSource, run_engine
 
     source = VideoSource(video, decoder=decoder, device_memory=device_memory, decode_threads=decode_threads)
     out = work / f"video_out_{decoder}{'_device' if device_memory else ''}{'_child' if in_process else ''}{tag}.mp4"
-    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options)
+    sink = VideoSink(out, fps=source.fps, in_process=in_process, thread_type=thread_type, options=options,
+                     **({"threads": encoder_threads} if encoder_threads else {}))
     if in_process:
         sink.writer.ready()
     report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
-                        switch_interval_s=switch_interval_s, preprocess=preprocess, **runner_args)
+                        switch_interval_s=switch_interval_s, preprocess=preprocess, gpu_wait=gpu_wait,
+                        **runner_args)
     return report.to_json()
 
 
@@ -899,10 +905,30 @@ def main(argv=None) -> int:
                         help="after the video pipeline (and NVDEC's device path): this many more runs of it, each "
                              "right after the encoder alone is measured again, and the median of their ratios "
                              "(default 3, 1 with --fake; 0: none)")
+    parser.add_argument("--ab-rounds", type=int, default=0,
+                        help="rounds of the A/B comparison of --ab-variants (each round: the encoder alone, then "
+                             "every variant; default 0: none)")
+    parser.add_argument("--ab-variants", default=",".join(AB_VARIANTS),
+                        help="the A/B comparison's variants, comma-separated (see ab_variant; default "
+                             f"{','.join(AB_VARIANTS)})")
+    parser.add_argument("--skip-parts", default="",
+                        help="parts not to run, comma-separated: " + ", ".join(PARTS) + " (default: none)")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="seconds this call may take; the optional detection part runs only if its estimate "
                              "(measured build time + run) fits in what is left")
     args = parser.parse_args(argv)
+    args.ab_variants = [name for name in args.ab_variants.split(",") if name]
+    args.skip_parts = frozenset(name for name in args.skip_parts.split(",") if name)
+    try:
+        for name in args.ab_variants:
+            ab_variant(name)
+        if args.ab_rounds and not args.ab_variants:
+            raise ValueError("--ab-rounds needs at least one --ab-variants name")
+        if args.skip_parts - set(PARTS):
+            raise ValueError(f"--skip-parts {','.join(sorted(args.skip_parts - set(PARTS)))}: not a part; "
+                             f"use {', '.join(PARTS)}")
+    except ValueError as exc:
+        parser.error(str(exc))
     sizes = Sizes(args.fake)
     if args.pairs is None:
         args.pairs = 1 if args.fake else 3
@@ -991,12 +1017,24 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             run, "video", args.pairs, lambda: encode_alone(frames, count, work),
             lambda: video_pipeline(engine, video, work, runner_args, sizes, tag="_pair"), alone)
         run.store("video", run.result["video"])
+    if frames and args.ab_rounds:
+        nvdec_fps = None
+        if any(ab_variant(name).get("device_memory") for name in args.ab_variants):
+            probe = run.guard("ab_nvdec", lambda: nvdec_part(video, pyav_fps))
+            nvdec_fps = (probe or {}).get("decode_fps")
+            if not (probe or {}).get("available"):
+                args.ab_variants = [n for n in args.ab_variants if not ab_variant(n).get("device_memory")]
+                result["notes"]["video_ab"] = f"NVDEC variants left out: {(probe or {}).get('reason')}"
+        run.store("video_ab", run.guard("video_ab", lambda: ab_rounds(
+            run, args.ab_rounds, args.ab_variants, engine, video, work, runner_args, sizes, frames, count, alone,
+            nvdec_fps)))
     if frames:
         skip = frozenset(name for name in args.skip_variants.split(",") if name and name != "none")
         run.store("video_variants", video_variants(run, engine, video, work, runner_args, sizes, frames, count,
                                                    target, alone, skip))
-        run.store("gil", run.guard("gil", lambda: gil_part(frames, video, target, work,
-                                                                 min(sizes.video_frames - 1, 120))))
+        if "gil" not in args.skip_parts:
+            run.store("gil", run.guard("gil", lambda: gil_part(frames, video, target, work,
+                                                                     min(sizes.video_frames - 1, 120))))
     if frames and args.encoder_process:
         child_alone = run.guard("encode_alone_child", lambda: encode_alone(frames, count, work, in_process=True))
         child = run.guard("video_pipeline_encoder_process",
@@ -1005,7 +1043,8 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             run.store("video_encoder_process", {**video_result(child, alone), "encode_alone_fps_child": child_alone,
                                                 "note": "VideoSink(in_process=True): libx264 in a child process; "
                                                         "ratio_to_slowest against the stages alone above"})
-    folder = run.guard("make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
+    folder = None if "folder" in args.skip_parts else run.guard(
+        "make_folder", lambda: make_folder(work / "images", sizes.folder_images, sizes.fake))
     if folder:
         run.store("folder", run.guard("folder_pipeline", lambda: folder_pipeline(engine, folder, runner_args, sizes)))
         # the same folder with the letterbox on the CPU (the default letterboxes on the GPU where it can)
@@ -1013,13 +1052,15 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             engine, folder, runner_args, sizes, preprocess="cpu")))
     nvdec = run.store("nvdec", run.guard("nvdec", lambda: nvdec_part(video, pyav_fps)))
     if nvdec and nvdec["available"]:
-        host = run.guard("nvdec_host", lambda: nvdec_host_part(video, pyav_fps))
+        host = None if "nvdec_host" in args.skip_parts else run.guard(
+            "nvdec_host", lambda: nvdec_host_part(video, pyav_fps))
         if host:
             nvdec["host_memory"] = host
             if (host["speedup_one_decoder"] or 0) > (nvdec.get("speedup") or 0):
                 nvdec["speedup_best"], nvdec["speedup_best_by"] = host["speedup_one_decoder"], "host_memory"
             run.store("nvdec", nvdec)
-        capacity = run.guard("nvdec_capacity", lambda: nvdec_capacity_part(video, work))
+        capacity = None if "nvdec_capacity" in args.skip_parts else run.guard(
+            "nvdec_capacity", lambda: nvdec_capacity_part(video, work))
         if capacity:
             nvdec["capacity"] = capacity  # raw decoders in threads, host memory: what the split reader can reach
             run.store("nvdec", nvdec)
@@ -1035,13 +1076,15 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                 run.store("nvdec", nvdec)
         clip = Path(capacity["clip"]) if capacity else video
         split_fps = ((nvdec.get("split") or {}).get("decoders", {}).get(str(GPU_BOUND_DECODERS)) or {}).get("fps")
-        bound = gpu_bound(run, sizes, work, trt, cuda, args, runner_args, clip, split_fps,
-                          HEAVY_FAKE if sizes.fake else HEAVY, GPU_BOUND_SETTINGS, "")
+        bound = None if "gpu_bound" in args.skip_parts else gpu_bound(
+            run, sizes, work, trt, cuda, args, runner_args, clip, split_fps, HEAVY_FAKE if sizes.fake else HEAVY,
+            GPU_BOUND_SETTINGS, "")
         if bound:
             nvdec["gpu_bound"] = bound
             run.store("nvdec", nvdec)
-        near = gpu_bound(run, sizes, work, trt, cuda, args, runner_args, clip, split_fps,
-                         HEAVY_FAKE if sizes.fake else HEAVY_NEAR, GPU_BOUND_SETTINGS[:1], "_near")
+        near = None if "gpu_bound" in args.skip_parts else gpu_bound(
+            run, sizes, work, trt, cuda, args, runner_args, clip, split_fps,
+            HEAVY_FAKE if sizes.fake else HEAVY_NEAR, GPU_BOUND_SETTINGS[:1], "_near")
         if near:
             nvdec["gpu_bound_near"] = {**near, "note": "the same with a CNN whose `trtkit bench` figure is close to "
                                                         "the decoders' frames/s alone (the seventh session's run)"}
@@ -1073,12 +1116,18 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
                     lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec", device_memory=True,
                                            tag="_pair"), device_alone)
                 run.store("video_nvdec_device", run.result["video_nvdec_device"])
-    leak_video = run.guard("make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames,
-                                                                 sizes.leak_video, "mpeg4"))
+    leak_video = None if "memory" in args.skip_parts else run.guard(
+        "make_leak_video", lambda: make_video(work / "leak.mp4", sizes.leak_frames, sizes.leak_video, "mpeg4"))
     if leak_video:
         memory = run.store("memory_run", run.guard("memory_run",
                                                    lambda: memory_run(engine, leak_video, runner_args, sizes, cuda)))
         run.store("leak_bytes_device", memory[memory["leak_measured_by"]] if memory else None)
+    skipped = sorted(args.skip_parts)
+    if skipped:
+        result["notes"]["skipped_parts"] = f"not run in this call (--skip-parts): {', '.join(skipped)}"
+    if "detection" in args.skip_parts:
+        result["notes"]["detection"] = "not run: --skip-parts detection"
+        return
     if sizes.fake:
         result["notes"]["detection"] = "not run with --fake (the detector on onnx's reference evaluator is too slow)"
         return
@@ -1088,6 +1137,89 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     run.checkpoint()
     if fits:
         run.store("detection", run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes)))
+
+
+PARTS = ("gil", "folder", "nvdec_host", "nvdec_capacity", "gpu_bound", "memory", "detection")  # --skip-parts
+AB_VARIANTS = ("base", "gpu_wait_block", "nvdec_device", "nvdec_device_gpu_wait_block")
+
+
+def ab_variant(name: str) -> dict:
+    """The settings of an A/B variant by name: ``base`` (the video pipeline as ``video`` runs it), ``gpu_wait_block``
+    (its threads sleep while they wait for the GPU), ``nvdec_device`` (NVDEC into device memory, as
+    ``video_nvdec_device``), ``nvdec_device_gpu_wait_block``, ``encoder_threads_N`` (libx264 on N threads; the
+    encoder alone measured again with N). Raises ValueError for any other name."""
+    import re
+
+    settings: dict = {}
+    rest = name
+    if rest.startswith("nvdec_device"):
+        settings.update(decoder="nvdec", device_memory=True)
+        rest = rest[len("nvdec_device"):].lstrip("_")
+    elif rest.startswith("base"):
+        rest = rest[len("base"):].lstrip("_")
+    if rest == "gpu_wait_block":
+        settings["gpu_wait"] = "block"
+    elif (match := re.fullmatch(r"encoder_threads_(\d+)", rest)):
+        settings["encoder_threads"] = int(match.group(1))
+    elif rest:
+        raise ValueError(f"A/B variant '{name}' is not known; use base, gpu_wait_block, nvdec_device, "
+                         "nvdec_device_gpu_wait_block or [nvdec_device_]encoder_threads_N")
+    return settings
+
+
+def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, work: Path, runner_args: dict,
+              sizes: Sizes, frames: list, count: int, alone: dict, nvdec_fps) -> dict:
+    """``rounds`` rounds of the video pipeline in each variant of ``names``, each round opened by the encoder alone,
+    the variants' order turned by one every round (so none always runs first after the encoder), each run against
+    that round's encoder (a variant with its own encoder threads: the encoder alone again with them, just before).
+    Per run: the ratio to the slowest stage alone, frames/s end to end, the cores the process kept busy, the
+    encoder's ms a frame; per variant the medians. The host's speed drifts within a call (docs/performance.md,
+    Pipelines): variants are compared round by round, not against a figure taken once."""
+    import statistics
+
+    settings = {name: ab_variant(name) for name in names}
+    runs: dict = {name: [] for name in names}
+    for r in range(max(0, rounds)):
+        encoded = run.guard(f"ab{r}_encode_alone", lambda: encode_alone(frames, count, work))
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            options = settings[name]
+            threads = options.get("encoder_threads", 0)
+            encoder = encoded
+            if threads:
+                encoder = run.guard(f"ab{r}_{name}_encode_alone",
+                                    lambda t=threads: encode_alone(frames, count, work, threads=t))
+            cores: dict = {}
+
+            def pipeline(name=name, options=options):
+                return video_pipeline(engine, video, work, runner_args, sizes, tag=f"_ab_{name}", **options)
+
+            e2e = cores_busy(lambda key=f"ab{r}_{name}", fn=pipeline: run.guard(key, fn), cores, "pipeline")
+            if not (e2e and encoder):
+                continue
+            stage_alone = {**alone, "encode": encoder}
+            if options.get("device_memory"):
+                stage_alone = {k: v for k, v in {**stage_alone, "decode": nvdec_fps}.items() if k != "preprocess"}
+            result = video_result(e2e, stage_alone)
+            coder = result["stages"].get("encode") or {}
+            runs[name].append({"round": r, "encode_alone_fps": encoder, "e2e_fps": result["e2e_fps"],
+                               "ratio": result["ratio_to_slowest"], "slowest_stage": result["slowest_stage"],
+                               "steady_ratio": result["steady_ratio_to_slowest"], "first_out_s": result["first_out_s"],
+                               "cores_busy": cores.get("pipeline"), "encode_avg_ms": coder.get("avg_ms"),
+                               "encode_busy_pct": coder.get("busy_pct"), "frames_out": result["frames_out"],
+                               "gpu_wait": (e2e.get("source") or {}).get("gpu_wait")})
+        run.store("video_ab", {"rounds": r + 1, "variants": settings, "runs": runs})
+
+    def median(name: str, key: str):
+        values = [x[key] for x in runs[name] if x.get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    summary = {name: {key: median(name, key) for key in ("ratio", "e2e_fps", "cores_busy", "encode_avg_ms",
+                                                         "steady_ratio")} | {"runs": len(runs[name])}
+               for name in names}
+    return {"rounds": rounds, "variants": settings, "runs": runs, "summary": summary,
+            "note": "each round: the encoder alone, then every variant (order turned each round), each against "
+                    "that round's encoder"}
 
 
 VARIANT_PRE_WORKERS = 2

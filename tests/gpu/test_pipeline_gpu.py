@@ -150,3 +150,24 @@ def test_a_video_split_over_three_nvdec_decoders_keeps_every_frame_in_order(tmp_
     reader.close()
     assert info["decoders"] == 3 and info["chunks"] == 5, info
     assert [bar_width(f) for f in frames] == [(2 * i) % 96 for i in range(150)]
+
+
+def test_the_gpu_wait_changes_on_the_live_device_and_frames_still_match(engine_path, tmp_path):
+    """cudaSetDeviceFlags on a device whose context is already in use (the runners made it): the driver takes the
+    new schedule, the pipeline's outputs are the same under it, and the schedule before is back after the run."""
+    from trtkit.pipeline import CallbackSink, VideoSource, run_engine
+    from trtkit.pipeline.video import write_pattern_video
+    from trtkit.runtime.cuda import default_cuda
+
+    cuda = default_cuda()
+    video = write_pattern_video(tmp_path / "in.mp4", frames=33, size=(96, 64))
+    spun, blocked = [], []
+    first = run_engine(engine_path, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(spun.append)],
+                       cuda_graph=True)
+    before = cuda.schedule()
+    report = run_engine(engine_path, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(blocked.append)],
+                        cuda_graph=True, gpu_wait="block")
+    assert report.source["gpu_wait"] == "block" and cuda.schedule() == before
+    assert first.frames_out == report.frames_out == 33
+    for a, b in zip(spun, blocked):
+        np.testing.assert_array_equal(a.outputs["y"], b.outputs["y"])

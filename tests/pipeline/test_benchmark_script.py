@@ -313,3 +313,38 @@ def test_the_memory_run_counts_a_leak_that_memory_let_go_elsewhere_would_hide(mo
     assert got["largest_drop_bytes"] == 100 and got["leak_measured_by"] == "largest_drop_bytes"
     assert got["free_range_bytes"] == 500 and got["growth_after_run_bytes"] == 600
     assert steady["largest_drop_bytes"] == 0 and steady["growth_after_run_bytes"] == 0
+
+
+def test_the_ab_rounds_compare_variants_round_by_round_against_each_rounds_encoder(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_h200.py"), "--fake", "--out",
+                           str(tmp_path), "--pairs", "0", "--ab-rounds", "2", "--ab-variants",
+                           "base,gpu_wait_block,encoder_threads_2", "--skip-parts",
+                           "gil,folder,nvdec_host,nvdec_capacity,gpu_bound,memory,detection", "--skip-variants",
+                           "encoder_slice_threads,switch_interval_1ms,pre_workers_2,cpu_preprocess,encoder_veryfast,"
+                           "decode_threads_0,decode_threads_2"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "pipeline-h200.json").read_text())
+    ab = data["video_ab"]
+    assert data["errors"] == {} and ab["rounds"] == 2, json.dumps(data)[:4000]
+    assert [r["round"] for r in ab["runs"]["base"]] == [0, 1]
+    assert {r["gpu_wait"] for r in ab["runs"]["gpu_wait_block"]} == {"block"}
+    assert {r["gpu_wait"] for r in ab["runs"]["base"]} == {"auto"}
+    for name, summary in ab["summary"].items():
+        runs = ab["runs"][name]
+        assert summary["runs"] == 2 and summary["ratio"] > 0 and summary["cores_busy"] > 0
+        assert all(r["frames_out"] == data["settings"]["video_frames"] for r in runs)
+        assert all(r["ratio"] == round(r["e2e_fps"] / r["encode_alone_fps"], 3) for r in runs if
+                   r["slowest_stage"] == "encode")
+    assert ab["variants"]["encoder_threads_2"] == {"encoder_threads": 2}
+    assert "memory_run" not in data and "folder" not in data and "skipped_parts" in data["notes"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ab-rounds", "1", "--ab-variants", "base,turbo"], "A/B variant 'turbo' is not known"),
+    (["--skip-parts", "folder,everything"], "--skip-parts everything: not a part"),
+])
+def test_an_unknown_ab_variant_or_part_stops_the_benchmark_before_anything_runs(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_h200.py"), "--fake", "--out",
+                           str(tmp_path), *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not (tmp_path / "pipeline-h200.json").exists()

@@ -250,6 +250,22 @@ def test_libx264_encodes_with_frame_threads_by_default_and_slices_when_asked(tmp
         assert sliced in _x264_settings(out) and len(decode_all(out)) == 4
 
 
+def test_a_video_sinks_thread_count_reaches_libx264(tmp_path):
+    try:
+        av.codec.Codec("libx264", "w")
+    except Exception:  # noqa: BLE001 - an FFmpeg build without it
+        pytest.skip("this FFmpeg has no libx264")
+    from trtkit.pipeline.stages import Frame
+
+    sink = VideoSink(tmp_path / "three.mp4", fps=25, codec="libx264", threads=3)
+    for i in range(4):
+        sink.write(Frame(index=i, image=frame_picture(i, 320, 240)))
+    settings = sink.writer.encoder_settings()
+    sink.close()
+    assert settings["thread_count"] == 3 and "threads=3 " in _x264_settings(tmp_path / "three.mp4")
+    assert len(decode_all(tmp_path / "three.mp4")) == 4
+
+
 def test_an_unknown_thread_type_or_count_is_refused_before_any_file(tmp_path):
     with pytest.raises(InputError, match="thread_type='PARALLEL' is not known; use one of: AUTO, FRAME, SLICE, NONE"):
         VideoWriter(tmp_path / "out.mp4", thread_type="PARALLEL")

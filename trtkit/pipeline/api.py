@@ -18,6 +18,7 @@ from trtkit.pipeline.blocks import block_stage_functions
 from trtkit.pipeline.pipeline import InferStep, Pipeline
 from trtkit.pipeline.preprocess import ImagePreprocess, image_input
 from trtkit.pipeline.stages import Stage
+from trtkit.runtime.cuda import SCHEDULES
 
 logger = logging.getLogger("trtkit")
 
@@ -112,6 +113,7 @@ def run_engine(
     preprocess: str = "auto",
     monitor=None,
     switch_interval_s: float | None = None,
+    gpu_wait: str | None = None,
     **runner_args,
 ):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
@@ -134,6 +136,10 @@ def run_engine(
             the host first). The report's ``source["preprocess"]`` says where, and why.
         monitor: called with a report snapshot while running.
         switch_interval_s: Python's thread switch interval while the pipeline runs (see :class:`Pipeline`).
+        gpu_wait: how the pipeline's threads wait for the GPU while it runs, restored after it
+            (:meth:`~trtkit.runtime.cuda.Cuda.set_schedule`: ``spin``, ``yield``, ``block`` or ``auto``; None leaves
+            it as it is, CUDA's default spinning with one context). ``block`` frees the CPUs the waiting threads
+            would spin on for the other stages (an encoder's threads). It is the process's setting for the device.
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
 
     Returns:
@@ -141,7 +147,8 @@ def run_engine(
 
     Raises:
         InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile;
-            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
+            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why);
+            ``gpu_wait`` is not one of the above.
         PipelineError: a stage failed (names it and the frame index).
     """
     from trtkit.errors import InputError
@@ -149,6 +156,8 @@ def run_engine(
 
     if preprocess not in PREPROCESS:
         raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
+    if gpu_wait is not None and gpu_wait not in SCHEDULES:
+        raise InputError(f"gpu_wait='{gpu_wait}' is not known; use one of: {', '.join(SCHEDULES)} (or None)")
     settings = Settings(
         batch,
         max_wait_ms,
@@ -159,6 +168,7 @@ def run_engine(
         resize,
         switch_interval_s,
         preprocess,
+        gpu_wait,
     )
     try:
         return _run(
@@ -189,6 +199,7 @@ class Settings:
     resize: str
     switch_interval_s: float | None = None
     preprocess: str = "auto"
+    gpu_wait: str | None = None
 
 
 PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine's ``preprocess``)
@@ -214,14 +225,18 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name], settings.post_workers))
-            report = Pipeline(
+            pipeline = Pipeline(
                 source,
                 stages,
                 sinks,
                 queue_size=settings.queue_size,
                 monitor=monitor,
                 switch_interval_s=settings.switch_interval_s,
-            ).run()
+            )
+            cuda = pool.runners[0].cuda
+            with cuda.scheduled(settings.gpu_wait):
+                gpu_wait = cuda.schedule()
+                report = pipeline.run()
         finally:
             for owned in (ring, download, pre if getattr(pre, "device", False) else None):
                 if owned is not None:
@@ -231,6 +246,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         "engine_input": target.name,
         "input_shape": [target.channels, target.height, target.width],
         "preprocess": where,
+        "gpu_wait": gpu_wait,
     }
     return report
 

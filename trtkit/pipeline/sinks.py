@@ -51,6 +51,7 @@ class VideoSink:
             process uses the default).
         options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast"}`` (see
             :class:`~trtkit.pipeline.video.VideoWriter`).
+        threads: the encoder's thread count (0: the encoder chooses; the child process uses the default).
     """
 
     name = "encode"
@@ -63,6 +64,7 @@ class VideoSink:
         in_process: bool = False,
         thread_type: str = "AUTO",
         options: dict | None = None,
+        threads: int = 0,
     ):
         from trtkit.pipeline.encoder_process import ProcessVideoWriter
         from trtkit.pipeline.video import VideoWriter
@@ -71,7 +73,9 @@ class VideoSink:
         if in_process:
             self.writer = ProcessVideoWriter(path, fps=fps, codec=codec, options=options)
         else:
-            self.writer = VideoWriter(path, fps=fps, codec=codec, thread_type=thread_type, options=options)
+            self.writer = VideoWriter(
+                path, fps=fps, codec=codec, thread_type=thread_type, threads=threads, options=options
+            )
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

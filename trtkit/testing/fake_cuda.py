@@ -59,6 +59,9 @@ class cudaStreamCaptureMode(enum.IntEnum):
 
 cudaStreamNonBlocking = 1
 cudaEventDisableTiming = 2
+cudaDeviceScheduleAuto, cudaDeviceScheduleSpin, cudaDeviceScheduleYield, cudaDeviceScheduleBlockingSync = 0, 1, 2, 4
+cudaDeviceScheduleMask = 7
+cudaDeviceMapHost = 8
 cudaHostRegisterDefault = 0
 
 OK = cudaError_t.cudaSuccess
@@ -129,6 +132,11 @@ class FakeCudart:
     cudaStreamCaptureMode = cudaStreamCaptureMode
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
+    cudaDeviceScheduleAuto = cudaDeviceScheduleAuto
+    cudaDeviceScheduleSpin = cudaDeviceScheduleSpin
+    cudaDeviceScheduleYield = cudaDeviceScheduleYield
+    cudaDeviceScheduleBlockingSync = cudaDeviceScheduleBlockingSync
+    cudaDeviceScheduleMask = cudaDeviceScheduleMask
     cudaHostRegisterDefault = cudaHostRegisterDefault
 
     def __init__(
@@ -150,6 +158,7 @@ class FakeCudart:
         # What trtkit.runtime.letterbox launches; None: it tries the real PTX kernels (and falls back).
         self.letterbox_kernels = (lambda: FakeLetterboxKernels(self)) if kernels else None
         self.fail_capture = fail_capture
+        self.device_flags = cudaDeviceMapHost  # cudaGetDeviceFlags/cudaSetDeviceFlags (a real device has MapHost on)
         self.no_device = no_device
         self.calls: Counter = Counter()
         self.clock_ms = 0.0
@@ -378,6 +387,18 @@ class FakeCudart:
         return self._call("cudaStreamCreateWithFlags", self._new_stream)
 
     LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5  # the range an H100/H200 reports
+
+    def cudaGetDeviceFlags(self):
+        return self._call("cudaGetDeviceFlags", lambda: (OK, self.device_flags))
+
+    def cudaSetDeviceFlags(self, flags):
+        def set_flags():
+            if int(flags) & ~(cudaDeviceScheduleMask | cudaDeviceMapHost) or bin(int(flags) & 7).count("1") > 1:
+                return (cudaError_t.cudaErrorInvalidValue,)
+            self.device_flags = int(flags)
+            return (OK,)
+
+        return self._call("cudaSetDeviceFlags", set_flags)
 
     def cudaDeviceGetStreamPriorityRange(self):
         return self._call("cudaDeviceGetStreamPriorityRange", lambda: (OK, self.LEAST_PRIORITY, self.GREATEST_PRIORITY))
