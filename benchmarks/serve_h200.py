@@ -140,6 +140,14 @@ def bench_streams2(engine: Path, duration_s: float, uint8: bool = False) -> floa
 # --- server ---------------------------------------------------------------------------------------------------------
 
 
+def tensorrt_options_flag(trt: str | None) -> list:
+    """``trtkit serve``'s ``--tensorrt-options`` for a sweep's ``trt`` value (option sets joined by ``+`` in the
+    sweep, by commas on the command line); none for ``none`` or nothing."""
+    if not trt or trt == "none":
+        return []
+    return ["--tensorrt-options", ",".join(name.strip() for name in trt.replace("+", ",").split(",") if name.strip())]
+
+
 class ServeProcess:
     """``trtkit serve`` in a child process; ``instances``/``delay_us`` override the command line's, ``null_model``
     starts the stubs as the null model (:mod:`trtkit.serve.stub_model`: zeros, no runner; a diagnostic)."""
@@ -158,7 +166,7 @@ class ServeProcess:
         shared = ["--shared-memory"] if args.shared_memory != "none" else []
         trt = args.tensorrt_options if trt is None else trt
         native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches,
-                   *(["--tensorrt-options", trt] if trt and trt != "none" else [])]
+                   *tensorrt_options_flag(trt)]
                   if backend == "tensorrt" else [])
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",

@@ -149,6 +149,10 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     # each set of the tensorrt backend's options is a server of its own
     groups = m.sweep_groups(m.parse_sweep("trt=none,busy_wait_events+eager_batching"), _args(backend="tensorrt"))
     assert [g["trt"] for g, _ in groups] == ["none", "busy_wait_events+eager_batching"]
+    # trtkit serve takes them comma-separated (a '+' there once stopped the server of that setting on the H200)
+    assert m.tensorrt_options_flag("busy_wait_events+eager_batching+blocking") == [
+        "--tensorrt-options", "busy_wait_events,eager_batching,blocking"]
+    assert m.tensorrt_options_flag("none") == [] == m.tensorrt_options_flag(None)
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):
