@@ -1221,7 +1221,8 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         run.store("detection", run.guard("detection", lambda: detection_pipeline(video, work, runner_args, sizes)))
 
 
-PARTS = ("contention", "gil", "folder", "nvdec_host", "nvdec_capacity", "gpu_bound", "memory", "detection")  # --skip-parts
+# what --skip-parts may leave out
+PARTS = ("contention", "gil", "folder", "nvdec_host", "nvdec_capacity", "gpu_bound", "memory", "detection")
 AB_VARIANTS = ("base", "gpu_wait_block", "nvdec_device", "nvdec_device_gpu_wait_block")
 
 
