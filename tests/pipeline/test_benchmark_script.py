@@ -352,3 +352,27 @@ def test_an_unknown_ab_variant_or_part_stops_the_benchmark_before_anything_runs(
                            str(tmp_path), *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "pipeline-h200.json").exists()
+
+
+def test_the_encoder_contention_benchmark_brackets_every_condition(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "encoder_contention_h200.py"), "--fake", "--out",
+                           str(tmp_path), "--rounds", "2"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "encoder-contention-h200.json").read_text())
+    assert data["errors"] == {}, json.dumps(data)[:3000]
+    # no NVDEC on this machine: said, and the other conditions measured twice each
+    assert set(data["conditions"]) == {"pipeline_pyav", "decoder_thread", "decoder_process"}
+    assert "NVDEC" in data["notes"]["pipeline_nvdec"]
+    for run in data["runs"]:  # each against the encoder alone just before and just after it
+        assert run["ratio"] == round(run["beside_fps"] / ((run["before_fps"] + run["after_fps"]) / 2), 3)
+        assert run["other_fps"] > 0
+    runs = data["runs"]
+    assert all(a["after_fps"] == b["before_fps"] for a, b in zip(runs, runs[1:]))
+    assert [r["round"] for r in runs] == [0, 0, 0, 1, 1, 1]
+
+
+def test_the_encoder_contention_benchmark_refuses_an_unknown_condition(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "encoder_contention_h200.py"), "--fake", "--out",
+                           str(tmp_path), "--conditions", "pipeline_pyav,vacuum"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "--conditions pipeline_pyav,vacuum" in proc.stderr
