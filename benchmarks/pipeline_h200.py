@@ -1290,6 +1290,8 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
                                "steady_ratio": result["steady_ratio_to_slowest"], "first_out_s": result["first_out_s"],
                                "cores_busy": cores.get("pipeline"), "encode_avg_ms": coder.get("avg_ms"),
                                "encode_busy_pct": coder.get("busy_pct"), "frames_out": result["frames_out"],
+                               "sink_wait_s": result["sink_wait_s"], "sink_close_s": result["sink_close_s"],
+                               "elapsed_s": result["elapsed_s"],
                                "gpu_wait": (e2e.get("source") or {}).get("gpu_wait")})
         run.store("video_ab", {"rounds": r + 1, "variants": settings, "runs": runs})
 
@@ -1408,7 +1410,8 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
                          "slowest_stage": result["slowest_stage"], "ratio": result["ratio_to_slowest"],
                          "first_out_s": result["first_out_s"], "steady_ratio": result["steady_ratio_to_slowest"],
                          "encode_avg_ms": encoder.get("avg_ms"), "encode_busy_pct": encoder.get("busy_pct"),
-                         "frames_out": result["frames_out"]})
+                         "sink_wait_s": result["sink_wait_s"], "sink_close_s": result["sink_close_s"],
+                         "elapsed_s": result["elapsed_s"], "frames_out": result["frames_out"]})
     import statistics
 
     ratios = sorted(r["ratio"] for r in runs if r["ratio"])
@@ -1436,7 +1439,10 @@ def video_result(e2e: dict | None, alone: dict) -> dict | None:
             "ratio_to_slowest": _ratio(e2e["fps"], timed.get(slowest)),
             # a diagnosis, not the target: the rate once the first frames are out, against the same stage alone
             "first_out_s": e2e.get("first_out_s"), "steady_fps": e2e.get("steady_fps"),
-            "steady_ratio_to_slowest": _ratio(e2e.get("steady_fps"), timed.get(slowest)), "frames_in": e2e["frames_in"],
+            "steady_ratio_to_slowest": _ratio(e2e.get("steady_fps"), timed.get(slowest)),
+            # the rest of the sink's time: waiting for late frames, and the encoder's flush at the end
+            "sink_wait_s": e2e.get("sink_wait_s"), "sink_close_s": e2e.get("sink_close_s"),
+            "elapsed_s": e2e.get("elapsed_s"), "frames_in": e2e["frames_in"],
             "frames_out": e2e["frames_out"], "stages": stages, "queues": e2e["queues"],
             "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"], "gpu": e2e["gpu"],
             "preprocess": where}

@@ -58,6 +58,9 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(data["encoder_contention"]) == {"thread", "process"}
     # the pipeline's fill told apart from its steady rate (a diagnosis beside the target's ratio)
     assert data["video"]["first_out_s"] > 0 and data["video"]["steady_ratio_to_slowest"] > 0, context
+    # the sink's time besides its writes: late frames and the encoder's flush
+    assert data["video"]["sink_wait_s"] >= 0 and data["video"]["sink_close_s"] > 0, context
+    assert data["video"]["paired"]["runs"][0]["sink_close_s"] > 0, context
     paired = data["video"]["paired"]  # the pipeline again right after the encoder alone, against it
     assert len(paired["runs"]) == 1 and paired["runs"][0]["encode_alone_fps"] > 0, context
     assert paired["ratio_median"] == paired["runs"][0]["ratio"] > 0, context

@@ -239,6 +239,26 @@ def test_the_fill_before_the_first_frame_out_is_told_apart_from_the_steady_rate(
     assert nothing.first_out_s is None and nothing.steady_fps is None and nothing.to_json()["steady_fps"] is None
 
 
+def test_the_sinks_wait_for_late_frames_and_their_close_are_told_apart_from_their_writes():
+    def stalls_once():  # frames 0-9, a 0.25 s stall upstream, then the rest
+        for i, picture in enumerate(pictures(20)):
+            if i == 10:
+                time.sleep(0.25)
+            yield picture
+
+    class FlushingSink(RecordingSink):
+        def close(self):  # an encoder flushing the frames it still holds
+            time.sleep(0.2)
+
+    report = Pipeline(ArraySource(stalls_once()), [Stage("pass", lambda f: None)], [FlushingSink()]).run()
+    assert report.frames_out == 20 and 0.25 <= report.sink_wait_s < report.elapsed_s - 0.2
+    assert 0.2 <= report.sink_close_s < 0.5
+    data = report.to_json()
+    assert data["sink_wait_s"] == round(report.sink_wait_s, 4) and data["sink_close_s"] >= 0.2
+    quick = Pipeline(ArraySource(pictures(5)), [Stage("pass", lambda f: None)]).run()
+    assert quick.sink_wait_s < 0.2 and quick.sink_close_s is not None and quick.sink_close_s < 0.2
+
+
 def test_batch_plan_refuses_impossible_sizes():
     with pytest.raises(InputError, match="min_batch <= max_batch"):
         BatchPlan("x", max_batch=2, min_batch=4)

@@ -231,6 +231,10 @@ class PipelineReport:
     gpu: dict | None = None  # GpuTimeline.to_json() where the inference stage ran on runners
     first_out_s: float | None = None  # from the start to the first frames through the sinks (the pipeline's fill)
     first_out_frames: int = 0  # how many frames that first group held
+    # where the sinks' time went besides writing: waiting for frames once the first were out (a stage before them
+    # was late), and closing (an encoder's flush of the frames it still held); elapsed = fill + writes + these
+    sink_wait_s: float = 0.0
+    sink_close_s: float | None = None
 
     @property
     def fps(self) -> float:
@@ -259,6 +263,8 @@ class PipelineReport:
             "fps": round(self.fps, 3),
             "first_out_s": None if self.first_out_s is None else round(self.first_out_s, 4),
             "steady_fps": None if self.steady_fps is None else round(self.steady_fps, 3),
+            "sink_wait_s": round(self.sink_wait_s, 4),
+            "sink_close_s": None if self.sink_close_s is None else round(self.sink_close_s, 4),
             "batch": self.batch,
             "stages": {n: s.to_json() for n, s in self.stages.items()},
             "queues": self.queues,
