@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import pipeline_h200 as bench  # noqa: E402 - the pipeline benchmark's parts
 
+RESULTS = "encoder-contention-h200.json"
 CONDITIONS = ("pipeline_pyav", "pipeline_nvdec", "decoder_thread", "decoder_process")
 
 
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
         trt, cuda = bench.install_fakes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    run = bench.Run(out)
+    run = bench.Run(out, RESULTS)
     run.result["environment"] = bench.environment()
     runner_args = {"runners": 2, "cuda_graph": True, **({"trt": trt, "cuda": cuda} if args.fake else {})}
     with tempfile.TemporaryDirectory(prefix="trtkit-contention-") as tmp:
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
 
 def finish(run, out: Path) -> int:
     run.result["complete"] = True
-    path = out / "encoder-contention-h200.json"
+    path = out / RESULTS
     path.write_text(json.dumps(run.result, indent=2, sort_keys=True) + "\n")
     bench.log(f"wrote {path}; {json.dumps(run.result.get('conditions'))}")
     return 0

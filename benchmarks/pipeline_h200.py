@@ -94,16 +94,18 @@ def log(msg: str) -> None:
 
 
 class Run:
-    def __init__(self, out: Path | None = None):
+    """The figures of one call, checkpointed to ``out/name`` after every part."""
+
+    def __init__(self, out: Path | None = None, name: str = "pipeline-h200.json"):
         self.result: dict = {"errors": {}, "notes": {}, "timings_s": {}}
-        self.out = out
+        self.out, self.name = out, name
 
     def checkpoint(self) -> None:
         """Write what is measured so far, so a call cut short by its time limit still brings figures back."""
         if self.out is not None:
             partial = dict(self.result, complete=False)
             text = json.dumps(partial, indent=2, sort_keys=True, default=str) + "\n"
-            (self.out / "pipeline-h200.json").write_text(text)
+            (self.out / self.name).write_text(text)
 
     def store(self, key: str, value):
         """``result[key] = value``, written out at once (a call cut later keeps it); returns ``value``."""

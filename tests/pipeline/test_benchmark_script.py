@@ -363,6 +363,7 @@ def test_the_encoder_contention_benchmark_brackets_every_condition(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "encoder-contention-h200.json").read_text())
     assert data["errors"] == {}, json.dumps(data)[:3000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["encoder-contention-h200.json"]  # its checkpoints too
     # no NVDEC on this machine: said, and the other conditions measured twice each
     assert set(data["conditions"]) == {"pipeline_pyav", "decoder_thread", "decoder_process"}
     assert "NVDEC" in data["notes"]["pipeline_nvdec"]
