@@ -1400,10 +1400,16 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
     (``encode()``), each against the stages alone with that encoder figure. The host's own speed drifts within a
     call and between calls (libx264 alone read 112.9 and 86.8 fps a day apart; docs/performance.md, Pipelines),
     so the encoder measured once, at the start, can sit well above or below what it could do when the pipeline
-    ran; the median of the paired ratios is the figure the target is read from."""
+    ran; the median of the paired ratios is the figure the target is read from.
+
+    The encoder is measured once more after the last run, so every run also has the encoder alone right after it
+    (the next run's before): ``ratio_bracketed`` is against the mean of the two, a diagnosis beside the target's
+    ratio (drift within a run's neighbourhood cancels out of it)."""
     runs = []
     for i in range(max(0, int(pairs))):
         encoded = run.guard(f"{tag}_pair{i}_encode_alone", encode)
+        if runs and encoded:
+            runs[-1]["encode_after_fps"] = encoded
         e2e = run.guard(f"{tag}_pair{i}_pipeline", pipeline)
         result = video_result(e2e, {**alone, "encode": encoded}) if encoded and e2e else None
         if result:
@@ -1416,9 +1422,19 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
                          "elapsed_s": result["elapsed_s"], "frames_out": result["frames_out"]})
     import statistics
 
+    if runs:
+        last = run.guard(f"{tag}_pairs_encode_after", encode)
+        if last:
+            runs[-1]["encode_after_fps"] = last
+    for r in runs:
+        after = r.get("encode_after_fps")
+        r["ratio_bracketed"] = _ratio(r["e2e_fps"], (r["encode_alone_fps"] + after) / 2) if after else None
     ratios = sorted(r["ratio"] for r in runs if r["ratio"])
+    bracketed = sorted(r["ratio_bracketed"] for r in runs if r["ratio_bracketed"])
     return {"runs": runs, "ratio_median": round(statistics.median(ratios), 3) if ratios else None, "ratios": ratios,
-            "note": "each run right after the encoder alone was measured again, against it"}
+            "ratio_bracketed_median": round(statistics.median(bracketed), 3) if bracketed else None,
+            "note": "each run right after the encoder alone was measured again, against it (ratio, the target's); "
+                    "ratio_bracketed: against the mean of the encoder alone before and after it"}
 
 
 def _paired_or_single(result: dict):

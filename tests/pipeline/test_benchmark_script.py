@@ -123,7 +123,7 @@ def test_every_stored_result_is_on_disk_before_the_next_part_starts(tmp_path):
 
 def test_the_paired_runs_set_each_pipeline_against_the_encoder_measured_just_before_it(tmp_path):
     script = _script()
-    encoders, pipelines = iter([100.0, 80.0, 90.0]), iter([95.0, 70.0, 90.0])
+    encoders, pipelines = iter([100.0, 80.0, 90.0, 110.0]), iter([95.0, 70.0, 90.0])
 
     def pipeline():
         fps = next(pipelines)
@@ -135,6 +135,10 @@ def test_the_paired_runs_set_each_pipeline_against_the_encoder_measured_just_bef
     paired = script.paired_runs(script.Run(tmp_path), "video", 3, lambda: next(encoders), pipeline,
                                 {"decode": 300.0, "encode": 200.0})
     assert [r["ratio"] for r in paired["runs"]] == [0.95, 0.875, 1.0] and paired["ratio_median"] == 0.95
+    # and against the mean of the encoder alone before and after each run (the last one measured once more)
+    assert [r["encode_after_fps"] for r in paired["runs"]] == [80.0, 90.0, 110.0]
+    assert [r["ratio_bracketed"] for r in paired["runs"]] == [1.056, 0.824, 0.9]
+    assert paired["ratio_bracketed_median"] == 0.9
     # the target reads the median where the paired runs ran, the single run's ratio where they did not
     assert script.targets({"video": {"ratio_to_slowest": 0.5, "paired": paired}})["e2e_fps_ge_0.9x_slowest_stage"]
     assert not script.targets({"video": {"ratio_to_slowest": 0.5}})["e2e_fps_ge_0.9x_slowest_stage"]
