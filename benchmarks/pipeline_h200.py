@@ -25,6 +25,12 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    opened. ``gil``: each CPU stage's work per frame next to a probe thread (ms per frame, GIL held per frame).
    With ``--encoder-process``, ``video_encoder_process``: the same pipeline with the encoder in a child process
    (``VideoSink(in_process=True)``, frames through shared memory), and the encoder alone in a child process.
+   ``video.paired`` / ``video_nvdec_device.paired`` (``--pairs N``): the pipeline N more times, each right after
+   the encoder alone is measured again (the targets read the median of these ratios), and each also against the
+   mean of the encoder before and after it (``ratio_bracketed``). ``encoder_contention``: the encoder alone, then
+   beside a PyAV decoder paced to its rate in a thread and in a child process. ``video_ab`` (``--ab-rounds N``,
+   ``--ab-variants``): rounds of the encoder alone and then every variant (``gpu_wait_block``, ``nvdec_device``,
+   ``encoder_threads_N``, ...), in an order turned every round, each against that round's encoder.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
@@ -42,7 +48,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    ``--budget-s``; ``notes.detection`` gives the figures either way.
 
 Every part is guarded: a failure is recorded under ``errors`` and the rest goes on; the JSON is rewritten after
-every stored result, so a call cut by its time limit keeps everything measured until then.
+every stored result, so a call cut by its time limit keeps everything measured until then. ``--skip-parts`` leaves
+parts out to fit a call (``notes.skipped_parts`` names them).
 
     python3 benchmarks/pipeline_h200.py --out "$OUT"        # on the GPU host: bash .gpu/bin/gpu-run python3 ...
     python3 benchmarks/pipeline_h200.py --fake --out /tmp/p # on a CPU: fake TensorRT/CUDA, tiny sizes (a dry run)
