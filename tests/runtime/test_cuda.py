@@ -42,6 +42,14 @@ def test_the_gpu_wait_is_set_and_restored_keeping_the_devices_other_flags():
     assert rt.calls["cudaSetDeviceFlags"] == 2
 
 
+def test_a_driver_that_keeps_a_busy_devices_flags_says_what_to_do(monkeypatch):
+    rt = FakeCudart()
+    monkeypatch.setattr(rt, "cudaSetDeviceFlags", lambda flags: (cudaError_t.cudaErrorSetOnActiveProcess,))
+    with pytest.raises(CudaError, match=r"cudaSetDeviceFlags\(block\) failed with cudaErrorSetOnActiveProcess: "
+                                        r"this driver does not change .* leave gpu_wait out"):
+        Cuda(rt).set_schedule("block")
+
+
 def test_an_unknown_gpu_wait_names_those_known():
     from trtkit.errors import InputError
 

@@ -22,6 +22,8 @@ _HINTS = {
     "cudaErrorMemoryAllocation": "the GPU is out of memory: use smaller max shapes, fewer streams, or free memory",
     "cudaErrorStreamCaptureInvalidated": "the work cannot be captured in a CUDA graph",
     "cudaErrorStreamCaptureUnsupported": "the work cannot be captured in a CUDA graph",
+    "cudaErrorSetOnActiveProcess": "this driver does not change how threads wait for a GPU already in use: "
+    "leave gpu_wait out (--gpu-wait), or set it before anything else uses the GPU",
 }
 
 SUCCESS = 0

@@ -31,6 +31,7 @@ class cudaError_t(enum.IntEnum):
     cudaErrorMemoryAllocation = 2
     cudaErrorInvalidPitchValue = 12
     cudaErrorInsufficientDriver = 35
+    cudaErrorSetOnActiveProcess = 708
     cudaErrorNoDevice = 100
     cudaErrorInvalidDevice = 101
     cudaErrorInvalidResourceHandle = 400
