@@ -23,7 +23,7 @@ _HINTS = {
     "cudaErrorStreamCaptureInvalidated": "the work cannot be captured in a CUDA graph",
     "cudaErrorStreamCaptureUnsupported": "the work cannot be captured in a CUDA graph",
     "cudaErrorSetOnActiveProcess": "this driver does not change how threads wait for a GPU already in use: "
-    "leave gpu_wait out (--gpu-wait), or set it before anything else uses the GPU",
+    "leave gpu_wait out, or set it before anything else uses the GPU",
 }
 
 SUCCESS = 0
