@@ -3,8 +3,8 @@ the pipeline's other work, on the GPU host, in one call.
 
 ``python3 benchmarks/encoder_contention_h200.py --out $OUT`` writes ``encoder-contention-h200.json``.
 
-The video pipeline's end-to-end rate sits at 0.76-1.0 of the encoder measured alone (docs/performance.md,
-Pipelines), and the host's own speed drifts within a call by as much. Here each measurement of the encoder beside
+The video pipeline's end-to-end rate sits below the encoder measured alone, and the host's own speed drifts within a
+call by about as much (docs/performance.md, Pipelines). Here each measurement of the encoder beside
 some other work is bracketed: the encoder alone right before it and right after it, and the ratio is against the
 mean of the two. Beside it, paced to the encoder's own rate alone (what the pipeline feeds it):
 
@@ -85,41 +85,55 @@ def pipeline_beside(engine: Path, video: Path, sizes, runner_args: dict, rate: f
     return value, round(frames / seconds, 2) if seconds > 0 else None
 
 
-def decoder_beside(video: Path, rate: float, how: str, encode):
-    """``encode()`` beside PyAV decoding ``video`` at ``rate`` in a thread or a child process; ``(value, decode
-    frames/s)``."""
-    import subprocess
-
+def paced_decode(video, rate: float, stop: threading.Event, started: threading.Event) -> float:
+    """Decode ``video`` with PyAV over and over at ``rate`` frames/s until ``stop`` is set (``started`` set at the
+    first frame); the frames/s it kept."""
     from trtkit.pipeline.video import PyAVReader
 
+    count, t0 = 0, time.perf_counter()
+    while not stop.is_set():
+        for _ in PyAVReader(video):
+            count += 1
+            started.set()
+            ahead = count / rate - (time.perf_counter() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+            if stop.is_set():
+                break
+    return round(count / (time.perf_counter() - t0), 2)
+
+
+# paced_decode in a child process until its stdin closes: "ready" at its first frame, then its frames/s
+DECODE_CHILD = """
+import sys, threading
+sys.path.insert(0, sys.argv[3])
+from benchmarks.encoder_contention_h200 import paced_decode
+stop, started = threading.Event(), threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+threading.Thread(target=lambda: (started.wait(), print("ready", flush=True)), daemon=True).start()
+print(paced_decode(sys.argv[1], float(sys.argv[2]), stop, started), flush=True)
+"""
+
+
+def decoder_beside(video: Path, rate: float, how: str, encode):
+    """``encode()`` beside :func:`paced_decode` of ``video`` at ``rate``, in a thread or in a child process;
+    ``(encode's value, the decoder's frames/s)``."""
+    import subprocess
+
+    stop, started, got = threading.Event(), threading.Event(), {}
     if how == "process":
-        child = subprocess.Popen([sys.executable, "-c", bench.DECODE_LOOP, str(video), str(rate), str(ROOT)],
+        child = subprocess.Popen([sys.executable, "-c", DECODE_CHILD, str(video), str(rate), str(ROOT)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None and child.stdin is not None
-        child.stdout.readline()
+        child.stdout.readline()  # "ready": the decoder is running
         try:
             value = encode()
         finally:
             child.stdin.close()
             line = child.stdout.readline().strip()
             child.wait(timeout=30)
-        return value, round(float(line), 2) if line else None
-    stop, started, count = threading.Event(), threading.Event(), [0]
-
-    def loop():
-        t0 = time.perf_counter()
-        while not stop.is_set():
-            for _ in PyAVReader(video):
-                count[0] += 1
-                started.set()
-                ahead = count[0] / rate - (time.perf_counter() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
-                if stop.is_set():
-                    break
-        count.append(round(count[0] / (time.perf_counter() - t0), 2))
-
-    thread = threading.Thread(target=loop, daemon=True)
+        return value, float(line) if line else None
+    thread = threading.Thread(target=lambda: got.update(fps=paced_decode(video, rate, stop, started)), daemon=True)
     thread.start()
     started.wait(30)
     try:
@@ -127,7 +141,7 @@ def decoder_beside(video: Path, rate: float, how: str, encode):
     finally:
         stop.set()
         thread.join(30)
-    return value, count[1] if len(count) > 1 else None
+    return value, got.get("fps")
 
 
 def bracketed(runs: list) -> dict:

@@ -27,8 +27,7 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    (``VideoSink(in_process=True)``, frames through shared memory), and the encoder alone in a child process.
    ``video.paired`` / ``video_nvdec_device.paired`` (``--pairs N``): the pipeline N more times, each right after
    the encoder alone is measured again (the targets read the median of these ratios), and each also against the
-   mean of the encoder before and after it (``ratio_bracketed``). ``encoder_contention``: the encoder alone, then
-   beside a PyAV decoder paced to its rate in a thread and in a child process. ``video_ab`` (``--ab-rounds N``,
+   mean of the encoder before and after it (``ratio_bracketed``). ``video_ab`` (``--ab-rounds N``,
    ``--ab-variants``): rounds of the encoder alone and then every variant (``gpu_wait_block``, ``nvdec_device``,
    ``encoder_threads_N``, ...), in an order turned every round, each against that round's encoder.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
@@ -396,81 +395,6 @@ def encode_alone(frames: list, count: int, work: Path, codec: str | None = None,
         settings.update(writer.encoder_settings())
     writer.close()
     return fps_of(count, time.perf_counter() - t0)
-
-
-# A decode loop of a video, paced to a rate, until stdin closes (the child process of encode_next_to_decode)
-DECODE_LOOP = """
-import sys, threading, time
-sys.path.insert(0, sys.argv[3])
-from trtkit.pipeline.video import PyAVReader
-stop = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-rate, told, count, t0 = float(sys.argv[2]), False, 0, time.perf_counter()
-while not stop.is_set():
-    for image in PyAVReader(sys.argv[1]):
-        count += 1
-        if not told:
-            print("ready", flush=True)
-            told = True
-        ahead = count / rate - (time.perf_counter() - t0)
-        if ahead > 0:
-            time.sleep(ahead)
-        if stop.is_set():
-            break
-print(count / (time.perf_counter() - t0), flush=True)
-"""
-
-
-def encode_next_to_decode(frames: list, count: int, work: Path, video: Path, rate: float, how: str) -> dict:
-    """The encoder alone while PyAV decodes ``video`` over and over beside it at ``rate`` frames/s (about what the
-    pipeline decodes), in a thread of this process (``how="thread"``: the GIL and the machine shared) or in a child
-    process (``"process"``: the machine only). Against the encoder alone just before, the slowdown in a process
-    is what the host's cores, caches and memory cost; in a thread, that plus the GIL."""
-    import subprocess
-    import threading
-
-    alone = encode_alone(frames, count, work)
-    decoded = {"frames": 0, "fps": None}
-    if how == "process":
-        child = subprocess.Popen([sys.executable, "-c", DECODE_LOOP, str(video), str(rate), str(ROOT)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdin is not None
-        child.stdout.readline()  # "ready": the decoder is running
-        try:
-            beside = encode_alone(frames, count, work)
-        finally:
-            child.stdin.close()
-            line = child.stdout.readline().strip()
-            child.wait(timeout=30)
-        decoded["fps"] = round(float(line), 2) if line else None
-    else:
-        from trtkit.pipeline.video import PyAVReader
-
-        stop, started = threading.Event(), threading.Event()
-
-        def loop():
-            t0 = time.perf_counter()
-            while not stop.is_set():
-                for _ in PyAVReader(video):
-                    decoded["frames"] += 1
-                    started.set()
-                    ahead = decoded["frames"] / rate - (time.perf_counter() - t0)
-                    if ahead > 0:
-                        time.sleep(ahead)
-                    if stop.is_set():
-                        break
-            decoded["fps"] = round(decoded["frames"] / (time.perf_counter() - t0), 2)
-
-        thread = threading.Thread(target=loop, daemon=True)
-        thread.start()
-        started.wait(30)
-        try:
-            beside = encode_alone(frames, count, work)
-        finally:
-            stop.set()
-            thread.join(30)
-    return {"encode_alone_fps": alone, "encode_beside_fps": beside, "ratio": _ratio(beside, alone),
-            "decode_fps_beside": decoded["fps"], "decode_rate_asked": rate, "how": how}
 
 
 class GilProbe:
@@ -1112,13 +1036,6 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         run.store("video_ab", run.guard("video_ab", lambda: ab_rounds(
             run, args.ab_rounds, args.ab_variants, engine, video, work, runner_args, sizes, frames, count, alone,
             nvdec_fps)))
-    if frames and "contention" not in args.skip_parts:
-        # the encoder next to a decoder paced like the pipeline's, in a thread and in a process: what the GIL costs
-        # it against what the machine's shared cores, caches and memory do
-        rate = alone.get("encode") or 90.0
-        run.store("encoder_contention", {
-            how: run.guard(f"encode_next_to_decode_{how}", lambda how=how: encode_next_to_decode(
-                frames, count, work, video, rate, how)) for how in ("thread", "process")})
     if frames:
         skip = frozenset(name for name in args.skip_variants.split(",") if name and name != "none")
         run.store("video_variants", video_variants(run, engine, video, work, runner_args, sizes, frames, count,
@@ -1231,7 +1148,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
 
 
 # what --skip-parts may leave out
-PARTS = ("contention", "gil", "folder", "nvdec_host", "nvdec_capacity", "gpu_bound", "memory", "detection")
+PARTS = ("gil", "folder", "nvdec_host", "nvdec_capacity", "gpu_bound", "memory", "detection")
 AB_VARIANTS = ("base", "gpu_wait_block", "nvdec_device", "nvdec_device_gpu_wait_block")
 
 

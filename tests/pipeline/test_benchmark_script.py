@@ -52,10 +52,6 @@ def test_the_benchmark_writes_the_issues_format(tmp_path):
     assert set(variants) == {"encoder_slice_threads", "switch_interval_1ms", "pre_workers_2", "cpu_preprocess",
                              "encoder_veryfast", "decode_threads_0", "decode_threads_2"}, context
     assert data["encoder"]["convert_alone"]["ms_per_frame"] > 0
-    for how, beside in data["encoder_contention"].items():  # the encoder next to a paced decoder, thread / process
-        assert beside["how"] == how and beside["encode_beside_fps"] > 0 and beside["decode_fps_beside"] > 0, context
-        assert beside["ratio"] == round(beside["encode_beside_fps"] / beside["encode_alone_fps"], 3)
-    assert set(data["encoder_contention"]) == {"thread", "process"}
     # the pipeline's fill told apart from its steady rate (a diagnosis beside the target's ratio)
     assert data["video"]["first_out_s"] > 0 and data["video"]["steady_ratio_to_slowest"] > 0, context
     # the sink's time besides its writes: late frames and the encoder's flush
