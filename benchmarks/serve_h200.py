@@ -143,9 +143,10 @@ def bench_streams2(engine: Path, duration_s: float, uint8: bool = False) -> floa
 def tensorrt_options_flag(trt: str | None) -> list:
     """``trtkit serve``'s ``--tensorrt-options`` for a sweep's ``trt`` value (option sets joined by ``+`` in the
     sweep, by commas on the command line); none for ``none`` or nothing."""
-    if not trt or trt == "none":
-        return []
-    return ["--tensorrt-options", ",".join(name.strip() for name in trt.replace("+", ",").split(",") if name.strip())]
+    from trtkit.export.triton import tensorrt_options
+
+    names = tensorrt_options(trt or ())  # the sweep's names were checked by parse_sweep
+    return ["--tensorrt-options", ",".join(names)] if names else []
 
 
 class ServeProcess:
