@@ -371,10 +371,12 @@ def convert_alone(frames: list, count: int) -> dict:
 
 def encode_alone(frames: list, count: int, work: Path, codec: str | None = None, in_process: bool = False,
                  thread_type: str = "AUTO", settings: dict | None = None, options: dict | None = None,
-                 threads: int = 0) -> float:
+                 threads: int = 0, cpu: dict | None = None) -> float:
     """Frames/s of the encoder on ``frames`` through the writer the pipeline's video sink uses (``in_process``: in a
     child process, its start-up excluded); ``settings`` (a dict) gets the encoder's settings as opened; ``options``:
-    the encoder's FFmpeg options; ``threads``: its thread count (0: its choice)."""
+    the encoder's FFmpeg options; ``threads``: its thread count (0: its choice); ``cpu`` (a dict) gets the process's
+    CPU milliseconds a frame (the encoder's threads and the calling thread: what the pipeline's ``encode`` stage
+    counts as its own, ``cpu_ms_per_frame``) and the cores that kept busy."""
     from trtkit.pipeline.encoder_process import ProcessVideoWriter
     from trtkit.pipeline.video import VideoWriter
 
@@ -384,7 +386,7 @@ def encode_alone(frames: list, count: int, work: Path, codec: str | None = None,
               else VideoWriter(path, fps=30, codec=codec, thread_type=thread_type, options=options, threads=threads))
     if in_process:
         writer.ready()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         for image in cycled(frames, count):
             writer.write(image)
@@ -394,7 +396,10 @@ def encode_alone(frames: list, count: int, work: Path, codec: str | None = None,
     if settings is not None and not in_process:
         settings.update(writer.encoder_settings())
     writer.close()
-    return fps_of(count, time.perf_counter() - t0)
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    if cpu is not None and not in_process:
+        cpu.update(cpu_ms_per_frame=round(cpu_s / count * 1e3, 3), cores=round(cpu_s / seconds, 3))
+    return fps_of(count, seconds)
 
 
 class GilProbe:
@@ -492,7 +497,7 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
                    device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
                    decode_threads: int | None = None, gpu_wait: str | None = None,
-                   encoder_threads: int = 0) -> dict:
+                   encoder_threads: int = 0, upstream_nice: int = 0) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
@@ -511,7 +516,7 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
         sink.writer.ready()
     report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
                         switch_interval_s=switch_interval_s, preprocess=preprocess, gpu_wait=gpu_wait,
-                        **runner_args)
+                        upstream_nice=upstream_nice, **runner_args)
     return report.to_json()
 
 
@@ -1022,7 +1027,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
     run.store("video", video_result(e2e, alone))
     if frames and run.result.get("video"):
         run.result["video"]["paired"] = paired_runs(
-            run, "video", args.pairs, lambda: encode_alone(frames, count, work),
+            run, "video", args.pairs, lambda cpu: encode_alone(frames, count, work, cpu=cpu),
             lambda: video_pipeline(engine, video, work, runner_args, sizes, tag="_pair"), alone)
         run.store("video", run.result["video"])
     if frames and args.ab_rounds:
@@ -1120,7 +1125,7 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
             run.store("nvdec", nvdec)
             if frames:
                 run.result["video_nvdec_device"]["paired"] = paired_runs(
-                    run, "video_nvdec_device", args.pairs, lambda: encode_alone(frames, count, work),
+                    run, "video_nvdec_device", args.pairs, lambda cpu: encode_alone(frames, count, work, cpu=cpu),
                     lambda: video_pipeline(engine, video, work, runner_args, sizes, "nvdec", device_memory=True,
                                            tag="_pair"), device_alone)
                 run.store("video_nvdec_device", run.result["video_nvdec_device"])
@@ -1156,7 +1161,8 @@ def ab_variant(name: str) -> dict:
     """The settings of an A/B variant by name: ``base`` (the video pipeline as ``video`` runs it), ``gpu_wait_block``
     (its threads sleep while they wait for the GPU), ``nvdec_device`` (NVDEC into device memory, as
     ``video_nvdec_device``), ``nvdec_device_gpu_wait_block``, ``encoder_threads_N`` (libx264 on N threads; the
-    encoder alone measured again with N). Raises ValueError for any other name."""
+    encoder alone measured again with N), ``upstream_nice_N`` (the threads before the encoder N nice levels below
+    it: run_engine's ``upstream_nice``). Raises ValueError for any other name."""
     import re
 
     settings: dict = {}
@@ -1170,9 +1176,12 @@ def ab_variant(name: str) -> dict:
         settings["gpu_wait"] = "block"
     elif (match := re.fullmatch(r"encoder_threads_(\d+)", rest)):
         settings["encoder_threads"] = int(match.group(1))
+    elif (match := re.fullmatch(r"upstream_nice_(\d+)", rest)) and 0 < int(match.group(1)) <= 19:
+        settings["upstream_nice"] = int(match.group(1))
     elif rest:
         raise ValueError(f"A/B variant '{name}' is not known; use base, gpu_wait_block, nvdec_device, "
-                         "nvdec_device_gpu_wait_block or [nvdec_device_]encoder_threads_N")
+                         "nvdec_device_gpu_wait_block or [nvdec_device_]encoder_threads_N or "
+                         "[nvdec_device_]upstream_nice_N (N from 1 to 19)")
     return settings
 
 
@@ -1189,7 +1198,8 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
     settings = {name: ab_variant(name) for name in names}
     runs: dict = {name: [] for name in names}
     for r in range(max(0, rounds)):
-        encoded = run.guard(f"ab{r}_encode_alone", lambda: encode_alone(frames, count, work))
+        encoder_cpu: dict = {}
+        encoded = run.guard(f"ab{r}_encode_alone", lambda c=encoder_cpu: encode_alone(frames, count, work, cpu=c))
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             options = settings[name]
@@ -1218,7 +1228,10 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
                                "encode_busy_pct": coder.get("busy_pct"), "frames_out": result["frames_out"],
                                "sink_wait_s": result["sink_wait_s"], "sink_close_s": result["sink_close_s"],
                                "elapsed_s": result["elapsed_s"],
-                               "gpu_wait": (e2e.get("source") or {}).get("gpu_wait")})
+                               "gpu_wait": (e2e.get("source") or {}).get("gpu_wait"),
+                               "encode_cpu_ms_alone": encoder_cpu.get("cpu_ms_per_frame") if not threads else None,
+                               "encode_cpu_ms_pipeline": result["encode_cpu_ms_per_frame"],
+                               "cores_by_stage": cores_by_stage(result)})
         run.store("video_ab", {"rounds": r + 1, "variants": settings, "runs": runs})
 
     def median(name: str, key: str):
@@ -1226,7 +1239,8 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
         return round(statistics.median(values), 3) if values else None
 
     summary = {name: {key: median(name, key) for key in ("ratio", "e2e_fps", "cores_busy", "encode_avg_ms",
-                                                         "steady_ratio")} | {"runs": len(runs[name])}
+                                                         "steady_ratio", "encode_cpu_ms_alone",
+                                                         "encode_cpu_ms_pipeline")} | {"runs": len(runs[name])}
                for name in names}
     return {"rounds": rounds, "variants": settings, "runs": runs, "summary": summary,
             "note": "each round: the encoder alone, then every variant (order turned each round), each against "
@@ -1331,7 +1345,8 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
     ratio (drift within a run's neighbourhood cancels out of it)."""
     runs = []
     for i in range(max(0, int(pairs))):
-        encoded = run.guard(f"{tag}_pair{i}_encode_alone", encode)
+        cpu: dict = {}
+        encoded = run.guard(f"{tag}_pair{i}_encode_alone", lambda cpu=cpu: encode(cpu=cpu))
         if runs and encoded:
             runs[-1]["encode_after_fps"] = encoded
         e2e = run.guard(f"{tag}_pair{i}_pipeline", pipeline)
@@ -1343,11 +1358,14 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
                          "first_out_s": result["first_out_s"], "steady_ratio": result["steady_ratio_to_slowest"],
                          "encode_avg_ms": encoder.get("avg_ms"), "encode_busy_pct": encoder.get("busy_pct"),
                          "sink_wait_s": result["sink_wait_s"], "sink_close_s": result["sink_close_s"],
-                         "elapsed_s": result["elapsed_s"], "frames_out": result["frames_out"]})
+                         "elapsed_s": result["elapsed_s"], "frames_out": result["frames_out"],
+                         "encode_cpu_ms_alone": cpu.get("cpu_ms_per_frame"),
+                         "encode_cpu_ms_pipeline": result["encode_cpu_ms_per_frame"],
+                         "cores_by_stage": cores_by_stage(result)})
     import statistics
 
     if runs:
-        last = run.guard(f"{tag}_pairs_encode_after", encode)
+        last = run.guard(f"{tag}_pairs_encode_after", lambda: encode(cpu=None))
         if last:
             runs[-1]["encode_after_fps"] = last
     for r in runs:
@@ -1359,6 +1377,14 @@ def paired_runs(run: Run, tag: str, pairs: int, encode, pipeline, alone: dict) -
             "ratio_bracketed_median": round(statistics.median(bracketed), 3) if bracketed else None,
             "note": "each run right after the encoder alone was measured again, against it (ratio, the target's); "
                     "ratio_bracketed: against the mean of the encoder alone before and after it"}
+
+
+def cores_by_stage(result: dict) -> dict | None:
+    """``{stage: cores}`` of a pipeline result's per-thread CPU (and ``process``: the whole process's)."""
+    cpu = result.get("cpu")
+    if not cpu:
+        return None
+    return {**{name: s.get("cores") for name, s in cpu["stages"].items()}, "process": cpu.get("process_cores")}
 
 
 def _paired_or_single(result: dict):
@@ -1387,7 +1413,18 @@ def video_result(e2e: dict | None, alone: dict) -> dict | None:
             "elapsed_s": e2e.get("elapsed_s"), "frames_in": e2e["frames_in"],
             "frames_out": e2e["frames_out"], "stages": stages, "queues": e2e["queues"],
             "skipped": e2e["skipped"], "slowest_stage_in_pipeline": e2e["slowest_stage"], "gpu": e2e["gpu"],
-            "preprocess": where}
+            "preprocess": where, "cpu": e2e.get("cpu"),
+            # the encoder's CPU a frame inside the pipeline (its calling thread and libx264's threads), to set
+            # against encode_alone's: more means the encoder works harder there, the same means it waits more
+            "encode_cpu_ms_per_frame": stage_cpu_ms(e2e, "encode")}
+
+
+def stage_cpu_ms(e2e: dict, stage: str):
+    """CPU milliseconds a frame of one stage's threads (and the threads its libraries started) in a pipeline's
+    report; None where the report has no per-thread CPU."""
+    used = (((e2e.get("cpu") or {}).get("stages") or {}).get(stage) or {}).get("cpu_s")
+    frames = e2e.get("frames_out") or 0
+    return round(used / frames * 1e3, 3) if used is not None and frames else None
 
 
 def targets(result: dict) -> dict:

@@ -126,11 +126,20 @@ def test_the_paired_runs_set_each_pipeline_against_the_encoder_measured_just_bef
         return {"fps": fps, "frames_in": 10, "frames_out": 10, "queues": {}, "skipped": [], "gpu": None,
                 "slowest_stage": "encode", "source": {},
                 "stages": {"encode": dict(avg_ms=1.0, min_ms=1.0, max_ms=1.0, p99_ms=1.0, busy_pct=90.0,
-                                          fps_alone=fps)}}
+                                          fps_alone=fps)},
+                "cpu": {"stages": {"encode": {"cpu_s": 0.7, "cores": 6.5}, "decode": {"cpu_s": 0.1, "cores": 0.9}},
+                        "process_cores": 7.6}}
 
-    paired = script.paired_runs(script.Run(tmp_path), "video", 3, lambda: next(encoders), pipeline,
-                                {"decode": 300.0, "encode": 200.0})
+    def encode(cpu):
+        if cpu is not None:
+            cpu.update(cpu_ms_per_frame=60.0, cores=7.0)
+        return next(encoders)
+
+    paired = script.paired_runs(script.Run(tmp_path), "video", 3, encode, pipeline, {"decode": 300.0, "encode": 200.0})
     assert [r["ratio"] for r in paired["runs"]] == [0.95, 0.875, 1.0] and paired["ratio_median"] == 0.95
+    # the encoder's CPU a frame alone and inside the pipeline (its stage's threads: 0.7 s over 10 frames)
+    assert [(r["encode_cpu_ms_alone"], r["encode_cpu_ms_pipeline"]) for r in paired["runs"]] == [(60.0, 70.0)] * 3
+    assert paired["runs"][0]["cores_by_stage"] == {"encode": 6.5, "decode": 0.9, "process": 7.6}
     # and against the mean of the encoder alone before and after each run (the last one measured once more)
     assert [r["encode_after_fps"] for r in paired["runs"]] == [80.0, 90.0, 110.0]
     assert [r["ratio_bracketed"] for r in paired["runs"]] == [1.056, 0.824, 0.9]
@@ -325,7 +334,7 @@ def test_the_memory_run_counts_a_leak_that_memory_let_go_elsewhere_would_hide(mo
 def test_the_ab_rounds_compare_variants_round_by_round_against_each_rounds_encoder(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline_h200.py"), "--fake", "--out",
                            str(tmp_path), "--pairs", "0", "--ab-rounds", "2", "--ab-variants",
-                           "base,gpu_wait_block,encoder_threads_2", "--skip-parts",
+                           "base,gpu_wait_block,encoder_threads_2,upstream_nice_5", "--skip-parts",
                            "gil,folder,nvdec_host,nvdec_capacity,gpu_bound,memory,detection", "--skip-variants",
                            "encoder_slice_threads,switch_interval_1ms,pre_workers_2,cpu_preprocess,encoder_veryfast,"
                            "decode_threads_0,decode_threads_2"], capture_output=True, text=True, timeout=240, cwd=ROOT)
@@ -336,6 +345,11 @@ def test_the_ab_rounds_compare_variants_round_by_round_against_each_rounds_encod
     assert [r["round"] for r in ab["runs"]["base"]] == [0, 1]
     assert {r["gpu_wait"] for r in ab["runs"]["gpu_wait_block"]} == {"block"}
     assert {r["gpu_wait"] for r in ab["runs"]["base"]} == {"auto"}
+    assert ab["variants"]["upstream_nice_5"] == {"upstream_nice": 5}
+    if sys.platform.startswith("linux"):  # the encoder's CPU a frame, alone and in the pipeline, and cores by stage
+        for run in ab["runs"]["base"] + ab["runs"]["upstream_nice_5"]:
+            assert run["encode_cpu_ms_alone"] > 0 and run["encode_cpu_ms_pipeline"] > 0, run
+            assert {"decode", "encode", "process"} <= set(run["cores_by_stage"]), run
     for name, summary in ab["summary"].items():
         runs = ab["runs"][name]
         assert summary["runs"] == 2 and summary["ratio"] > 0 and summary["cores_busy"] > 0

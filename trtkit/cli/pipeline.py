@@ -110,6 +110,14 @@ def add_pipeline_arguments(parser) -> None:
         help="how the pipeline's threads wait for the GPU while it runs (default: as CUDA chooses, spinning); "
         "block: they sleep, and the CPUs they would spin on go to the other stages (e.g. the encoder)",
     )
+    g.add_argument(
+        "--upstream-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the decoder's and the stages' threads N nice levels (0-19) below the output's, so an encoder that "
+        "sets the pace gets the CPUs first (Linux; default 0: all alike)",
+    )
     g.add_argument("--no-live", dest="live", action="store_false", help="no live view on a terminal")
 
 
@@ -147,6 +155,7 @@ def run_pipeline(args, console) -> int:
             resize=args.resize,
             preprocess=args.preprocess,
             gpu_wait=args.gpu_wait,
+            upstream_nice=args.upstream_nice,
             monitor=live.update if live else None,
             cuda_graph=args.cuda_graph,
             profile=args.use_profile,
@@ -164,6 +173,8 @@ def run_pipeline(args, console) -> int:
 
 
 def _check_numbers(args) -> None:
+    from trtkit.pipeline.threads import MAX_NICE
+
     for option, value, low in (
         ("--batch", args.batch, 1),
         ("--runners", args.runners, 1),
@@ -179,6 +190,8 @@ def _check_numbers(args) -> None:
             raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
         raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
+    if not 0 <= args.upstream_nice <= MAX_NICE:
+        raise InputError(f"--upstream-nice must be from 0 to {MAX_NICE} nice levels, not {args.upstream_nice}")
     if args.nvdec_decoders > 1 and (not args.video or args.decoder == "pyav"):
         raise InputError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
@@ -268,6 +281,7 @@ def _live_view(console):
 def report_table(report, title: str):
     from trtkit.cli.render import table
 
+    cores = (report.cpu or {}).get("stages", {})  # CPU of each stage's threads and its libraries' (an encoder's)
     rows = [
         (
             name,
@@ -279,12 +293,12 @@ def report_table(report, title: str):
             s.p99_ms,
             round(s.busy_pct, 1),
             None if s.fps_alone is None else round(s.fps_alone, 1),
+            cores.get(name, {}).get("cores"),
         )
         for name, s in report.stages.items()
     ]
-    return table(
-        title, ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %", "FPS alone"], rows
-    )
+    headers = ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %", "FPS alone", "cores"]
+    return table(title, headers, rows)
 
 
 def render_report(report, console, title: str) -> None:

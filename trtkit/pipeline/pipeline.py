@@ -26,6 +26,7 @@ from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
 from trtkit.pipeline.blocks import BlockInferStage, write_block
 from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner, index_of
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
+from trtkit.pipeline.threads import CpuMeter, check_nice, native_name, os_thread
 
 MONITOR_INTERVAL_S = 0.25
 logger = logging.getLogger("trtkit")
@@ -61,9 +62,18 @@ class Pipeline:
             back after a call that released it (an encoder between FFmpeg calls) waits up to this long while
             another thread runs Python code; a shorter interval bounds that wait, for more thread switches.
             It is the process's setting: pipelines that run at the same time share it.
+        upstream_nice: run the source's and the stages' threads this many nice levels below the sinks' thread
+            (0: all alike). The threads a library starts inside them (FFmpeg's decoder threads) follow them, and an
+            encoder's threads follow the sink's: where the sink's encoder is the slowest stage and the CPUs are
+            shared, its threads get them first, and the stages before it, which have time to spare, wait
+            (Linux; elsewhere it does nothing).
+
+    Every thread is named for the operating system after its stage (``tk<i>-<stage>``, in ``top -H``), and so
+    are the threads its libraries start; the report's ``cpu`` adds up the CPU time of each stage's threads.
 
     Raises:
-        InputError: ``switch_interval_s`` is not a positive number of seconds.
+        InputError: ``switch_interval_s`` is not a positive number of seconds; ``upstream_nice`` is not a whole
+            number from 0 to 19.
     """
 
     def __init__(
@@ -75,7 +85,9 @@ class Pipeline:
         queue_size: int = 8,
         monitor=None,
         switch_interval_s: float | None = None,
+        upstream_nice: int = 0,
     ):
+        self.upstream_nice = check_nice(upstream_nice)
         if switch_interval_s is not None and not (
             isinstance(switch_interval_s, (int, float))
             and not isinstance(switch_interval_s, bool)
@@ -101,6 +113,7 @@ class Pipeline:
         self._sink_wait_s = 0.0  # the sinks' wait for frames after the first group (a stage before them was late)
         self._sink_close_s: float | None = None  # closing the sinks (an encoder's flush of the frames it holds)
         self.blocks = bool(getattr(source, "blocks", False))
+        self._cpu: CpuMeter | None = None  # made with the threads, when the run starts
         self._build()
 
     def _build(self) -> None:
@@ -132,10 +145,7 @@ class Pipeline:
         Raises:
             PipelineError: a stage failed (names it and the frame index; sinks discarded their output).
         """
-        threads = [threading.Thread(target=self._read, name="trtkit-source", daemon=True)]
-        for runner in self.runners:
-            threads += runner.threads()
-        threads.append(threading.Thread(target=self._write, name="trtkit-sink", daemon=True))
+        threads = self._threads()
         interrupted = False
         previous_interval = sys.getswitchinterval()
         if self.switch_interval_s is not None:
@@ -147,6 +157,8 @@ class Pipeline:
             interrupted = self._wait(threads)
         finally:
             self._clock.stop()
+            if self._cpu is not None:
+                self._cpu.sample()
             self._finish()
             sys.setswitchinterval(previous_interval)
         report = self.report()
@@ -156,6 +168,24 @@ class Pipeline:
             raise PipelineError(_error_message(stage, index, exc), stage=stage, frame=index) from exc
         return report
 
+    def _threads(self) -> list:
+        """The source's, the stages' and the sinks' threads, each named for the OS after its stage, the ones before
+        the sinks ``upstream_nice`` levels lower (see :mod:`trtkit.pipeline.threads`); the CPU meter knows them."""
+        parts = [(self._read, "trtkit-source", self.source_timer.name)]
+        for runner in self.runners:
+            parts += [(t.run, t.name, runner.timer.name) for t in runner.threads()]
+        os_names: dict = {}  # stage -> the name its threads carry for the OS
+        for _, _, stage in parts + [(None, None, self.sink_timer.name)]:
+            os_names.setdefault(stage, native_name(len(os_names), stage))
+        self._cpu = meter = CpuMeter({os_name: stage for stage, os_name in os_names.items()})
+        threads = [
+            threading.Thread(target=os_thread(work, os_names[stage], self.upstream_nice, meter), name=name, daemon=True)
+            for work, name, stage in parts
+        ]
+        sink = os_thread(self._write, os_names[self.sink_timer.name], meter=meter)
+        threads.append(threading.Thread(target=sink, name="trtkit-sink", daemon=True))
+        return threads
+
     def _wait(self, threads: list) -> bool:
         interrupted = False
         next_report = time.perf_counter() + MONITOR_INTERVAL_S
@@ -163,8 +193,11 @@ class Pipeline:
             while thread.is_alive():
                 try:
                     thread.join(0.05)
-                    if self.monitor is not None and time.perf_counter() >= next_report:
-                        self._call_monitor()
+                    if time.perf_counter() >= next_report:
+                        if self._cpu is not None:
+                            self._cpu.sample()
+                        if self.monitor is not None:
+                            self._call_monitor()
                         next_report = time.perf_counter() + MONITOR_INTERVAL_S
                 except KeyboardInterrupt:
                     if interrupted:  # a second Ctrl-C: stop at once
@@ -247,6 +280,8 @@ class Pipeline:
                 if self._first_out is None:
                     self._first_out = (self._clock.elapsed, count)
             frame = None
+            if self._cpu is not None:  # an encoder's threads end as it closes: their CPU time is read before
+                self._cpu.sample()
             closing = time.perf_counter()
             for sink in self.sinks:
                 sink.close()
@@ -280,6 +315,7 @@ class Pipeline:
             first_out_frames=self._first_out[1] if self._first_out else 0,
             sink_wait_s=self._sink_wait_s,
             sink_close_s=self._sink_close_s,
+            cpu=self._cpu.by_stage(elapsed) if self._cpu is not None else None,
         )
 
 

@@ -235,6 +235,9 @@ class PipelineReport:
     # was late), and closing (an encoder's flush of the frames it still held); elapsed = fill + writes + these
     sink_wait_s: float = 0.0
     sink_close_s: float | None = None
+    # CPU seconds and cores of each stage's threads, the threads its libraries started included
+    # (trtkit.pipeline.threads.CpuMeter.by_stage); None where the OS has no per-thread counters
+    cpu: dict | None = None
 
     @property
     def fps(self) -> float:
@@ -273,6 +276,7 @@ class PipelineReport:
             "error": self.error,
             "source": self.source,
             "gpu": self.gpu,
+            "cpu": self.cpu,
             "slowest_stage": slowest.name if slowest else None,
         }
 
