@@ -113,11 +113,23 @@ for step in ${*:-env tests demo}; do
                  > "$W/precision-compare.txt" 2>&1; echo "compare rc=$?"; tail -40 "$W/precision-compare.txt" ;;
     serve) # pytriton 0.7.0's backend stubs need numpy<2 (under numpy 2 every answer has no output data), so the numpy
            # wheel that came with its requirements replaces the bundle's 2.x: run serve as the last step of a call
-           if ! python3 -c "import sys, numpy, pytriton; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null; then
+           if ! python3 -c "import sys, numpy, pytriton; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null \
+              || [ ! -f /tmp/sw/perf/libexec/perf_analyzer ]; then
              rm -rf /tmp/sw; cat /root/trtkit-stash/serve* | tar -x -C /tmp \
                && python3 -m pip install -q --no-index --no-deps /tmp/sw/*.whl > "$W/serve-install.log" 2>&1
-             echo "serve extra install rc=$?"; fi
+             echo "serve extra install rc=$?"; gzip -d /tmp/sw/perf/libexec/perf_analyzer.gz 2>/dev/null; fi
            python3 -c "import numpy; print('numpy', numpy.__version__)"
+           # perf_analyzer (benchmarks/serve_h200.py's anchor; its wrapper puts /tmp/sw/perf/lib on LD_LIBRARY_PATH for
+           # it alone, so the server's libraries stay as they were): libcudart.so.12 is pytriton's (renamed by
+           # auditwheel, libcudart-<hash>.so.12.*), linked there under the name perf_analyzer asks for
+           if [ -f /tmp/sw/perf/libexec/perf_analyzer ]; then
+             ln -sf "$(python3 -c "import glob, os, pytriton; print(sorted(glob.glob(os.path.join(os.path.dirname(
+               os.path.dirname(pytriton.__file__)), 'nvidia_pytriton.libs', 'libcudart-*.so.12*')))[-1])")" \
+               /tmp/sw/perf/lib/libcudart.so.12
+             export PERF_ANALYZER=/tmp/sw/perf/bin/perf_analyzer
+             echo "perf_analyzer: $($PERF_ANALYZER --version 2>&1 | head -1) $(LD_LIBRARY_PATH=/tmp/sw/perf/lib ldd \
+               /tmp/sw/perf/libexec/perf_analyzer | grep 'not found' | tr -s '\t\n' '  ')"
+           fi
            # Triton's own TensorRT backend (scripts/build_triton_trt_backend.sh), carried in .gpu-triton/ where built
            [ -f .gpu-triton/backends/tensorrt/libtriton_tensorrt.so ] && export TRTKIT_TRITON_BACKENDS=$PWD/.gpu-triton/backends
            # SERVE_TESTS=0 leaves out the serve GPU tests (their time goes to benchmarks/serve_h200.py instead)
