@@ -18,6 +18,11 @@ In one call:
    request; ``cuda`` writes it once into device memory on GPU 0 instead (CUDA IPC). Each level runs
    ``--duration-s``, shortened where the soak's share would not fit before the deadline (``level_s`` says how long
    they ran).
+4b. ``perf_analyzer`` (``--perf-analyzer on``, the default, where a binary is found: ``$PERF_ANALYZER`` or
+   ``PATH``): NVIDIA's C++ load generator against the same server after the main run's levels, at
+   ``--perf-analyzer-levels`` (1, 8 and 64), the same model, gRPC port, input and shared memory, batch 1 a request,
+   windows of ``--perf-analyzer-ms`` (benchmarks/perf_analyzer_anchor.py); ``ratio_c64_to_bench`` against
+   ``bench_streams2_ips``. Where no binary is found, ``available`` is false and ``reason`` says why (not an error).
 5. ``soak``: ``--soak-requests`` (100 000) requests at concurrency 64, given ``--soak-s`` of its own (reserved before
    the levels run); ``leak_bytes_device``: the GPU's free memory (cudaMemGetInfo, device-wide, so the server's
    allocations count) after a warm-up load minus after the soak.
@@ -29,7 +34,8 @@ In one call:
 7. ``sweep`` (with ``--sweep``): a server of its own per setting of the model (``runner``, or ``null``: the stubs
    answer zeros with no runner, a diagnostic ceiling of Triton, the Python backend and the clients alone), instances
    and batcher delay, loaded at ``--sweep-levels`` (default 64) for ``--sweep-s`` per number of client processes;
-   ``skipped`` names what would not have ended before ``--deadline-s``.
+   ``skipped`` names what would not have ended before ``--deadline-s``. With ``--sweep-perf-analyzer`` each sweep
+   server is also loaded by perf_analyzer at ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``).
 8. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
 Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
@@ -68,6 +74,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import perf_analyzer_anchor  # noqa: E402 - NVIDIA's C++ load generator, the clients' anchor
 from precision_h200 import export_resnet  # noqa: E402 - the same ResNet-50 ONNX, in the same --cache
 
 TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
@@ -347,6 +354,48 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
     return result
 
 
+# --- perf_analyzer --------------------------------------------------------------------------------------------------
+
+
+def perf_analyzer_setup(args) -> dict:
+    """``results['perf_analyzer']`` before any server starts: the binary and its version, or why the anchor is not
+    run (``--perf-analyzer off``, no binary found: a reason, not an error)."""
+    if args.perf_analyzer == "off":
+        return {"available": False, "reason": "--perf-analyzer off"}
+    binary, why = perf_analyzer_anchor.find_binary()
+    if not binary:
+        return {"available": False, "reason": why}
+    return {"available": True, "binary": binary, "version": perf_analyzer_anchor.binary_version(binary),
+            "measurement_interval_ms": args.perf_analyzer_ms, "max_trials": perf_analyzer_anchor.MAX_TRIALS,
+            "stability_pct": perf_analyzer_anchor.STABILITY_PCT}
+
+
+def perf_analyzer_share_s(args, levels: int) -> float:
+    """Seconds kept before the deadline for ``levels`` perf_analyzer levels: each one's shortest run."""
+    return levels * perf_analyzer_anchor.shortest_level_s(args.perf_analyzer_ms)
+
+
+def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, tag: str,
+                         reserved_s: float = 0.0) -> dict:
+    """perf_analyzer at each of ``levels`` on the server at ``url`` with ``--shared-memory``'s kind:
+    ``{"<c>": figures, or {"failed": why}, or "not run: ..."}``. A failed level is also recorded in ``errors`` and the
+    next one still runs; each level's timeout is at most what is left before the deadline less ``reserved_s``."""
+    folder = Path(args.out) if args.out else workdir
+    out: dict = {}
+    for c in levels:
+        left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - reserved_s
+        if left < perf_analyzer_anchor.shortest_level_s(args.perf_analyzer_ms):
+            out[str(c)] = f"not run: {left:.0f} s left before the deadline"
+            continue
+        level = out[str(c)] = perf_analyzer_anchor.measure_level(
+            results["perf_analyzer"]["binary"], "resnet50", url, c, args.shared_memory, args.perf_analyzer_ms,
+            folder, min(left, perf_analyzer_anchor.level_timeout_s(args.perf_analyzer_ms)), f"perf-analyzer-{tag}")
+        if "failed" in level:
+            results["errors"][f"{tag}.perf_analyzer.c{c}"] = level["failed"]
+        log(f"{tag} perf_analyzer c{c}: {level.get('ips') or level.get('failed')}")
+    return out
+
+
 # --- sweep ----------------------------------------------------------------------------------------------------------
 
 # what --sweep may vary: the server's instances and batcher delay, the clients' processes and how they send inputs
@@ -478,6 +527,12 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                     log(f"{tag} {server_settings} procs {n} {shm} c{c}: {(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
+            if args.sweep_perf_analyzer and results["perf_analyzer"].get("available"):
+                run = {**server_settings, "client": "perf_analyzer", "shm": args.shared_memory}
+                run["grpc"] = (perf_analyzer_levels(args, url, levels, workdir, results, tag, stop_est) if status
+                               else {str(c): "not run: the server did not start" for c in levels})
+                runs.append(run)
+                out["runs"].append(run)
         finally:
             stopped = step(results, f"{tag}.stop", server.stop)
             for run in runs:
@@ -517,8 +572,12 @@ def served_as(engine: Path, workdir: Path, name: str = "resnet50") -> Path:
 
 
 def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, tag: str, levels, soak: bool,
-                   backend: str | None = None) -> dict:
+                   backend: str | None = None, anchor: bool = False) -> dict:
+    """``trtkit serve`` loaded at ``levels`` by the clients, then (``anchor``, where perf_analyzer is available) by
+    perf_analyzer into ``results['perf_analyzer']``, then the soak (``soak``)."""
     backend = backend or args.backend
+    anchor = anchor and bool(results["perf_analyzer"].get("available"))
+    pa_levels = [int(c) for c in args.perf_analyzer_levels.split(",")] if anchor else []
     out: dict = {"gpus": gpus, "backend": backend}
     server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag, backend)
     try:
@@ -527,12 +586,19 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
                    start_s=status["start_s"], instances=status["models"][0]["instances"])
         url = f"127.0.0.1:{args.port + 1}"
         out["grpc"] = {"concurrency": {}, "shared_memory": args.shared_memory}
-        out["level_s"] = level_s = level_seconds(args, len(levels), soak, args.compare_levels_s)
+        out["level_s"] = level_s = level_seconds(args, len(levels), soak, args.compare_levels_s
+                                                 + perf_analyzer_share_s(args, len(pa_levels)))
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
                 server, url, c, args.client_procs, level_s, workdir, args.shared_memory))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
+        if pa_levels:
+            # the soak and the comparison keep their share: a slow perf_analyzer level is cut short, not them
+            kept = args.compare_levels_s + (soak_share_s(args) if soak else 0.0)
+            results["perf_analyzer"].update(shared_memory=args.shared_memory, concurrency=step(
+                results, f"{tag}.perf_analyzer", lambda: perf_analyzer_levels(args, url, pa_levels, workdir, results,
+                                                                              tag, kept)))
         if soak:
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
@@ -561,8 +627,13 @@ def level_seconds(args, levels: int, soak: bool, reserved_s: float = 0.0) -> flo
     ``--deadline-s``."""
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - reserved_s
     if soak:
-        left -= args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
+        left -= soak_share_s(args)
     return round(min(args.duration_s, max(2.0, left / max(levels, 1) - LOAD_OVERHEAD_S)), 1)
+
+
+def soak_share_s(args) -> float:
+    """Seconds kept for the soak: its ``--soak-s``, its warm-up and its clients' start."""
+    return args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
 
 
 def soak_run(url: str, args, workdir: Path) -> dict:
@@ -618,6 +689,9 @@ def main() -> int:
                     "what Triton and the clients carry alone); results['sweep'], settings that do not fit before "
                     "--deadline-s skipped")
     ap.add_argument("--sweep-levels", default="64", help="the sweep's gRPC concurrency levels (default 64)")
+    ap.add_argument("--sweep-perf-analyzer", action="store_true",
+                    help="also load each sweep server with perf_analyzer at --sweep-levels (with --shared-memory's "
+                         "kind), after its clients")
     ap.add_argument("--sweep-s", type=float, default=3.0, help="seconds of load per sweep level")
     ap.add_argument("--port", type=int, default=18000, help="HTTP port; gRPC and metrics take the next two")
     ap.add_argument("--ready-timeout-s", type=float, default=180)
@@ -626,8 +700,21 @@ def main() -> int:
     ap.add_argument("--input-uint8", action="store_true",
                     help="build the engine with input_uint8_nhwc: requests carry (224, 224, 3) uint8 pixels (150 KB) "
                          "instead of (3, 224, 224) float32 (602 KB); bench --streams 2 runs the same engine")
+    ap.add_argument("--perf-analyzer", choices=("on", "off"), default="on",
+                    help="on (default): after the main run's levels, load the same server with NVIDIA's perf_analyzer "
+                         "($PERF_ANALYZER, else on PATH; skipped with a reason where there is none)")
+    ap.add_argument("--perf-analyzer-levels", default="1,8,64", help="perf_analyzer's concurrency levels")
+    ap.add_argument("--perf-analyzer-ms", type=int, default=3500,
+                    help="perf_analyzer's measurement window (ms); a level takes 3 to "
+                         f"{perf_analyzer_anchor.MAX_TRIALS} of them")
     ap.add_argument("--serve-with", help="run trtkit serve through this script (same arguments)")
     args = ap.parse_args()
+    try:
+        if any(int(c) < 1 for c in args.perf_analyzer_levels.split(",")) or args.perf_analyzer_ms < 100:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--perf-analyzer-levels {args.perf_analyzer_levels} / --perf-analyzer-ms {args.perf_analyzer_ms}: "
+                 "give levels of 1 or more (e.g. 1,8,64) and a window of 100 ms or more")
     if args.sweep:
         try:
             parse_sweep(args.sweep)
@@ -674,10 +761,26 @@ def write_results(results: dict, paths: list) -> list:
     return written
 
 
+def anchor_ratio(results: dict, ips64) -> None:
+    """perf_analyzer's c64 against ``bench_streams2_ips`` (``ratio_c64_to_bench``), and a line saying it."""
+    pa = results["perf_analyzer"]
+    if not pa.get("available"):
+        log(f"perf_analyzer: not run: {pa.get('reason')}")
+        return
+    pa64 = (pa.get("concurrency") or {}).get("64")
+    ips = pa64.get("ips") if isinstance(pa64, dict) else None
+    bench = results.get("bench_streams2_ips")
+    if ips and bench:
+        pa["ratio_c64_to_bench"] = round(ips / bench, 3)
+    log(f"perf_analyzer c64: {ips or pa64} images/s, {pa.get('ratio_c64_to_bench')} x bench --streams 2 "
+        f"(trtkit's clients: {ips64})")
+
+
 def run(args, cache: Path, workdir: Path, results: dict) -> None:
     import platform
 
     results["environment"] = {"python": platform.python_version()}
+    results["perf_analyzer"] = perf_analyzer_setup(args)
     step(results, "environment", lambda: _environment(results["environment"]))
     onnx_path = Path(args.onnx) if args.onnx else step(results, "export", lambda: export_resnet(cache))
     engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results, args.input_uint8))
@@ -686,12 +789,13 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
     results["bench_streams2_ips"] = step(results, "bench_streams2",
                                          lambda: bench_streams2(engine, args.bench_s, args.input_uint8))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
-                                                         True)) or {}
+                                                         True, anchor=True)) or {}
     keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend")
     results.update({k: one.get(k) for k in keys})
     ips64 = ((one.get("grpc") or {}).get("concurrency", {}).get("64") or {}).get("ips")
     if ips64 and results.get("bench_streams2_ips"):
         results["grpc64_vs_bench_streams2"] = round(ips64 / results["bench_streams2_ips"], 3)
+    anchor_ratio(results, ips64)
     if args.compare != "none":
         left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
         if left >= args.compare_levels_s * 0.5:

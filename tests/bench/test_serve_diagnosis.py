@@ -126,7 +126,9 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
-                graph_batches="every", tensorrt_options="")
+                graph_batches="every", tensorrt_options="", sweep_perf_analyzer=False, perf_analyzer="on",
+                perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
+                compare_levels_s=0.0)
     return types.SimpleNamespace(**{**base, **over})
 
 

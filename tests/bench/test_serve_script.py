@@ -4,6 +4,8 @@ whatever step fails, the results JSON must come back (``--out`` made when missin
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,10 @@ def test_results_come_back_when_serving_fails_and_out_does_not_exist(tmp_path):
     assert data["bench_streams2_ips"] > 0 and data["engine"]["profile"] == {"min": 1, "opt": 32, "max": 32}
     assert "error:" in (out / "serve-gpu0.out").read_text()  # the server's own output, copied after the JSON
     assert f"could not write {blocker / 'serve-h200.json'}" in proc.stdout
+    # perf_analyzer's anchor: found before any server starts, or skipped with why (not an error)
+    if "PERF_ANALYZER" not in os.environ and shutil.which("perf_analyzer") is None:
+        assert data["perf_analyzer"] == {"available": False, "reason": data["perf_analyzer"]["reason"]}
+        assert "set PERF_ANALYZER" in data["perf_analyzer"]["reason"]
 
 
 @pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
