@@ -236,6 +236,18 @@ def decode_alone(video: Path, threads: int | None = None) -> tuple:
 ALONE_KEEP = [300]
 
 
+def alone_frames(value: str | None, sizes: Sizes) -> int:
+    """The frames held for the stages alone from ``--alone-frames`` (None: the sizes' default; ``all``: the video's
+    frame count). Raises ValueError for anything else."""
+    if value is None:
+        return sizes.alone_frames
+    if value == "all":
+        return sizes.video_frames
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--alone-frames {value}: give a count of frames (1 or more) or 'all'")
+    return int(value)
+
+
 def cycled(items: list, count: int):
     return itertools.islice(itertools.cycle(items), count)
 
@@ -518,6 +530,16 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                         switch_interval_s=switch_interval_s, preprocess=preprocess, gpu_wait=gpu_wait,
                         upstream_nice=upstream_nice, **runner_args)
     return report.to_json()
+
+
+def held_frames_pipeline(frames: list, count: int, work: Path, tag: str = "") -> dict:
+    """The frames the encoder alone encodes (``frames`` cycled up to ``count``), held in memory, through a pipeline
+    with no stage but its video sink: what the pipeline's threads and queue cost the encoder, with nothing else
+    running beside it."""
+    from trtkit.pipeline import ArraySource, Pipeline, VideoSink
+
+    sink = VideoSink(work / f"held_frames{tag}.mp4", fps=30)
+    return Pipeline(ArraySource(list(cycled(frames, count))), [], [sink]).run().to_json()
 
 
 def folder_pipeline(engine: Path, folder: Path, runner_args: dict, sizes: Sizes, preprocess: str = "auto") -> dict:
@@ -926,6 +948,10 @@ def main(argv=None) -> int:
                              f"{','.join(AB_VARIANTS)})")
     parser.add_argument("--skip-parts", default="",
                         help="parts not to run, comma-separated: " + ", ".join(PARTS) + " (default: none)")
+    parser.add_argument("--alone-frames", default=None,
+                        help="decoded frames held in memory for the stages alone (the encoder alone cycles them up "
+                             "to the video's frame count): a count, or 'all' (the whole video, so the encoder alone "
+                             "encodes exactly the pipeline's frames, in order); default 300 (40 with --fake)")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="seconds this call may take; the optional detection part runs only if its estimate "
                              "(measured build time + run) fits in what is left")
@@ -940,12 +966,13 @@ def main(argv=None) -> int:
         if args.skip_parts - set(PARTS):
             raise ValueError(f"--skip-parts {','.join(sorted(args.skip_parts - set(PARTS)))}: not a part; "
                              f"use {', '.join(PARTS)}")
+        alone_frames(args.alone_frames, Sizes(args.fake))
     except ValueError as exc:
         parser.error(str(exc))
     sizes = Sizes(args.fake)
     if args.pairs is None:
         args.pairs = 1 if args.fake else 3
-    ALONE_KEEP[0] = sizes.alone_frames
+    ALONE_KEEP[0] = alone_frames(args.alone_frames, sizes)
     trt = cuda = None
     if args.fake:
         trt, cuda = install_fakes()
@@ -1014,6 +1041,9 @@ def measure_all(run: Run, sizes: Sizes, engine: Path, video: Path, work: Path, r
         alone["encode"] = cores_busy(lambda: run.guard("encode_alone", lambda: encode_alone(
             frames, count, work, settings=encoder)), cores, "encode")
         encoder["convert_alone"] = run.guard("convert_alone", lambda: convert_alone(frames, min(count, 120)))
+        if len(frames) > sizes.alone_frames:  # the default baseline too: the first frames cycled up to the count
+            encoder["alone_default_frames"] = {"frames_held": sizes.alone_frames, "fps": run.guard(
+                "encode_alone_default_frames", lambda: encode_alone(frames[:sizes.alone_frames], count, work))}
         run.store("encoder", encoder)
         run.store("nvenc", nvenc_part(frames, count, work, alone["encode"]))
         bench = run.guard("bench", lambda: bench_fps(engine, sizes, trt, cuda, args.runners))
@@ -1162,7 +1192,9 @@ def ab_variant(name: str) -> dict:
     (its threads sleep while they wait for the GPU), ``nvdec_device`` (NVDEC into device memory, as
     ``video_nvdec_device``), ``nvdec_device_gpu_wait_block``, ``encoder_threads_N`` (libx264 on N threads; the
     encoder alone measured again with N), ``upstream_nice_N`` (the threads before the encoder N nice levels below
-    it: run_engine's ``upstream_nice``). Raises ValueError for any other name."""
+    it: run_engine's ``upstream_nice``), ``held_frames`` (the frames the encoder alone encodes, held in memory, through
+    a pipeline whose only stage is the video sink: the pipeline's hand-off to the encoder, nothing else beside it).
+    Raises ValueError for any other name."""
     import re
 
     settings: dict = {}
@@ -1176,12 +1208,14 @@ def ab_variant(name: str) -> dict:
         settings["gpu_wait"] = "block"
     elif (match := re.fullmatch(r"encoder_threads_(\d+)", rest)):
         settings["encoder_threads"] = int(match.group(1))
+    elif rest == "held_frames" and not settings:
+        settings["held_frames"] = True
     elif (match := re.fullmatch(r"upstream_nice_(\d+)", rest)) and 0 < int(match.group(1)) <= 19:
         settings["upstream_nice"] = int(match.group(1))
     elif rest:
         raise ValueError(f"A/B variant '{name}' is not known; use base, gpu_wait_block, nvdec_device, "
                          "nvdec_device_gpu_wait_block or [nvdec_device_]encoder_threads_N or "
-                         "[nvdec_device_]upstream_nice_N (N from 1 to 19)")
+                         "[nvdec_device_]upstream_nice_N (N from 1 to 19) or held_frames")
     return settings
 
 
@@ -1211,6 +1245,8 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
             cores: dict = {}
 
             def pipeline(name=name, options=options):
+                if options.get("held_frames"):
+                    return held_frames_pipeline(frames, count, work, tag=f"_ab_{name}")
                 return video_pipeline(engine, video, work, runner_args, sizes, tag=f"_ab_{name}", **options)
 
             e2e = cores_busy(lambda key=f"ab{r}_{name}", fn=pipeline: run.guard(key, fn), cores, "pipeline")
@@ -1219,6 +1255,8 @@ def ab_rounds(run: Run, rounds: int, names: list, engine: Path, video: Path, wor
             stage_alone = {**alone, "encode": encoder}
             if options.get("device_memory"):
                 stage_alone = {k: v for k, v in {**stage_alone, "decode": nvdec_fps}.items() if k != "preprocess"}
+            if options.get("held_frames"):  # no stage but the encoder ran
+                stage_alone = {"encode": encoder}
             result = video_result(e2e, stage_alone)
             coder = result["stages"].get("encode") or {}
             runs[name].append({"round": r, "encode_alone_fps": encoder, "e2e_fps": result["e2e_fps"],
