@@ -512,7 +512,7 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
                    thread_type: str = "AUTO", switch_interval_s: float | None = None, tag: str = "",
                    device_memory: bool = False, preprocess: str = "auto", options: dict | None = None,
                    decode_threads: int | None = None, gpu_wait: str | None = None,
-                   encoder_threads: int = 0, upstream_nice: int = 0) -> dict:
+                   encoder_threads: int = 0) -> dict:
     """``decode → preprocess → infer → encode``; ``in_process``: the encoder in a child process (VideoSink's
     ``in_process``, frames through shared memory; started, and waited for, before the run); ``pre_workers`` (None:
     the sizes'), the encoder's ``thread_type`` and the run's ``switch_interval_s`` as given; ``device_memory``:
@@ -531,7 +531,7 @@ def video_pipeline(engine: Path, video: Path, work: Path, runner_args: dict, siz
         sink.writer.ready()
     report = run_engine(engine, source, sinks=[sink], pre_workers=pre_workers or sizes.pre_workers,
                         switch_interval_s=switch_interval_s, preprocess=preprocess, gpu_wait=gpu_wait,
-                        upstream_nice=upstream_nice, **runner_args)
+                        **runner_args)
     return report.to_json()
 
 
@@ -1194,8 +1194,7 @@ def ab_variant(name: str) -> dict:
     """The settings of an A/B variant by name: ``base`` (the video pipeline as ``video`` runs it), ``gpu_wait_block``
     (its threads sleep while they wait for the GPU), ``nvdec_device`` (NVDEC into device memory, as
     ``video_nvdec_device``), ``nvdec_device_gpu_wait_block``, ``encoder_threads_N`` (libx264 on N threads; the
-    encoder alone measured again with N), ``upstream_nice_N`` (the threads before the encoder N nice levels below
-    it: run_engine's ``upstream_nice``), ``held_frames`` (the frames the encoder alone encodes, held in memory, through
+    encoder alone measured again with N), ``held_frames`` (the frames the encoder alone encodes, held in memory, through
     a pipeline whose only stage is the video sink: the pipeline's hand-off to the encoder, nothing else beside it).
     Raises ValueError for any other name."""
     import re
@@ -1213,12 +1212,9 @@ def ab_variant(name: str) -> dict:
         settings["encoder_threads"] = int(match.group(1))
     elif rest == "held_frames" and not settings:
         settings["held_frames"] = True
-    elif (match := re.fullmatch(r"upstream_nice_(\d+)", rest)) and 0 < int(match.group(1)) <= 19:
-        settings["upstream_nice"] = int(match.group(1))
     elif rest:
         raise ValueError(f"A/B variant '{name}' is not known; use base, gpu_wait_block, nvdec_device, "
-                         "nvdec_device_gpu_wait_block or [nvdec_device_]encoder_threads_N or "
-                         "[nvdec_device_]upstream_nice_N (N from 1 to 19) or held_frames")
+                         "nvdec_device_gpu_wait_block, [nvdec_device_]encoder_threads_N or held_frames")
     return settings
 
 

@@ -32,7 +32,7 @@ def test_help_lists_the_pipeline_options(capsys):
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
                    "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf",
-                   "--iou", "--preprocess", "--gpu-wait", "--upstream-nice"):
+                   "--iou", "--preprocess", "--gpu-wait"):
         assert option in out
 
 
@@ -152,7 +152,6 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
     (["--video", "{video}", "--nvdec-decoders", "2", "--decoder", "pyav"], "--nvdec-decoders splits a video"),
     (["--images", "{tmp}", "--nvdec-decoders", "2"], "--nvdec-decoders splits a video"),
     (["--video", "{video}", "--decode-threads", "-1"], "--decode-threads must be at least 0, not -1"),
-    (["--video", "{video}", "--upstream-nice", "20"], "--upstream-nice must be from 0 to 19 nice levels, not 20"),
     (["--video", "{video}", "--decode-threads", "2", "--decoder", "nvdec"], "--decode-threads sets PyAV's CPU"),
     (["--images", "{tmp}", "--decode-threads", "2"], "--decode-threads sets PyAV's CPU decoder threads"),
     (["--images", "{tmp}", "--encoder-option", "g=1"], "--encoder-option sets the output video's encoder"),

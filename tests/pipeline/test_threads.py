@@ -1,9 +1,8 @@
 """What the OS sees of a pipeline's threads: each named after its stage (and so the threads its libraries start),
-the stages before the sinks at a lower priority when asked, and the CPU each stage's threads used in the report."""
+and the CPU each stage's threads used, in the report."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -12,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trtkit.errors import InputError
 from trtkit.pipeline import ArraySource, CallbackSink, Pipeline, Stage
-from trtkit.pipeline.threads import CpuMeter, check_nice, native_name
+from trtkit.pipeline.threads import CpuMeter, native_name
 
-linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread names and nice values are Linux's")
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread names and CPU counters are Linux's")
 
 
 def frames(count: int):
@@ -34,10 +32,6 @@ def own_name() -> str:
     return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
 
 
-def own_nice() -> int:
-    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-
 @linux
 def test_each_thread_carries_its_stage_name_and_a_thread_it_starts_takes_it_too():
     seen = {}
@@ -52,36 +46,6 @@ def test_each_thread_carries_its_stage_name_and_a_thread_it_starts_takes_it_too(
     assert seen == {"preprocess": native_name(1, "preprocess"), "started by preprocess": "tk1-preprocess",
                     "sink": "tk2-sink"}
     assert own_name() != "tk1-preprocess"  # the caller's thread keeps its name
-
-
-@linux
-def test_upstream_nice_lowers_the_stages_before_the_sinks_and_what_they_start_not_the_sinks():
-    base, seen = own_nice(), {}
-
-    def pre(frame):
-        seen["preprocess"] = own_nice()
-        started = threading.Thread(target=lambda: seen.setdefault("started by preprocess", own_nice()))
-        started.start()
-        started.join()
-
-    def sink(frame):
-        seen["sink"] = own_nice()
-
-    Pipeline(frames(2), [Stage("preprocess", pre)], [CallbackSink(sink)], upstream_nice=5).run()
-    low = min(19, base + 5)
-    assert seen == {"preprocess": low, "started by preprocess": low, "sink": base}
-    assert own_nice() == base
-    seen.clear()
-    Pipeline(frames(1), [Stage("preprocess", pre)], [CallbackSink(sink)]).run()  # the default: all alike
-    assert seen == {"preprocess": base, "started by preprocess": base, "sink": base}
-
-
-@pytest.mark.parametrize("bad", [-1, 20, 2.5, True, "5"])
-def test_upstream_nice_outside_0_to_19_is_refused_naming_the_range(bad):
-    with pytest.raises(InputError, match=r"upstream_nice=.*whole number of nice levels from 0 .* to 19"):
-        Pipeline(frames(1), [], upstream_nice=bad)
-    with pytest.raises(InputError, match="from 0"):
-        check_nice(bad)
 
 
 @linux

@@ -110,14 +110,6 @@ def add_pipeline_arguments(parser) -> None:
         help="how the pipeline's threads wait for the GPU while it runs (default: as CUDA chooses, spinning); "
         "block: they sleep, and the CPUs they would spin on go to the other stages (e.g. the encoder)",
     )
-    g.add_argument(
-        "--upstream-nice",
-        type=int,
-        default=0,
-        metavar="N",
-        help="run the decoder's and the stages' threads N nice levels (0-19) below the output's, so an encoder that "
-        "sets the pace gets the CPUs first (Linux; default 0: all alike)",
-    )
     g.add_argument("--no-live", dest="live", action="store_false", help="no live view on a terminal")
 
 
@@ -155,7 +147,6 @@ def run_pipeline(args, console) -> int:
             resize=args.resize,
             preprocess=args.preprocess,
             gpu_wait=args.gpu_wait,
-            upstream_nice=args.upstream_nice,
             monitor=live.update if live else None,
             cuda_graph=args.cuda_graph,
             profile=args.use_profile,
@@ -173,8 +164,6 @@ def run_pipeline(args, console) -> int:
 
 
 def _check_numbers(args) -> None:
-    from trtkit.pipeline.threads import MAX_NICE
-
     for option, value, low in (
         ("--batch", args.batch, 1),
         ("--runners", args.runners, 1),
@@ -190,8 +179,6 @@ def _check_numbers(args) -> None:
             raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
         raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
-    if not 0 <= args.upstream_nice <= MAX_NICE:
-        raise InputError(f"--upstream-nice must be from 0 to {MAX_NICE} nice levels, not {args.upstream_nice}")
     if args.nvdec_decoders > 1 and (not args.video or args.decoder == "pyav"):
         raise InputError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"

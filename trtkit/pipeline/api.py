@@ -114,7 +114,6 @@ def run_engine(
     monitor=None,
     switch_interval_s: float | None = None,
     gpu_wait: str | None = None,
-    upstream_nice: int = 0,
     **runner_args,
 ):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
@@ -141,8 +140,6 @@ def run_engine(
             (:meth:`~trtkit.runtime.cuda.Cuda.set_schedule`: ``spin``, ``yield``, ``block`` or ``auto``; None leaves
             it as it is, CUDA's default spinning with one context). ``block`` frees the CPUs the waiting threads
             would spin on for the other stages (an encoder's threads). It is the process's setting for the device.
-        upstream_nice: nice levels the source's and the stages' threads run below the sinks' (see
-            :class:`Pipeline`; 0: all alike).
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
 
     Returns:
@@ -151,18 +148,16 @@ def run_engine(
     Raises:
         InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile;
             ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why);
-            ``gpu_wait`` is not one of the above; ``upstream_nice`` is not a whole number from 0 to 19.
+            ``gpu_wait`` is not one of the above.
         PipelineError: a stage failed (names it and the frame index).
     """
     from trtkit.errors import InputError
-    from trtkit.pipeline.threads import check_nice
     from trtkit.runtime.pool import RunnerPool
 
     if preprocess not in PREPROCESS:
         raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
     if gpu_wait is not None and gpu_wait not in SCHEDULES:
         raise InputError(f"gpu_wait='{gpu_wait}' is not known; use one of: {', '.join(SCHEDULES)} (or None)")
-    check_nice(upstream_nice)
     settings = Settings(
         batch,
         max_wait_ms,
@@ -174,7 +169,6 @@ def run_engine(
         switch_interval_s,
         preprocess,
         gpu_wait,
-        upstream_nice,
     )
     try:
         return _run(
@@ -206,7 +200,6 @@ class Settings:
     switch_interval_s: float | None = None
     preprocess: str = "auto"
     gpu_wait: str | None = None
-    upstream_nice: int = 0
 
 
 PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine's ``preprocess``)
@@ -239,7 +232,6 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
                 queue_size=settings.queue_size,
                 monitor=monitor,
                 switch_interval_s=settings.switch_interval_s,
-                upstream_nice=settings.upstream_nice,
             )
             cuda = pool.runners[0].cuda
             with cuda.scheduled(settings.gpu_wait):

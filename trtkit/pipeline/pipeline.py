@@ -26,7 +26,7 @@ from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
 from trtkit.pipeline.blocks import BlockInferStage, write_block
 from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner, index_of
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
-from trtkit.pipeline.threads import CpuMeter, check_nice, native_name, os_thread
+from trtkit.pipeline.threads import CpuMeter, native_name, os_thread
 
 MONITOR_INTERVAL_S = 0.25
 logger = logging.getLogger("trtkit")
@@ -62,18 +62,12 @@ class Pipeline:
             back after a call that released it (an encoder between FFmpeg calls) waits up to this long while
             another thread runs Python code; a shorter interval bounds that wait, for more thread switches.
             It is the process's setting: pipelines that run at the same time share it.
-        upstream_nice: run the source's and the stages' threads this many nice levels below the sinks' thread
-            (0: all alike). The threads a library starts inside them (FFmpeg's decoder threads) follow them, and an
-            encoder's threads follow the sink's: where the sink's encoder is the slowest stage and the CPUs are
-            shared, its threads get them first, and the stages before it, which have time to spare, wait
-            (Linux; elsewhere it does nothing).
 
     Every thread is named for the operating system after its stage (``tk<i>-<stage>``, in ``top -H``), and so
     are the threads its libraries start; the report's ``cpu`` adds up the CPU time of each stage's threads.
 
     Raises:
-        InputError: ``switch_interval_s`` is not a positive number of seconds; ``upstream_nice`` is not a whole
-            number from 0 to 19.
+        InputError: ``switch_interval_s`` is not a positive number of seconds.
     """
 
     def __init__(
@@ -85,9 +79,7 @@ class Pipeline:
         queue_size: int = 8,
         monitor=None,
         switch_interval_s: float | None = None,
-        upstream_nice: int = 0,
     ):
-        self.upstream_nice = check_nice(upstream_nice)
         if switch_interval_s is not None and not (
             isinstance(switch_interval_s, (int, float))
             and not isinstance(switch_interval_s, bool)
@@ -169,8 +161,8 @@ class Pipeline:
         return report
 
     def _threads(self) -> list:
-        """The source's, the stages' and the sinks' threads, each named for the OS after its stage, the ones before
-        the sinks ``upstream_nice`` levels lower (see :mod:`trtkit.pipeline.threads`); the CPU meter knows them."""
+        """The source's, the stages' and the sinks' threads, each named for the OS after its stage (see
+        :mod:`trtkit.pipeline.threads`); the CPU meter knows them."""
         parts = [(self._read, "trtkit-source", self.source_timer.name)]
         for runner in self.runners:
             parts += [(t.run, t.name, runner.timer.name) for t in runner.threads()]
@@ -179,7 +171,7 @@ class Pipeline:
             os_names.setdefault(stage, native_name(len(os_names), stage))
         self._cpu = meter = CpuMeter({os_name: stage for stage, os_name in os_names.items()})
         threads = [
-            threading.Thread(target=os_thread(work, os_names[stage], self.upstream_nice, meter), name=name, daemon=True)
+            threading.Thread(target=os_thread(work, os_names[stage], meter), name=name, daemon=True)
             for work, name, stage in parts
         ]
         sink = os_thread(self._write, os_names[self.sink_timer.name], meter=meter)

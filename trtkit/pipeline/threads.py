@@ -1,13 +1,14 @@
-"""What the operating system sees of a pipeline's threads: their names, their CPU priority and their CPU time.
+"""What the operating system sees of a pipeline's threads: their names and their CPU time.
 
-    body = os_thread(work, "tk1-preprocess", nice=5)   # names the thread, lowers its priority, then runs work()
-    meter = CpuMeter({"tk1-preprocess": "preprocess"}); meter.sample(); ...; meter.by_stage(elapsed_s)
+    meter = CpuMeter({"tk1-preprocess": "preprocess"})
+    body = os_thread(work, "tk1-preprocess", meter)    # names the thread, runs work(), tells the meter as it ends
+    meter.sample(); ...; meter.by_stage(elapsed_s)
 
-Linux keeps a name, a nice value and CPU counters per thread, and a thread a library starts (FFmpeg's decoder threads,
-libx264's encoder threads) takes its name and nice value from the thread that started it. So a stage's thread that
+Linux keeps a name and CPU counters per thread, and a thread a library starts (FFmpeg's decoder threads, libx264's
+encoder threads) takes its name from the thread that started it. So a stage's thread that
 names itself before it opens a decoder or an encoder also names that library's threads, and its CPU time in
 ``/proc/self/task`` can be added up per stage with them: the cores each stage really keeps busy. Elsewhere
-(macOS, Windows) names, priorities and the meter are left alone: :meth:`CpuMeter.by_stage` gives None.
+(macOS, Windows) names and the meter are left alone: :meth:`CpuMeter.by_stage` gives None.
 """
 
 from __future__ import annotations
@@ -22,25 +23,9 @@ from pathlib import Path
 logger = logging.getLogger("trtkit")
 
 NAME_CHARS = 15  # Linux keeps 15 characters of a thread's name
-MAX_NICE = 19
 _PR_SET_NAME = 15
 _TASKS = Path("/proc/self/task")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # the counters' clock ticks a second
-
-
-def check_nice(levels) -> int:
-    """``levels`` as a count of nice levels to lower threads by (0 to 19).
-
-    Raises:
-        InputError: it is not a whole number from 0 to 19.
-    """
-    from trtkit.errors import InputError
-
-    if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= MAX_NICE:
-        raise InputError(
-            f"upstream_nice={levels!r}: give a whole number of nice levels from 0 (all threads alike) to {MAX_NICE}"
-        )
-    return levels
 
 
 def native_name(index: int, stage: str) -> str:
@@ -64,31 +49,12 @@ def set_native_name(name: str) -> bool:
         return False
 
 
-def lower_priority(levels: int) -> int | None:
-    """Lower the calling thread's CPU priority by ``levels`` nice levels (at most to 19; on Linux the nice value is
-    the thread's own, and threads it starts take it). Any user may lower a priority; raising one back needs
-    privileges. Returns the thread's nice value now, or None where it cannot be set per thread."""
-    if levels <= 0 or not sys.platform.startswith("linux"):
-        return None
-    tid = threading.get_native_id()
-    try:
-        nice = min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, tid) + levels)
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
-        return nice
-    except OSError:
-        logger.debug("could not lower thread %d's priority", tid, exc_info=True)
-        return None
-
-
-def os_thread(work, name: str, nice: int = 0, meter: CpuMeter | None = None):
-    """``work`` wrapped to run in a thread named ``name`` (see :func:`set_native_name`) whose priority is
-    ``nice`` levels below its starter's (see :func:`lower_priority`): the target of a ``threading.Thread``.
-    ``meter`` is told the thread's CPU time as it ends (its counters vanish with it)."""
+def os_thread(work, name: str, meter: CpuMeter | None = None):
+    """``work`` wrapped to run in a thread named ``name`` (see :func:`set_native_name`): the target of a
+    ``threading.Thread``. ``meter`` is told the thread's CPU time as it ends (its counters vanish with it)."""
 
     def body():
         set_native_name(name)
-        if nice:
-            lower_priority(nice)
         try:
             work()
         finally:
