@@ -3,6 +3,7 @@ and the CPU each stage's threads used, in the report."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -92,3 +93,30 @@ def test_without_per_thread_counters_the_meter_says_none(tmp_path):
     meter = CpuMeter({"tk0-decode": "decode"}, tasks=tmp_path / "no-such-dir")
     meter.sample()
     assert meter.by_stage(1.0) is None
+
+
+@linux
+def test_ffmpegs_own_decoder_threads_count_under_the_source(tmp_path):
+    pytest.importorskip("av")
+    from trtkit.pipeline.sources import VideoSource
+    from trtkit.pipeline.video import write_pattern_video
+
+    video = write_pattern_video(tmp_path / "in.mp4", 60, (640, 480), 30, "libx264")
+    decoder_cpu: dict = {}  # FFmpeg's decoder threads (it names them itself) -> their CPU seconds, as last seen
+    earlier = {task.name for task in Path("/proc/self/task").iterdir()}  # other tests' decoders, not yet collected
+
+    def look(frame):
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            if name.startswith("av:h264:df") and task.name not in earlier:
+                fields = stat[stat.rindex(")") + 2 :].split()
+                decoder_cpu[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    source = VideoSource(video, decoder="pyav", decode_threads=3)
+    report = Pipeline(source, [], [CallbackSink(look)]).run()
+    assert decoder_cpu, "FFmpeg started no frame threads of its own"
+    assert report.cpu["stages"][source.name]["cpu_s"] >= sum(decoder_cpu.values())

@@ -169,7 +169,8 @@ class Pipeline:
         os_names: dict = {}  # stage -> the name its threads carry for the OS
         for _, _, stage in parts + [(None, None, self.sink_timer.name)]:
             os_names.setdefault(stage, native_name(len(os_names), stage))
-        self._cpu = meter = CpuMeter({os_name: stage for stage, os_name in os_names.items()})
+        by_name = {os_name: stage for stage, os_name in os_names.items()}
+        self._cpu = meter = CpuMeter(by_name, decoder_stage=self.source_timer.name)
         threads = [
             threading.Thread(target=os_thread(work, os_names[stage], meter), name=name, daemon=True)
             for work, name, stage in parts

@@ -7,7 +7,8 @@
 Linux keeps a name and CPU counters per thread, and a thread a library starts (FFmpeg's decoder threads, libx264's
 encoder threads) takes its name from the thread that started it. So a stage's thread that
 names itself before it opens a decoder or an encoder also names that library's threads, and its CPU time in
-``/proc/self/task`` can be added up per stage with them: the cores each stage really keeps busy. Elsewhere
+``/proc/self/task`` can be added up per stage with them: the cores each stage really keeps busy. FFmpeg names the
+threads of its frame-threaded decoders itself (``av:h264:df0``): those count under the stage that decodes. Elsewhere
 (macOS, Windows) names and the meter are left alone: :meth:`CpuMeter.by_stage` gives None.
 """
 
@@ -81,14 +82,17 @@ class CpuMeter:
     the stage whose name it carries (see :func:`native_name`); threads of no stage (the caller's, a runner pool's)
     count as ``other``.
 
+    ``decoder_stage``: the stage FFmpeg's own decoder threads (``av:<codec>:df<N>``) count under (the source's).
+
     A thread's counters vanish when it ends (an encoder's threads end as it closes), so :meth:`sample` keeps the last
     figure of every thread seen: call it while the run goes (the pipeline does, with its live view's beat) and
     right before anything closes; the pipeline's own threads report theirs as they end (:meth:`ended`). CPU that
     other threads spent after their last sample shows in the process's total only (``unseen_s``).
     """
 
-    def __init__(self, stages: dict, tasks: Path = _TASKS):
+    def __init__(self, stages: dict, tasks: Path = _TASKS, decoder_stage: str | None = None):
         self.stages = dict(stages)  # native name -> stage name
+        self.decoder_stage = decoder_stage
         self.tasks = tasks
         self.available = sys.platform.startswith("linux") and tasks.is_dir()
         self._start: dict = {}  # tid -> CPU seconds when the meter started
@@ -131,6 +135,8 @@ class CpuMeter:
         for tid, (name, cpu) in self._last.items():
             used = max(0.0, cpu - self._start.get(tid, 0.0))
             stage = self.stages.get(name)
+            if stage is None and name.startswith("av:") and ":df" in name:  # FFmpeg's frame-threaded decoder
+                stage = self.decoder_stage
             if stage is None:
                 other += used
             else:
