@@ -43,6 +43,8 @@ def test_video_to_video_with_table_and_json(fake_gpu, engine_file, tmp_path, cap
                                  "pyav", "--json", str(report)], capsys)
     assert code == 0, err
     assert "24 frames in, 24 out" in stdout and "slowest stage" in stdout and "decode" in stdout
+    if sys.platform.startswith("linux"):  # the cores each stage's threads kept busy, in the table and the JSON
+        assert "core" in stdout and {"decode", "encode"} <= set(json.loads(report.read_text())["cpu"]["stages"])
     data = json.loads(report.read_text())
     assert data["frames_in"] == data["frames_out"] == 24 and data["batch"] == 4
     # the pipeline's fill told apart from its steady rate, in the JSON and the summary

@@ -280,12 +280,16 @@ def report_table(report, title: str):
             s.p99_ms,
             round(s.busy_pct, 1),
             None if s.fps_alone is None else round(s.fps_alone, 1),
-            cores.get(name, {}).get("cores"),
+            _two_places(cores.get(name, {}).get("cores")),
         )
         for name, s in report.stages.items()
     ]
     headers = ["stage", "threads", "frames", "avg ms", "min ms", "max ms", "p99 ms", "busy %", "FPS alone", "cores"]
     return table(title, headers, rows)
+
+
+def _two_places(value):
+    return None if value is None else round(value, 2)
 
 
 def render_report(report, console, title: str) -> None:
