@@ -11,7 +11,12 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    the pipeline's batched stage) and encode (PyAV, H.264) each measured alone; then
    ``decode → preprocess → infer → encode`` as one pipeline, preprocessing where ``run_engine`` puts it by default
    (the GPU letterbox where its kernels load; the CPU letterbox alone then does not count among the stages alone).
-   Target: end-to-end FPS >= 0.9 x the slowest stage's.
+   Target: end-to-end FPS >= 0.9 x the slowest stage's. The stages alone run on the video's frames decoded once and
+   held in memory, all of them by default (``--alone-frames``): the encoder alone then encodes exactly the frames
+   the pipeline encodes, in order (``encoder.alone_first_frames_cycled``: the first 300 cycled, the baseline until
+   2026-12-02, which ran 1.22x faster on the H200). Each run records the encoder's CPU a frame alone and inside the
+   pipeline (``encode_cpu_ms_alone`` / ``encode_cpu_ms_pipeline``, from the pipeline report's per-stage ``cpu``)
+   and the cores each stage kept busy (``cores_by_stage``).
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
 5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. Run as a
    block pipeline (``BlockSource`` of stacked batches: one item per batch through every stage and the sink). The
@@ -29,7 +34,8 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    the encoder alone is measured again (the targets read the median of these ratios), and each also against the
    mean of the encoder before and after it (``ratio_bracketed``). ``video_ab`` (``--ab-rounds N``,
    ``--ab-variants``): rounds of the encoder alone and then every variant (``gpu_wait_block``, ``nvdec_device``,
-   ``encoder_threads_N``, ...), in an order turned every round, each against that round's encoder.
+   ``encoder_threads_N``, ``held_frames``: the encoder's own frames through a sink-only pipeline, ...), in an order
+   turned every round, each against that round's encoder.
 6. NVENC (PyAV's h264_nvenc, where the driver's encoder loads): encode frames/s next to libx264's.
    NVDEC (PyNvVideoCodec, where it loads): decode frames/s into device memory vs PyAV's on the same 1080p file,
    and the video pipeline decoding with NVDEC (frames to host memory for the CPU preprocessing), with the GPU's
