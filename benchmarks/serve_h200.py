@@ -162,7 +162,7 @@ class ServeProcess:
 
     def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
                  instances: int | None = None, delay_us: int | None = None, null_model: bool = False,
-                 graphs: str | None = None, trt: str | None = None):
+                 graphs: str | None = None, trt: str | None = None, grpc_pool: int | None = None):
         from trtkit.serve.stub_model import NULL_MODEL_ENV
 
         self.instances = int(instances or args.instances)
@@ -176,6 +176,8 @@ class ServeProcess:
         native = (["--triton-backends", args.triton_backends, "--graph-batches", graphs or args.graph_batches,
                    *tensorrt_options_flag(trt)]
                   if backend == "tensorrt" else [])
+        pool = args.grpc_allocation_pool if grpc_pool is None else grpc_pool
+        native += ["--grpc-allocation-pool", str(pool)] if pool else []  # 0: Triton's own
         cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
                str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
@@ -402,10 +404,11 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
 # (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
-              "shm": str, "trt": str}
+              "shm": str, "trt": str, "grpc_pool": int}
 # a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
-# latency options (trtkit serve --tensorrt-options), joined by '+', or none
-SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt")
+# latency options (trtkit serve --tensorrt-options), joined by '+', or none; grpc_pool: trtkit serve
+# --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8)
+SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool")
 SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
@@ -449,9 +452,10 @@ def _product(text: str) -> list:
             _check_trt_options(axes[key])
             continue
         choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
-        bad = [v for v in axes[key] if (v not in choices if choices else v < (0 if key == "delay_us" else 1))]
+        low = 0 if key in ("delay_us", "grpc_pool") else 1
+        bad = [v for v in axes[key] if (v not in choices if choices else v < low)]
         if bad:
-            accepted = (" or ".join(choices) if choices else "0 or more" if key == "delay_us" else "1 or more")
+            accepted = " or ".join(choices) if choices else f"{low} or more"
             raise ValueError(f"sweep key {key!r}: {', '.join(map(str, bad))} not accepted ({accepted})")
     if not axes:
         raise ValueError(f"sweep part {text.strip()!r} is empty: give e.g. instances=4,8;client_procs=4,8")
@@ -477,7 +481,7 @@ def sweep_groups(settings: list, args) -> list:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
-                **one}
+                "grpc_pool": args.grpc_allocation_pool, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
         client = {"client_procs": full["client_procs"], "shm": full["shm"]}
@@ -506,7 +510,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
                               null_model=server_settings["model"] == "null", graphs=server_settings["graphs"],
-                              trt=server_settings["trt"])
+                              trt=server_settings["trt"], grpc_pool=server_settings["grpc_pool"])
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
@@ -676,6 +680,9 @@ def main() -> int:
     ap.add_argument("--tensorrt-options", default="",
                     help="trtkit serve --tensorrt-options for the tensorrt backend (its latency options, e.g. "
                          "busy_wait_events,eager_batching; default none: Triton's defaults)")
+    ap.add_argument("--grpc-allocation-pool", type=int, default=0,
+                    help="trtkit serve --grpc-allocation-pool (Triton's gRPC request states kept for reuse; default 0: "
+                         "Triton's own, 8)")
     ap.add_argument("--graph-batches", choices=GRAPH_BATCHES, default="every",
                     help="trtkit serve --graph-batches for the tensorrt backend (default every: a CUDA graph for every "
                          "batch size; triton: the backend's own choice of 1, the preferred sizes and the largest)")

@@ -97,7 +97,8 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt, grpc_pool"),
+    ("grpc_pool=-1", "0 or more"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -126,8 +127,8 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
-                graph_batches="every", tensorrt_options="", sweep_perf_analyzer=False, perf_analyzer="on",
-                perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
+                graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, sweep_perf_analyzer=False,
+                perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
                 compare_levels_s=0.0)
     return types.SimpleNamespace(**{**base, **over})
 
@@ -135,7 +136,7 @@ def _args(**over):
 def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
-    same = {"delay_us": 100, "graphs": "every", "trt": "none"}
+    same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0}
     four, eight = {"client_procs": 4, "shm": "system"}, {"client_procs": 8, "shm": "system"}
     assert groups == [
         ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
@@ -155,6 +156,9 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     assert m.tensorrt_options_flag("busy_wait_events+eager_batching+blocking") == [
         "--tensorrt-options", "busy_wait_events,eager_batching,blocking"]
     assert m.tensorrt_options_flag("none") == [] == m.tensorrt_options_flag(None)
+    # each gRPC allocation pool is a server of its own (0: Triton's default)
+    groups = m.sweep_groups(m.parse_sweep("grpc_pool=0,64"), _args(backend="tensorrt"))
+    assert [g["grpc_pool"] for g, _ in groups] == [0, 64]
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):

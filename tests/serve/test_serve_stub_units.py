@@ -152,3 +152,18 @@ def test_a_server_that_dies_while_loading_is_named_with_the_end_of_its_log(tmp_p
     with pytest.raises(ServeError, match=r"exited with code 3 while loading; the end of Triton.s log \(.*triton.log\): "
                                          r"I1201 starting \| E1201 failed to bind.*Address already in use"):
         server.wait_loaded(["m"], timeout_s=5)
+
+
+@pytest.mark.parametrize("pool, flag", [(None, None), (64, "--grpc-infer-allocation-pool-size=64")])
+def test_the_grpc_allocation_pool_reaches_tritonservers_command_line(tmp_path, monkeypatch, pool, flag):
+    from trtkit.serve import stub
+    from trtkit.serve.server import ServeSettings
+
+    started = []
+    monkeypatch.setattr(stub, "prepare_server", lambda workspace, backends, python_stub: tmp_path)
+    monkeypatch.setattr(stub.subprocess, "Popen", lambda command, **kwargs: started.append(command))
+    settings = ServeSettings(grpc_allocation_pool=pool)
+    stub.StubTriton(tmp_path / "repo", settings, tmp_path, tmp_path / "triton.log", env={})
+    (command,) = started
+    pools = [a for a in command if a.startswith("--grpc-infer-allocation-pool-size")]
+    assert pools == ([flag] if flag else [])  # none given: Triton's own default

@@ -206,8 +206,10 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
 
     good, _ = engines
     http_port, grpc_port, metrics_port = free_ports(3)
+    # the stub server keeps 2 gRPC request states for reuse: the 4 requests in flight below go past them
+    pool = ["--grpc-allocation-pool", "2"] if backend == "stub" else []
     child = Child(tmp_path, [str(good), "--shared-memory", "--http-port", str(http_port), "--grpc-port",
-                             str(grpc_port), "--metrics-port", str(metrics_port), "--backend", backend])
+                             str(grpc_port), "--metrics-port", str(metrics_port), "--backend", backend, *pool])
     try:
         child.wait_ready()
         for use_grpc, port in ((True, grpc_port), (False, http_port)):
@@ -242,6 +244,7 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
     (["--strict"], 1, "--strict: every engine must load; could not load '{junk}'"),
     (["--max-batch", "8"], 1, "--max-batch 8 is above the largest batch of engine '{good}' (profile 0 takes 1..4)"),
     (["--instances", "0"], 2, "--instances must be 1 or more, not 0"),  # a usage error
+    (["--grpc-allocation-pool", "0"], 2, "--grpc-allocation-pool must be 1 or more request states, not 0"),
     (["--tensorrt-options", "eager_batching"], 2, "--tensorrt-options are options of Triton's TensorRT backend "
                                                   "(--backend tensorrt), not of the 'stub' backend"),
     (["--backend", "tensorrt", "--tensorrt-options", "output_copy_stream"], 2,

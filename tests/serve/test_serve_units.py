@@ -47,6 +47,7 @@ def test_unbatched_engine_refuses_max_batch(tmp_path):
     ({"max_queue_delay_us": -1}, "max_queue_delay_us must be 0 or more"),
     ({"gpus": (0, 0)}, "give distinct GPU indices"),
     ({"gpus": ()}, "give distinct GPU indices"),
+    ({"grpc_allocation_pool": 0}, "grpc_allocation_pool must be 1 or more request states, not 0"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(TrtkitError, match=message):

@@ -447,6 +447,7 @@ FLAGS = {
     "triton_backends": "--triton-backends",
     "graph_batches": "--graph-batches",
     "tensorrt_options": "--tensorrt-options",
+    "grpc_allocation_pool": "--grpc-allocation-pool",
     "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",

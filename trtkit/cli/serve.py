@@ -89,6 +89,13 @@ def add_arguments(parser) -> None:
         "(spin on CUDA events), eager_batching (the next batch's inputs copied while one computes), blocking (each "
         "instance on a thread of its own); none by default",
     )
+    g.add_argument(
+        "--grpc-allocation-pool",
+        type=int,
+        metavar="N",
+        help="gRPC request states Triton keeps for reuse (its --grpc-infer-allocation-pool-size; default Triton's, 8): "
+        "requests in flight beyond N each make and free their own",
+    )
     options.add_json_option(parser)
 
 
@@ -114,6 +121,7 @@ def run(args, console) -> int:
         triton_backends=args.triton_backends,
         graph_batches=args.graph_batches,
         tensorrt_options=tuple(n for n in args.tensorrt_options.split(",") if n.strip()),  # checked by the settings
+        grpc_allocation_pool=args.grpc_allocation_pool,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

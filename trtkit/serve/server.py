@@ -79,6 +79,9 @@ class ServeSettings:
             :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
             its own); none by default (Triton's defaults). docs/performance.md (Serving) has what each did on the
             H200.
+        grpc_allocation_pool: Triton's ``--grpc-infer-allocation-pool-size``, how many gRPC request/response states
+            its front end keeps for reuse (None: Triton's own, 8); a request in flight beyond that many makes and
+            frees its own.
     """
 
     instances: int = 1
@@ -98,6 +101,7 @@ class ServeSettings:
     triton_backends: str | None = None
     graph_batches: str = "every"
     tensorrt_options: tuple = ()
+    grpc_allocation_pool: int | None = None
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
@@ -133,6 +137,12 @@ class ServeSettings:
             raise UsageError(
                 f"triton_backends is Triton's TensorRT backend's folder, for backend='tensorrt', not {self.backend!r}",
                 field="triton_backends",
+            )
+        if self.grpc_allocation_pool is not None and int(self.grpc_allocation_pool) < 1:
+            raise UsageError(
+                f"grpc_allocation_pool must be 1 or more request states, not {self.grpc_allocation_pool}",
+                field="grpc_allocation_pool",
+                accepted="1 or more (None: Triton's default)",
             )
         if int(self.instances) < 1:
             raise UsageError(
@@ -387,6 +397,7 @@ class Server:
             metrics_port=s.metrics_port,
             exit_timeout_secs=int(s.exit_timeout_s),
             log_file=self.log_file,
+            grpc_infer_allocation_pool_size=s.grpc_allocation_pool,
         )
         self._triton = Triton(config=config, security_config=_security_config(s.shared_memory))
         for model in self.models:

@@ -141,6 +141,7 @@ class StubTriton:
             "grpc-restricted-protocol": rule,
             "http-restricted-api": rule,
             **(backend_config(s) if backends else {}),
+            **({"grpc-infer-allocation-pool-size": int(s.grpc_allocation_pool)} if s.grpc_allocation_pool else {}),
         }
         self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
         self._proc = subprocess.Popen(
