@@ -132,7 +132,7 @@ class CpuMeter:
             return None
         stages: dict = {}
         other = 0.0
-        for tid, (name, cpu) in self._last.items():
+        for tid, (name, cpu) in list(self._last.items()):  # a copy: threads report as they end meanwhile
             used = max(0.0, cpu - self._start.get(tid, 0.0))
             stage = self.stages.get(name)
             if stage is None and name.startswith("av:") and ":df" in name:  # FFmpeg's frame-threaded decoder
