@@ -14,9 +14,9 @@ mode, the inference stage against ``trtkit bench``, NVDEC against PyAV, device m
    Target: end-to-end FPS >= 0.9 x the slowest stage's. The stages alone run on the video's frames decoded once and
    held in memory, all of them by default (``--alone-frames``): the encoder alone then encodes exactly the frames
    the pipeline encodes, in order (``encoder.alone_first_frames_cycled``: the first 300 cycled, the baseline until
-   2026-12-02, which ran 1.22x faster on the H200). Each run records the encoder's CPU a frame alone and inside the
-   pipeline (``encode_cpu_ms_alone`` / ``encode_cpu_ms_pipeline``, from the pipeline report's per-stage ``cpu``)
-   and the cores each stage kept busy (``cores_by_stage``).
+   2026-12-02, a lighter load than the pipeline's: docs/performance.md, Pipelines). Each run records the encoder's
+   CPU a frame alone and inside the pipeline (``encode_cpu_ms_alone`` / ``encode_cpu_ms_pipeline``, from the
+   pipeline report's per-stage ``cpu``) and the cores each stage kept busy (``cores_by_stage``).
 4. Folder: JPEG images (640x480) through ``decode → preprocess → infer`` (images/s).
 5. Infer stage vs ``trtkit.bench`` (same engine, batch, CUDA graphs, copies included): target >= 0.9x. Run as a
    block pipeline (``BlockSource`` of stacked batches: one item per batch through every stage and the sink). The
@@ -93,7 +93,7 @@ class Sizes:
         self.video = (160, 96) if fake else (1920, 1080)
         self.video_frames = 40 if fake else 600
         # frames held in memory for the stage-alone runs: the whole video, so the encoder alone encodes exactly the
-        # pipeline's frames (its first 300 cycled twice encoded 1.22x faster on the H200: docs/performance.md)
+        # pipeline's frames (its first 300 cycled twice are less work: docs/performance.md, Pipelines)
         self.alone_frames = self.video_frames
         self.folder_images = 30 if fake else 1000
         self.leak_frames = 300 if fake else 10_000

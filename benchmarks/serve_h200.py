@@ -177,8 +177,8 @@ class ServeProcess:
                    *tensorrt_options_flag(trt)]
                   if backend == "tensorrt" else [])
         pool = args.grpc_allocation_pool if grpc_pool is None else grpc_pool
-        native += ["--grpc-allocation-pool", str(pool)] if pool else []  # 0: Triton's own
-        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native,
+        grpc = ["--grpc-allocation-pool", str(pool)] if pool else []  # 0: Triton's own
+        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native, *grpc,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
                str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
@@ -722,6 +722,9 @@ def main() -> int:
     except ValueError:
         ap.error(f"--perf-analyzer-levels {args.perf_analyzer_levels} / --perf-analyzer-ms {args.perf_analyzer_ms}: "
                  "give levels of 1 or more (e.g. 1,8,64) and a window of 100 ms or more")
+    if args.grpc_allocation_pool < 0:
+        ap.error(f"--grpc-allocation-pool {args.grpc_allocation_pool}: give 1 or more request states, or 0 for "
+                 "Triton's own")
     if args.sweep:
         try:
             parse_sweep(args.sweep)

@@ -124,6 +124,13 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_a_negative_grpc_allocation_pool_exits_2_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), "--grpc-allocation-pool", "-1",
+                           "--results", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "--grpc-allocation-pool -1: give 1 or more request states" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
