@@ -43,7 +43,11 @@ Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's s
 compute_infer, compute_output), the batch sizes executed and ``busy_frac``, the instances' compute time over the
 clients' warm-up and level (near 1: the server is the limit); ``client_cpu_frac``: each client process's CPU over its
 level (near 1: that process, one core and one GIL, is the limit) and ``client_cpu_us_per_request``;
-``host_cpu_busy_frac``: every core of the host over the whole step (the client processes' start included).
+``server_threads``: the server's CPU (``trtkit serve`` and every process under it) in cores, by process and its
+busiest threads (one near 1.0 is a limit of its own: Triton 2.51 serves every unary gRPC call on two front-end
+threads, every stream on a third); ``host_cpu_busy_frac``: every core of the host over the whole step (the client
+processes' start included). ``--stream-procs`` N: the first N client processes send over a gRPC stream each
+(``stream_procs`` in the sweep too).
 
 Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
 server's output there. Each step's failure is recorded in ``errors`` instead of stopping the run; the JSON is written
@@ -224,14 +228,18 @@ class ServeProcess:
 CLIENT_WARMUP_S = 0.5  # each client process's warm-up at its level's concurrency, before the level
 
 
+CLIENT_MODES = ("unary", "stream")  # a gRPC call per request, or every request of the process over one gRPC stream
+
+
 def client_main(argv: list) -> int:
-    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY``."""
+    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY
+    MODE`` (MODE one of :data:`CLIENT_MODES`)."""
     from trtkit.bench.serving import LoadSettings, load_test
 
-    url, model, concurrency, duration_s, max_requests, out, shared_memory = argv
+    url, model, concurrency, duration_s, max_requests, out, shared_memory, mode = argv
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
                             max_requests=int(max_requests), warmup_s=CLIENT_WARMUP_S, grpc=True, keep_latencies=True,
-                            shared_memory=shared_memory)
+                            shared_memory=shared_memory, streaming=mode == "stream")
     (result,) = load_test(url, model, settings)
     data = result.to_json()
     # this process's CPU over the level: near 1.0 (one core, one GIL) is a client at its limit
@@ -241,17 +249,20 @@ def client_main(argv: list) -> int:
 
 
 def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path,
-         shared_memory: str = "none") -> dict:
-    """``concurrency`` workers spread over up to ``procs`` client processes; their results merged."""
+         shared_memory: str = "none", stream_procs: int = 0) -> dict:
+    """``concurrency`` workers spread over up to ``procs`` client processes; their results merged. The first
+    ``stream_procs`` of the processes send theirs over a gRPC stream each (Triton serves streams on a front-end
+    thread apart from its two for unary calls), the others a gRPC call per request."""
     import numpy as np
 
     n = max(1, min(procs, concurrency))
     shares = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
     caps = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
     outs = [workdir / f"client-{concurrency}-{i}-{time.monotonic_ns()}.json" for i in range(n)]
+    modes = [CLIENT_MODES[1] if i < stream_procs else CLIENT_MODES[0] for i in range(n)]
     clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
-                                 str(cap), str(out), shared_memory], cwd=ROOT)
-               for c, cap, out in zip(shares, caps, outs)]
+                                 str(cap), str(out), shared_memory, mode], cwd=ROOT)
+               for c, cap, out, mode in zip(shares, caps, outs, modes)]
     for c in clients:
         c.wait(timeout=duration_s + 300)
     parts = [json.loads(o.read_text()) for o in outs if o.exists()]
@@ -263,7 +274,7 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     requests = sum(p["requests"] for p in parts)
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
             "failed": sum(p["failed"] for p in parts), "requests": requests,
-            "client_procs": n, "wall_s": max(p["wall_s"] for p in parts),
+            "client_procs": n, "stream_procs": modes.count("stream"), "wall_s": max(p["wall_s"] for p in parts),
             "client_cpu_frac": [p["cpu_frac"] for p in parts],
             # the clients' CPU per answered request: what one client process can send at most is 1e6 / this
             "client_cpu_us_per_request": round(1e6 * sum(p["cpu_s"] for p in parts) / max(requests, 1), 1),
@@ -338,12 +349,63 @@ def host_cpu_ticks() -> tuple:
     return sum(fields) - idle, sum(fields)
 
 
+def descendants(pid: int) -> list:
+    """``pid`` and every process under it (``/proc/<pid>/stat``'s parent field), parents first."""
+    parents: dict = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        parents.setdefault(int(text[text.rindex(")") + 2:].split()[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop(0))
+        todo += parents.get(found[-1], [])
+    return found
+
+
+def server_threads(pid: int) -> dict:
+    """``{(pid, tid): (process name, thread name, CPU seconds)}`` of every thread of ``pid`` (``trtkit serve``) and
+    the processes under it (tritonserver, its backends' stub processes)."""
+    from trtkit.pipeline.threads import read_threads
+
+    found: dict = {}
+    for proc in descendants(pid):
+        try:
+            comm = Path(f"/proc/{proc}/comm").read_text().strip()
+        except OSError:
+            continue
+        for tid, (name, cpu) in read_threads(Path(f"/proc/{proc}/task")).items():
+            found[(proc, tid)] = (comm, name, cpu)
+    return found
+
+
+def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dict | None:
+    """The server's CPU between two :func:`server_threads` readings: ``cores`` in all, ``by_process`` and the
+    ``busiest`` threads (a thread near 1.0 is a limit of its own, whatever the cores left idle: Triton 2.51 serves
+    every unary gRPC call on two threads)."""
+    if not after:
+        return None
+    used = {key: (comm, name, cpu - before.get(key, (comm, name, 0.0))[2]) for key, (comm, name, cpu) in after.items()}
+    by_process: dict = {}
+    for (comm, _, cpu) in used.values():
+        by_process[comm] = by_process.get(comm, 0.0) + cpu
+    busiest = sorted(used.items(), key=lambda kv: -kv[1][2])[:top]
+    return {"cores": round(sum(c for _, _, c in used.values()) / wall_s, 3),
+            "by_process": {k: round(v / wall_s, 3) for k, v in sorted(by_process.items(), key=lambda kv: -kv[1])},
+            "busiest": [{"process": comm, "thread": name, "tid": int(tid), "cores": round(cpu / wall_s, 3)}
+                        for (_, tid), (comm, name, cpu) in busiest]}
+
+
 def measured_level(server, url: str, concurrency: int, procs: int, duration_s: float, workdir: Path,
-                   shared_memory: str) -> dict:
+                   shared_memory: str, stream_procs: int = 0) -> dict:
     """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
-    pytriton keeps its statistics endpoint behind its token) and the host's CPU use."""
+    pytriton keeps its statistics endpoint behind its token), the server's CPU by thread and the host's CPU use."""
     before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
-    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory)
+    threads0, t0 = server_threads(server.proc.pid), time.monotonic()
+    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs)
+    threads1, t1 = server_threads(server.proc.pid), time.monotonic()
     after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
     # the stats count the clients' warm-up too, not their start (imports, connecting: the server idles then), so
     # busy_frac is over the warm-up and the level
@@ -351,6 +413,8 @@ def measured_level(server, url: str, concurrency: int, procs: int, duration_s: f
     unread = next((s for s in (before, after) if isinstance(s, str)), None)
     result["server"] = unread or stats_delta(before, after, wall, server.instances)
     total = ticks1[1] - ticks0[1]
+    # over the clients' start too (the server idles then): a thread's figure is a floor of its share of the level
+    result["server_threads"] = threads_delta(threads0, threads1, t1 - t0)
     result["host_cpu_busy_frac"] = round((ticks1[0] - ticks0[0]) / total, 3) if total > 0 else None
     result["host_cpus"] = os.cpu_count()
     return result
@@ -404,7 +468,7 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
 # (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
-              "shm": str, "trt": str, "grpc_pool": int}
+              "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int}
 # a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
 # latency options (trtkit serve --tensorrt-options), joined by '+', or none; grpc_pool: trtkit serve
 # --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8)
@@ -452,7 +516,7 @@ def _product(text: str) -> list:
             _check_trt_options(axes[key])
             continue
         choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
-        low = 0 if key in ("delay_us", "grpc_pool") else 1
+        low = 0 if key in ("delay_us", "grpc_pool", "stream_procs") else 1
         bad = [v for v in axes[key] if (v not in choices if choices else v < low)]
         if bad:
             accepted = " or ".join(choices) if choices else f"{low} or more"
@@ -475,16 +539,16 @@ def _check_trt_options(values: list) -> None:
 
 def sweep_groups(settings: list, args) -> list:
     """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
-    ``[(server settings, [{"client_procs": N, "shm": KIND}, ...])]``."""
+    ``[(server settings, [{"client_procs": N, "shm": KIND, "stream_procs": M}, ...])]``."""
     groups: dict = {}
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
-                "grpc_pool": args.grpc_allocation_pool, **one}
+                "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
-        client = {"client_procs": full["client_procs"], "shm": full["shm"]}
+        client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"]}
         if client not in clients:
             clients.append(client)
     return [(dict(zip(SERVER_KEYS, key)), clients) for key, clients in groups.items()]
@@ -515,7 +579,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
             for client in clients:
-                n, shm = client["client_procs"], client["shm"]
+                n, shm, streams = client["client_procs"], client["shm"], client["stream_procs"]
                 run = {**server_settings, **client, "grpc": {}}
                 if status:
                     run["ready_s"] = round(status["ready_s"], 3)
@@ -526,9 +590,11 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                                else f"not run: {left:.0f} s left before the deadline")
                         continue
                     level = run["grpc"][str(c)] = step(
-                        results, f"{tag}.procs{n}.{shm}.c{c}", lambda c=c, n=n, shm=shm, server=server: measured_level(
-                            server, url, c, n, args.sweep_s, workdir, shm))
-                    log(f"{tag} {server_settings} procs {n} {shm} c{c}: {(level or {}).get('ips')} images/s")
+                        results, f"{tag}.procs{n}.streams{streams}.{shm}.c{c}",
+                        lambda c=c, n=n, shm=shm, streams=streams, server=server: measured_level(
+                            server, url, c, n, args.sweep_s, workdir, shm, streams))
+                    log(f"{tag} {server_settings} procs {n} (streams {streams}) {shm} c{c}: "
+                        f"{(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
             if args.sweep_perf_analyzer and results["perf_analyzer"].get("available"):
@@ -595,7 +661,7 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
-                server, url, c, args.client_procs, level_s, workdir, args.shared_memory))
+                server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
         if pa_levels:
             # the soak and the comparison keep their share: a slow perf_analyzer level is cut short, not them
@@ -642,11 +708,11 @@ def soak_share_s(args) -> float:
 
 def soak_run(url: str, args, workdir: Path) -> dict:
     # warm-up: every batch size's graph captured before the memory is read
-    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory)
+    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs)
     before = device_free_bytes()
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - LOAD_OVERHEAD_S
     result = load(url, 64, args.client_procs, max(5.0, min(args.soak_s, left)), args.soak_requests, workdir,
-                  args.shared_memory)
+                  args.shared_memory, args.stream_procs)
     after = device_free_bytes()
     return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
             "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
@@ -664,6 +730,10 @@ def main() -> int:
                     "backend stub and handler thread, the serial part of a batch's way through pytriton)")
     ap.add_argument("--max-queue-delay-us", type=int, default=100)
     ap.add_argument("--client-procs", type=int, default=4)
+    ap.add_argument("--stream-procs", type=int, default=0,
+                    help="how many of the client processes send over a gRPC stream each (Triton's ModelStreamInfer, "
+                         "served on a front-end thread apart from the two of unary calls) instead of a call per "
+                         "request (default 0)")
     ap.add_argument("--duration-s", type=float, default=8.0, help="seconds of load per concurrency level")
     ap.add_argument("--bench-s", type=float, default=5.0, help="seconds of trtkit bench --streams 2")
     ap.add_argument("--soak-requests", type=int, default=100_000)
@@ -722,6 +792,8 @@ def main() -> int:
     except ValueError:
         ap.error(f"--perf-analyzer-levels {args.perf_analyzer_levels} / --perf-analyzer-ms {args.perf_analyzer_ms}: "
                  "give levels of 1 or more (e.g. 1,8,64) and a window of 100 ms or more")
+    if not 0 <= args.stream_procs <= args.client_procs:
+        ap.error(f"--stream-procs {args.stream_procs}: give 0 to --client-procs ({args.client_procs}) processes")
     if args.grpc_allocation_pool < 0:
         ap.error(f"--grpc-allocation-pool {args.grpc_allocation_pool}: give 1 or more request states, or 0 for "
                  "Triton's own")

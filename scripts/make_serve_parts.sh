@@ -15,7 +15,8 @@
 #        run once: apt-get download fetches libb64-0d)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYENV_310:-$(pyenv root)/versions/$(pyenv versions --bare | grep -m1 '^3\.10\.')}/bin/python3.10
+# awk reads every line (grep -m1 would stop early, and pyenv's SIGPIPE fail the script under pipefail)
+PY=${PYENV_310:-$(pyenv root)/versions/$(pyenv versions --bare | awk '/^3\.10\./ && !found { print; found = 1 }')}/bin/python3.10
 WORK=$(mktemp -d /tmp/trtkit-serve.XXXX); trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/all" "$WORK/sw"
 

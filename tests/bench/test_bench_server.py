@@ -23,6 +23,8 @@ from trtkit.cli import main as cli_main
      "--shared-memory posix: give one of none, system, cuda"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "cuda", "--cuda-device", "-1"],
      "--cuda-device must be 0 or more, not -1"),
+    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--streaming"],
+     "--streaming needs gRPC (Triton streams inference over gRPC only); add --grpc or leave --streaming off"),
 ])
 def test_refused_before_any_load(args, says, capsys):
     assert cli_main.main(args) == 2  # usage errors
@@ -60,6 +62,63 @@ def test_level_counts_failures_and_stops_at_the_request_cap():
     assert result.errors == ["RuntimeError: model says no"]
     assert result.ips == pytest.approx(2 * result.rps, rel=0.01) and result.p50_ms <= result.p99_ms
     assert result.wall_s < 10
+
+
+class _Response:
+    def __init__(self, rid: str):
+        self.id = rid
+
+
+class _Answer:
+    def __init__(self, rid: str):
+        self.rid = rid
+
+    def get_response(self):
+        return _Response(self.rid)
+
+
+class _StreamClient:
+    """One stream: answers its requests two at a time in the reverse order they came; request 3 is answered with an
+    error (which, as in tritonclient, carries no id); with ``break_after``, the stream breaks after that many."""
+
+    def __init__(self, break_after: int | None = None):
+        self.break_after, self.seen, self.ended = break_after, [], False
+
+    def stream_infer(self, requests):
+        async def answers():
+            held = []
+            async for request in requests:
+                self.seen.append(request["request_id"])
+                if self.break_after is not None and len(self.seen) > self.break_after:
+                    raise ConnectionError("stream reset by peer")
+                held.append(request["request_id"])
+                if len(held) == 2:
+                    for rid in reversed(held):
+                        yield (None, RuntimeError("model says no")) if rid == "3" else (_Answer(rid), None)
+                    held = []
+            for rid in held:
+                yield _Answer(rid), None
+            self.ended = True
+
+        return answers()
+
+
+def test_stream_level_matches_answers_to_requests_by_id_and_counts_failures():
+    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=8, grpc=True, streaming=True,
+                                    timeout_s=5.0)
+    client = _StreamClient()
+    result = asyncio.run(serving._stream_level(client, "m", [], 2, settings, settings.max_requests))
+    assert (result.requests, result.failed) == (7, 1) and result.errors == ["RuntimeError: model says no"]
+    assert client.seen == [str(i) for i in range(1, 9)] and client.ended  # every request sent, the stream closed
+    assert result.p50_ms <= result.p99_ms and result.wall_s < 10
+
+
+def test_a_broken_stream_fails_the_requests_waiting_on_it_and_ends_the_level():
+    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=50, grpc=True, streaming=True,
+                                    timeout_s=5.0)
+    result = asyncio.run(serving._stream_level(_StreamClient(break_after=4), "m", [], 2, settings, 50))
+    assert result.requests == 3 and result.failed >= 1  # 1, 2 and 4 answered (3 an error), then the stream broke
+    assert "ConnectionError: stream reset by peer" in result.errors and result.wall_s < 5
 
 
 def _grpc_result(data: bytes):

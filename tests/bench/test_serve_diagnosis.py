@@ -97,8 +97,10 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
-    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt, grpc_pool"),
+    ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt, grpc_pool, "
+                 "stream_procs"),
     ("grpc_pool=-1", "0 or more"),
+    ("stream_procs=-1", "0 or more"),
     ("instances", "KEY=V1,V2"),
     ("instances=4;instances=8", "given twice"),
     ("instances=", "no values"),
@@ -124,17 +126,23 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_negative_grpc_allocation_pool_exits_2_before_anything_runs(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), "--grpc-allocation-pool", "-1",
+@pytest.mark.parametrize("extra, says", [
+    (["--grpc-allocation-pool", "-1"], "--grpc-allocation-pool -1: give 1 or more request states"),
+    (["--client-procs", "4", "--stream-procs", "5"], "--stream-procs 5: give 0 to --client-procs (4) processes"),
+    (["--stream-procs", "-1"], "--stream-procs -1: give 0 to --client-procs"),
+])
+def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), *extra,
                            "--results", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 2 and "--grpc-allocation-pool -1: give 1 or more request states" in proc.stderr
+    assert proc.returncode == 2 and says in proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 
 def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
-                graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, sweep_perf_analyzer=False,
+                graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, stream_procs=0,
+                sweep_perf_analyzer=False,
                 perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
                 compare_levels_s=0.0)
     return types.SimpleNamespace(**{**base, **over})
@@ -144,7 +152,8 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
     same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0}
-    four, eight = {"client_procs": 4, "shm": "system"}, {"client_procs": 8, "shm": "system"}
+    four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0},
+                   {"client_procs": 8, "shm": "system", "stream_procs": 0})
     assert groups == [
         ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
         ({"model": "runner", "backend": "stub", "instances": 4, **same}, [four, eight]),
@@ -155,7 +164,10 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
         ("tensorrt", 1, "every"), ("tensorrt", 1, "triton"), ("tensorrt", 2, "every"), ("tensorrt", 2, "triton")]
     # how the clients send inputs shares a server, as their process count does
     groups = m.sweep_groups(m.parse_sweep("instances=3;shm=system,cuda"), _args(shared_memory="cuda"))
-    assert [clients for _, clients in groups] == [[four, {"client_procs": 4, "shm": "cuda"}]]
+    assert [clients for _, clients in groups] == [[four, {"client_procs": 4, "shm": "cuda", "stream_procs": 0}]]
+    # so does how many client processes send over a gRPC stream
+    groups = m.sweep_groups(m.parse_sweep("stream_procs=0,4"), _args())
+    assert [clients for _, clients in groups] == [[four, {**four, "stream_procs": 4}]]
     # each set of the tensorrt backend's options is a server of its own
     groups = m.sweep_groups(m.parse_sweep("trt=none,busy_wait_events+eager_batching"), _args(backend="tensorrt"))
     assert [g["trt"] for g, _ in groups] == ["none", "busy_wait_events+eager_batching"]
@@ -249,7 +261,8 @@ def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_w
     m = _script()
     servers = []
     monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: servers.append(_Server(*a, **k)) or servers[-1])
-    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, s, w, shm: {"ips": 1.0, "client_procs": n})
+    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, s, w, shm, streams: {"ips": 1.0,
+                                                                                           "client_procs": n})
     # 18 s left after the stop reserve: 4 instances need 1 + 10 + one level; 8 instances' stop is taken as 20 s
     args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 18)
     out = m.run_sweep(Path("unused.engine"), args, tmp_path, {"errors": {}}, start_s=1.0, stop_s=10.0)
@@ -283,3 +296,50 @@ def test_a_client_process_with_no_answer_is_merged_with_its_errors_not_a_key_err
     merged = m.load("127.0.0.1:1", 64, 2, 1.0, 1000, tmp_path)
     assert merged["ips"] == 100.0 and merged["failed"] == 12 and merged["p50_ms"] == 2.0
     assert merged["errors"] == ["DEADLINE_EXCEEDED: no answer in 60 s"]
+
+
+def test_client_processes_are_told_to_stream_or_call_and_the_merge_counts_the_streams(tmp_path, monkeypatch):
+    import json
+
+    m = _script()
+    modes = []
+
+    class Client:
+        def __init__(self, argv, cwd):
+            modes.append(argv[-1])
+            Path(argv[8]).write_text(json.dumps({"ips": 10.0, "requests": 5, "failed": 0, "wall_s": 0.5,
+                                                 "cpu_frac": 0.5, "cpu_s": 0.25, "errors": [],
+                                                 "latencies_ms": [1.0]}))
+
+        def wait(self, timeout):
+            return 0
+
+    monkeypatch.setattr(m.subprocess, "Popen", Client)
+    merged = m.load("127.0.0.1:1", 64, 3, 1.0, 1000, tmp_path, "cuda", stream_procs=1)
+    assert modes == ["stream", "unary", "unary"] and merged["stream_procs"] == 1 and merged["client_procs"] == 3
+
+
+def test_server_threads_name_the_busiest_threads_of_the_server_and_the_processes_under_it():
+    m = _script()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in m.descendants(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert m.descendants(os.getpid())[0] == os.getpid() and child.pid in m.descendants(os.getpid())
+        found = m.server_threads(os.getpid())
+        assert (os.getpid(), str(os.getpid())) in found and any(pid == child.pid for pid, _ in found)
+    finally:
+        child.kill()
+        child.wait()
+    # two handler threads at a core each, the rest nearly idle: the busiest come first, by process
+    before = {(1, "11"): ("tritonserver", "tritonserver", 10.0), (1, "12"): ("tritonserver", "tritonserver", 10.0),
+              (1, "13"): ("tritonserver", "grpc_global_tim", 1.0), (2, "21"): ("triton_python_b", "stub", 0.0)}
+    after = {(1, "11"): ("tritonserver", "tritonserver", 12.0), (1, "12"): ("tritonserver", "tritonserver", 11.9),
+             (1, "13"): ("tritonserver", "grpc_global_tim", 1.1), (2, "21"): ("triton_python_b", "stub", 0.5),
+             (1, "14"): ("tritonserver", "new", 0.2)}  # a thread that started during the level counts from 0
+    got = m.threads_delta(before, after, wall_s=2.0, top=3)
+    assert got["cores"] == pytest.approx((2.0 + 1.9 + 0.1 + 0.5 + 0.2) / 2)
+    assert got["by_process"] == {"tritonserver": pytest.approx(2.1), "triton_python_b": 0.25}
+    assert [(t["tid"], t["cores"]) for t in got["busiest"]] == [(11, 1.0), (12, 0.95), (21, 0.25)]
+    assert m.threads_delta(before, {}, wall_s=2.0) is None  # the server was gone

@@ -55,7 +55,7 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     out = tmp_path / "out"
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
                 "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"),
-                "--sweep", "model=null;client_procs=1,2", "--sweep-s", "0.5", timeout=280)
+                "--sweep", "model=null;client_procs=1,2 | model=null;stream_procs=1", "--sweep-s", "0.5", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
     assert json.loads((tmp_path / "results" / "serve-h200.json").read_text()) == data
@@ -70,6 +70,9 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
         assert sum(server["batch_sizes"].values()) == server["executions"] and 0 < server["busy_frac"]
         assert server["per_request_us"]["compute_infer"] > 0 and 0 < figures["host_cpu_busy_frac"] <= 1
         assert len(figures["client_cpu_frac"]) == 1 and figures["client_cpu_frac"][0] > 0
+        # the server's CPU by thread: trtkit serve, tritonserver and the stubs under it
+        threads = figures["server_threads"]
+        assert threads["cores"] > 0 and "tritonserver" in threads["by_process"] and threads["busiest"][0]["cores"] > 0
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
     assert data["grpc"]["shared_memory"] == "system" and data["level_s"] == 0.5  # inputs through shared memory
     assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
@@ -78,8 +81,10 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     compared = data["compare"]["grpc"]["concurrency"]["64"]
     assert compared["ips"] > 0 and compared["server"].startswith("not read: HTTPError: HTTP Error 403")
     sweep = data["sweep"]
-    assert sweep["skipped"] == [] and [(r["model"], r["client_procs"]) for r in sweep["runs"]] == [("null", 1),
-                                                                                                  ("null", 2)]
+    # one server for all three: the second part differs in its clients only (one process over a gRPC stream)
+    assert sweep["skipped"] == [] and [(r["model"], r["client_procs"], r["stream_procs"]) for r in sweep["runs"]] == [
+        ("null", 1, 0), ("null", 2, 0), ("null", 1, 1)]
+    assert sweep["runs"][2]["grpc"]["64"]["stream_procs"] == 1
     for run in sweep["runs"]:
         level = run["grpc"]["64"]
         assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"]

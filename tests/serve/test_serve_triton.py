@@ -159,11 +159,13 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
 
         from trtkit.bench.serving import LoadSettings, load_test
 
-        for use_grpc, port in ((False, http_port), (True, grpc_port)):
+        # HTTP, gRPC calls and one gRPC stream (ModelStreamInfer) per level
+        for use_grpc, streaming, port in ((False, False, http_port), (True, False, grpc_port),
+                                          (True, True, grpc_port)):
             load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
-                                grpc=use_grpc)
+                                grpc=use_grpc, streaming=streaming)
             results = load_test(f"127.0.0.1:{port}", "tiny", load)
-            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)]
+            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)], results
             assert all(r.p50_ms <= r.p90_ms <= r.p99_ms and r.ips > 0 for r in results)
         # pytriton keeps the shared-memory protocol closed unless trtkit serve --shared-memory opens it
         with pytest.raises(ServeError, match="did not take the system shared-memory region of input 'x'.*restricted"):

@@ -14,6 +14,11 @@ request (a server on this host only). With ``shared_memory="cuda"`` (perf_analyz
 input is written once into device memory on GPU ``cuda_device`` of this host and shared with the server by its CUDA IPC
 handle, so a server whose backend runs on the GPU (Triton's TensorRT backend) takes the input device to device,
 without the copy through page-locked host memory. Outputs come back in the answers either way.
+
+With ``streaming=True`` (gRPC only; perf_analyzer's ``--streaming``) the requests go over one bidirectional stream
+(``ModelStreamInfer``) instead of one call each: the workers put their requests on the stream and a reader matches the
+answers to them by request id. Triton serves unary calls and streams on front-end threads of their own (Triton 2.51:
+two for unary calls, one for every stream), so the two kinds of load reach different threads.
 """
 
 from __future__ import annotations
@@ -59,8 +64,15 @@ class LoadSettings:
     keep_latencies: bool = False  # LoadResult.latencies_ms (to merge the levels of several client processes)
     shared_memory: str = "none"  # "system"/"cuda": inputs in shared-memory regions (a server on this host only)
     cuda_device: int = 0  # with shared_memory="cuda": the GPU of the inputs' regions
+    streaming: bool = False  # gRPC only: the requests over one bidirectional stream instead of a call each
 
     def check(self) -> None:
+        if self.streaming and not self.grpc:
+            raise UsageError(
+                "streaming needs gRPC (Triton streams inference over gRPC only); add grpc=True or leave streaming off",
+                field="streaming",
+                accepted="with grpc=True",
+            )
         if self.shared_memory not in SHARED_MEMORY:
             raise UsageError(
                 f"shared_memory={self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
@@ -144,11 +156,12 @@ async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
         if settings.shared_memory != "none":
             await _inputs_in_shared_memory(client, inputs, regions, url, settings.shared_memory, settings.cuda_device)
         results = []
+        run_level = _stream_level if settings.streaming else _level
         for level in settings.concurrency:
             warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
             if settings.warmup_s > 0:
-                await _level(client, model, inputs, int(level), warm, settings.max_requests, outputs)
-            results.append(await _level(client, model, inputs, int(level), settings, settings.max_requests, outputs))
+                await run_level(client, model, inputs, int(level), warm, settings.max_requests, outputs)
+            results.append(await run_level(client, model, inputs, int(level), settings, settings.max_requests, outputs))
         return results
     finally:
         try:
@@ -313,6 +326,85 @@ async def _level(
     start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return _level_result(concurrency, settings, latencies, errors, wall, cpu)
+
+
+async def _stream_level(
+    client, model: str, inputs: list, concurrency: int, settings: LoadSettings, cap: int, outputs=()
+) -> LoadResult:
+    """:func:`_level` over one gRPC stream: ``concurrency`` workers put their requests on it, each with an id of its
+    own, and a reader hands each answer to the worker whose id it carries. An answer that is an error carries no id
+    (tritonclient keeps only the message), so it goes to the request waiting longest."""
+    inputs = [item for item, _ in inputs]
+    latencies: list = []
+    errors: list = []
+    budget = [cap]
+    deadline = time.perf_counter() + settings.duration_s
+    loop = asyncio.get_running_loop()
+    sends: asyncio.Queue = asyncio.Queue()
+    waiting: dict = {}  # request id -> future of its answer, oldest first
+    ids = iter(range(1, 1 << 62))
+
+    async def requests():
+        while (request := await sends.get()) is not None:
+            yield request
+
+    async def read(answers):
+        why: Exception = ServeError("The server ended the stream before it answered")
+        try:
+            async for result, error in answers:
+                if error is None:
+                    future = waiting.pop(result.get_response().id, None)
+                elif waiting:
+                    future = waiting.pop(next(iter(waiting)))
+                else:
+                    continue
+                if future is not None and not future.done():
+                    future.set_result((result, error))
+        except Exception as exc:  # the stream broke
+            why = exc
+            raise
+        finally:  # every request still waiting fails with the reason
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(why)
+            waiting.clear()
+
+    async def worker():
+        while budget[0] > 0 and time.perf_counter() < deadline and not reader.done():
+            budget[0] -= 1
+            rid = str(next(ids))
+            future = waiting[rid] = loop.create_future()
+            start = time.perf_counter()
+            await sends.put({"model_name": model, "inputs": inputs, "request_id": rid})
+            try:
+                result, error = await asyncio.wait_for(future, settings.timeout_s)
+                took = (time.perf_counter() - start) * 1e3
+                if error is not None:
+                    raise error
+                check_outputs(result, outputs)
+            except Exception as exc:  # a failed request is counted and the load goes on
+                waiting.pop(rid, None)
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            latencies.append(took)
+
+    start, cpu = time.perf_counter(), time.process_time()
+    reader = asyncio.ensure_future(read(client.stream_infer(requests())))
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await sends.put(None)  # ends the stream once every request put on it is answered
+        try:
+            await asyncio.wait_for(reader, settings.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the requests it failed are counted; a level with none says why
+            if not errors and not latencies:
+                errors.append(f"{type(exc).__name__}: {exc}")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return _level_result(concurrency, settings, latencies, errors, wall, cpu)
+
+
+def _level_result(concurrency: int, settings: LoadSettings, latencies: list, errors: list, wall: float, cpu: float):
     done = sorted(latencies)
 
     def pct(q):

@@ -17,6 +17,12 @@ def add_server_options(parser) -> None:
     )
     g.add_argument("--grpc", action="store_true", help="use gRPC (default HTTP)")
     g.add_argument(
+        "--streaming",
+        action="store_true",
+        help="with --grpc: every request over one bidirectional stream (Triton's ModelStreamInfer, served on a "
+        "front-end thread apart from unary calls) instead of a call each",
+    )
+    g.add_argument(
         "--requests",
         type=int,
         default=100_000,
@@ -59,11 +65,12 @@ def run_server_load(args, console) -> int:
         warmup_s=args.warmup_ms / 1000,
         batch=args.batch,
         grpc=args.grpc,
+        streaming=args.streaming,
         shared_memory=args.shared_memory,
         cuda_device=args.cuda_device,
     )
     results = load_test(args.server, args.server_model, settings)
-    protocol = "gRPC" if args.grpc else "HTTP"
+    protocol = ("gRPC stream" if args.streaming else "gRPC") if args.grpc else "HTTP"
     render(
         results, console, title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch})"
     )

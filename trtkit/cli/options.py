@@ -460,6 +460,7 @@ FLAGS = {
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
     "cuda_device": "--cuda-device",
+    "streaming": "--streaming",
 }
 
 
@@ -482,6 +483,7 @@ SWITCHES = {
     "version_compatible": ("--version-compatible", ""),
     "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
     "strict": ("--strict", "no --strict"),
+    "grpc": ("--grpc", "no --grpc"),
     "force": ("--force", "no --force"),
     "on_log": ("--verbose", "no --verbose"),
     "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),

@@ -66,7 +66,7 @@ def os_thread(work, name: str, meter: CpuMeter | None = None):
 
 
 def _read_task(stat: Path) -> tuple | None:
-    """(name, CPU seconds) of one thread from its ``/proc/self/task/<tid>/stat``; None once it has ended."""
+    """(name, CPU seconds) of one thread from its ``/proc/<pid>/task/<tid>/stat``; None once it has ended."""
     try:
         text = stat.read_text()
     except OSError:
@@ -75,6 +75,21 @@ def _read_task(stat: Path) -> tuple | None:
     fields = text[text.rindex(")") + 2 :].split()
     ticks = int(fields[11]) + int(fields[12])  # utime and stime, the 14th and 15th fields of the whole line
     return name, ticks / _TICKS
+
+
+def read_threads(tasks: Path = _TASKS) -> dict:
+    """``{tid: (name, CPU seconds)}`` of every thread in ``tasks`` (``/proc/self/task``, or another process's
+    ``/proc/<pid>/task``); empty where it cannot be read (the process has ended, not Linux)."""
+    found: dict = {}
+    try:
+        tids = [p.name for p in tasks.iterdir()]
+    except OSError:
+        return found
+    for tid in tids:
+        task = _read_task(tasks / tid / "stat")
+        if task is not None:
+            found[tid] = task
+    return found
 
 
 class CpuMeter:
@@ -102,16 +117,7 @@ class CpuMeter:
             self._start = {tid: cpu for tid, (_, cpu) in self._read().items()}
 
     def _read(self) -> dict:
-        found: dict = {}
-        try:
-            tids = [p.name for p in self.tasks.iterdir()]
-        except OSError:
-            return found
-        for tid in tids:
-            task = _read_task(self.tasks / tid / "stat")
-            if task is not None:
-                found[tid] = task
-        return found
+        return read_threads(self.tasks)
 
     def sample(self) -> None:
         """Read every thread's counters now."""
