@@ -5,7 +5,9 @@ In one call:
 
 1. ResNet-50 (torchvision, random weights, seed 0) exported by the torch venv; built FP16 with trtkit (TensorRT's own
    tactic sources: the GPU bundle stubs cuBLAS/cuDNN), profile batch 1/32/32; cached by ONNX sha256 in ``--cache``.
-2. ``bench_streams2_ips``: ``trtkit bench --streams 2`` on that engine at batch 32 (CUDA graphs, copies included).
+2. ``bench_streams2_ips``: ``trtkit bench --streams 2`` on that engine at batch 32 (CUDA graphs, copies included);
+   with ``--bench-batches 4,8``, ``bench_at_served_batches``: the same at those batches with ``--instances`` streams
+   (the GPU alone at the batch sizes the server forms).
 3. ``trtkit serve --backend`` (``--backend``, default ``stub``: the runners inside Triton's Python backend stubs) on
    that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``) in a child process; ``ready_s``: from
    the engines described to Triton ready with the model (the server's own figure; the stub backend's runners load
@@ -140,12 +142,22 @@ def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = Fals
     return path
 
 
-def bench_streams2(engine: Path, duration_s: float, uint8: bool = False) -> float:
+def bench_streams2(engine: Path, duration_s: float, uint8: bool = False, batch: int = MAX_BATCH,
+                   streams: int = 2) -> float:
     from trtkit.bench import BenchSettings, benchmark
 
-    result = benchmark(engine, BenchSettings(shapes={INPUT: input_shape(MAX_BATCH, uint8)}, streams=2, cuda_graph=True,
-                                             duration_s=duration_s, e2e=False))
+    result = benchmark(engine, BenchSettings(shapes={INPUT: input_shape(batch, uint8)}, streams=streams,
+                                             cuda_graph=True, duration_s=duration_s, e2e=False))
     return round(result.items_per_s, 1)
+
+
+def bench_served_batches(engine: Path, args) -> dict:
+    """``trtkit bench`` at the batch sizes the server forms (``--bench-batches``), with as many streams as the main
+    run's instances: what the GPU carries at those batches alone, the ceiling of serving batches that small."""
+    out: dict = {"streams": int(args.instances)}
+    for b in (int(v) for v in args.bench_batches.split(",") if v.strip()):
+        out[str(b)] = bench_streams2(engine, args.bench_s, args.input_uint8, batch=b, streams=int(args.instances))
+    return out
 
 
 # --- server ---------------------------------------------------------------------------------------------------------
@@ -607,9 +619,9 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
             stopped = step(results, f"{tag}.stop", server.stop)
             for run in runs:
                 run["stop"] = stopped
-            if args.out and server.log_file.exists():
-                path = server.log_file
-                step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
+            for path in (server.output, server.log_file):
+                if args.out and path.exists():
+                    step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
         results["sweep"] = out
     return out
 
@@ -736,6 +748,10 @@ def main() -> int:
                          "request (default 0)")
     ap.add_argument("--duration-s", type=float, default=8.0, help="seconds of load per concurrency level")
     ap.add_argument("--bench-s", type=float, default=5.0, help="seconds of trtkit bench --streams 2")
+    ap.add_argument("--bench-batches", default="",
+                    help="also trtkit bench the engine at these batch sizes (e.g. 4,8,16) with --instances streams: "
+                         "what the GPU carries alone at the batches the server forms (results "
+                         "'bench_at_served_batches')")
     ap.add_argument("--soak-requests", type=int, default=100_000)
     ap.add_argument("--soak-s", type=float, default=60.0, help="the soak's own seconds, reserved before the levels")
     ap.add_argument("--shared-memory", choices=("system", "cuda", "none"), default="system",
@@ -792,6 +808,11 @@ def main() -> int:
     except ValueError:
         ap.error(f"--perf-analyzer-levels {args.perf_analyzer_levels} / --perf-analyzer-ms {args.perf_analyzer_ms}: "
                  "give levels of 1 or more (e.g. 1,8,64) and a window of 100 ms or more")
+    try:
+        if any(not 1 <= int(b) <= MAX_BATCH for b in args.bench_batches.split(",") if b.strip()):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--bench-batches {args.bench_batches}: give batch sizes from 1 to {MAX_BATCH}, e.g. 4,8,16")
     if not 0 <= args.stream_procs <= args.client_procs:
         ap.error(f"--stream-procs {args.stream_procs}: give 0 to --client-procs ({args.client_procs}) processes")
     if args.grpc_allocation_pool < 0:
@@ -870,6 +891,9 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
         return
     results["bench_streams2_ips"] = step(results, "bench_streams2",
                                          lambda: bench_streams2(engine, args.bench_s, args.input_uint8))
+    if args.bench_batches:
+        results["bench_at_served_batches"] = step(results, "bench_at_served_batches",
+                                                  lambda: bench_served_batches(engine, args))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
                                                          True, anchor=True)) or {}
     keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend")

@@ -130,6 +130,8 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--grpc-allocation-pool", "-1"], "--grpc-allocation-pool -1: give 1 or more request states"),
     (["--client-procs", "4", "--stream-procs", "5"], "--stream-procs 5: give 0 to --client-procs (4) processes"),
     (["--stream-procs", "-1"], "--stream-procs -1: give 0 to --client-procs"),
+    (["--bench-batches", "4,64"], "--bench-batches 4,64: give batch sizes from 1 to 32"),
+    (["--bench-batches", "four"], "--bench-batches four: give batch sizes from 1 to 32"),
 ])
 def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), *extra,

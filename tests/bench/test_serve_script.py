@@ -96,9 +96,13 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
 def test_input_uint8_builds_an_nhwc_uint8_engine_and_benches_it(tmp_path):
     # requests of uint8 pixels carry a quarter of the float input's bytes; the bench figure is the same engine's
     out = tmp_path / "out"
-    proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "r" / "serve-h200.json"), "--input-uint8")
+    proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "r" / "serve-h200.json"), "--input-uint8",
+                "--bench-batches", "4,8")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
+    # the GPU alone at the batch sizes a server forms, with a stream per instance
+    batches = data["bench_at_served_batches"]
+    assert batches["streams"] == 2 and batches["4"] > 0 and batches["8"] > 0, data["errors"]
     assert data["engine"]["input"] == {"shape": [32, 224, 224, 3], "dtype": "uint8"}
     assert "-u8nhwc-" in data["engine"]["path"] and data["bench_streams2_ips"] > 0, data["errors"]
     assert data["settings"]["input_uint8"] is True

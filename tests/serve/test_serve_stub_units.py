@@ -154,6 +154,37 @@ def test_a_server_that_dies_while_loading_is_named_with_the_end_of_its_log(tmp_p
         server.wait_loaded(["m"], timeout_s=5)
 
 
+def test_a_server_that_dies_while_serving_says_how_and_what_it_printed(tmp_path):
+    """A crash (Triton prints the signal and its stack to stderr, not to its log) is named with what it printed."""
+    import signal
+    import subprocess
+    import sys
+
+    from trtkit.serve.stub import StubTriton, console_path
+
+    log = tmp_path / "triton.log"
+    server = StubTriton.__new__(StubTriton)
+    server.log_file, server.output_file = log, console_path(log)
+    assert server.output_file == tmp_path / "triton.log.stderr"
+    with open(server.output_file, "wb") as out:
+        server._proc = subprocess.Popen(
+            [sys.executable, "-c", "import os, sys, time; print('Signal (11) received.'); print(' 0# 0x55 in "
+             "tritonserver', flush=True); os.kill(os.getpid(), 9)"], stdout=out, stderr=subprocess.STDOUT)
+    server._proc.wait()
+    assert server.exit_reason() == (f"killed by signal 9 (SIGKILL); it printed ({server.output_file}): "
+                                    "Signal (11) received. | 0# 0x55 in tritonserver")
+    server._proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    server._proc.wait()
+    server.output_file.write_text("")
+    assert server.exit_reason() == "exit code 1"  # nothing printed: nothing quoted
+    server._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert server.exit_reason() is None  # still running
+    finally:
+        server._proc.send_signal(signal.SIGKILL)
+        server._proc.wait()
+
+
 @pytest.mark.parametrize("pool, flag", [(None, None), (64, "--grpc-infer-allocation-pool-size=64")])
 def test_the_grpc_allocation_pool_reaches_tritonservers_command_line(tmp_path, monkeypatch, pool, flag):
     from trtkit.serve import stub

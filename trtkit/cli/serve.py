@@ -133,7 +133,10 @@ def run(args, console) -> int:
         finally:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
-        console.print("stopping: finishing requests in flight" if asked else "Triton exited")
+        reason = None if asked else server.exit_reason()
+        console.print(
+            "stopping: finishing requests in flight" if asked else f"Triton exited{f': {reason}' if reason else ''}"
+        )
     console.print("stopped")
     return 0 if asked else 1
 

@@ -460,6 +460,11 @@ class Server:
             return self._stub.is_alive()
         return self._triton is not None and self._triton.is_alive()
 
+    def exit_reason(self) -> str | None:
+        """Why Triton ended on its own (exit code or signal, and the last lines it printed), None while it runs or
+        where it is not known (the pytriton backend runs Triton out of sight)."""
+        return self._stub.exit_reason() if self._stub is not None else None
+
     def request_stop(self) -> None:
         """Make :meth:`wait` return (safe from a signal handler)."""
         self._stop.set()

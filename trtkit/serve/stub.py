@@ -144,17 +144,24 @@ class StubTriton:
             **({"grpc-infer-allocation-pool-size": int(s.grpc_allocation_pool)} if s.grpc_allocation_pool else {}),
         }
         self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
-        self._proc = subprocess.Popen(
-            self.command,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_end_with_parent,
-        )
+        # what tritonserver prints itself besides its log: a crash's signal and stack go to its stderr
+        self.output_file = console_path(self.log_file)
+        with open(self.output_file, "wb") as output:
+            self._proc = subprocess.Popen(
+                self.command,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_end_with_parent,
+            )
 
     def is_alive(self) -> bool:
         return self._proc.poll() is None
+
+    def exit_reason(self) -> str | None:
+        """Why tritonserver ended (its exit code or signal, and the last lines it printed), None while it runs."""
+        return exit_reason(self._proc.poll(), getattr(self, "output_file", None))
 
     def _index(self, timeout_s: float):
         """Triton's model repository index (``POST /v2/repository/index``, behind the token)."""
@@ -183,6 +190,7 @@ class StubTriton:
             if not self.is_alive():
                 raise ServeError(
                     f"tritonserver exited with code {self._proc.returncode} while loading{log_tail(self.log_file, 3)}"
+                    + printed(getattr(self, "output_file", None), 3)
                 )
             try:
                 index = self._index(timeout_s=5.0)
@@ -208,6 +216,35 @@ class StubTriton:
         except subprocess.TimeoutExpired:
             os.killpg(self._proc.pid, signal.SIGKILL)
             return self._proc.wait(timeout=30)
+
+
+def console_path(log_file: Path) -> Path:
+    """Where tritonserver's own output goes: beside its log, ``<log>.stderr``."""
+    return log_file.with_name(log_file.name + ".stderr")
+
+
+def exit_reason(code: int | None, output_file: Path | None) -> str | None:
+    """``"killed by signal 9 (SIGKILL); it printed (<file>): a | b"`` for a process that ended with ``code`` (a
+    ``Popen.returncode``), None for one still running."""
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            how = f"killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exit code {code}"
+    return how + printed(output_file)
+
+
+def printed(output_file: Path | None, lines: int = 6) -> str:
+    """``"; it printed (<file>): a | b"``: the last lines a process printed, ``""`` when it printed nothing."""
+    try:
+        tail = Path(output_file).read_text(errors="replace").strip().splitlines()[-lines:] if output_file else []
+    except OSError:
+        tail = []
+    return f"; it printed ({output_file}): " + " | ".join(line.strip() for line in tail) if tail else ""
 
 
 def _end_with_parent() -> None:
