@@ -219,6 +219,13 @@ class ServeProcess:
             time.sleep(0.2)
         raise TimeoutError(f"trtkit serve not ready after {timeout_s} s: {self.tail()}")
 
+    def files(self) -> tuple:
+        """What the server leaves to read: trtkit serve's output, Triton's log and what tritonserver printed itself
+        (a crash's signal and stack)."""
+        from trtkit.serve.stub import console_path
+
+        return self.output, self.log_file, console_path(self.log_file)
+
     def tail(self) -> str:
         return self.output.read_text(errors="replace")[-1500:] if self.output.exists() else ""
 
@@ -619,7 +626,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
             stopped = step(results, f"{tag}.stop", server.stop)
             for run in runs:
                 run["stop"] = stopped
-            for path in (server.output, server.log_file):
+            for path in server.files():
                 if args.out and path.exists():
                     step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
         results["sweep"] = out
@@ -685,7 +692,7 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
             out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
     finally:
         out["stop"] = step(results, f"{tag}.stop", server.stop)
-        for path in (server.output, server.log_file):
+        for path in server.files():
             if args.out and path.exists():
                 step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
     return out

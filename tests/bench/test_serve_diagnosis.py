@@ -251,6 +251,9 @@ class _Server:
     def __init__(self, *args, **kwargs):
         self.kwargs, self.log_file = kwargs, Path("no-such.log")
 
+    def files(self):
+        return (self.log_file,)
+
     def wait_ready(self, timeout_s):
         return {"ready_s": 0.5}
 
