@@ -401,8 +401,8 @@ def server_threads(pid: int) -> dict:
 
 
 def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dict | None:
-    """The server's CPU between two :func:`server_threads` readings: ``cores`` in all, ``by_process`` and the
-    ``busiest`` threads (a thread near 1.0 is a limit of its own, whatever the cores left idle: Triton 2.51 serves
+    """The server's CPU between two :func:`server_threads` readings ``wall_s`` apart (``window_s``): ``cores`` in
+    all, ``by_process`` and the ``busiest`` threads (a thread near 1.0 is a limit of its own, whatever the cores left idle: Triton 2.51 serves
     every unary gRPC call on two threads)."""
     if not after:
         return None
@@ -411,7 +411,7 @@ def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dic
     for (comm, _, cpu) in used.values():
         by_process[comm] = by_process.get(comm, 0.0) + cpu
     busiest = sorted(used.items(), key=lambda kv: -kv[1][2])[:top]
-    return {"cores": round(sum(c for _, _, c in used.values()) / wall_s, 3),
+    return {"window_s": round(wall_s, 2), "cores": round(sum(c for _, _, c in used.values()) / wall_s, 3),
             "by_process": {k: round(v / wall_s, 3) for k, v in sorted(by_process.items(), key=lambda kv: -kv[1])},
             "busiest": [{"process": comm, "thread": name, "tid": int(tid), "cores": round(cpu / wall_s, 3)}
                         for (_, tid), (comm, name, cpu) in busiest]}
