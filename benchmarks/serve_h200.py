@@ -402,8 +402,8 @@ def server_threads(pid: int) -> dict:
 
 def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dict | None:
     """The server's CPU between two :func:`server_threads` readings ``wall_s`` apart (``window_s``): ``cores`` in
-    all, ``by_process`` and the ``busiest`` threads (a thread near 1.0 is a limit of its own, whatever the cores left idle: Triton 2.51 serves
-    every unary gRPC call on two threads)."""
+    all, ``by_process`` and the ``busiest`` threads (a thread near 1.0 is a limit of its own, whatever the cores left
+    idle: Triton 2.51 serves every unary gRPC call on two threads)."""
     if not after:
         return None
     used = {key: (comm, name, cpu - before.get(key, (comm, name, 0.0))[2]) for key, (comm, name, cpu) in after.items()}
