@@ -173,6 +173,9 @@ def test_a_server_that_dies_while_serving_says_how_and_what_it_printed(tmp_path)
     server._proc.wait()
     assert server.exit_reason() == (f"killed by signal 9 (SIGKILL); it printed ({server.output_file}): "
                                     "Signal (11) received. | 0# 0x55 in tritonserver")
+    # a caught signal's stack is quoted from the signal on: the frames nearest the crash
+    server.output_file.write_text("I1203 serving\nSignal (11) received.\n" + "".join(f" {i}# f{i}\n" for i in range(9)))
+    assert server.exit_reason().endswith("): Signal (11) received. | 0# f0 | 1# f1 | 2# f2 | 3# f3 | 4# f4")
     server._proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
     server._proc.wait()
     server.output_file.write_text("")

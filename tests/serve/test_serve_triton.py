@@ -276,6 +276,29 @@ def test_port_in_use_is_named(tmp_path, engines):
     assert f"gRPC port {grpc_port} on 127.0.0.1 is in use by pid {os.getpid()}" in " ".join(proc.stderr.split())
 
 
+def test_a_triton_that_crashes_is_named_with_its_signal_and_what_it_printed(tmp_path, engines):
+    """Triton prints a crash's signal and stack to its stderr, not to its log: trtkit serve keeps that output and says
+    how Triton ended (a SIGSEGV sent from here stands in for the Python backend's crash under gRPC streams)."""
+    good, _ = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    log = tmp_path / "triton.log"
+    child = Child(tmp_path, [str(good), "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+                             "--metrics-port", str(metrics_port), "--log-file", str(log)])
+    try:
+        child.wait_ready()
+        triton = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+                  if p.read_text().rsplit(")", 1)[-1].split()[1] == str(child.proc.pid)
+                  and "tritonserver" in Path(p.parent / "comm").read_text()]
+        assert len(triton) == 1, triton
+        os.kill(triton[0], signal.SIGSEGV)
+        assert child.finish() == 1
+    finally:
+        child.kill()
+    out = " ".join(child.output().split())
+    assert "Triton exited: killed by signal 11 (SIGSEGV); it printed (" in out and "Signal (11) received." in out
+    assert "Signal (11) received." in (tmp_path / "triton.log.stderr").read_text()
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, strict):
     good, _ = engines

@@ -239,12 +239,16 @@ def exit_reason(code: int | None, output_file: Path | None) -> str | None:
 
 
 def printed(output_file: Path | None, lines: int = 6) -> str:
-    """``"; it printed (<file>): a | b"``: the last lines a process printed, ``""`` when it printed nothing."""
+    """``"; it printed (<file>): a | b"``: what a process printed last, ``""`` when it printed nothing. Where
+    tritonserver names a signal it caught (``Signal (11) received.``, then its stack, innermost frame first), the
+    quote starts there: the frames nearest the crash say where it was."""
     try:
-        tail = Path(output_file).read_text(errors="replace").strip().splitlines()[-lines:] if output_file else []
+        text = Path(output_file).read_text(errors="replace").strip().splitlines() if output_file else []
     except OSError:
-        tail = []
-    return f"; it printed ({output_file}): " + " | ".join(line.strip() for line in tail) if tail else ""
+        text = []
+    caught = [i for i, line in enumerate(text) if line.startswith("Signal (")]
+    quoted = text[caught[-1] : caught[-1] + lines] if caught else text[-lines:]
+    return f"; it printed ({output_file}): " + " | ".join(line.strip() for line in quoted) if quoted else ""
 
 
 def _end_with_parent() -> None:
