@@ -24,6 +24,7 @@ two for unary calls, one for every stream), so the two kinds of load reach diffe
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,8 @@ import numpy as np
 
 from trtkit.bench.stats import percentile
 from trtkit.errors import DependencyError, ServeError, UsageError
+
+logger = logging.getLogger("trtkit")
 
 # Triton data type -> numpy dtype, for the random inputs
 _DTYPES = {
@@ -257,6 +260,12 @@ async def _inputs(client, module, model: str, settings: LoadSettings, url: str) 
     meta = await client.get_model_metadata(model, **({"as_json": True} if settings.grpc else {}))
     config = await client.get_model_config(model, **({"as_json": True} if settings.grpc else {}))
     config = config.get("config", config)
+    if settings.streaming and config.get("backend") == "python":
+        logger.warning(
+            "Model '%s' runs on Triton's Python backend, which crashed Triton 2.51 (SIGSEGV in its execute) under "
+            "gRPC streams in trtkit's tests; if the server dies, load it with unary calls (streaming=False)",
+            model,
+        )
     batched = int(config.get("max_batch_size", 0)) > 0
     inputs = []
     rng = np.random.default_rng(0)

@@ -484,6 +484,7 @@ SWITCHES = {
     "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
     "strict": ("--strict", "no --strict"),
     "grpc": ("--grpc", "no --grpc"),
+    "streaming": ("--streaming", "no --streaming"),
     "force": ("--force", "no --force"),
     "on_log": ("--verbose", "no --verbose"),
     "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
