@@ -222,7 +222,7 @@ class ServeProcess:
     def files(self) -> tuple:
         """What the server leaves to read: trtkit serve's output, Triton's log and what tritonserver printed itself
         (a crash's signal and stack)."""
-        from trtkit.serve.stub import console_path
+        from trtkit.serve.logs import console_path
 
         return self.output, self.log_file, console_path(self.log_file)
 

@@ -160,7 +160,8 @@ def test_a_server_that_dies_while_serving_says_how_and_what_it_printed(tmp_path)
     import subprocess
     import sys
 
-    from trtkit.serve.stub import StubTriton, console_path
+    from trtkit.serve.logs import console_path
+    from trtkit.serve.stub import StubTriton
 
     log = tmp_path / "triton.log"
     server = StubTriton.__new__(StubTriton)

@@ -29,7 +29,7 @@ from pathlib import Path
 from trtkit._atomic import write_text_atomic
 from trtkit.errors import ServeError
 from trtkit.serve import stub_model
-from trtkit.serve.logs import log_tail
+from trtkit.serve.logs import console_path, log_tail, printed
 from trtkit.serve.native import backend_config
 
 # the administrative protocols closed behind the token (shared-memory too unless clients may use it)
@@ -117,6 +117,8 @@ class StubTriton:
             be theirs and the Python backend gets no stub.
     """
 
+    output_file: Path | None = None  # what tritonserver printed outside its log (set once it is started)
+
     def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict, backends: tuple = ()):
         self.settings, self.log_file = settings, Path(log_file)
         self._token = secrets.token_hex(16)
@@ -161,7 +163,7 @@ class StubTriton:
 
     def exit_reason(self) -> str | None:
         """Why tritonserver ended (its exit code or signal, and the last lines it printed), None while it runs."""
-        return exit_reason(self._proc.poll(), getattr(self, "output_file", None))
+        return exit_reason(self._proc.poll(), self.output_file)
 
     def _index(self, timeout_s: float):
         """Triton's model repository index (``POST /v2/repository/index``, behind the token)."""
@@ -190,7 +192,7 @@ class StubTriton:
             if not self.is_alive():
                 raise ServeError(
                     f"tritonserver exited with code {self._proc.returncode} while loading{log_tail(self.log_file, 3)}"
-                    + printed(getattr(self, "output_file", None), 3)
+                    + printed(self.output_file, 3)
                 )
             try:
                 index = self._index(timeout_s=5.0)
@@ -218,11 +220,6 @@ class StubTriton:
             return self._proc.wait(timeout=30)
 
 
-def console_path(log_file: Path) -> Path:
-    """Where tritonserver's own output goes: beside its log, ``<log>.stderr``."""
-    return log_file.with_name(log_file.name + ".stderr")
-
-
 def exit_reason(code: int | None, output_file: Path | None) -> str | None:
     """``"killed by signal 9 (SIGKILL); it printed (<file>): a | b"`` for a process that ended with ``code`` (a
     ``Popen.returncode``), None for one still running."""
@@ -236,19 +233,6 @@ def exit_reason(code: int | None, output_file: Path | None) -> str | None:
     else:
         how = f"exit code {code}"
     return how + printed(output_file)
-
-
-def printed(output_file: Path | None, lines: int = 6) -> str:
-    """``"; it printed (<file>): a | b"``: what a process printed last, ``""`` when it printed nothing. Where
-    tritonserver names a signal it caught (``Signal (11) received.``, then its stack, innermost frame first), the
-    quote starts there: the frames nearest the crash say where it was."""
-    try:
-        text = Path(output_file).read_text(errors="replace").strip().splitlines() if output_file else []
-    except OSError:
-        text = []
-    caught = [i for i, line in enumerate(text) if line.startswith("Signal (")]
-    quoted = text[caught[-1] : caught[-1] + lines] if caught else text[-lines:]
-    return f"; it printed ({output_file}): " + " | ".join(line.strip() for line in quoted) if quoted else ""
 
 
 def _end_with_parent() -> None:
