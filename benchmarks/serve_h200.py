@@ -9,12 +9,16 @@ In one call:
    with ``--bench-batches 4,8``, ``bench_at_served_batches``: the same at those batches with ``--instances`` streams
    (the GPU alone at the batch sizes the server forms).
 3. ``trtkit serve --backend`` (``--backend``, default ``stub``: the runners inside Triton's Python backend stubs) on
-   that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``) in a child process; ``ready_s``: from
+   that engine (``--instances``, ``--max-batch 32``, ``--max-queue-delay-us``, ``--preferred-batch``) in a child
+   process; ``ready_s``: from
    the engines described to Triton ready with the model (the server's own figure; the stub backend's runners load
    inside it), ``start_s`` from the command's start.
 4. ``grpc``: load over gRPC at concurrency 1, 8 and 64, one request of batch 1 at a time per worker, from
-   ``--client-procs`` client processes (one Python client cannot make the requests/s of a batch-32 engine); their
-   latencies are merged before the percentiles are taken. With ``--shared-memory system`` (the default) the server
+   ``--client-procs`` client processes (one Python client cannot make the requests/s of a batch-32 engine), started
+   together: each connects and sets up its inputs, and when all are ready their warm-ups and levels begin at once
+   (``clients_ready_s``: how long the slowest took), so the levels overlap; their latencies are merged before the
+   percentiles are taken. ``--client-nice`` lowers the clients' priority where they share the host's cores with
+   the server. With ``--shared-memory system`` (the default) the server
    is started with ``--shared-memory`` and each client writes its input once into system shared memory, so requests
    carry only the region's name (perf_analyzer's ``--shared-memory system``); ``none`` sends the input in every
    request; ``cuda`` writes it once into device memory on GPU 0 instead (CUDA IPC). Each level runs
@@ -35,9 +39,10 @@ In one call:
    its ``grpc64_vs_bench_streams2``.
 7. ``sweep`` (with ``--sweep``): a server of its own per setting of the model (``runner``, or ``null``: the stubs
    answer zeros with no runner, a diagnostic ceiling of Triton, the Python backend and the clients alone), instances
-   and batcher delay, loaded at ``--sweep-levels`` (default 64) for ``--sweep-s`` per number of client processes;
-   ``skipped`` names what would not have ended before ``--deadline-s``. With ``--sweep-perf-analyzer`` each sweep
-   server is also loaded by perf_analyzer at ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``).
+   and batcher delay (``preferred``: ``--preferred-batch``'s sizes), loaded at ``--sweep-levels`` (default 64) for
+   ``--sweep-s`` per number of client processes; ``skipped`` names what would not have ended before
+   ``--deadline-s``. With ``--sweep-perf-analyzer`` each sweep server is also loaded by perf_analyzer at
+   ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``).
 8. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
 Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
@@ -178,7 +183,8 @@ class ServeProcess:
 
     def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
                  instances: int | None = None, delay_us: int | None = None, null_model: bool = False,
-                 graphs: str | None = None, trt: str | None = None, grpc_pool: int | None = None):
+                 graphs: str | None = None, trt: str | None = None, grpc_pool: int | None = None,
+                 preferred: str | None = None):
         from trtkit.serve.stub_model import NULL_MODEL_ENV
 
         self.instances = int(instances or args.instances)
@@ -194,7 +200,8 @@ class ServeProcess:
                   if backend == "tensorrt" else [])
         pool = args.grpc_allocation_pool if grpc_pool is None else grpc_pool
         grpc = ["--grpc-allocation-pool", str(pool)] if pool else []  # 0: Triton's own
-        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native, *grpc,
+        batches = preferred_flag(args.preferred_batch if preferred is None else preferred)
+        cmd = [sys.executable, *launcher, "serve", str(engine), *shared, "--backend", backend, *native, *grpc, *batches,
                "--instances", str(self.instances), "--max-batch", str(MAX_BATCH), "--max-queue-delay-us",
                str(args.max_queue_delay_us if delay_us is None else delay_us), "--gpus", gpus,
                "--http-port", str(args.port), "--grpc-port", str(args.port + 1), "--metrics-port",
@@ -251,15 +258,26 @@ CLIENT_MODES = ("unary", "stream")  # a gRPC call per request, or every request 
 
 
 def client_main(argv: list) -> int:
-    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY
-    MODE`` (MODE one of :data:`CLIENT_MODES`)."""
+    """One client process: ``--client URL MODEL CONCURRENCY DURATION_S MAX_REQUESTS RESULT_JSON SHARED_MEMORY GO NICE
+    MODE`` (MODE one of :data:`CLIENT_MODES`). Once connected with its inputs set up, it writes ``RESULT_JSON.ready``
+    and waits for the file ``GO`` (its parent makes it when every client is ready), so that the levels of all the
+    processes run at the same time; ``NICE`` above 0 lowers its priority (the server's threads go first)."""
     from trtkit.bench.serving import LoadSettings, load_test
 
-    url, model, concurrency, duration_s, max_requests, out, shared_memory, mode = argv
+    url, model, concurrency, duration_s, max_requests, out, shared_memory, go, nice, mode = argv
+    if int(nice) > 0:
+        os.nice(int(nice))
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
                             max_requests=int(max_requests), warmup_s=CLIENT_WARMUP_S, grpc=True, keep_latencies=True,
                             shared_memory=shared_memory, streaming=mode == "stream")
-    (result,) = load_test(url, model, settings)
+
+    def ready():
+        Path(out + ".ready").touch()
+        deadline = time.monotonic() + CLIENT_START_TIMEOUT_S
+        while not Path(go).exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    (result,) = load_test(url, model, settings, ready=ready)
     data = result.to_json()
     # this process's CPU over the level: near 1.0 (one core, one GIL) is a client at its limit
     data["cpu_frac"] = round(result.cpu_s / max(result.wall_s, 1e-9), 3)
@@ -267,21 +285,43 @@ def client_main(argv: list) -> int:
     return 0
 
 
+# how long client processes may take to start (imports, connecting, their inputs) before the level starts anyway
+CLIENT_START_TIMEOUT_S = 120.0
+
+
+def start_together(clients: list, outs: list, go: Path, timeout_s: float = CLIENT_START_TIMEOUT_S) -> float:
+    """Wait until every client process is ready (its ``.ready`` file), has already written its result or has ended,
+    then make ``go``, which starts their load at once. Returns the seconds the slowest took to get ready."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    while time.monotonic() < deadline:
+        if all(Path(str(o) + ".ready").exists() or o.exists() or c.poll() is not None for c, o in zip(clients, outs)):
+            break
+        time.sleep(0.005)
+    go.touch()
+    return round(time.monotonic() - t0, 2)
+
+
 def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path,
-         shared_memory: str = "none", stream_procs: int = 0) -> dict:
-    """``concurrency`` workers spread over up to ``procs`` client processes; their results merged. The first
+         shared_memory: str = "none", stream_procs: int = 0, nice: int = 0) -> dict:
+    """``concurrency`` workers spread over up to ``procs`` client processes, started together (each connects and
+    sets up its inputs first; then all begin their warm-up and level at once); their results merged. The first
     ``stream_procs`` of the processes send theirs over a gRPC stream each (Triton serves streams on a front-end
-    thread apart from its two for unary calls), the others a gRPC call per request."""
+    thread apart from its two for unary calls), the others a gRPC call per request; ``nice`` lowers the client
+    processes' priority."""
     import numpy as np
 
     n = max(1, min(procs, concurrency))
     shares = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
     caps = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
-    outs = [workdir / f"client-{concurrency}-{i}-{time.monotonic_ns()}.json" for i in range(n)]
+    stamp = time.monotonic_ns()
+    outs = [workdir / f"client-{concurrency}-{i}-{stamp}.json" for i in range(n)]
+    go = workdir / f"go-{concurrency}-{stamp}"
     modes = [CLIENT_MODES[1] if i < stream_procs else CLIENT_MODES[0] for i in range(n)]
     clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
-                                 str(cap), str(out), shared_memory, mode], cwd=ROOT)
+                                 str(cap), str(out), shared_memory, str(go), str(int(nice)), mode], cwd=ROOT)
                for c, cap, out, mode in zip(shares, caps, outs, modes)]
+    start_s = start_together(clients, outs, go)
     for c in clients:
         c.wait(timeout=duration_s + 300)
     parts = [json.loads(o.read_text()) for o in outs if o.exists()]
@@ -294,6 +334,8 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
             "failed": sum(p["failed"] for p in parts), "requests": requests,
             "client_procs": n, "stream_procs": modes.count("stream"), "wall_s": max(p["wall_s"] for p in parts),
+            # the level's processes ran side by side: their walls differ by their ends only
+            "wall_s_min": min(p["wall_s"] for p in parts), "clients_ready_s": start_s, "client_nice": int(nice),
             "client_cpu_frac": [p["cpu_frac"] for p in parts],
             # the clients' CPU per answered request: what one client process can send at most is 1e6 / this
             "client_cpu_us_per_request": round(1e6 * sum(p["cpu_s"] for p in parts) / max(requests, 1), 1),
@@ -418,12 +460,12 @@ def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dic
 
 
 def measured_level(server, url: str, concurrency: int, procs: int, duration_s: float, workdir: Path,
-                   shared_memory: str, stream_procs: int = 0) -> dict:
+                   shared_memory: str, stream_procs: int = 0, nice: int = 0) -> dict:
     """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
     pytriton keeps its statistics endpoint behind its token), the server's CPU by thread and the host's CPU use."""
     before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
     threads0, t0 = server_threads(server.proc.pid), time.monotonic()
-    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs)
+    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs, nice)
     threads1, t1 = server_threads(server.proc.pid), time.monotonic()
     after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
     # the stats count the clients' warm-up too, not their start (imports, connecting: the server idles then), so
@@ -487,11 +529,13 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
 # (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
-              "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int}
+              "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int, "preferred": str, "nice": int}
 # a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
 # latency options (trtkit serve --tensorrt-options), joined by '+', or none; grpc_pool: trtkit serve
-# --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8)
-SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool")
+# --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8); preferred: trtkit serve
+# --preferred-batch, its sizes and ranges joined by '+' (8-32, 16+32), or none (the profile's); nice: the client
+# processes' nice value (a client setting)
+SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool", "preferred")
 SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
@@ -534,8 +578,11 @@ def _product(text: str) -> list:
         if key == "trt":
             _check_trt_options(axes[key])
             continue
+        if key == "preferred":
+            _check_preferred(axes[key])
+            continue
         choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
-        low = 0 if key in ("delay_us", "grpc_pool", "stream_procs") else 1
+        low = 0 if key in ("delay_us", "grpc_pool", "stream_procs", "nice") else 1
         bad = [v for v in axes[key] if (v not in choices if choices else v < low)]
         if bad:
             accepted = " or ".join(choices) if choices else f"{low} or more"
@@ -556,18 +603,44 @@ def _check_trt_options(values: list) -> None:
             raise ValueError(f"sweep key 'trt': {value!r}: {exc}") from None
 
 
+def preferred_flag(value: str | None) -> list:
+    """``trtkit serve``'s ``--preferred-batch`` for a sweep's ``preferred`` value (``+`` between sizes and ranges
+    there, commas on the command line); none for ``none`` or nothing (the profile's sizes)."""
+    if not value or value == "none":
+        return []
+    return ["--preferred-batch", value.replace("+", ",")]
+
+
+def _check_preferred(values: list) -> None:
+    import argparse
+
+    from trtkit.cli.options import batch_sizes
+
+    for value in values:
+        if value == "none":
+            continue
+        try:
+            if max(batch_sizes(value.replace("+", ","))) > MAX_BATCH:
+                raise argparse.ArgumentTypeError(f"sizes above the engine's max batch {MAX_BATCH}")
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"sweep key 'preferred': {value!r}: {exc} (sizes joined by '+', e.g. 8-32 or 16+32, or "
+                             "none)") from None
+
+
 def sweep_groups(settings: list, args) -> list:
     """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
-    ``[(server settings, [{"client_procs": N, "shm": KIND, "stream_procs": M}, ...])]``."""
+    ``[(server settings, [{"client_procs": N, "shm": KIND, "stream_procs": M, "nice": K}, ...])]``."""
     groups: dict = {}
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
-                "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs, **one}
+                "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs,
+                "preferred": args.preferred_batch or "none", "nice": args.client_nice, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
-        client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"]}
+        client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"],
+                  "nice": full["nice"]}
         if client not in clients:
             clients.append(client)
     return [(dict(zip(SERVER_KEYS, key)), clients) for key, clients in groups.items()]
@@ -593,12 +666,13 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
                               null_model=server_settings["model"] == "null", graphs=server_settings["graphs"],
-                              trt=server_settings["trt"], grpc_pool=server_settings["grpc_pool"])
+                              trt=server_settings["trt"], grpc_pool=server_settings["grpc_pool"],
+                              preferred=server_settings["preferred"])
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
             for client in clients:
-                n, shm, streams = client["client_procs"], client["shm"], client["stream_procs"]
+                n, shm, streams, nice = client["client_procs"], client["shm"], client["stream_procs"], client["nice"]
                 run = {**server_settings, **client, "grpc": {}}
                 if status:
                     run["ready_s"] = round(status["ready_s"], 3)
@@ -609,10 +683,10 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                                else f"not run: {left:.0f} s left before the deadline")
                         continue
                     level = run["grpc"][str(c)] = step(
-                        results, f"{tag}.procs{n}.streams{streams}.{shm}.c{c}",
-                        lambda c=c, n=n, shm=shm, streams=streams, server=server: measured_level(
-                            server, url, c, n, args.sweep_s, workdir, shm, streams))
-                    log(f"{tag} {server_settings} procs {n} (streams {streams}) {shm} c{c}: "
+                        results, f"{tag}.procs{n}.streams{streams}.nice{nice}.{shm}.c{c}",
+                        lambda c=c, n=n, shm=shm, streams=streams, nice=nice, server=server: measured_level(
+                            server, url, c, n, args.sweep_s, workdir, shm, streams, nice))
+                    log(f"{tag} {server_settings} procs {n} (streams {streams}, nice {nice}) {shm} c{c}: "
                         f"{(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
@@ -680,7 +754,8 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
-                server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs))
+                server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs,
+                args.client_nice))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
         if pa_levels:
             # the soak and the comparison keep their share: a slow perf_analyzer level is cut short, not them
@@ -727,11 +802,11 @@ def soak_share_s(args) -> float:
 
 def soak_run(url: str, args, workdir: Path) -> dict:
     # warm-up: every batch size's graph captured before the memory is read
-    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs)
+    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs, args.client_nice)
     before = device_free_bytes()
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - LOAD_OVERHEAD_S
     result = load(url, 64, args.client_procs, max(5.0, min(args.soak_s, left)), args.soak_requests, workdir,
-                  args.shared_memory, args.stream_procs)
+                  args.shared_memory, args.stream_procs, args.client_nice)
     after = device_free_bytes()
     return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
             "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
@@ -776,6 +851,13 @@ def main() -> int:
     ap.add_argument("--grpc-allocation-pool", type=int, default=0,
                     help="trtkit serve --grpc-allocation-pool (Triton's gRPC request states kept for reuse; default 0: "
                          "Triton's own, 8)")
+    ap.add_argument("--preferred-batch", default="",
+                    help="trtkit serve --preferred-batch: batch sizes the batcher sends as soon as it has them, e.g. "
+                         "8-32 (whatever is queued once 8 are; fewer wait up to the queue delay) or 16,32 (default: "
+                         "the profile's opt and max)")
+    ap.add_argument("--client-nice", type=int, default=0,
+                    help="nice value of the client processes (default 0; above 0 the server's threads go first "
+                         "where they share the host's cores)")
     ap.add_argument("--graph-batches", choices=GRAPH_BATCHES, default="every",
                     help="trtkit serve --graph-batches for the tensorrt backend (default every: a CUDA graph for every "
                          "batch size; triton: the backend's own choice of 1, the preferred sizes and the largest)")
@@ -822,6 +904,13 @@ def main() -> int:
         ap.error(f"--bench-batches {args.bench_batches}: give batch sizes from 1 to {MAX_BATCH}, e.g. 4,8,16")
     if not 0 <= args.stream_procs <= args.client_procs:
         ap.error(f"--stream-procs {args.stream_procs}: give 0 to --client-procs ({args.client_procs}) processes")
+    if not 0 <= args.client_nice <= 19:
+        ap.error(f"--client-nice {args.client_nice}: give 0 to 19")
+    if args.preferred_batch:
+        try:
+            _check_preferred([args.preferred_batch.replace(",", "+")])
+        except ValueError as exc:
+            ap.error(f"--preferred-batch {args.preferred_batch}: {str(exc).split(': ', 2)[-1]}")
     if args.grpc_allocation_pool < 0:
         ap.error(f"--grpc-allocation-pool {args.grpc_allocation_pool}: give 1 or more request states, or 0 for "
                  "Triton's own")

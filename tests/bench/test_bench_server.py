@@ -272,3 +272,42 @@ def test_inputs_in_cuda_shared_memory_are_shared_by_their_ipc_handle_then_freed(
         assert item._get_tensor().parameters["shared_memory_region"].string_param == name
         assert item._get_content() is None  # the request carries no data
     assert regions == []
+
+
+class _ServerClient(_Client):
+    """A whole server for :func:`serving.load_test`: ready, one FP32 input and no outputs; answers every request."""
+
+    async def is_model_ready(self, model):
+        return True
+
+    async def get_model_metadata(self, model, **_):
+        return {"inputs": [{"name": "x", "shape": [-1, 2], "datatype": "FP32"}], "outputs": []}
+
+    async def get_model_config(self, model, **_):
+        return {"config": {"max_batch_size": 4}}
+
+    async def infer(self, model, inputs, **_):
+        self.n += 1
+        await asyncio.sleep(0)
+
+    async def close(self):
+        pass
+
+
+class _Module:
+    class InferInput:
+        def __init__(self, name, shape, datatype):
+            self.shape = shape
+
+        def set_data_from_numpy(self, array):
+            assert list(array.shape) == self.shape
+
+
+def test_load_starts_only_when_the_ready_hook_returns(monkeypatch):
+    client = _ServerClient()
+    monkeypatch.setattr(serving, "_client", lambda url, grpc: (_Module, client))
+    seen = []
+    settings = serving.LoadSettings(concurrency=(2,), duration_s=5.0, max_requests=6, warmup_s=0.0)
+    (result,) = serving.load_test("127.0.0.1:1", "m", settings, ready=lambda: seen.append(client.n))
+    assert seen == [0]  # called once, before any request
+    assert result.requests == 6 and client.n == 6

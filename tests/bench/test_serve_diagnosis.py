@@ -98,7 +98,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
     ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt, grpc_pool, "
-                 "stream_procs"),
+                 "stream_procs, preferred, nice"),
     ("grpc_pool=-1", "0 or more"),
     ("stream_procs=-1", "0 or more"),
     ("instances", "KEY=V1,V2"),
@@ -112,6 +112,9 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("graphs=some", "every or triton"),
     ("shm=posix", "system or cuda or none"),
     ("trt=busy_wait_events+spin", "'trt': 'busy_wait_events\\+spin': .*spin not known here"),
+    ("preferred=8-64", "'preferred': '8-64': sizes above the engine's max batch 32"),
+    ("preferred=16+x", "'preferred': '16\\+x': 'x' is not a batch size"),
+    ("nice=-1", "0 or more"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -132,6 +135,8 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--stream-procs", "-1"], "--stream-procs -1: give 0 to --client-procs"),
     (["--bench-batches", "4,64"], "--bench-batches 4,64: give batch sizes from 1 to 32"),
     (["--bench-batches", "four"], "--bench-batches four: give batch sizes from 1 to 32"),
+    (["--client-nice", "20"], "--client-nice 20: give 0 to 19"),
+    (["--preferred-batch", "8-40"], "--preferred-batch 8-40: sizes above the engine's max batch 32"),
 ])
 def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), *extra,
@@ -144,6 +149,7 @@ def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
                 graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, stream_procs=0,
+                preferred_batch="", client_nice=0,
                 sweep_perf_analyzer=False,
                 perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
                 compare_levels_s=0.0)
@@ -153,9 +159,9 @@ def _args(**over):
 def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
-    same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0}
-    four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0},
-                   {"client_procs": 8, "shm": "system", "stream_procs": 0})
+    same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0, "preferred": "none"}
+    four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0, "nice": 0},
+                   {"client_procs": 8, "shm": "system", "stream_procs": 0, "nice": 0})
     assert groups == [
         ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
         ({"model": "runner", "backend": "stub", "instances": 4, **same}, [four, eight]),
@@ -166,7 +172,7 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
         ("tensorrt", 1, "every"), ("tensorrt", 1, "triton"), ("tensorrt", 2, "every"), ("tensorrt", 2, "triton")]
     # how the clients send inputs shares a server, as their process count does
     groups = m.sweep_groups(m.parse_sweep("instances=3;shm=system,cuda"), _args(shared_memory="cuda"))
-    assert [clients for _, clients in groups] == [[four, {"client_procs": 4, "shm": "cuda", "stream_procs": 0}]]
+    assert [clients for _, clients in groups] == [[four, {**four, "shm": "cuda"}]]
     # so does how many client processes send over a gRPC stream
     groups = m.sweep_groups(m.parse_sweep("stream_procs=0,4"), _args())
     assert [clients for _, clients in groups] == [[four, {**four, "stream_procs": 4}]]
@@ -180,6 +186,11 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     # each gRPC allocation pool is a server of its own (0: Triton's default)
     groups = m.sweep_groups(m.parse_sweep("grpc_pool=0,64"), _args(backend="tensorrt"))
     assert [g["grpc_pool"] for g, _ in groups] == [0, 64]
+    # each set of preferred batch sizes is a server of its own; the clients' nice value shares one
+    groups = m.sweep_groups(m.parse_sweep("preferred=none,8-32,16+32;nice=0,10"), _args(backend="tensorrt"))
+    assert [(g["preferred"], [c["nice"] for c in clients]) for g, clients in groups] == [
+        ("none", [0, 10]), ("8-32", [0, 10]), ("16+32", [0, 10])]
+    assert m.preferred_flag("16+32") == ["--preferred-batch", "16,32"] and m.preferred_flag("none") == []
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):
@@ -266,8 +277,7 @@ def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_w
     m = _script()
     servers = []
     monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: servers.append(_Server(*a, **k)) or servers[-1])
-    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, s, w, shm, streams: {"ips": 1.0,
-                                                                                           "client_procs": n})
+    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, *rest: {"ips": 1.0, "client_procs": n})
     # 18 s left after the stop reserve: 4 instances need 1 + 10 + one level; 8 instances' stop is taken as 20 s
     args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 18)
     out = m.run_sweep(Path("unused.engine"), args, tmp_path, {"errors": {}}, start_s=1.0, stop_s=10.0)
@@ -301,6 +311,30 @@ def test_a_client_process_with_no_answer_is_merged_with_its_errors_not_a_key_err
     merged = m.load("127.0.0.1:1", 64, 2, 1.0, 1000, tmp_path)
     assert merged["ips"] == 100.0 and merged["failed"] == 12 and merged["p50_ms"] == 2.0
     assert merged["errors"] == ["DEADLINE_EXCEEDED: no answer in 60 s"]
+
+
+class _Running:
+    def poll(self):
+        return None
+
+
+def test_client_processes_start_their_load_together_once_all_are_ready(tmp_path):
+    import threading
+
+    m = _script()
+    outs = [tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"]
+    Path(str(outs[0]) + ".ready").touch()
+    outs[2].write_text("{}")  # one that has already ended (its result written) is not waited for
+    go = tmp_path / "go"
+    timer = threading.Timer(0.3, lambda: (go.exists() and Path(tmp_path / "early").touch(),
+                                          Path(str(outs[1]) + ".ready").touch()))
+    timer.start()
+    took = m.start_together([_Running()] * 3, outs, go, timeout_s=30)
+    timer.join()
+    assert go.exists() and not (tmp_path / "early").exists() and 0.25 <= took < 30
+    # a client that never gets ready holds the others no longer than the timeout
+    go2 = tmp_path / "go2"
+    assert m.start_together([_Running()], [tmp_path / "never.json"], go2, timeout_s=0.2) >= 0.2 and go2.exists()
 
 
 def test_client_processes_are_told_to_stream_or_call_and_the_merge_counts_the_streams(tmp_path, monkeypatch):

@@ -148,3 +148,17 @@ def test_demo_output_dir_that_is_a_file_is_refused(capsys, tmp_path):
     code, out, err = run_cli(["demo", "--output-dir", str(afile)], capsys)
     assert code == 2 and "is a file; give a folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.parametrize("text, sizes", [("8,16,32", (8, 16, 32)), ("8-10,16", (8, 9, 10, 16)), ("4, 2,4", (2, 4))])
+def test_batch_size_lists_and_ranges(text, sizes):
+    from trtkit.cli.options import batch_sizes
+
+    assert batch_sizes(text) == sizes
+
+
+@pytest.mark.parametrize("text", ["0", "5-3", "eight", "8,,16", "-4"])
+def test_bad_preferred_batch_is_refused_with_the_form_to_use(text, capsys):
+    assert cli_main.main(["serve", "e.engine", f"--preferred-batch={text}"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --preferred-batch" in err and ("e.g. 8,16,32 or 8-32" in err or "(e.g. 8-32)" in err)

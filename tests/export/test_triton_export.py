@@ -101,6 +101,19 @@ def test_export_triton_takes_the_latency_options_on_the_command_line(engine, tmp
     assert not config.optimization.cuda.output_copy_stream
 
 
+def test_preferred_batch_sizes_on_the_command_line_and_a_size_the_profile_cannot_take(engine, tmp_path, fake_gpu,  # noqa: F811
+                                                                                     capsys):
+    rc = cli_main.main(["export", "triton", str(engine), "--repo", str(tmp_path / "repo"),
+                        "--preferred-batch", "3,1-2"])
+    assert rc == 0, capsys.readouterr()
+    config = parse_config((tmp_path / "repo" / "tiny" / "config.pbtxt").read_text())
+    assert list(config.dynamic_batching.preferred_batch_size) == [1, 2, 3]
+    rc = cli_main.main(["export", "triton", str(engine), "--repo", str(tmp_path / "other"), "--preferred-batch", "2,6"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "preferred batch sizes 2,6: 6 not within 1..4, the largest batch served" in " ".join(err.split())
+    assert not (tmp_path / "other").exists()  # refused before anything was written
+
+
 def test_unbatched_engine_keeps_full_dims(tmp_path):
     path = tmp_path / "fixed.engine"
     path.write_bytes(fake_engine_bytes(models.tiny_conv(dynamic_batch=False)))

@@ -46,6 +46,15 @@ def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_
     assert plan.resolve() == engine.resolve()
 
 
+def test_preferred_batch_sizes_asked_for_reach_the_config(tmp_path, engine):
+    settings = ServeSettings(backend="tensorrt", preferred_batch_sizes=(1, 3, 4),
+                             triton_backends=str(_backends(tmp_path)))
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
+    repo = native.write_repository([model], settings, tmp_path / "repo")
+    config = _parse((repo / "tiny" / "config.pbtxt").read_text())
+    assert list(config.dynamic_batching.preferred_batch_size) == [1, 3, 4] and config.max_batch_size == 4
+
+
 def test_a_backends_folder_without_the_tensorrt_backend_is_named_with_what_to_do(tmp_path, engine):
     with pytest.raises(DependencyError, match=r"give triton_backends, the folder that holds tensorrt/"
                                               r"libtriton_tensorrt.so; build it .*build_triton_trt_backend.sh"):

@@ -32,6 +32,16 @@ def test_batch_limit_from_profile_and_max_batch(engine):
         batch_limit(spec, 8, engine)
 
 
+def test_preferred_batch_sizes_replace_the_profiles_within_the_batch_limit(engine):
+    spec = triton_model(engine, trt=make_fake_trt("8.6.0"))
+    assert batch_limit(spec, None, engine, (3, 1, 3)) == (4, (1, 3))
+    assert batch_limit(spec, 3, engine, (2, 3)) == (3, (2, 3))
+    with pytest.raises(ProfileError, match=r"preferred batch sizes 2,4: 4 not within 1..3, the largest batch served"):
+        batch_limit(spec, 3, engine, (2, 4))
+    with pytest.raises(ProfileError, match=r"max_batch=8 is above the largest batch"):  # the limit is checked first
+        batch_limit(spec, 8, engine, (2,))
+
+
 def test_unbatched_engine_refuses_max_batch(tmp_path):
     path = tmp_path / "fixed.engine"
     path.write_bytes(fake_engine_bytes(models.tiny_conv(dynamic_batch=False)))
@@ -39,6 +49,8 @@ def test_unbatched_engine_refuses_max_batch(tmp_path):
     assert batch_limit(spec, None, path) == (0, ())
     with pytest.raises(ProfileError, match="serves it unbatched; leave max_batch unset"):
         batch_limit(spec, 2, path)
+    with pytest.raises(ProfileError, match="has no batches to prefer; leave the preferred batch sizes unset"):
+        batch_limit(spec, None, path, (1,))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -48,6 +60,8 @@ def test_unbatched_engine_refuses_max_batch(tmp_path):
     ({"gpus": (0, 0)}, "give distinct GPU indices"),
     ({"gpus": ()}, "give distinct GPU indices"),
     ({"grpc_allocation_pool": 0}, "grpc_allocation_pool must be 1 or more request states, not 0"),
+    ({"preferred_batch_sizes": (8, 0)}, r"preferred_batch_sizes=8,0: give batch sizes of 1 or more"),
+    ({"preferred_batch_sizes": ()}, r"preferred_batch_sizes=\(\): give batch sizes of 1 or more"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(TrtkitError, match=message):

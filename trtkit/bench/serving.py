@@ -126,8 +126,12 @@ class LoadResult:
         return data
 
 
-def load_test(url: str, model: str, settings: LoadSettings | None = None) -> list:
+def load_test(url: str, model: str, settings: LoadSettings | None = None, *, ready=None) -> list:
     """Put load on ``model`` at ``url`` at each concurrency; one :class:`LoadResult` per level.
+
+    ``ready``: called (in a worker thread) once the client is connected and its inputs are set up, before the first
+    level's warm-up; the load starts when it returns. A caller running several client processes holds each there
+    until all are ready, so that their levels run at the same time.
 
     Raises:
         DependencyError: tritonclient is not installed.
@@ -135,7 +139,7 @@ def load_test(url: str, model: str, settings: LoadSettings | None = None) -> lis
     """
     settings = settings or LoadSettings()
     settings.check()
-    return asyncio.run(_load_test(url, model, settings))
+    return asyncio.run(_load_test(url, model, settings, ready))
 
 
 def _client(url: str, grpc: bool):
@@ -151,13 +155,15 @@ def _client(url: str, grpc: bool):
     return module, module.InferenceServerClient(url)
 
 
-async def _load_test(url: str, model: str, settings: LoadSettings) -> list:
+async def _load_test(url: str, model: str, settings: LoadSettings, ready=None) -> list:
     module, client = _client(_strip_scheme(url), settings.grpc)
     regions: list = []
     try:
         inputs, outputs = await _inputs(client, module, model, settings, url)
         if settings.shared_memory != "none":
             await _inputs_in_shared_memory(client, inputs, regions, url, settings.shared_memory, settings.cuda_device)
+        if ready is not None:
+            await asyncio.to_thread(ready)
         results = []
         run_level = _stream_level if settings.streaming else _level
         for level in settings.concurrency:

@@ -27,6 +27,13 @@ def add_arguments(parser) -> None:
         help="dynamic batcher's longest wait for a fuller batch (default 100)",
     )
     p.add_argument(
+        "--preferred-batch",
+        type=options.batch_sizes,
+        metavar="LIST",
+        help="batch sizes the dynamic batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size "
+        "from 8); below the smallest it waits up to --max-queue-delay-us (default: the profile's opt and largest)",
+    )
+    p.add_argument(
         "--no-cuda-graphs",
         dest="cuda_graphs",
         action="store_false",
@@ -70,6 +77,7 @@ def run(args, console) -> int:
         options=args.tensorrt_options,
         triton_version=args.triton_version,
         force=args.force,
+        preferred=args.preferred_batch,
     )
     m = result.model
     rows = [

@@ -246,6 +246,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+def batch_sizes(text: str) -> tuple:
+    """argparse type: batch sizes as ``8,16,32`` or ranges ``8-32`` (every size from 8 to 32), mixed freely."""
+    sizes: set = set()
+    for part in (p.strip() for p in text.split(",")):
+        low, dash, high = part.partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"'{part or text}' is not a batch size or a range of them; give e.g. 8,16,32 or 8-32"
+            ) from None
+        if first < 1 or last < first:
+            raise argparse.ArgumentTypeError(f"'{part}': give sizes of 1 or more, a range low to high (e.g. 8-32)")
+        sizes.update(range(first, last + 1))
+    return tuple(sorted(sizes))
+
+
 # calibration options (dest -> default) that only matter with --calib or --calib-cache
 _CALIB_DEFAULTS = {
     "calib_algo": None,

@@ -32,6 +32,14 @@ def add_arguments(parser) -> None:
         metavar="US",
         help="longest wait for a fuller batch (default 100)",
     )
+    g.add_argument(
+        "--preferred-batch",
+        type=options.batch_sizes,
+        metavar="LIST",
+        help="batch sizes the batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size from 8); "
+        "with fewer queued than the smallest it waits up to --max-queue-delay-us (default: the profile's opt and "
+        "largest batch)",
+    )
     g.add_argument("--gpus", default="0", metavar="LIST", help="GPUs that get instances, e.g. 0,1 (default 0)")
     g.add_argument("--host", default="127.0.0.1", help="address every endpoint binds (default 127.0.0.1)")
     g.add_argument("--http-port", type=int, default=8000, metavar="PORT", help="HTTP port (default 8000)")
@@ -122,6 +130,7 @@ def run(args, console) -> int:
         graph_batches=args.graph_batches,
         tensorrt_options=tuple(n for n in args.tensorrt_options.split(",") if n.strip()),  # checked by the settings
         grpc_allocation_pool=args.grpc_allocation_pool,
+        preferred_batch_sizes=args.preferred_batch,
     )
     with Server(args.engines, settings) as server:
         _show(server, console)

@@ -364,6 +364,32 @@ def tensorrt_options(names, accepted: tuple = TENSORRT_OPTIONS) -> tuple:
     return tuple(n for n in TENSORRT_OPTIONS if n in given)
 
 
+def preferred_batch_sizes(sizes, max_batch: int, engine) -> tuple:
+    """``sizes`` checked against the batch limit ``max_batch`` of ``engine``: the batch sizes Triton's dynamic batcher
+    sends as soon as it has them queued (below the smallest it waits up to its queue delay for more), sorted.
+
+    Raises:
+        ProfileError: a size below 1 or above ``max_batch``, none at all, or an engine Triton serves unbatched.
+    """
+    sizes = tuple(int(s) for s in sizes)
+    if int(max_batch) == 0:
+        raise ProfileError(
+            f"Engine '{engine}' has a fixed first dimension, so Triton serves it unbatched and has no batches to "
+            "prefer; leave the preferred batch sizes unset",
+            field="preferred_batch_sizes",
+        )
+    wrong = [s for s in sizes if not 1 <= s <= int(max_batch)]
+    if not sizes or wrong:
+        raise ProfileError(
+            f"preferred batch sizes {','.join(map(str, sizes)) or '(none)'}: "
+            + (f"{','.join(map(str, wrong))} not within " if wrong else "give at least one size within ")
+            + f"1..{max_batch}, the largest batch served from engine '{engine}'",
+            field="preferred_batch_sizes",
+            accepted=f"sizes within 1..{max_batch}",
+        )
+    return tuple(sorted(set(sizes)))
+
+
 def config_pbtxt(
     model: TritonModel,
     *,
@@ -451,6 +477,7 @@ def write_repository(
     options: tuple = (),
     triton_version: str | None = None,
     force: bool = False,
+    preferred: tuple | None = None,
     trt=None,
 ) -> ExportResult:
     """Write ``repo/<name>/config.pbtxt`` and ``repo/<name>/1/model.plan`` for Triton's TensorRT backend.
@@ -472,12 +499,14 @@ def write_repository(
             when the config is built, before anything is written).
         triton_version: the Triton you deploy on (``25.01`` or ``2.54.0``): warns if its TensorRT differs.
         force: write into a repository that exists and is not empty (replacing a model of the same name).
+        preferred: the batch sizes the dynamic batcher sends as soon as it has them (default: the profile's opt and
+            largest batch; see :func:`preferred_batch_sizes`).
         trt: the ``tensorrt`` module (tests pass a fake).
 
     Raises:
         TrtkitError: the repository exists and is not empty and ``force`` is false; ``instances`` below 1; an
             option that is not one of :data:`TENSORRT_CONFIG_OPTIONS`.
-        EngineError / ProfileError: see :func:`triton_model`.
+        EngineError / ProfileError: see :func:`triton_model`; a preferred batch size the profile cannot take.
     """
     if int(instances) < 1:
         raise TrtkitError(f"instances must be 1 or more, not {instances}")
@@ -490,6 +519,8 @@ def write_repository(
             f"replace the model there, or give an empty or new folder"
         )
     model = triton_model(engine, name=name, trt=trt)
+    if preferred is not None:
+        preferred = preferred_batch_sizes(preferred, model.max_batch_size, engine)
     warnings = check_triton_version(model, triton_version)
     for text in warnings:
         logger.warning("%s", text)
@@ -501,6 +532,7 @@ def write_repository(
         cuda_graphs=cuda_graphs,
         graph_batch_sizes=graph_batch_sizes(model.max_batch_size, graph_batches),
         options=options,
+        preferred=preferred,
     )
     folder = _place_model(repo, model.name, Path(engine).read_bytes(), text)
     return ExportResult(model, folder, text, warnings)

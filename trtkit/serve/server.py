@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
-from trtkit.export.triton import GRAPH_BATCHES, TENSORRT_OPTIONS, tensorrt_options
+from trtkit.export.triton import GRAPH_BATCHES, TENSORRT_OPTIONS, preferred_batch_sizes, tensorrt_options
 from trtkit.serve.batching import run_requests
 from trtkit.serve.logs import log_tail
 
@@ -79,6 +79,10 @@ class ServeSettings:
             :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
             its own); none by default (Triton's defaults). docs/performance.md (Serving) has what each did on the
             H200.
+        preferred_batch_sizes: the batch sizes the dynamic batcher sends as soon as it has that many requests queued;
+            with fewer than the smallest it waits up to ``max_queue_delay_us`` for more (None: the profile's opt and
+            largest batch, within ``max_batch``). All sizes from 8 to the largest make a batcher that sends
+            whatever is queued once 8 are, and waits for 8 otherwise.
         grpc_allocation_pool: Triton's ``--grpc-infer-allocation-pool-size``, how many gRPC request/response states
             its front end keeps for reuse (None: Triton's own, 8); a request in flight beyond that many makes and
             frees its own.
@@ -102,6 +106,7 @@ class ServeSettings:
     graph_batches: str = "every"
     tensorrt_options: tuple = ()
     grpc_allocation_pool: int | None = None
+    preferred_batch_sizes: tuple | None = None
 
     def check(self) -> None:
         """Raises UsageError for a setting no server could use."""
@@ -147,6 +152,15 @@ class ServeSettings:
         if int(self.instances) < 1:
             raise UsageError(
                 f"instances must be 1 or more, not {self.instances}", field="instances", accepted="1 or more"
+            )
+        if self.preferred_batch_sizes is not None and (
+            not self.preferred_batch_sizes or any(int(b) < 1 for b in self.preferred_batch_sizes)
+        ):
+            raise UsageError(
+                f"preferred_batch_sizes={','.join(map(str, self.preferred_batch_sizes)) or '()'}: give batch sizes of "
+                "1 or more, e.g. (8, 16, 32), or None for the profile's",
+                field="preferred_batch_sizes",
+                accepted="batch sizes of 1 or more",
             )
         if self.max_batch is not None and int(self.max_batch) < 1:
             raise UsageError(
@@ -198,12 +212,17 @@ class LoadedModel:
         return self.spec.name
 
 
-def batch_limit(spec, max_batch: int | None, engine) -> tuple:
-    """``(max batch, preferred batch sizes)`` for a model, from its profile and ``--max-batch``.
+def batch_limit(spec, max_batch: int | None, engine, preferred: tuple | None = None) -> tuple:
+    """``(max batch, preferred batch sizes)`` for a model, from its profile, ``--max-batch`` and
+    ``--preferred-batch`` (``preferred``; default: the profile's within the max batch).
 
     Raises:
-        ProfileError: ``max_batch`` is above the profile's largest batch, or given for an unbatched engine.
+        ProfileError: ``max_batch`` is above the profile's largest batch, or given for an unbatched engine; a
+            preferred size outside 1..max batch.
     """
+    if preferred is not None:
+        limit, _ = batch_limit(spec, max_batch, engine)
+        return limit, preferred_batch_sizes(preferred, limit, engine)
     if spec.max_batch_size == 0:
         if max_batch is not None:
             raise ProfileError(
@@ -221,8 +240,8 @@ def batch_limit(spec, max_batch: int | None, engine) -> tuple:
             "less, or rebuild the engine with a larger max shape",
             field="max_batch",
         )
-    preferred = sorted({s for s in spec.preferred_batch_sizes if s <= int(max_batch)} | {int(max_batch)})
-    return int(max_batch), tuple(preferred)
+    within = sorted({s for s in spec.preferred_batch_sizes if s <= int(max_batch)} | {int(max_batch)})
+    return int(max_batch), tuple(within)
 
 
 def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> LoadedModel:
@@ -239,7 +258,7 @@ def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> Loade
 
     cuda = cuda or Cuda()
     spec = triton_model(engine, trt=trt)
-    max_batch, preferred = batch_limit(spec, settings.max_batch, engine)
+    max_batch, preferred = batch_limit(spec, settings.max_batch, engine, settings.preferred_batch_sizes)
     model = LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
     if settings.backend in ("stub", "tensorrt"):  # the engine is loaded inside Triton
         return model
