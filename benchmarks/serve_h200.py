@@ -652,9 +652,11 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
     stop (Triton's Python backend unloads the instances one after the other: a runner server's stop is taken as
     growing with its instances), and a setting that would not end before the deadline is skipped and named."""
     levels = [int(c) for c in args.sweep_levels.split(",")]
-    out: dict = {"spec": args.sweep, "levels": levels, "level_s": args.sweep_s, "runs": [], "skipped": []}
+    out: dict = {"spec": args.sweep, "levels": levels, "level_s": args.sweep_s, "runs": [], "skipped": [],
+                 "warmup_s": SWEEP_WARMUP_S}
     url = f"127.0.0.1:{args.port + 1}"
     one_load = args.sweep_s + LOAD_OVERHEAD_S
+    start_s = start_s + SWEEP_WARMUP_S + LOAD_OVERHEAD_S  # each sweep server's warm-up load counts as its start
     for i, (server_settings, clients) in enumerate(sweep_groups(parse_sweep(args.sweep), args)):
         left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S
         stop_est = stop_s * max(1.0, server_settings["instances"] / max(int(args.instances), 1))
@@ -671,6 +673,8 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
+            if status:  # the main run's c64 follows its c1 and c8 levels: a sweep server is loaded once before it too
+                step(results, f"{tag}.warmup", lambda first=clients[0]: warm_up(url, max(levels), first, workdir))
             for client in clients:
                 n, shm, streams, nice = client["client_procs"], client["shm"], client["stream_procs"], client["nice"]
                 run = {**server_settings, **client, "grpc": {}}
@@ -705,6 +709,16 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                     step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
         results["sweep"] = out
     return out
+
+
+# seconds of unmeasured load on each sweep server before its levels (the main run's c64 comes after its c1 and c8)
+SWEEP_WARMUP_S = 1.0
+
+
+def warm_up(url: str, concurrency: int, client: dict, workdir: Path) -> None:
+    """An unmeasured load on a fresh server with ``client``'s settings (processes, shared memory, streams, nice)."""
+    load(url, concurrency, client["client_procs"], SWEEP_WARMUP_S, 10**9, workdir, client["shm"],
+         client["stream_procs"], client["nice"])
 
 
 def device_free_bytes() -> int:

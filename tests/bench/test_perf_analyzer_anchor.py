@@ -208,7 +208,8 @@ def test_the_main_run_is_anchored_after_its_levels_and_before_the_soak(tmp_path,
 def test_the_sweep_anchors_each_server_when_asked(tmp_path, fake_pa, monkeypatch):
     m = _script()
     monkeypatch.setattr(m, "ServeProcess", _Server)
-    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, s, w, shm, streams: {"ips": 1.0})
+    monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, *rest: {"ips": 1.0})
+    monkeypatch.setattr(m, "warm_up", lambda *a: None)
     args = _args(sweep="instances=3,4", sweep_s=0.5, sweep_perf_analyzer=True, perf_analyzer_ms=200,
                  deadline_s=(time.monotonic() - m.STARTED) + 600)
     results = {"errors": {}, "perf_analyzer": m.perf_analyzer_setup(args)}

@@ -278,10 +278,14 @@ def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_w
     servers = []
     monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: servers.append(_Server(*a, **k)) or servers[-1])
     monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, *rest: {"ips": 1.0, "client_procs": n})
-    # 18 s left after the stop reserve: 4 instances need 1 + 10 + one level; 8 instances' stop is taken as 20 s
-    args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 18)
+    warmed = []
+    monkeypatch.setattr(m, "warm_up", lambda url, c, client, workdir: warmed.append((c, client["client_procs"])))
+    # 21 s left after the stop reserve: 4 instances need 1 + 3.5 (the warm-up load) + 10 + 3.5 (one level);
+    # 8 instances' stop is taken as 20 s
+    args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 21)
     out = m.run_sweep(Path("unused.engine"), args, tmp_path, {"errors": {}}, start_s=1.0, stop_s=10.0)
     assert [s.kwargs["instances"] for s in servers] == [4]
+    assert warmed == [(64, 4)]  # the server that ran was loaded once, unmeasured, before its level
     assert [(r["instances"], r["grpc"]["64"], r["ready_s"], r["stop"]["exit_code"]) for r in out["runs"]] == [
         (4, {"ips": 1.0, "client_procs": 4}, 0.5, 0)]
     assert [(s["instances"], s["client_procs"]) for s in out["skipped"]] == [(8, 4)]

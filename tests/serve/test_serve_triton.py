@@ -253,6 +253,8 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
     (["--max-batch", "8"], 1, "--max-batch 8 is above the largest batch of engine '{good}' (profile 0 takes 1..4)"),
     (["--instances", "0"], 2, "--instances must be 1 or more, not 0"),  # a usage error
     (["--grpc-allocation-pool", "0"], 2, "--grpc-allocation-pool must be 1 or more request states, not 0"),
+    (["--preferred-batch", "2,8"], 1, "preferred batch sizes 2,8: 8 not within 1..4, the largest batch served from "
+                                      "engine '{good}'"),
     (["--tensorrt-options", "eager_batching"], 2, "--tensorrt-options are options of Triton's TensorRT backend "
                                                   "(--backend tensorrt), not of the 'stub' backend"),
     (["--backend", "tensorrt", "--tensorrt-options", "output_copy_stream"], 2,
@@ -267,6 +269,28 @@ def test_refusals_before_serving(tmp_path, engines, extra, code, says):
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert says.format(good=good, junk=junk) in " ".join(proc.stderr.split())
+
+
+def test_preferred_batch_sizes_reach_the_served_models_dynamic_batcher(tmp_path, engines):
+    import tritonclient.grpc as tgrpc
+
+    good, _ = engines
+    http_port, grpc_port, metrics_port = free_ports(3)
+    child = Child(tmp_path, [str(good), "--preferred-batch", "3,1", "--http-port", str(http_port), "--grpc-port",
+                             str(grpc_port), "--metrics-port", str(metrics_port)])
+    try:
+        status = child.wait_ready()
+        assert status["models"][0]["preferred_batch_sizes"] == [1, 3]
+        grpc = tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        config = grpc.get_model_config("tiny", as_json=True)["config"]
+        assert [int(b) for b in config["dynamic_batching"]["preferred_batch_size"]] == [1, 3]
+        x = np.zeros((1, 3, 8, 8), np.float32)
+        inp = tgrpc.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        assert grpc.infer("tiny", [inp], client_timeout=30).as_numpy("y").shape[0] == 1
+    finally:
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.finish() == 0
 
 
 def test_port_in_use_is_named(tmp_path, engines):
