@@ -5,7 +5,9 @@ it gets:
 
 - ``infer``: tritonclient's async ``infer`` with prepared inputs (what ``trtkit bench --server`` does);
 - ``raw_stub``: one prebuilt ``ModelInferRequest`` sent through the client's gRPC stub (no request built per call);
-- ``stream``: tritonclient's bidirectional ``stream_infer``.
+- ``stream``: tritonclient's bidirectional ``stream_infer``;
+- ``futures``: the prebuilt request through grpc's synchronous stub, ``ModelInfer.future`` (no asyncio): each answer's
+  callback, on gRPC's own thread, sends the next request.
 
 Each runs ``--requests`` requests at ``--concurrency`` in flight, ``--repeat`` times, alternating. Needs the serve
 extra (``pip install "trtkit[serve]"``).
@@ -33,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WAYS = ("infer", "raw_stub", "stream")
+WAYS = ("infer", "raw_stub", "stream", "futures")
 
 
 def start_server(work: Path, ports: list) -> subprocess.Popen:
@@ -110,11 +112,55 @@ async def measure(url: str, requests: int, concurrency: int, repeat: int) -> dic
                 break
             slots.put_nowait(None)
 
+    def futures() -> None:
+        import threading
+
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+
+        channel = grpc.insecure_channel(url)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        lock, done = threading.Lock(), threading.Event()
+        state: dict = {"sent": concurrency, "answered": 0, "error": None}
+
+        def send():
+            stub.ModelInfer.future(prebuilt, timeout=30).add_done_callback(answered)
+
+        def answered(future):
+            try:
+                if not future.result().raw_output_contents:
+                    raise RuntimeError("an answer without its output")
+            except Exception as exc:  # noqa: BLE001 - reported below
+                state["error"] = exc
+                done.set()
+                return
+            with lock:
+                state["answered"] += 1
+                more = state["sent"] < requests
+                state["sent"] += int(more)
+                if state["answered"] == requests:
+                    done.set()
+            if more:
+                send()
+
+        for _ in range(concurrency):
+            send()
+        finished = done.wait(120)
+        channel.close()
+        if state["error"] is not None or not finished:
+            raise RuntimeError(f"futures: {state['error'] or 'not every request answered in 120 s'}")
+
     runs: dict = {way: [] for way in WAYS}
     try:
         for _ in range(repeat):
             for way in WAYS:
                 cpu, wall = time.process_time(), time.perf_counter()
+                if way == "futures":
+                    await asyncio.to_thread(futures)
+                    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                    runs[way].append({"cpu_us_per_request": round(1e6 * cpu / requests, 1),
+                                      "requests_per_s": round(requests / wall, 1)})
+                    continue
                 await (streamed() if way == "stream" else calls(way))
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 runs[way].append({"cpu_us_per_request": round(1e6 * cpu / requests, 1),
