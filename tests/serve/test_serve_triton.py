@@ -220,11 +220,13 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
                              str(grpc_port), "--metrics-port", str(metrics_port), "--backend", backend, *pool])
     try:
         child.wait_ready()
-        for use_grpc, port in ((True, grpc_port), (False, http_port)):
+        # the last over 2 client processes, each with regions of its own (a level of 1 on one of them)
+        for use_grpc, port, procs in ((True, grpc_port, 1), (False, http_port, 1), (True, grpc_port, 2)):
             load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
-                                grpc=use_grpc, shared_memory="system")
+                                grpc=use_grpc, shared_memory="system", procs=procs)
             results = load_test(f"127.0.0.1:{port}", "tiny", load)
             assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)], results
+            assert [r.procs for r in results] == [1, procs] and all(r.client_cpu_frac > 0 for r in results)
         with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             # the load generator's regions are gone from the server (and from this host) once it is done
             assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}

@@ -15,6 +15,12 @@ input is written once into device memory on GPU ``cuda_device`` of this host and
 handle, so a server whose backend runs on the GPU (Triton's TensorRT backend) takes the input device to device,
 without the copy through page-locked host memory. Outputs come back in the answers either way.
 
+With ``procs`` above 1, each level's requests are spread over that many client processes (one Python process is
+often the limit at a few thousand requests/s): each connects and sets up its inputs, the processes start each level
+together, and their answers are merged into one result per level (latencies before the percentiles are taken).
+``client_cpu_frac`` says how busy the busiest client process was over its level; near 1.0 (a core) the client, not the
+server, may be what limited the level.
+
 With ``streaming=True`` (gRPC only; perf_analyzer's ``--streaming``) the requests go over one bidirectional stream
 (``ModelStreamInfer``) instead of one call each: the workers put their requests on the stream and a reader matches the
 answers to them by request id. Triton serves unary calls and streams on front-end threads of their own (Triton 2.51:
@@ -68,6 +74,7 @@ class LoadSettings:
     shared_memory: str = "none"  # "system"/"cuda": inputs in shared-memory regions (a server on this host only)
     cuda_device: int = 0  # with shared_memory="cuda": the GPU of the inputs' regions
     streaming: bool = False  # gRPC only: the requests over one bidirectional stream instead of a call each
+    procs: int = 1  # client processes each level's requests are spread over, started together
 
     def check(self) -> None:
         if self.streaming and not self.grpc:
@@ -97,6 +104,7 @@ class LoadSettings:
             ("max_requests", self.max_requests >= 1, "1 or more"),
             ("batch", self.batch >= 1, "1 or more"),
             ("warmup_s", self.warmup_s >= 0, "0 or more"),
+            ("procs", int(self.procs) >= 1, "1 or more"),
         ):
             if not ok:
                 raise UsageError(f"{name} must be {accepted}, not {getattr(self, name)}", field=name, accepted=accepted)
@@ -117,7 +125,9 @@ class LoadResult:
     p99_ms: float | None
     errors: list = field(default_factory=list)
     latencies_ms: list = field(default_factory=list)
-    cpu_s: float | None = None  # this process's CPU over the level: near wall_s, the client is the limit
+    cpu_s: float | None = None  # the client processes' CPU over the level, all together
+    procs: int = 1  # client processes that sent the level's requests
+    client_cpu_frac: float | None = None  # the busiest client process's CPU over its level, in cores (one GIL: 1.0)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -129,16 +139,24 @@ class LoadResult:
 def load_test(url: str, model: str, settings: LoadSettings | None = None, *, ready=None) -> list:
     """Put load on ``model`` at ``url`` at each concurrency; one :class:`LoadResult` per level.
 
-    ``ready``: called (in a worker thread) once the client is connected and its inputs are set up, before the first
-    level's warm-up; the load starts when it returns. A caller running several client processes holds each there
-    until all are ready, so that their levels run at the same time.
+    ``ready`` (one client process only): called (in a worker thread) once the client is connected and its inputs are
+    set up, before the first level's warm-up; the load starts when it returns. A caller running several client
+    processes of its own holds each there until all are ready, so that their levels run at the same time.
 
     Raises:
         DependencyError: tritonclient is not installed.
-        ServeError: the server or model is not ready, or its inputs cannot be made up (a dynamic dimension).
+        ServeError: the server or model is not ready, or its inputs cannot be made up (a dynamic dimension); with
+            ``procs`` above 1, a client process that failed or did not answer in time.
+        UsageError: ``ready`` with ``procs`` above 1.
     """
     settings = settings or LoadSettings()
     settings.check()
+    if int(settings.procs) > 1:
+        if ready is not None:
+            raise UsageError("ready is for one client process; with procs above 1 trtkit starts the processes together")
+        from trtkit.bench.client_procs import load_in_procs
+
+        return load_in_procs(url, model, settings)
     return asyncio.run(_load_test(url, model, settings, ready))
 
 
@@ -155,7 +173,12 @@ def _client(url: str, grpc: bool):
     return module, module.InferenceServerClient(url)
 
 
-async def _load_test(url: str, model: str, settings: LoadSettings, ready=None) -> list:
+async def _load_test(
+    url: str, model: str, settings: LoadSettings, ready=None, caps=None, before_level=None, shares=None
+) -> list:
+    """One client process's levels. ``shares``: its requests in flight at each level (default ``concurrency``; 0: it
+    sits the level out, None in the results); ``caps``: its request cap per level (default ``max_requests``);
+    ``before_level(i)``: called in a thread before level ``i`` (several processes start each level together)."""
     module, client = _client(_strip_scheme(url), settings.grpc)
     regions: list = []
     try:
@@ -164,13 +187,20 @@ async def _load_test(url: str, model: str, settings: LoadSettings, ready=None) -
             await _inputs_in_shared_memory(client, inputs, regions, url, settings.shared_memory, settings.cuda_device)
         if ready is not None:
             await asyncio.to_thread(ready)
-        results = []
+        results: list = []
         run_level = _stream_level if settings.streaming else _level
-        for level in settings.concurrency:
+        for i, level in enumerate(settings.concurrency):
+            share = int(level if shares is None else shares[i])
+            cap = settings.max_requests if caps is None else caps[i]
+            if before_level is not None:
+                await asyncio.to_thread(before_level, i)
+            if share == 0:
+                results.append(None)
+                continue
             warm = LoadSettings(**{**asdict(settings), "duration_s": settings.warmup_s})
             if settings.warmup_s > 0:
-                await run_level(client, model, inputs, int(level), warm, settings.max_requests, outputs)
-            results.append(await run_level(client, model, inputs, int(level), settings, settings.max_requests, outputs))
+                await run_level(client, model, inputs, share, warm, cap, outputs)
+            results.append(await run_level(client, model, inputs, share, settings, cap, outputs))
         return results
     finally:
         try:
@@ -438,6 +468,8 @@ def _level_result(concurrency: int, settings: LoadSettings, latencies: list, err
         sorted(set(errors))[:5],
         latencies if settings.keep_latencies else [],
         round(cpu, 4),
+        1,
+        round(cpu / wall, 3) if wall > 0 else None,
     )
 
 
@@ -447,16 +479,26 @@ def render(results: list, console, *, title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("concurrency", "requests", "failed", "inferences/s", "p50 ms", "p90 ms", "p99 ms"):
+    cols = ("concurrency", "requests", "failed", "inferences/s", "p50 ms", "p90 ms", "p99 ms", "procs", "client CPU")
+    for col in cols:
         t.add_column(col, justify="right")
     for r in results:
-        t.add_row(
-            *(
-                ("-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.3f}")
-                for v in (r.concurrency, r.requests, r.failed, r.ips, r.p50_ms, r.p90_ms, r.p99_ms)
-            )
-        )
+        cells = [
+            ("-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.3f}")
+            for v in (r.concurrency, r.requests, r.failed, r.ips, r.p50_ms, r.p90_ms, r.p99_ms, r.procs)
+        ]
+        t.add_row(*cells, "-" if r.client_cpu_frac is None else f"{r.client_cpu_frac:.2f}")
     console.print(t)
     for r in results:
         for text in r.errors:
             console.print(f"[red]concurrency {r.concurrency}: failed request[/] {text}")
+        if r.client_cpu_frac is not None and r.client_cpu_frac >= CLIENT_BUSY:
+            console.print(
+                f"[yellow]concurrency {r.concurrency}: the busiest of {r.procs} client process(es) used "
+                f"{r.client_cpu_frac:.2f} of a core; the client may be what limits this level: spread it over more "
+                "processes (--procs)[/]"
+            )
+
+
+# a client process this busy over a level (cores; one GIL) may be what limits it
+CLIENT_BUSY = 0.9

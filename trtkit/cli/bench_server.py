@@ -31,6 +31,14 @@ def add_server_options(parser) -> None:
     )
     g.add_argument("--batch", type=int, default=1, metavar="B", help="rows per request (default 1)")
     g.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="client processes each level's requests are spread over, started together (default 1; one Python "
+        "process is often the limit at a few thousand requests/s: the table says when the busiest was near a core)",
+    )
+    g.add_argument(
         "--shared-memory",
         default="none",
         metavar="KIND",
@@ -68,6 +76,7 @@ def run_server_load(args, console) -> int:
         streaming=args.streaming,
         shared_memory=args.shared_memory,
         cuda_device=args.cuda_device,
+        procs=args.procs,
     )
     results = load_test(args.server, args.server_model, settings)
     protocol = ("gRPC stream" if args.streaming else "gRPC") if args.grpc else "HTTP"
@@ -83,6 +92,7 @@ def run_server_load(args, console) -> int:
                 "protocol": protocol,
                 "batch": args.batch,
                 "shared_memory": args.shared_memory,
+                "procs": args.procs,
                 "concurrency": {str(r.concurrency): r.to_json() for r in results},
             },
         )

@@ -477,6 +477,7 @@ FLAGS = {
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
     "cuda_device": "--cuda-device",
+    "procs": "--procs",
     "streaming": "--streaming",
 }
 
