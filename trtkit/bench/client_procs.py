@@ -1,11 +1,12 @@
 """A load on a Triton server spread over several client processes (``trtkit bench --server ... --procs N``).
 
-One Python process running tritonclient's asyncio clients spends 0.15-0.45 ms of CPU a request, so above a few
-thousand requests/s the client, not the server, sets the pace. Here each level's requests in flight are split over
-``procs`` processes (spawned, each a fresh interpreter). Each connects and sets up its inputs once, then the processes
-wait for each other before every level (a barrier), so their levels run at the same time; the results of a level are
-merged into one :class:`~trtkit.bench.serving.LoadResult`: requests and failures summed, latencies pooled before the
-percentiles are taken, inferences/s over the longest of their walls.
+One Python process running tritonclient's asyncio clients spent 0.13-0.63 ms of CPU a request in trtkit's
+measurements (docs/performance.md, Serving), so above a few thousand requests/s the client, not the server, sets the
+pace. Here each level's requests in flight are split over ``procs`` processes (spawned, each a fresh interpreter).
+Each connects and sets up its inputs once, then the processes wait for each other before every level (a barrier), so
+their levels run at the same time; the results of a level are merged into one
+:class:`~trtkit.bench.serving.LoadResult`: requests and failures summed, latencies pooled before the percentiles are
+taken, inferences/s over the longest of their walls.
 """
 
 from __future__ import annotations
