@@ -753,6 +753,7 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
     """``trtkit serve`` loaded at ``levels`` by the clients, then (``anchor``, where perf_analyzer is available) by
     perf_analyzer into ``results['perf_analyzer']``, then the soak (``soak``)."""
     backend = backend or args.backend
+    main_run = anchor  # trtkit bench --procs (--cli-procs) runs there, whether perf_analyzer is found or not
     anchor = anchor and bool(results["perf_analyzer"].get("available"))
     pa_levels = [int(c) for c in args.perf_analyzer_levels.split(",")] if anchor else []
     out: dict = {"gpus": gpus, "backend": backend}
@@ -771,6 +772,9 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
                 server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs,
                 args.client_nice))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
+        if main_run and args.cli_procs:
+            results["cli_bench"] = step(results, f"{tag}.cli_bench",
+                                        lambda: cli_bench(url, args, level_s, workdir, max(levels)))
         if pa_levels:
             # the soak and the comparison keep their share: a slow perf_analyzer level is cut short, not them
             kept = args.compare_levels_s + (soak_share_s(args) if soak else 0.0)
@@ -785,6 +789,22 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
             if args.out and path.exists():
                 step(results, f"{tag}.copy.{path.name}", lambda path=path: copy_to(path, Path(args.out)))
     return out
+
+
+def cli_bench(url: str, args, level_s: float, workdir: Path, concurrency: int) -> dict:
+    """``trtkit bench --server --procs`` (what a user runs) on the main run's server at ``concurrency``: its JSON, and
+    its command."""
+    out = workdir / "cli-bench.json"
+    cmd = [sys.executable, "-m", "trtkit.cli.main", "bench", "--server", url, "--grpc", "--model", "resnet50",
+           "--concurrency", str(concurrency), "--procs", str(args.cli_procs), "--shared-memory", args.shared_memory,
+           "--duration-s", str(level_s), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=level_s + 300)
+    if not out.exists():
+        raise RuntimeError(f"trtkit bench exited {proc.returncode} with no JSON: {(proc.stdout + proc.stderr)[-1500:]}")
+    data = json.loads(out.read_text())
+    data["command"] = " ".join(cmd[1:])
+    data["exit_code"] = proc.returncode
+    return data
 
 
 def copy_to(path: Path, folder: Path) -> None:
@@ -872,6 +892,9 @@ def main() -> int:
     ap.add_argument("--client-nice", type=int, default=0,
                     help="nice value of the client processes (default 0; above 0 the server's threads go first "
                          "where they share the host's cores)")
+    ap.add_argument("--cli-procs", type=int, default=0,
+                    help="after the main run's levels: trtkit bench --server --procs N at its highest level on the "
+                         "same server (results 'cli_bench'; default 0: not run)")
     ap.add_argument("--graph-batches", choices=GRAPH_BATCHES, default="every",
                     help="trtkit serve --graph-batches for the tensorrt backend (default every: a CUDA graph for every "
                          "batch size; triton: the backend's own choice of 1, the preferred sizes and the largest)")
@@ -918,6 +941,8 @@ def main() -> int:
         ap.error(f"--bench-batches {args.bench_batches}: give batch sizes from 1 to {MAX_BATCH}, e.g. 4,8,16")
     if not 0 <= args.stream_procs <= args.client_procs:
         ap.error(f"--stream-procs {args.stream_procs}: give 0 to --client-procs ({args.client_procs}) processes")
+    if args.cli_procs < 0:
+        ap.error(f"--cli-procs {args.cli_procs}: give 1 or more client processes, or 0 for none")
     if not 0 <= args.client_nice <= 19:
         ap.error(f"--client-nice {args.client_nice}: give 0 to 19")
     if args.preferred_batch:

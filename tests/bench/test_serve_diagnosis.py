@@ -136,6 +136,7 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--bench-batches", "4,64"], "--bench-batches 4,64: give batch sizes from 1 to 32"),
     (["--bench-batches", "four"], "--bench-batches four: give batch sizes from 1 to 32"),
     (["--client-nice", "20"], "--client-nice 20: give 0 to 19"),
+    (["--cli-procs", "-1"], "--cli-procs -1: give 1 or more client processes, or 0 for none"),
     (["--preferred-batch", "8-40"], "--preferred-batch 8-40: sizes above the engine's max batch 32"),
 ])
 def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
@@ -152,7 +153,7 @@ def _args(**over):
                 preferred_batch="", client_nice=0,
                 sweep_perf_analyzer=False,
                 perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
-                compare_levels_s=0.0)
+                compare_levels_s=0.0, cli_procs=0)
     return types.SimpleNamespace(**{**base, **over})
 
 

@@ -55,7 +55,8 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     out = tmp_path / "out"
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
                 "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"),
-                "--sweep", "model=null;client_procs=1,2 | model=null;stream_procs=1", "--sweep-s", "0.5", timeout=280)
+                "--sweep", "model=null;client_procs=1,2 | model=null;stream_procs=1", "--sweep-s", "0.5",
+                "--cli-procs", "2", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
     assert json.loads((tmp_path / "results" / "serve-h200.json").read_text()) == data
@@ -73,6 +74,10 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
         # the server's CPU by thread: trtkit serve, tritonserver and the stubs under it
         threads = figures["server_threads"]
         assert threads["cores"] > 0 and "tritonserver" in threads["by_process"] and threads["busiest"][0]["cores"] > 0
+    # what a user runs, trtkit bench --server --procs 2, on the same server at the highest level
+    cli = data["cli_bench"]["concurrency"]["64"]
+    assert cli["procs"] == 2 and cli["failed"] == 0 and cli["ips"] > 0 and data["cli_bench"]["exit_code"] == 0
+    assert data["cli_bench"]["procs"] == 2 and "--procs 2" in data["cli_bench"]["command"]
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
     assert data["grpc"]["shared_memory"] == "system" and data["level_s"] == 0.5  # inputs through shared memory
     assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
