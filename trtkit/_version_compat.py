@@ -302,12 +302,13 @@ def parser_supports_operator(parser, op_type: str) -> bool | None:
 
 # --- plugins -------------------------------------------------------------------------------------------------------
 
-_PLUGINS_LOADED: set = set()
+# id -> the module itself: holding it keeps its id from going to another module (a test's fake) once it is freed
+_PLUGINS_LOADED: dict = {}
 
 
 def plugins_loaded(trt) -> bool:
     """Whether :func:`load_plugins` has registered this module's plugins."""
-    return id(trt) in _PLUGINS_LOADED
+    return _PLUGINS_LOADED.get(id(trt)) is trt
 
 
 def load_plugins(trt, logger) -> bool:
@@ -322,7 +323,7 @@ def load_plugins(trt, logger) -> bool:
     Raises:
         UnsupportedError: TensorRT's plugin library (libnvinfer_plugin) could not be loaded.
     """
-    if id(trt) in _PLUGINS_LOADED:
+    if plugins_loaded(trt):
         return True
     init = getattr(trt, "init_libnvinfer_plugins", None)
     if init is None:
@@ -335,7 +336,7 @@ def load_plugins(trt, logger) -> bool:
             "that ships it, or build the model without plugin ops."
         ) from exc
     if ok is not False:
-        _PLUGINS_LOADED.add(id(trt))
+        _PLUGINS_LOADED[id(trt)] = trt
     return ok is not False
 
 

@@ -332,7 +332,8 @@ def test_levels_spread_over_client_processes_are_merged_into_one_result_each():
     from trtkit.bench.client_procs import load_in_procs
 
     settings = serving.LoadSettings(concurrency=(1, 3), duration_s=0.3, max_requests=400, warmup_s=0.0, procs=2)
-    one, three = load_in_procs("127.0.0.1:1", "m", settings, client_factory=f"{__name__}:fake_client")
+    one, three = load_in_procs("127.0.0.1:1", "m", settings, serving._load_test, serving._level_result,
+                                client_factory=f"{__name__}:fake_client")
     assert (one.concurrency, one.procs, three.concurrency, three.procs) == (1, 1, 3, 2)  # a level of 1 on one process
     for level in (one, three):
         assert level.failed == 0 and 0 < level.requests <= 400 and level.ips > 0
@@ -344,7 +345,8 @@ def test_a_client_process_that_fails_is_named():
 
     settings = serving.LoadSettings(concurrency=(2,), duration_s=0.3, warmup_s=0.0, procs=2)
     with pytest.raises(serving.ServeError, match=r"2 of 2 client processes failed: ServeError: Model 'm' is not ready"):
-        load_in_procs("127.0.0.1:1", "m", settings, client_factory=f"{__name__}:not_ready_client")
+        load_in_procs("127.0.0.1:1", "m", settings, serving._load_test, serving._level_result,
+                      client_factory=f"{__name__}:not_ready_client")
 
 
 def test_a_levels_parts_pool_their_latencies_and_count_every_failure():
@@ -354,7 +356,7 @@ def test_a_levels_parts_pool_their_latencies_and_count_every_failure():
     parts = [{"latencies_ms": [1.0, 2.0], "failed": 3, "errors": ["E: a"], "wall_s": 1.0, "cpu_s": 0.5},
              None,  # a process that sat the level out
              {"latencies_ms": [3.0, 4.0, 5.0, 6.0], "failed": 0, "errors": [], "wall_s": 2.0, "cpu_s": 1.9}]
-    level = merge(8, parts, serving.LoadSettings(batch=2))
+    level = merge(8, parts, serving.LoadSettings(batch=2), serving._level_result)
     assert (level.requests, level.failed, level.errors, level.procs) == (6, 3, ["E: a"], 2)
     assert level.ips == 6.0 and level.wall_s == 2.0  # 6 requests of 2 rows over the longer wall
     assert level.p50_ms == 3.5 and level.client_cpu_frac == 0.95 and level.cpu_s == 2.4
@@ -370,6 +372,7 @@ def test_a_busy_client_is_named_under_the_table():
     out = io.StringIO()
     serving.render([calm, busy], Console(file=out, width=200), title="t")
     text = " ".join(out.getvalue().split())
-    assert "concurrency 64: the busiest of 1 client process(es) used 0.97 of a core" in text and "--procs" in text
+    assert "concurrency 64: the busiest of 1 client process(es) used 0.97 of a core" in text
+    assert "spread it over more processes (procs=N)" in text  # the library's words; the CLI says --procs N
     assert "concurrency 8: the busiest" not in text
     assert "procs client CPU" in text and "0.97" in text.split("concurrency 64:")[0]  # the table has it too

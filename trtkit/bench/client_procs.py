@@ -6,17 +6,19 @@ pace. Here each level's requests in flight are split over ``procs`` processes (s
 Each connects and sets up its inputs once, then the processes wait for each other before every level (a barrier), so
 their levels run at the same time; the results of a level are merged into one
 :class:`~trtkit.bench.serving.LoadResult`: requests and failures summed, latencies pooled before the percentiles are
-taken, inferences/s over the longest of their walls.
+taken, inferences/s over the longest of their walls. :func:`trtkit.bench.serving.load_test` comes here with
+``procs`` above 1 and hands over its own pieces (this module imports nothing of it: no import cycle).
 """
 
 from __future__ import annotations
 
 import asyncio
 import queue as queue_module
+import sys
 import time
 from dataclasses import asdict
+from typing import Any
 
-from trtkit.bench.serving import LoadResult, LoadSettings, _level_result, _load_test
 from trtkit.errors import ServeError
 
 # how long client processes may take to connect and set up their inputs, or to reach the next level
@@ -28,10 +30,12 @@ def spread(total: int, procs: int) -> list:
     return [total // procs + (1 if i < total % procs else 0) for i in range(procs)]
 
 
-def load_in_procs(url: str, model: str, settings: LoadSettings, client_factory: str | None = None) -> list:
+def load_in_procs(url: str, model: str, settings, levels_fn, result_fn, client_factory: str | None = None) -> list:
     """:func:`~trtkit.bench.serving.load_test` over ``settings.procs`` client processes; one merged result per level.
-    A level of concurrency ``c`` runs on ``min(procs, c)`` of them. ``client_factory``: ``"module:function"`` that
-    makes ``(tritonclient module, client)`` in place of tritonclient's (tests).
+    A level of concurrency ``c`` runs on ``min(procs, c)`` of them. ``levels_fn``: one process's levels (serving's
+    ``_load_test``, run in each process); ``result_fn``: a level's result from its latencies (serving's
+    ``_level_result``). ``client_factory``: ``"module:function"`` that makes ``(tritonclient module, client)`` in
+    place of tritonclient's (tests).
 
     Raises:
         ServeError: a client process failed (its error), or did not report before the levels' time ran out.
@@ -48,7 +52,19 @@ def load_in_procs(url: str, model: str, settings: LoadSettings, client_factory: 
     workers = [
         ctx.Process(
             target=_worker,
-            args=(url, model, child, [s[i] for s in shares], [c[i] for c in caps], barrier, answers, i, client_factory),
+            args=(
+                url,
+                model,
+                type(settings),
+                child,
+                [s[i] for s in shares],
+                [c[i] for c in caps],
+                barrier,
+                answers,
+                i,
+                levels_fn,
+                client_factory,
+            ),
             daemon=True,
         )
         for i in range(n)
@@ -76,17 +92,17 @@ def load_in_procs(url: str, model: str, settings: LoadSettings, client_factory: 
     if failed:  # a process that failed breaks the barrier: the others' BrokenBarrierError says less
         first = next((f for f in failed if "BrokenBarrierError" not in f), failed[0])
         raise ServeError(f"{len(failed)} of {n} client processes failed: {first}")
-    return [merge(level, [got[i][1][k] for i in range(n)], settings) for k, level in enumerate(levels)]
+    return [merge(level, [got[i][1][k] for i in range(n)], settings, result_fn) for k, level in enumerate(levels)]
 
 
-def merge(concurrency: int, parts: list, settings: LoadSettings) -> LoadResult:
+def merge(concurrency: int, parts: list, settings, result_fn):
     """The results of one level from each client process (``LoadResult.to_json()`` dicts, None where a process sat
-    the level out) as one."""
+    the level out) as one ``LoadResult``, made by ``result_fn`` (serving's ``_level_result``)."""
     parts = [p for p in parts if p is not None]
     latencies = [x for p in parts for x in p.get("latencies_ms", [])]
     failed = sum(p["failed"] for p in parts)
     wall = max(p["wall_s"] for p in parts)
-    result = _level_result(concurrency, settings, latencies, [""] * failed, wall, sum(p["cpu_s"] or 0.0 for p in parts))
+    result = result_fn(concurrency, settings, latencies, [""] * failed, wall, sum(p["cpu_s"] or 0.0 for p in parts))
     result.errors = sorted({e for p in parts for e in p["errors"]})[:5]
     result.procs = len(parts)
     busy = [p["cpu_s"] / p["wall_s"] for p in parts if p.get("cpu_s") is not None and p["wall_s"] > 0]
@@ -94,22 +110,23 @@ def merge(concurrency: int, parts: list, settings: LoadSettings) -> LoadResult:
     return result
 
 
-def _worker(url, model, settings: dict, shares, caps, barrier, answers, index, client_factory) -> None:
+def _worker(
+    url, model, settings_cls, settings: dict, shares, caps, barrier, answers, index, levels_fn, client_factory
+) -> None:
     try:
         if client_factory:
             import importlib
 
-            from trtkit.bench import serving
-
             module, name = client_factory.split(":")
-            serving._client = getattr(importlib.import_module(module), name)  # type: ignore[attr-defined]
+            levels_module: Any = sys.modules[levels_fn.__module__]
+            levels_module._client = getattr(importlib.import_module(module), name)
         # the others may still be connecting (before the first level) or finishing the last one
         wait_s = START_TIMEOUT_S + settings["warmup_s"] + settings["duration_s"] + settings["timeout_s"]
         results = asyncio.run(
-            _load_test(
+            levels_fn(
                 url,
                 model,
-                LoadSettings(**settings),
+                settings_cls(**settings),
                 caps=caps,
                 before_level=lambda i: barrier.wait(wait_s),
                 shares=shares,

@@ -156,7 +156,7 @@ def load_test(url: str, model: str, settings: LoadSettings | None = None, *, rea
             raise UsageError("ready is for one client process; with procs above 1 trtkit starts the processes together")
         from trtkit.bench.client_procs import load_in_procs
 
-        return load_in_procs(url, model, settings)
+        return load_in_procs(url, model, settings, _load_test, _level_result)
     return asyncio.run(_load_test(url, model, settings, ready))
 
 
@@ -473,8 +473,9 @@ def _level_result(concurrency: int, settings: LoadSettings, latencies: list, err
     )
 
 
-def render(results: list, console, *, title: str) -> None:
-    """The results as a rich table."""
+def render(results: list, console, *, title: str, more_procs: str = "procs=N") -> None:
+    """The results as a rich table; under it, each level where a client process was near a core's worth of CPU, with
+    ``more_procs`` (how to ask for more client processes where the caller takes them) as the way out."""
     from rich import box
     from rich.table import Table
 
@@ -496,7 +497,7 @@ def render(results: list, console, *, title: str) -> None:
             console.print(
                 f"[yellow]concurrency {r.concurrency}: the busiest of {r.procs} client process(es) used "
                 f"{r.client_cpu_frac:.2f} of a core; the client may be what limits this level: spread it over more "
-                "processes (--procs)[/]"
+                f"processes ({more_procs})[/]"
             )
 
 

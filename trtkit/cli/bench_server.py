@@ -81,7 +81,10 @@ def run_server_load(args, console) -> int:
     results = load_test(args.server, args.server_model, settings)
     protocol = ("gRPC stream" if args.streaming else "gRPC") if args.grpc else "HTTP"
     render(
-        results, console, title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch})"
+        results,
+        console,
+        title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch})",
+        more_procs="--procs N",
     )
     if args.json:
         write_json(
