@@ -311,9 +311,10 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     processes' priority."""
     import numpy as np
 
+    from trtkit.bench.client_procs import spread
+
     n = max(1, min(procs, concurrency))
-    shares = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
-    caps = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
+    shares, caps = spread(concurrency, n), spread(max_requests, n)
     stamp = time.monotonic_ns()
     outs = [workdir / f"client-{concurrency}-{i}-{stamp}.json" for i in range(n)]
     go = workdir / f"go-{concurrency}-{stamp}"
@@ -611,20 +612,25 @@ def preferred_flag(value: str | None) -> list:
     return ["--preferred-batch", value.replace("+", ",")]
 
 
-def _check_preferred(values: list) -> None:
+def preferred_problem(text: str) -> str | None:
+    """What is wrong with preferred batch sizes ``text`` (commas or '+' between sizes and ranges), or None."""
     import argparse
 
     from trtkit.cli.options import batch_sizes
 
+    try:
+        sizes = batch_sizes(text.replace("+", ","))
+    except argparse.ArgumentTypeError as exc:
+        return str(exc)
+    return f"sizes above the engine's max batch {MAX_BATCH}" if max(sizes) > MAX_BATCH else None
+
+
+def _check_preferred(values: list) -> None:
     for value in values:
-        if value == "none":
-            continue
-        try:
-            if max(batch_sizes(value.replace("+", ","))) > MAX_BATCH:
-                raise argparse.ArgumentTypeError(f"sizes above the engine's max batch {MAX_BATCH}")
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"sweep key 'preferred': {value!r}: {exc} (sizes joined by '+', e.g. 8-32 or 16+32, or "
-                             "none)") from None
+        why = None if value == "none" else preferred_problem(value)
+        if why:
+            raise ValueError(f"sweep key 'preferred': {value!r}: {why} (sizes joined by '+', e.g. 8-32 or 16+32, or "
+                             "none)")
 
 
 def sweep_groups(settings: list, args) -> list:
@@ -945,11 +951,9 @@ def main() -> int:
         ap.error(f"--cli-procs {args.cli_procs}: give 1 or more client processes, or 0 for none")
     if not 0 <= args.client_nice <= 19:
         ap.error(f"--client-nice {args.client_nice}: give 0 to 19")
-    if args.preferred_batch:
-        try:
-            _check_preferred([args.preferred_batch.replace(",", "+")])
-        except ValueError as exc:
-            ap.error(f"--preferred-batch {args.preferred_batch}: {str(exc).split(': ', 2)[-1]}")
+    why = args.preferred_batch and preferred_problem(args.preferred_batch)
+    if why:
+        ap.error(f"--preferred-batch {args.preferred_batch}: {why}")
     if args.grpc_allocation_pool < 0:
         ap.error(f"--grpc-allocation-pool {args.grpc_allocation_pool}: give 1 or more request states, or 0 for "
                  "Triton's own")

@@ -16,7 +16,7 @@ handle, so a server whose backend runs on the GPU (Triton's TensorRT backend) ta
 without the copy through page-locked host memory. Outputs come back in the answers either way.
 
 With ``procs`` above 1, each level's requests are spread over that many client processes (one Python process is
-often the limit at a few thousand requests/s): each connects and sets up its inputs, the processes start each level
+often the limit at high request rates): each connects and sets up its inputs, the processes start each level
 together, and their answers are merged into one result per level (latencies before the percentiles are taken).
 ``client_cpu_frac`` says how busy the busiest client process was over its level; near 1.0 (a core) the client, not the
 server, may be what limited the level.
@@ -157,7 +157,8 @@ def load_test(url: str, model: str, settings: LoadSettings | None = None, *, rea
         from trtkit.bench.client_procs import load_in_procs
 
         return load_in_procs(url, model, settings, _load_test, _level_result)
-    return asyncio.run(_load_test(url, model, settings, ready))
+    first = None if ready is None else (lambda i: ready() if i == 0 else None)
+    return asyncio.run(_load_test(url, model, settings, before_level=first))
 
 
 def _client(url: str, grpc: bool):
@@ -173,9 +174,7 @@ def _client(url: str, grpc: bool):
     return module, module.InferenceServerClient(url)
 
 
-async def _load_test(
-    url: str, model: str, settings: LoadSettings, ready=None, caps=None, before_level=None, shares=None
-) -> list:
+async def _load_test(url: str, model: str, settings: LoadSettings, caps=None, before_level=None, shares=None) -> list:
     """One client process's levels. ``shares``: its requests in flight at each level (default ``concurrency``; 0: it
     sits the level out, None in the results); ``caps``: its request cap per level (default ``max_requests``);
     ``before_level(i)``: called in a thread before level ``i`` (several processes start each level together)."""
@@ -185,8 +184,6 @@ async def _load_test(
         inputs, outputs = await _inputs(client, module, model, settings, url)
         if settings.shared_memory != "none":
             await _inputs_in_shared_memory(client, inputs, regions, url, settings.shared_memory, settings.cuda_device)
-        if ready is not None:
-            await asyncio.to_thread(ready)
         results: list = []
         run_level = _stream_level if settings.streaming else _level
         for i, level in enumerate(settings.concurrency):

@@ -36,7 +36,7 @@ def add_server_options(parser) -> None:
         default=1,
         metavar="N",
         help="client processes each level's requests are spread over, started together (default 1; one Python "
-        "process is often the limit at a few thousand requests/s: the table says when the busiest was near a core)",
+        "process is often the limit at high request rates: the table says when the busiest was near a core)",
     )
     g.add_argument(
         "--shared-memory",
