@@ -120,7 +120,9 @@ def input_shape(batch: int, uint8: bool = False) -> tuple:
     return (batch, 224, 224, 3) if uint8 else (batch, 3, 224, 224)
 
 
-def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = False) -> Path:
+def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = False, opt: int = MAX_BATCH) -> Path:
+    """ResNet-50 FP16 with one profile, batch 1 / ``opt`` / ``MAX_BATCH``: TensorRT picks its kernels for ``opt``,
+    so an ``opt`` near the batches the server forms trades some of the full batch's speed for theirs."""
     import tensorrt as trt
 
     from trtkit.builder.api import build
@@ -128,10 +130,10 @@ def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = Fals
     from trtkit.builder.profiles import InputShape, Profile
 
     sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
-    kind = "-u8nhwc" if uint8 else ""
+    kind = ("-u8nhwc" if uint8 else "") + (f"-opt{opt}" if opt != MAX_BATCH else "")
     path = cache / f"resnet50-fp16{kind}-b{MAX_BATCH}-{sha}-trt{trt.__version__}.engine"
     results["engine"] = {"path": str(path), "onnx_sha256_16": sha, "precision": "fp16",
-                         "profile": {"min": 1, "opt": MAX_BATCH, "max": MAX_BATCH}, "tactic_sources": list(TACTICS),
+                         "profile": {"min": 1, "opt": opt, "max": MAX_BATCH}, "tactic_sources": list(TACTICS),
                          "input": {"shape": list(input_shape(MAX_BATCH, uint8)), "dtype": "uint8" if uint8 else
                                    "float32"}, "cached": path.exists()}
     if not path.exists():
@@ -139,7 +141,7 @@ def build_engine(onnx_path: Path, cache: Path, results: dict, uint8: bool = Fals
             return input_shape(b, uint8)
 
         config = BuildConfig(precision="fp16", tactic_sources=TACTICS, timing_cache=str(cache / "resnet50-fp16.cache"),
-                             profiles=[Profile({INPUT: InputShape(shape(1), shape(MAX_BATCH), shape(MAX_BATCH))})],
+                             profiles=[Profile({INPUT: InputShape(shape(1), shape(opt), shape(MAX_BATCH))})],
                              input_uint8_nhwc=uint8)
         t0 = time.perf_counter()
         build(str(onnx_path), config, output=path, isolate=False)
@@ -804,7 +806,8 @@ def cli_bench(url: str, args, level_s: float, workdir: Path, concurrency: int) -
     cmd = [sys.executable, "-m", "trtkit.cli.main", "bench", "--server", url, "--grpc", "--model", "resnet50",
            "--concurrency", str(concurrency), "--procs", str(args.cli_procs), "--shared-memory", args.shared_memory,
            "--duration-s", str(level_s), "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=level_s + 300)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
+                          timeout=level_s + 300)  # the table's lines are UTF-8 under any locale
     if not out.exists():
         raise RuntimeError(f"trtkit bench exited {proc.returncode} with no JSON: {(proc.stdout + proc.stderr)[-1500:]}")
     data = json.loads(out.read_text())
@@ -895,6 +898,9 @@ def main() -> int:
                     help="trtkit serve --preferred-batch: batch sizes the batcher sends as soon as it has them, e.g. "
                          "8-32 (whatever is queued once 8 are; fewer wait up to the queue delay) or 16,32 (default: "
                          "the profile's opt and max)")
+    ap.add_argument("--opt-batch", type=int, default=MAX_BATCH,
+                    help=f"the engine profile's opt batch (default {MAX_BATCH}, its max): TensorRT tunes its kernels "
+                    "for it; bench --streams 2 still runs at the max batch, on this same engine")
     ap.add_argument("--client-nice", type=int, default=0,
                     help="nice value of the client processes (default 0; above 0 the server's threads go first "
                          "where they share the host's cores)")
@@ -947,6 +953,8 @@ def main() -> int:
         ap.error(f"--bench-batches {args.bench_batches}: give batch sizes from 1 to {MAX_BATCH}, e.g. 4,8,16")
     if not 0 <= args.stream_procs <= args.client_procs:
         ap.error(f"--stream-procs {args.stream_procs}: give 0 to --client-procs ({args.client_procs}) processes")
+    if not 1 <= args.opt_batch <= MAX_BATCH:
+        ap.error(f"--opt-batch {args.opt_batch}: give a batch from 1 to {MAX_BATCH}")
     if args.cli_procs < 0:
         ap.error(f"--cli-procs {args.cli_procs}: give 1 or more client processes, or 0 for none")
     if not 0 <= args.client_nice <= 19:
@@ -1025,7 +1033,8 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
     results["perf_analyzer"] = perf_analyzer_setup(args)
     step(results, "environment", lambda: _environment(results["environment"]))
     onnx_path = Path(args.onnx) if args.onnx else step(results, "export", lambda: export_resnet(cache))
-    engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results, args.input_uint8))
+    engine = onnx_path and step(results, "build", lambda: build_engine(onnx_path, cache, results, args.input_uint8,
+                                                                      args.opt_batch))
     if not engine:
         return
     results["bench_streams2_ips"] = step(results, "bench_streams2",

@@ -70,16 +70,18 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_a_wrong_choic
 
 
 def test_the_tensorrt_backends_latency_options_are_set_and_an_unknown_one_is_refused_before_writing(engine, tmp_path):
-    result = tx.write_repository(engine, tmp_path / "repo", options=("eager_batching", "busy_wait_events"),
-                                 trt=make_fake_trt("8.6.0"))
+    result = tx.write_repository(engine, tmp_path / "repo", options=("eager_batching", "busy_wait_events",
+                                                                     "gather_kernel"), trt=make_fake_trt("8.6.0"))
     config = parse_config(result.config)
     assert config.optimization.eager_batching is True
+    assert config.optimization.gather_kernel_buffer_threshold == 2  # batches of 2 or more requests gather by kernel
     cuda = config.optimization.cuda
     assert cuda.busy_wait_events is True and cuda.graphs is True and cuda.output_copy_stream is False
     assert [g.batch_size for g in cuda.graph_spec] == [1, 2, 3, 4]
     plain = parse_config(tx.config_pbtxt(result.model, cuda_graphs=False, options=("busy_wait_events",)))
     assert plain.optimization.cuda.busy_wait_events is True and plain.optimization.cuda.graphs is False
     assert plain.optimization.eager_batching is False and plain.optimization.cuda.output_copy_stream is False
+    assert plain.optimization.gather_kernel_buffer_threshold == 0  # Triton's default: a copy per request
     with pytest.raises(TrtkitError, match=r"option\(s\) busy_wait not known here; give any of busy_wait_events, "
                                           r"eager_batching"):
         tx.write_repository(engine, tmp_path / "other", options=("busy_wait",), trt=make_fake_trt("8.6.0"))

@@ -98,7 +98,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
                                          r"\(backend='tensorrt'\), not of the 'stub' backend"):
         ServeSettings(backend="stub", tensorrt_options=("busy_wait_events",)).check()
     with pytest.raises(UsageError, match=r"option\(s\) spin not known here; give any of busy_wait_events, "
-                                         r"eager_batching, blocking"):
+                                         r"eager_batching, gather_kernel, blocking"):
         ServeSettings(backend="tensorrt", tensorrt_options=("spin",)).check()
 
 

@@ -377,7 +377,7 @@ def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, str
         child.kill()
 
 
-@pytest.mark.parametrize("options", [(), ("busy_wait_events", "eager_batching", "blocking")])
+@pytest.mark.parametrize("options", [(), ("busy_wait_events", "eager_batching", "gather_kernel", "blocking")])
 def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place_is_named(tmp_path, engines,
                                                                                             monkeypatch, options):
     """Triton's own TensorRT backend (built by scripts/build_triton_trt_backend.sh, folder in TRTKIT_TRITON_BACKENDS;

@@ -51,7 +51,8 @@ def add_arguments(parser) -> None:
         metavar="LIST",
         default="",
         help="the TensorRT backend's latency options to set, comma-separated: busy_wait_events (spin on CUDA "
-        "events), eager_batching (the next batch's inputs copied while one computes); none by default",
+        "events), eager_batching (the next batch's inputs copied while one computes), gather_kernel (a batch's "
+        "inputs gathered by one kernel); none by default",
     )
     p.add_argument(
         "--triton-version",

@@ -94,8 +94,8 @@ def add_arguments(parser) -> None:
         metavar="LIST",
         default="",
         help="with --backend tensorrt: the backend's latency options to turn on, comma-separated: busy_wait_events "
-        "(spin on CUDA events), eager_batching (the next batch's inputs copied while one computes), blocking (each "
-        "instance on a thread of its own); none by default",
+        "(spin on CUDA events), eager_batching (the next batch's inputs copied while one computes), gather_kernel "
+        "(a batch's inputs gathered by one kernel), blocking (each instance on a thread of its own); none by default",
     )
     g.add_argument(
         "--grpc-allocation-pool",

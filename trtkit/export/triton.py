@@ -326,8 +326,10 @@ def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | N
 # the TensorRT backend's latency options, as its model configuration names them (ModelOptimizationPolicy):
 # busy_wait_events: its threads spin on CUDA events instead of sleeping until they are signalled (lower latency from
 # a batch's end to its responses, a core kept busy); eager_batching: an instance prepares its next batch (the inputs'
-# copies) while the previous one computes
-TENSORRT_CONFIG_OPTIONS = ("busy_wait_events", "eager_batching")
+# copies) while the previous one computes; gather_kernel: a batch of GATHER_KERNEL_MIN_REQUESTS or more requests has its
+# inputs gathered into the batch's buffer by one kernel instead of a copy per request (gather_kernel_buffer_threshold)
+TENSORRT_CONFIG_OPTIONS = ("busy_wait_events", "eager_batching", "gather_kernel")
+GATHER_KERNEL_MIN_REQUESTS = 2
 # and the server's: blocking: each instance on a thread of its own (the backend's execution policy BLOCKING; by
 # default, DEVICE_BLOCKING, the instances of one GPU take turns on one thread)
 TENSORRT_SERVER_OPTIONS = ("blocking",)
@@ -406,7 +408,7 @@ def config_pbtxt(
     ``max_batch`` and ``preferred`` (default: the profile's) limit the batches the dynamic batcher forms.
     ``graph_batch_sizes``: the batch sizes the backend captures CUDA graphs for (``graph_spec``; default: the
     backend's own choice, batch 1, the preferred sizes and the largest; a batch of another size runs without a
-    graph). ``options``: any of :data:`TENSORRT_CONFIG_OPTIONS`, each set true.
+    graph). ``options``: any of :data:`TENSORRT_CONFIG_OPTIONS`, each turned on.
 
     Raises:
         TrtkitError: an option that is not one of :data:`TENSORRT_CONFIG_OPTIONS`.
@@ -428,6 +430,8 @@ def config_pbtxt(
         if specs:
             cuda.append(f"graph_spec [ {specs} ]")
     policy = ["eager_batching: true"] if "eager_batching" in options else []
+    if "gather_kernel" in options:
+        policy.append(f"gather_kernel_buffer_threshold: {GATHER_KERNEL_MIN_REQUESTS}")
     if cuda:
         policy.append(f"cuda {{ {' '.join(cuda)} }}")
     if policy:
