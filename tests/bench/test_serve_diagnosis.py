@@ -138,6 +138,8 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--client-nice", "20"], "--client-nice 20: give 0 to 19"),
     (["--cli-procs", "-1"], "--cli-procs -1: give 1 or more client processes, or 0 for none"),
     (["--preferred-batch", "8-40"], "--preferred-batch 8-40: sizes above the engine's max batch 32"),
+    (["--opt-batch", "33"], "--opt-batch 33: give a batch from 1 to 32"),
+    (["--opt-batch", "0"], "--opt-batch 0: give a batch from 1 to 32"),
 ])
 def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), *extra,
