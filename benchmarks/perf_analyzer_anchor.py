@@ -108,9 +108,10 @@ def shortest_level_s(interval_ms: int) -> float:
 
 
 def measure_level(binary: str, model: str, url: str, concurrency: int, shared_memory: str, interval_ms: int,
-                  folder: Path, timeout_s: float, stem: str = "perf-analyzer") -> dict:
+                  folder: Path, timeout_s: float, stem: str = "perf-analyzer", preexec_fn=None) -> dict:
     """One concurrency level: perf_analyzer's figures, or ``{"failed": why}`` (a non-zero exit, no stable
-    measurement, a timeout). Its CSV and output go to ``folder/<stem>-c<N>.csv`` and ``.log``."""
+    measurement, a timeout). Its CSV and output go to ``folder/<stem>-c<N>.csv`` and ``.log``. ``preexec_fn`` runs in
+    the child before perf_analyzer starts (to keep it on some CPUs, say)."""
     csv_path = folder / f"{stem}-c{concurrency}.csv"
     log_path = folder / f"{stem}-c{concurrency}.log"
     csv_path.unlink(missing_ok=True)
@@ -119,7 +120,8 @@ def measure_level(binary: str, model: str, url: str, concurrency: int, shared_me
         with open(log_path, "w") as log:
             log.write(" ".join(cmd) + "\n")
             log.flush()
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                  preexec_fn=preexec_fn).returncode
     except subprocess.TimeoutExpired:
         return {"failed": f"no result in {timeout_s:.0f} s (killed): {_tail(log_path)}"}
     except OSError as exc:

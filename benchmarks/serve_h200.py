@@ -42,7 +42,8 @@ In one call:
    and batcher delay (``preferred``: ``--preferred-batch``'s sizes), loaded at ``--sweep-levels`` (default 64) for
    ``--sweep-s`` per number of client processes; ``skipped`` names what would not have ended before
    ``--deadline-s``. With ``--sweep-perf-analyzer`` each sweep server is also loaded by perf_analyzer at
-   ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``).
+   ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``). ``cpus=split`` keeps the server on half of the
+   host's CPUs and the clients and perf_analyzer on the other half.
 8. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
 Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
@@ -186,7 +187,7 @@ class ServeProcess:
     def __init__(self, engine: Path, args, workdir: Path, gpus: str, tag: str, backend: str,
                  instances: int | None = None, delay_us: int | None = None, null_model: bool = False,
                  graphs: str | None = None, trt: str | None = None, grpc_pool: int | None = None,
-                 preferred: str | None = None):
+                 preferred: str | None = None, cpus: tuple | None = None):
         from trtkit.serve.stub_model import NULL_MODEL_ENV
 
         self.instances = int(instances or args.instances)
@@ -214,7 +215,8 @@ class ServeProcess:
         log(("NULL MODEL " if null_model else "") + " ".join(cmd))
         self.started = time.monotonic()
         with open(self.output, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                         preexec_fn=pin(cpus))  # Triton, its child, keeps the CPUs
 
     def wait_ready(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -305,12 +307,12 @@ def start_together(clients: list, outs: list, go: Path, timeout_s: float = CLIEN
 
 
 def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path,
-         shared_memory: str = "none", stream_procs: int = 0, nice: int = 0) -> dict:
+         shared_memory: str = "none", stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None) -> dict:
     """``concurrency`` workers spread over up to ``procs`` client processes, started together (each connects and
     sets up its inputs first; then all begin their warm-up and level at once); their results merged. The first
     ``stream_procs`` of the processes send theirs over a gRPC stream each (Triton serves streams on a front-end
     thread apart from its two for unary calls), the others a gRPC call per request; ``nice`` lowers the client
-    processes' priority."""
+    processes' priority; ``cpus`` keeps them on those CPUs (None: any)."""
     import numpy as np
 
     from trtkit.bench.client_procs import spread
@@ -322,7 +324,8 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     go = workdir / f"go-{concurrency}-{stamp}"
     modes = [CLIENT_MODES[1] if i < stream_procs else CLIENT_MODES[0] for i in range(n)]
     clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
-                                 str(cap), str(out), shared_memory, str(go), str(int(nice)), mode], cwd=ROOT)
+                                 str(cap), str(out), shared_memory, str(go), str(int(nice)), mode], cwd=ROOT,
+                                preexec_fn=pin(cpus))
                for c, cap, out, mode in zip(shares, caps, outs, modes)]
     start_s = start_together(clients, outs, go)
     for c in clients:
@@ -339,6 +342,7 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
             "client_procs": n, "stream_procs": modes.count("stream"), "wall_s": max(p["wall_s"] for p in parts),
             # the level's processes ran side by side: their walls differ by their ends only
             "wall_s_min": min(p["wall_s"] for p in parts), "clients_ready_s": start_s, "client_nice": int(nice),
+            "client_cpus": list(cpus) if cpus else "all",
             "client_cpu_frac": [p["cpu_frac"] for p in parts],
             # the clients' CPU per answered request: what one client process can send at most is 1e6 / this
             "client_cpu_us_per_request": round(1e6 * sum(p["cpu_s"] for p in parts) / max(requests, 1), 1),
@@ -463,12 +467,12 @@ def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dic
 
 
 def measured_level(server, url: str, concurrency: int, procs: int, duration_s: float, workdir: Path,
-                   shared_memory: str, stream_procs: int = 0, nice: int = 0) -> dict:
+                   shared_memory: str, stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None) -> dict:
     """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
     pytriton keeps its statistics endpoint behind its token), the server's CPU by thread and the host's CPU use."""
     before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
     threads0, t0 = server_threads(server.proc.pid), time.monotonic()
-    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs, nice)
+    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs, nice, cpus)
     threads1, t1 = server_threads(server.proc.pid), time.monotonic()
     after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
     # the stats count the clients' warm-up too, not their start (imports, connecting: the server idles then), so
@@ -506,7 +510,7 @@ def perf_analyzer_share_s(args, levels: int) -> float:
 
 
 def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, tag: str,
-                         reserved_s: float = 0.0) -> dict:
+                         reserved_s: float = 0.0, cpus: tuple | None = None) -> dict:
     """perf_analyzer at each of ``levels`` on the server at ``url`` with ``--shared-memory``'s kind:
     ``{"<c>": figures, or {"failed": why}, or "not run: ..."}``. A failed level is also recorded in ``errors`` and the
     next one still runs; each level's timeout is at most what is left before the deadline less ``reserved_s``."""
@@ -519,7 +523,8 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
             continue
         level = out[str(c)] = perf_analyzer_anchor.measure_level(
             results["perf_analyzer"]["binary"], "resnet50", url, c, args.shared_memory, args.perf_analyzer_ms,
-            folder, min(left, perf_analyzer_anchor.level_timeout_s(args.perf_analyzer_ms)), f"perf-analyzer-{tag}")
+            folder, min(left, perf_analyzer_anchor.level_timeout_s(args.perf_analyzer_ms)), f"perf-analyzer-{tag}",
+            preexec_fn=pin(cpus))
         if "failed" in level:
             results["errors"][f"{tag}.perf_analyzer.c{c}"] = level["failed"]
         log(f"{tag} perf_analyzer c{c}: {level.get('ips') or level.get('failed')}")
@@ -532,13 +537,18 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
 # (shm: --shared-memory's kinds), and the model (the engine's runner, or the null model: zeros with no runner, the
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
-              "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int, "preferred": str, "nice": int}
+              "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int, "preferred": str, "nice": int,
+              "cpus": str}
 # a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
 # latency options (trtkit serve --tensorrt-options), joined by '+', or none; grpc_pool: trtkit serve
 # --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8); preferred: trtkit serve
 # --preferred-batch, its sizes and ranges joined by '+' (8-32, 16+32), or none (the profile's); nice: the client
-# processes' nice value (a client setting)
-SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool", "preferred")
+# processes' nice value (a client setting); cpus: one of CPU_LAYOUTS
+SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool", "preferred", "cpus")
+# where the processes run: all: anywhere on the host's CPUs; split: the server (trtkit serve and Triton under it) on
+# the first half of this process's CPUs, the client processes and perf_analyzer on the second half, so that neither
+# takes the other's cores
+CPU_LAYOUTS = ("all", "split")
 SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
@@ -584,7 +594,8 @@ def _product(text: str) -> list:
         if key == "preferred":
             _check_preferred(axes[key])
             continue
-        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
+        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY,
+                   "cpus": CPU_LAYOUTS}.get(key)
         low = 0 if key in ("delay_us", "grpc_pool", "stream_procs", "nice") else 1
         bad = [v for v in axes[key] if (v not in choices if choices else v < low)]
         if bad:
@@ -644,7 +655,7 @@ def sweep_groups(settings: list, args) -> list:
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
                 "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs,
-                "preferred": args.preferred_batch or "none", "nice": args.client_nice, **one}
+                "preferred": args.preferred_batch or "none", "nice": args.client_nice, "cpus": "all", **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
         client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"],
@@ -673,16 +684,18 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                for client in clients]
             continue
         tag = f"sweep{i}"
+        server_cpus, client_cpus = cpu_halves(server_settings["cpus"])
         server = ServeProcess(served_as(engine, workdir), args, workdir, "0", tag, server_settings["backend"],
                               instances=server_settings["instances"], delay_us=server_settings["delay_us"],
                               null_model=server_settings["model"] == "null", graphs=server_settings["graphs"],
                               trt=server_settings["trt"], grpc_pool=server_settings["grpc_pool"],
-                              preferred=server_settings["preferred"])
+                              preferred=server_settings["preferred"], cpus=server_cpus)
         runs: list = []
         try:
             status = step(results, f"{tag}.ready", lambda server=server: server.wait_ready(args.ready_timeout_s))
             if status:  # the main run's c64 follows its c1 and c8 levels: a sweep server is loaded once before it too
-                step(results, f"{tag}.warmup", lambda first=clients[0]: warm_up(url, max(levels), first, workdir))
+                step(results, f"{tag}.warmup",
+                     lambda first=clients[0], cpus=client_cpus: warm_up(url, max(levels), first, workdir, cpus))
             for client in clients:
                 n, shm, streams, nice = client["client_procs"], client["shm"], client["stream_procs"], client["nice"]
                 run = {**server_settings, **client, "grpc": {}}
@@ -696,15 +709,16 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                         continue
                     level = run["grpc"][str(c)] = step(
                         results, f"{tag}.procs{n}.streams{streams}.nice{nice}.{shm}.c{c}",
-                        lambda c=c, n=n, shm=shm, streams=streams, nice=nice, server=server: measured_level(
-                            server, url, c, n, args.sweep_s, workdir, shm, streams, nice))
+                        lambda c=c, n=n, shm=shm, streams=streams, nice=nice, server=server, cpus=client_cpus:
+                        measured_level(server, url, c, n, args.sweep_s, workdir, shm, streams, nice, cpus))
                     log(f"{tag} {server_settings} procs {n} (streams {streams}, nice {nice}) {shm} c{c}: "
                         f"{(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
             if args.sweep_perf_analyzer and results["perf_analyzer"].get("available"):
                 run = {**server_settings, "client": "perf_analyzer", "shm": args.shared_memory}
-                run["grpc"] = (perf_analyzer_levels(args, url, levels, workdir, results, tag, stop_est) if status
+                run["grpc"] = (perf_analyzer_levels(args, url, levels, workdir, results, tag, stop_est, client_cpus)
+                               if status
                                else {str(c): "not run: the server did not start" for c in levels})
                 runs.append(run)
                 out["runs"].append(run)
@@ -723,10 +737,30 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
 SWEEP_WARMUP_S = 1.0
 
 
-def warm_up(url: str, concurrency: int, client: dict, workdir: Path) -> None:
-    """An unmeasured load on a fresh server with ``client``'s settings (processes, shared memory, streams, nice)."""
+def warm_up(url: str, concurrency: int, client: dict, workdir: Path, cpus: tuple | None = None) -> None:
+    """An unmeasured load on a fresh server with ``client``'s settings (processes, shared memory, streams, nice),
+    its processes on ``cpus``."""
     load(url, concurrency, client["client_procs"], SWEEP_WARMUP_S, 10**9, workdir, client["shm"],
-         client["stream_procs"], client["nice"])
+         client["stream_procs"], client["nice"], cpus)
+
+
+def cpu_halves(layout: str) -> tuple:
+    """``(server CPUs, client CPUs)`` for a :data:`CPU_LAYOUTS` name: ``(None, None)`` for ``all``; for ``split``
+    the first and second half of the CPUs this process may use."""
+    if layout != "split":
+        return None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError(f"cpus=split needs 2 or more CPUs; this process may use {len(cpus)}")
+    half = len(cpus) // 2
+    return tuple(cpus[:half]), tuple(cpus[half:])
+
+
+def pin(cpus: tuple | None):
+    """A ``preexec_fn`` that keeps a child process (and the processes it starts) on ``cpus``; None for any CPU."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def device_free_bytes() -> int:

@@ -188,7 +188,7 @@ def test_the_main_run_is_anchored_after_its_levels_and_before_the_soak(tmp_path,
     monkeypatch.setattr(m, "ServeProcess", _Server)
     monkeypatch.setattr(m, "measured_level", lambda *a: order.append(f"c{a[2]}") or {"ips": 1000.0})
     monkeypatch.setattr(m, "soak_run", lambda *a: order.append("soak") or {"requests": 1})
-    monkeypatch.setattr(m.perf_analyzer_anchor, "measure_level", lambda *a: order.append(f"pa{a[3]}") or {
+    monkeypatch.setattr(m.perf_analyzer_anchor, "measure_level", lambda *a, **k: order.append(f"pa{a[3]}") or {
         "ips": 20000.0 if a[3] == 64 else 1.0})
     args = _args(shared_memory="cuda", deadline_s=(time.monotonic() - m.STARTED) + 600, soak_s=5.0,
                  perf_analyzer_levels="8,64")

@@ -98,7 +98,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
 @pytest.mark.parametrize("text, says", [
     ("", "empty"),
     ("gpus=0,1", "KEY one of instances, delay_us, client_procs, model, backend, graphs, shm, trt, grpc_pool, "
-                 "stream_procs, preferred, nice"),
+                 "stream_procs, preferred, nice, cpus"),
     ("grpc_pool=-1", "0 or more"),
     ("stream_procs=-1", "0 or more"),
     ("instances", "KEY=V1,V2"),
@@ -115,6 +115,7 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("preferred=8-64", "'preferred': '8-64': sizes above the engine's max batch 32"),
     ("preferred=16+x", "'preferred': '16\\+x': 'x' is not a batch size"),
     ("nice=-1", "0 or more"),
+    ("cpus=half", "all or split"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -162,7 +163,7 @@ def _args(**over):
 def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
-    same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0, "preferred": "none"}
+    same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0, "preferred": "none", "cpus": "all"}
     four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0, "nice": 0},
                    {"client_procs": 8, "shm": "system", "stream_procs": 0, "nice": 0})
     assert groups == [
@@ -194,6 +195,24 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     assert [(g["preferred"], [c["nice"] for c in clients]) for g, clients in groups] == [
         ("none", [0, 10]), ("8-32", [0, 10]), ("16+32", [0, 10])]
     assert m.preferred_flag("16+32") == ["--preferred-batch", "16,32"] and m.preferred_flag("none") == []
+    # each CPU layout is a server of its own
+    groups = m.sweep_groups(m.parse_sweep("cpus=all,split"), _args(backend="tensorrt"))
+    assert [g["cpus"] for g, _ in groups] == ["all", "split"]
+
+
+def test_cpus_split_keeps_the_server_and_the_clients_on_halves_of_the_cpus_and_the_children_there(monkeypatch):
+    m = _script()
+    assert m.cpu_halves("all") == (None, None) and m.pin(None) is None
+    monkeypatch.setattr(m.os, "sched_getaffinity", lambda pid: {3, 0, 2, 1, 5})
+    assert m.cpu_halves("split") == ((0, 1), (2, 3, 5))
+    monkeypatch.setattr(m.os, "sched_getaffinity", lambda pid: {7})
+    with pytest.raises(RuntimeError, match="cpus=split needs 2 or more CPUs; this process may use 1"):
+        m.cpu_halves("split")
+    monkeypatch.undo()
+    first = min(os.sched_getaffinity(0))  # a child started with pin() runs on those CPUs only
+    out = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                         preexec_fn=m.pin((first,)), capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"[{first}]"
 
 
 def test_a_sweep_that_cannot_end_before_the_deadline_starts_no_server_and_names_each_setting(tmp_path, monkeypatch):
@@ -282,7 +301,8 @@ def test_a_sweep_server_with_more_instances_is_given_a_longer_stop_and_skipped_w
     monkeypatch.setattr(m, "ServeProcess", lambda *a, **k: servers.append(_Server(*a, **k)) or servers[-1])
     monkeypatch.setattr(m, "measured_level", lambda server, url, c, n, *rest: {"ips": 1.0, "client_procs": n})
     warmed = []
-    monkeypatch.setattr(m, "warm_up", lambda url, c, client, workdir: warmed.append((c, client["client_procs"])))
+    monkeypatch.setattr(m, "warm_up",
+                        lambda url, c, client, workdir, cpus=None: warmed.append((c, client["client_procs"])))
     # 21 s left after the stop reserve: 4 instances need 1 + 3.5 (the warm-up load) + 10 + 3.5 (one level);
     # 8 instances' stop is taken as 20 s
     args = _args(sweep="instances=4,8", sweep_s=1.0, deadline_s=(time.monotonic() - m.STARTED) + m.STOP_RESERVE_S + 21)
@@ -308,7 +328,7 @@ def test_a_client_process_with_no_answer_is_merged_with_its_errors_not_a_key_err
     ])
 
     class Client:
-        def __init__(self, argv, cwd):
+        def __init__(self, argv, cwd, preexec_fn=None):
             Path(argv[8]).write_text(json.dumps(next(parts)))
 
         def wait(self, timeout):
@@ -351,7 +371,7 @@ def test_client_processes_are_told_to_stream_or_call_and_the_merge_counts_the_st
     modes = []
 
     class Client:
-        def __init__(self, argv, cwd):
+        def __init__(self, argv, cwd, preexec_fn=None):
             modes.append(argv[-1])
             Path(argv[8]).write_text(json.dumps({"ips": 10.0, "requests": 5, "failed": 0, "wall_s": 0.5,
                                                  "cpu_frac": 0.5, "cpu_s": 0.25, "errors": [],
