@@ -43,7 +43,9 @@ In one call:
    ``--sweep-s`` per number of client processes; ``skipped`` names what would not have ended before
    ``--deadline-s``. With ``--sweep-perf-analyzer`` each sweep server is also loaded by perf_analyzer at
    ``--sweep-levels`` (a run of its own, ``client: perf_analyzer``). ``cpus=split`` keeps the server on half of the
-   host's CPUs and the clients and perf_analyzer on the other half.
+   host's CPUs and the clients and perf_analyzer on the other half (``split:N``: the server on N CPUs); ``--cpus``
+   sets that layout for the main run (its clients, ``trtkit bench --procs``, perf_analyzer and the soak) and is the
+   sweep's default.
 8. ``two_gpus``: steps 3-4 at concurrency 64 with ``--gpus 0,1`` where the host has two GPUs (else why not).
 
 Where the time goes, at every gRPC level (steps 4 and 7): ``server``, Triton's statistics of the model
@@ -547,8 +549,8 @@ SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": s
 SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool", "preferred", "cpus")
 # where the processes run: all: anywhere on the host's CPUs; split: the server (trtkit serve and Triton under it) on
 # the first half of this process's CPUs, the client processes and perf_analyzer on the second half, so that neither
-# takes the other's cores
-CPU_LAYOUTS = ("all", "split")
+# takes the other's cores; split:N: the server on the first N CPUs, the clients on the rest
+CPU_LAYOUTS = ("all", "split", "split:N")
 SHARED_MEMORY = ("system", "cuda", "none")
 SERVE_BACKENDS = ("stub", "pytriton", "tensorrt")
 MODELS = ("runner", "null")
@@ -594,8 +596,12 @@ def _product(text: str) -> list:
         if key == "preferred":
             _check_preferred(axes[key])
             continue
-        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY,
-                   "cpus": CPU_LAYOUTS}.get(key)
+        if key == "cpus":
+            bad = [f"{v!r} ({why})" for v in axes[key] if (why := cpu_layout_problem(v))]
+            if bad:
+                raise ValueError(f"sweep key 'cpus': {', '.join(bad)}")
+            continue
+        choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
         low = 0 if key in ("delay_us", "grpc_pool", "stream_procs", "nice") else 1
         bad = [v for v in axes[key] if (v not in choices if choices else v < low)]
         if bad:
@@ -655,7 +661,7 @@ def sweep_groups(settings: list, args) -> list:
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
                 "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs,
-                "preferred": args.preferred_batch or "none", "nice": args.client_nice, "cpus": "all", **one}
+                "preferred": args.preferred_batch or "none", "nice": args.client_nice, "cpus": args.cpus, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
         client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"],
@@ -744,16 +750,32 @@ def warm_up(url: str, concurrency: int, client: dict, workdir: Path, cpus: tuple
          client["stream_procs"], client["nice"], cpus)
 
 
+def cpu_layout_problem(layout: str) -> str | None:
+    """Why ``layout`` is not one of :data:`CPU_LAYOUTS` (``all``, ``split``, ``split:N`` with N a whole number of 1 or
+    more), or None."""
+    if layout in ("all", "split"):
+        return None
+    kind, _, count = layout.partition(":")
+    if kind == "split" and count.isdigit() and int(count) >= 1:
+        return None
+    return "give all, split (the server on half of the CPUs) or split:N (the server on N CPUs, the clients on the rest)"
+
+
 def cpu_halves(layout: str) -> tuple:
     """``(server CPUs, client CPUs)`` for a :data:`CPU_LAYOUTS` name: ``(None, None)`` for ``all``; for ``split``
-    the first and second half of the CPUs this process may use."""
-    if layout != "split":
+    the first and second half of the CPUs this process may use; for ``split:N`` the first N of them and the rest.
+
+    Raises:
+        RuntimeError: fewer CPUs than the layout needs (the server and the clients one or more each).
+    """
+    if layout == "all":
         return None, None
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise RuntimeError(f"cpus=split needs 2 or more CPUs; this process may use {len(cpus)}")
-    half = len(cpus) // 2
-    return tuple(cpus[:half]), tuple(cpus[half:])
+    count = int(layout.partition(":")[2] or len(cpus) // 2)
+    if not 1 <= count < len(cpus):
+        raise RuntimeError(f"cpus={layout} needs {max(count, 1) + 1} or more CPUs (the server on {max(count, 1)}, the "
+                           f"clients on one or more); this process may use {len(cpus)}")
+    return tuple(cpus[:count]), tuple(cpus[count:])
 
 
 def pin(cpus: tuple | None):
@@ -798,8 +820,9 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
     main_run = anchor  # trtkit bench --procs (--cli-procs) runs there, whether perf_analyzer is found or not
     anchor = anchor and bool(results["perf_analyzer"].get("available"))
     pa_levels = [int(c) for c in args.perf_analyzer_levels.split(",")] if anchor else []
-    out: dict = {"gpus": gpus, "backend": backend}
-    server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag, backend)
+    out: dict = {"gpus": gpus, "backend": backend, "cpus": args.cpus}
+    server_cpus, client_cpus = cpu_halves(args.cpus)
+    server = ServeProcess(served_as(engine, workdir), args, workdir, gpus, tag, backend, cpus=server_cpus)
     try:
         status = server.wait_ready(args.ready_timeout_s)
         out.update(ready_s=round(status["ready_s"], 3), load_s=round(status["load_s"], 3),
@@ -812,19 +835,19 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
                 server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs,
-                args.client_nice))
+                args.client_nice, client_cpus))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
         if main_run and args.cli_procs:
             results["cli_bench"] = step(results, f"{tag}.cli_bench",
-                                        lambda: cli_bench(url, args, level_s, workdir, max(levels)))
+                                        lambda: cli_bench(url, args, level_s, workdir, max(levels), client_cpus))
         if pa_levels:
             # the soak and the comparison keep their share: a slow perf_analyzer level is cut short, not them
             kept = args.compare_levels_s + (soak_share_s(args) if soak else 0.0)
             results["perf_analyzer"].update(shared_memory=args.shared_memory, concurrency=step(
                 results, f"{tag}.perf_analyzer", lambda: perf_analyzer_levels(args, url, pa_levels, workdir, results,
-                                                                              tag, kept)))
+                                                                              tag, kept, client_cpus)))
         if soak:
-            out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir))
+            out["soak"] = step(results, f"{tag}.soak", lambda: soak_run(url, args, workdir, client_cpus))
     finally:
         out["stop"] = step(results, f"{tag}.stop", server.stop)
         for path in server.files():
@@ -833,19 +856,19 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
     return out
 
 
-def cli_bench(url: str, args, level_s: float, workdir: Path, concurrency: int) -> dict:
-    """``trtkit bench --server --procs`` (what a user runs) on the main run's server at ``concurrency``: its JSON, and
-    its command."""
+def cli_bench(url: str, args, level_s: float, workdir: Path, concurrency: int, cpus: tuple | None = None) -> dict:
+    """``trtkit bench --server --procs`` (what a user runs) on the main run's server at ``concurrency``, on ``cpus``
+    (None: any; its client processes keep them): its JSON, and its command (with ``taskset -c`` where pinned)."""
     out = workdir / "cli-bench.json"
     cmd = [sys.executable, "-m", "trtkit.cli.main", "bench", "--server", url, "--grpc", "--model", "resnet50",
            "--concurrency", str(concurrency), "--procs", str(args.cli_procs), "--shared-memory", args.shared_memory,
            "--duration-s", str(level_s), "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
-                          timeout=level_s + 300)  # the table's lines are UTF-8 under any locale
+                          timeout=level_s + 300, preexec_fn=pin(cpus))  # the table's lines are UTF-8 under any locale
     if not out.exists():
         raise RuntimeError(f"trtkit bench exited {proc.returncode} with no JSON: {(proc.stdout + proc.stderr)[-1500:]}")
     data = json.loads(out.read_text())
-    data["command"] = " ".join(cmd[1:])
+    data["command"] = (f"taskset -c {','.join(map(str, cpus))} " if cpus else "") + " ".join(cmd[1:])
     data["exit_code"] = proc.returncode
     return data
 
@@ -877,13 +900,14 @@ def soak_share_s(args) -> float:
     return args.soak_s + 2 * LOAD_OVERHEAD_S + 1.0
 
 
-def soak_run(url: str, args, workdir: Path) -> dict:
+def soak_run(url: str, args, workdir: Path, cpus: tuple | None = None) -> dict:
     # warm-up: every batch size's graph captured before the memory is read
-    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs, args.client_nice)
+    load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs, args.client_nice,
+         cpus)
     before = device_free_bytes()
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - LOAD_OVERHEAD_S
     result = load(url, 64, args.client_procs, max(5.0, min(args.soak_s, left)), args.soak_requests, workdir,
-                  args.shared_memory, args.stream_procs, args.client_nice)
+                  args.shared_memory, args.stream_procs, args.client_nice, cpus)
     after = device_free_bytes()
     return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
             "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
@@ -938,6 +962,11 @@ def main() -> int:
     ap.add_argument("--client-nice", type=int, default=0,
                     help="nice value of the client processes (default 0; above 0 the server's threads go first "
                          "where they share the host's cores)")
+    ap.add_argument("--cpus", default="all",
+                    help="where the main run's processes run: all (default: anywhere), split (the server on the first "
+                         "half of the CPUs, the client processes, trtkit bench --procs and perf_analyzer on the other "
+                         "half) or split:N (the server on the first N CPUs, the clients on the rest); also the "
+                         "sweep's default")
     ap.add_argument("--cli-procs", type=int, default=0,
                     help="after the main run's levels: trtkit bench --server --procs N at its highest level on the "
                          "same server (results 'cli_bench'; default 0: not run)")
@@ -991,6 +1020,9 @@ def main() -> int:
         ap.error(f"--opt-batch {args.opt_batch}: give a batch from 1 to {MAX_BATCH}")
     if args.cli_procs < 0:
         ap.error(f"--cli-procs {args.cli_procs}: give 1 or more client processes, or 0 for none")
+    why = cpu_layout_problem(args.cpus)
+    if why:
+        ap.error(f"--cpus {args.cpus}: {why}")
     if not 0 <= args.client_nice <= 19:
         ap.error(f"--client-nice {args.client_nice}: give 0 to 19")
     why = args.preferred_batch and preferred_problem(args.preferred_batch)
@@ -1078,7 +1110,7 @@ def run(args, cache: Path, workdir: Path, results: dict) -> None:
                                                   lambda: bench_served_batches(engine, args))
     one = step(results, "serve", lambda: serve_and_load(engine, args, workdir, results, "0", "gpu0", (1, 8, 64),
                                                          True, anchor=True)) or {}
-    keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend")
+    keys = ("grpc", "soak", "ready_s", "load_s", "start_s", "instances", "stop", "level_s", "backend", "cpus")
     results.update({k: one.get(k) for k in keys})
     ips64 = ((one.get("grpc") or {}).get("concurrency", {}).get("64") or {}).get("ips")
     if ips64 and results.get("bench_streams2_ips"):

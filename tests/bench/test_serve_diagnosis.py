@@ -115,7 +115,9 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("preferred=8-64", "'preferred': '8-64': sizes above the engine's max batch 32"),
     ("preferred=16+x", "'preferred': '16\\+x': 'x' is not a batch size"),
     ("nice=-1", "0 or more"),
-    ("cpus=half", "all or split"),
+    ("cpus=half", "'cpus': 'half' \\(give all, split .* or split:N"),
+    ("cpus=split:0", "'cpus': 'split:0'"),
+    ("cpus=split:x", "'cpus': 'split:x'"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -153,7 +155,7 @@ def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
                 graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, stream_procs=0,
-                preferred_batch="", client_nice=0,
+                preferred_batch="", client_nice=0, cpus="all",
                 sweep_perf_analyzer=False,
                 perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
                 compare_levels_s=0.0, cli_procs=0)
@@ -196,8 +198,11 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
         ("none", [0, 10]), ("8-32", [0, 10]), ("16+32", [0, 10])]
     assert m.preferred_flag("16+32") == ["--preferred-batch", "16,32"] and m.preferred_flag("none") == []
     # each CPU layout is a server of its own
-    groups = m.sweep_groups(m.parse_sweep("cpus=all,split"), _args(backend="tensorrt"))
-    assert [g["cpus"] for g, _ in groups] == ["all", "split"]
+    groups = m.sweep_groups(m.parse_sweep("cpus=all,split,split:6"), _args(backend="tensorrt"))
+    assert [g["cpus"] for g, _ in groups] == ["all", "split", "split:6"]
+    # the main run's layout (--cpus) is the sweep's default
+    groups = m.sweep_groups(m.parse_sweep("instances=2"), _args(cpus="split:6"))
+    assert [g["cpus"] for g, _ in groups] == ["split:6"]
 
 
 def test_cpus_split_keeps_the_server_and_the_clients_on_halves_of_the_cpus_and_the_children_there(monkeypatch):
@@ -205,8 +210,11 @@ def test_cpus_split_keeps_the_server_and_the_clients_on_halves_of_the_cpus_and_t
     assert m.cpu_halves("all") == (None, None) and m.pin(None) is None
     monkeypatch.setattr(m.os, "sched_getaffinity", lambda pid: {3, 0, 2, 1, 5})
     assert m.cpu_halves("split") == ((0, 1), (2, 3, 5))
+    assert m.cpu_halves("split:3") == ((0, 1, 2), (3, 5))  # split:N: the server on the first N
+    with pytest.raises(RuntimeError, match="cpus=split:5 needs 6 or more CPUs .*may use 5"):
+        m.cpu_halves("split:5")
     monkeypatch.setattr(m.os, "sched_getaffinity", lambda pid: {7})
-    with pytest.raises(RuntimeError, match="cpus=split needs 2 or more CPUs; this process may use 1"):
+    with pytest.raises(RuntimeError, match="cpus=split needs 2 or more CPUs .*may use 1"):
         m.cpu_halves("split")
     monkeypatch.undo()
     first = min(os.sched_getaffinity(0))  # a child started with pin() runs on those CPUs only

@@ -56,9 +56,13 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
                 "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"),
                 "--sweep", "model=null;client_procs=1,2 | model=null;stream_procs=1", "--sweep-s", "0.5",
-                "--cli-procs", "2", timeout=280)
+                "--cli-procs", "2", "--cpus", "split", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
+    # --cpus split: the server on the first half of the CPUs, every client (trtkit bench's too) on the second
+    cpus = sorted(os.sched_getaffinity(0))
+    clients = cpus[len(cpus) // 2 :]
+    assert data["cpus"] == "split" and data["settings"]["cpus"] == "split"
     assert json.loads((tmp_path / "results" / "serve-h200.json").read_text()) == data
     assert not data["errors"], data["errors"]
     for level in ("1", "8", "64"):
@@ -71,6 +75,7 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
         assert sum(server["batch_sizes"].values()) == server["executions"] and 0 < server["busy_frac"]
         assert server["per_request_us"]["compute_infer"] > 0 and 0 < figures["host_cpu_busy_frac"] <= 1
         assert len(figures["client_cpu_frac"]) == 1 and figures["client_cpu_frac"][0] > 0
+        assert figures["client_cpus"] == clients
         # the server's CPU by thread: trtkit serve, tritonserver and the stubs under it
         threads = figures["server_threads"]
         assert threads["cores"] > 0 and "tritonserver" in threads["by_process"] and threads["busiest"][0]["cores"] > 0
@@ -78,6 +83,7 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     cli = data["cli_bench"]["concurrency"]["64"]
     assert cli["procs"] == 2 and cli["failed"] == 0 and cli["ips"] > 0 and data["cli_bench"]["exit_code"] == 0
     assert data["cli_bench"]["procs"] == 2 and "--procs 2" in data["cli_bench"]["command"]
+    assert data["cli_bench"]["command"].startswith(f"taskset -c {','.join(map(str, clients))} ")
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
     assert data["grpc"]["shared_memory"] == "system" and data["level_s"] == 0.5  # inputs through shared memory
     assert data["ready_s"] >= 0 and data["stop"]["exit_code"] == 0 and data["instances"] == [0, 0]
@@ -92,9 +98,10 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     assert sweep["runs"][2]["grpc"]["64"]["stream_procs"] == 1
     for run in sweep["runs"]:
         level = run["grpc"]["64"]
-        assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"]
+        assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"], level
         assert len(level["client_cpu_frac"]) == run["client_procs"] and run["stop"]["exit_code"] == 0
-        assert run["instances"] == 2 and run["delay_us"] == 100
+        assert run["instances"] == 2 and run["delay_us"] == 100 and run["cpus"] == "split"  # the main run's layout
+        assert level["client_cpus"] == clients
     assert {"serve-gpu0.out", "triton-gpu0.log"} <= {p.name for p in out.iterdir()}
 
 

@@ -133,11 +133,12 @@ def run(args, console) -> int:
         preferred_batch_sizes=args.preferred_batch,
     )
     with Server(args.engines, settings) as server:
-        _show(server, console)
-        if args.json:
-            render.write_json(args.json, status(server))
+        # the handlers first: a caller that stops the server as soon as the JSON says it is ready gets a drain
         saved = {sig: signal.signal(sig, lambda *_: server.request_stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            _show(server, console)
+            if args.json:
+                render.write_json(args.json, status(server))
             asked = server.wait()
         finally:
             for sig, handler in saved.items():
