@@ -1038,6 +1038,13 @@ def main() -> int:
                 raise ValueError(f"--sweep-levels {args.sweep_levels}: levels of 1 or more")
         except ValueError as exc:
             ap.error(str(exc))
+    # a layout this host's CPUs cannot take is refused now, not after the engine's build
+    layouts = {args.cpus, *(one["cpus"] for one in (parse_sweep(args.sweep) if args.sweep else []) if "cpus" in one)}
+    for layout in sorted(layouts):
+        try:
+            cpu_halves(layout)
+        except RuntimeError as exc:
+            ap.error(str(exc))
     if args.compare == args.backend:
         args.compare = "none"
     # the comparison's share of the deadline: its server's start and stop, and three levels of --duration-s

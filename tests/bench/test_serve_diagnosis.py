@@ -143,6 +143,10 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--preferred-batch", "8-40"], "--preferred-batch 8-40: sizes above the engine's max batch 32"),
     (["--opt-batch", "33"], "--opt-batch 33: give a batch from 1 to 32"),
     (["--opt-batch", "0"], "--opt-batch 0: give a batch from 1 to 32"),
+    (["--cpus", "half"], "--cpus half: give all, split (the server on half of the CPUs) or split:N"),
+    # more CPUs than the host has, in the main run or a sweep: refused before the engine is built
+    (["--cpus", "split:4096"], "cpus=split:4096 needs 4097 or more CPUs"),
+    (["--sweep", "cpus=all,split:4096"], "cpus=split:4096 needs 4097 or more CPUs"),
 ])
 def test_bad_client_or_front_end_settings_exit_2_before_anything_runs(tmp_path, extra, says):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_h200.py"), *extra,

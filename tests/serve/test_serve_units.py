@@ -225,3 +225,58 @@ def test_backend_environment_puts_this_interpreters_library_first():
     soname = f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
     (line,) = [x for x in seen.splitlines() if soname in x]
     assert line.split("=>")[1].split("(")[0].strip() == str(backend.python_library())
+
+
+def test_a_stop_signal_once_the_json_says_ready_drains_the_server(tmp_path, monkeypatch):
+    """``--json`` tells a caller the server is ready; a SIGTERM from that moment on must ask for a drain (the
+    server's ``request_stop``), not kill the process with Python's default handler."""
+    import io
+    import signal
+
+    import trtkit.serve
+    from trtkit.cli import render
+    from trtkit.cli import serve as serve_cli
+    from trtkit.cli.main import make_parser
+
+    asked = []
+
+    class FakeServer:
+        def __init__(self, engines, settings):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def request_stop(self):
+            asked.append("stop")
+
+        def wait(self):
+            return bool(asked)
+
+        def exit_reason(self):
+            return None
+
+    handler_when_written = []
+
+    def write_json(path, data):
+        handler_when_written.append(signal.getsignal(signal.SIGTERM))
+
+    monkeypatch.setattr(trtkit.serve, "Server", FakeServer)
+    monkeypatch.setattr(serve_cli, "_show", lambda server, console: None)
+    monkeypatch.setattr(serve_cli, "status", lambda server: {})
+    monkeypatch.setattr(render, "write_json", write_json)
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"unused by the fake server")
+    before = signal.getsignal(signal.SIGTERM)
+    args = make_parser("serve").parse_args(["serve", str(engine), "--json", str(tmp_path / "status.json")])
+    from rich.console import Console
+
+    assert serve_cli.run(args, Console(file=io.StringIO())) == 1  # the fake's wait() ends with no stop asked
+    (handler,) = handler_when_written
+    assert callable(handler) and handler not in (signal.SIG_DFL, signal.SIG_IGN)
+    handler(signal.SIGTERM, None)
+    assert asked == ["stop"]
+    assert signal.getsignal(signal.SIGTERM) == before  # put back once the server has stopped
