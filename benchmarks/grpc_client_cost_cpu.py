@@ -7,7 +7,9 @@ it gets:
 - ``raw_stub``: one prebuilt ``ModelInferRequest`` sent through the client's gRPC stub (no request built per call);
 - ``stream``: tritonclient's bidirectional ``stream_infer``;
 - ``futures``: the prebuilt request through grpc's synchronous stub, ``ModelInfer.future`` (no asyncio): each answer's
-  callback, on gRPC's own thread, sends the next request.
+  callback, on gRPC's own thread, sends the next request;
+- ``wire``: trtkit's own HTTP/2 writer (``trtkit bench --server --grpc --client wire``, :mod:`trtkit.bench.wire`): the
+  prebuilt request written straight onto one connection, each answer checked for its output.
 
 Each runs ``--requests`` requests at ``--concurrency`` in flight, ``--repeat`` times, alternating. Needs the serve
 extra (``pip install "trtkit[serve]"``).
@@ -35,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WAYS = ("infer", "raw_stub", "stream", "futures")
+WAYS = ("infer", "raw_stub", "stream", "futures", "wire")
 
 
 def start_server(work: Path, ports: list) -> subprocess.Popen:
@@ -150,13 +152,24 @@ async def measure(url: str, requests: int, concurrency: int, repeat: int) -> dic
         if state["error"] is not None or not finished:
             raise RuntimeError(f"futures: {state['error'] or 'not every request answered in 120 s'}")
 
+    def wired() -> None:
+        from trtkit.bench.wire import Outputs, WireClient
+
+        client = WireClient(url, prebuilt.SerializeToString(), Outputs((output,)))
+        try:
+            latencies, errors, _, _ = client.level(concurrency, 3600.0, requests)
+        finally:
+            client.close()
+        if errors or len(latencies) != requests:
+            raise RuntimeError(f"wire: {len(errors)} failed ({errors[:1]}), {len(latencies)} answered")
+
     runs: dict = {way: [] for way in WAYS}
     try:
         for _ in range(repeat):
             for way in WAYS:
                 cpu, wall = time.process_time(), time.perf_counter()
-                if way == "futures":
-                    await asyncio.to_thread(futures)
+                if way in ("futures", "wire"):
+                    await asyncio.to_thread(futures if way == "futures" else wired)
                     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                     runs[way].append({"cpu_us_per_request": round(1e6 * cpu / requests, 1),
                                       "requests_per_s": round(requests / wall, 1)})

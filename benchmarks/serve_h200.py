@@ -57,7 +57,9 @@ level (near 1: that process, one core and one GIL, is the limit) and ``client_cp
 busiest threads (one near 1.0 is a limit of its own: Triton 2.51 serves every unary gRPC call on two front-end
 threads, every stream on a third); ``host_cpu_busy_frac``: every core of the host over the whole step (the client
 processes' start included). ``--stream-procs`` N: the first N client processes send over a gRPC stream each
-(``stream_procs`` in the sweep too).
+(``stream_procs`` in the sweep too). ``--client-kind wire`` (``client`` in the sweep): the other client processes
+send with trtkit's own HTTP/2 writer (``trtkit bench --client wire``) instead of tritonclient; ``wire:N``: N
+connections a process.
 
 Writes ``benchmarks/results/serve-h200.json`` and, with ``--out`` (made if missing), a copy, Triton's log and the
 server's output there. Each step's failure is recorded in ``errors`` instead of stopping the run; the JSON is written
@@ -260,7 +262,17 @@ class ServeProcess:
 CLIENT_WARMUP_S = 0.5  # each client process's warm-up at its level's concurrency, before the level
 
 
-CLIENT_MODES = ("unary", "stream")  # a gRPC call per request, or every request of the process over one gRPC stream
+# a gRPC call per request (tritonclient), every request of the process over one gRPC stream, or a gRPC call per
+# request from trtkit's wire client ("wire:N": over N connections)
+CLIENT_MODES = ("unary", "stream", "wire")
+
+
+def client_problem(client: str) -> str | None:
+    """Why ``client`` is not ``tritonclient``, ``wire`` or ``wire:N`` (N connections a process, 1 or more), or None."""
+    kind, _, count = client.partition(":")
+    if client == "tritonclient" or (kind == "wire" and (not count or (count.isdigit() and int(count) >= 1))):
+        return None
+    return "give tritonclient, wire or wire:N (trtkit's wire client over N connections a process)"
 
 
 def client_main(argv: list) -> int:
@@ -273,9 +285,11 @@ def client_main(argv: list) -> int:
     url, model, concurrency, duration_s, max_requests, out, shared_memory, go, nice, mode = argv
     if int(nice) > 0:
         os.nice(int(nice))
+    kind, _, connections = mode.partition(":")
     settings = LoadSettings(concurrency=(int(concurrency),), duration_s=float(duration_s),
                             max_requests=int(max_requests), warmup_s=CLIENT_WARMUP_S, grpc=True, keep_latencies=True,
-                            shared_memory=shared_memory, streaming=mode == "stream")
+                            shared_memory=shared_memory, streaming=mode == "stream",
+                            client="wire" if kind == "wire" else "tritonclient", connections=int(connections or 1))
 
     def ready():
         Path(out + ".ready").touch()
@@ -309,12 +323,14 @@ def start_together(clients: list, outs: list, go: Path, timeout_s: float = CLIEN
 
 
 def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests: int, workdir: Path,
-         shared_memory: str = "none", stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None) -> dict:
+         shared_memory: str = "none", stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None,
+         client: str = "tritonclient") -> dict:
     """``concurrency`` workers spread over up to ``procs`` client processes, started together (each connects and
     sets up its inputs first; then all begin their warm-up and level at once); their results merged. The first
     ``stream_procs`` of the processes send theirs over a gRPC stream each (Triton serves streams on a front-end
     thread apart from its two for unary calls), the others a gRPC call per request; ``nice`` lowers the client
-    processes' priority; ``cpus`` keeps them on those CPUs (None: any)."""
+    processes' priority; ``cpus`` keeps them on those CPUs (None: any); ``client``: what the others send their calls
+    with (:func:`client_problem`'s names)."""
     import numpy as np
 
     from trtkit.bench.client_procs import spread
@@ -324,7 +340,8 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
     stamp = time.monotonic_ns()
     outs = [workdir / f"client-{concurrency}-{i}-{stamp}.json" for i in range(n)]
     go = workdir / f"go-{concurrency}-{stamp}"
-    modes = [CLIENT_MODES[1] if i < stream_procs else CLIENT_MODES[0] for i in range(n)]
+    unary = CLIENT_MODES[0] if client == "tritonclient" else client
+    modes = [CLIENT_MODES[1] if i < stream_procs else unary for i in range(n)]
     clients = [subprocess.Popen([sys.executable, __file__, "--client", url, "resnet50", str(c), str(duration_s),
                                  str(cap), str(out), shared_memory, str(go), str(int(nice)), mode], cwd=ROOT,
                                 preexec_fn=pin(cpus))
@@ -334,14 +351,17 @@ def load(url: str, concurrency: int, procs: int, duration_s: float, max_requests
         c.wait(timeout=duration_s + 300)
     parts = [json.loads(o.read_text()) for o in outs if o.exists()]
     if len(parts) != n:
-        raise RuntimeError(f"{n - len(parts)} of {n} client processes wrote no result")
+        codes = [c.returncode for c, o in zip(clients, outs) if not o.exists()]
+        raise RuntimeError(f"{n - len(parts)} of {n} client processes wrote no result (exit codes "
+                           f"{', '.join(map(str, codes))}; their errors are in the run's stderr)")
     # a client with no answer has no latencies (its errors say why: every request failed, or none came back)
     lat = np.sort(np.concatenate([np.asarray(p.get("latencies_ms", []), float) for p in parts]))
     pct = (lambda q: round(float(np.percentile(lat, q)), 3)) if lat.size else (lambda q: None)
     requests = sum(p["requests"] for p in parts)
     return {"ips": round(sum(p["ips"] for p in parts), 1), "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
             "failed": sum(p["failed"] for p in parts), "requests": requests,
-            "client_procs": n, "stream_procs": modes.count("stream"), "wall_s": max(p["wall_s"] for p in parts),
+            "client_procs": n, "stream_procs": modes.count("stream"), "client": client,
+            "wall_s": max(p["wall_s"] for p in parts),
             # the level's processes ran side by side: their walls differ by their ends only
             "wall_s_min": min(p["wall_s"] for p in parts), "clients_ready_s": start_s, "client_nice": int(nice),
             "client_cpus": list(cpus) if cpus else "all",
@@ -469,12 +489,13 @@ def threads_delta(before: dict, after: dict, wall_s: float, top: int = 8) -> dic
 
 
 def measured_level(server, url: str, concurrency: int, procs: int, duration_s: float, workdir: Path,
-                   shared_memory: str, stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None) -> dict:
+                   shared_memory: str, stream_procs: int = 0, nice: int = 0, cpus: tuple | None = None,
+                   client: str = "tritonclient") -> dict:
     """One load level with the server's statistics before and after (``server``; where they cannot be read, why:
     pytriton keeps its statistics endpoint behind its token), the server's CPU by thread and the host's CPU use."""
     before, ticks0 = readable_stats(server.http_url), host_cpu_ticks()
     threads0, t0 = server_threads(server.proc.pid), time.monotonic()
-    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs, nice, cpus)
+    result = load(url, concurrency, procs, duration_s, 10**9, workdir, shared_memory, stream_procs, nice, cpus, client)
     threads1, t1 = server_threads(server.proc.pid), time.monotonic()
     after, ticks1 = readable_stats(server.http_url), host_cpu_ticks()
     # the stats count the clients' warm-up too, not their start (imports, connecting: the server idles then), so
@@ -540,12 +561,13 @@ def perf_analyzer_levels(args, url: str, levels, workdir: Path, results: dict, t
 # ceiling of Triton and the clients alone)
 SWEEP_KEYS = {"instances": int, "delay_us": int, "client_procs": int, "model": str, "backend": str, "graphs": str,
               "shm": str, "trt": str, "grpc_pool": int, "stream_procs": int, "preferred": str, "nice": int,
-              "cpus": str}
+              "cpus": str, "client": str}
 # a new server per setting of these; the client settings (client_procs, shm) reuse it. trt: the tensorrt backend's
 # latency options (trtkit serve --tensorrt-options), joined by '+', or none; grpc_pool: trtkit serve
 # --grpc-allocation-pool (Triton's gRPC request states kept for reuse; 0: Triton's own, 8); preferred: trtkit serve
 # --preferred-batch, its sizes and ranges joined by '+' (8-32, 16+32), or none (the profile's); nice: the client
-# processes' nice value (a client setting); cpus: one of CPU_LAYOUTS
+# processes' nice value (a client setting); cpus: one of CPU_LAYOUTS; client: tritonclient, wire or wire:N (a client
+# setting, client_problem)
 SERVER_KEYS = ("model", "backend", "instances", "delay_us", "graphs", "trt", "grpc_pool", "preferred", "cpus")
 # where the processes run: all: anywhere on the host's CPUs; split: the server (trtkit serve and Triton under it) on
 # the first half of this process's CPUs, the client processes and perf_analyzer on the second half, so that neither
@@ -596,10 +618,11 @@ def _product(text: str) -> list:
         if key == "preferred":
             _check_preferred(axes[key])
             continue
-        if key == "cpus":
-            bad = [f"{v!r} ({why})" for v in axes[key] if (why := cpu_layout_problem(v))]
+        if key in ("cpus", "client"):
+            problem = cpu_layout_problem if key == "cpus" else client_problem
+            bad = [f"{v!r} ({why})" for v in axes[key] if (why := problem(v))]
             if bad:
-                raise ValueError(f"sweep key 'cpus': {', '.join(bad)}")
+                raise ValueError(f"sweep key {key!r}: {', '.join(bad)}")
             continue
         choices = {"model": MODELS, "backend": SERVE_BACKENDS, "graphs": GRAPH_BATCHES, "shm": SHARED_MEMORY}.get(key)
         low = 0 if key in ("delay_us", "grpc_pool", "stream_procs", "nice") else 1
@@ -654,18 +677,19 @@ def _check_preferred(values: list) -> None:
 
 def sweep_groups(settings: list, args) -> list:
     """The sweep's settings filled in from the main run's (``args``) and grouped by server, in first-seen order:
-    ``[(server settings, [{"client_procs": N, "shm": KIND, "stream_procs": M, "nice": K}, ...])]``."""
+    ``[(server settings, [{"client_procs": N, "shm": KIND, "stream_procs": M, "nice": K, "client": C}, ...])]``."""
     groups: dict = {}
     for one in settings:
         full = {"model": "runner", "backend": args.backend, "instances": args.instances,
                 "delay_us": args.max_queue_delay_us, "client_procs": args.client_procs,
                 "graphs": args.graph_batches, "shm": args.shared_memory, "trt": args.tensorrt_options or "none",
                 "grpc_pool": args.grpc_allocation_pool, "stream_procs": args.stream_procs,
-                "preferred": args.preferred_batch or "none", "nice": args.client_nice, "cpus": args.cpus, **one}
+                "preferred": args.preferred_batch or "none", "nice": args.client_nice, "cpus": args.cpus,
+                "client": args.client_kind, **one}
         key = tuple(full[k] for k in SERVER_KEYS)
         clients = groups.setdefault(key, [])
         client = {"client_procs": full["client_procs"], "shm": full["shm"], "stream_procs": full["stream_procs"],
-                  "nice": full["nice"]}
+                  "nice": full["nice"], "client": full["client"]}
         if client not in clients:
             clients.append(client)
     return [(dict(zip(SERVER_KEYS, key)), clients) for key, clients in groups.items()]
@@ -704,6 +728,7 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                      lambda first=clients[0], cpus=client_cpus: warm_up(url, max(levels), first, workdir, cpus))
             for client in clients:
                 n, shm, streams, nice = client["client_procs"], client["shm"], client["stream_procs"], client["nice"]
+                kind = client["client"]
                 run = {**server_settings, **client, "grpc": {}}
                 if status:
                     run["ready_s"] = round(status["ready_s"], 3)
@@ -714,10 +739,11 @@ def run_sweep(engine: Path, args, workdir: Path, results: dict, start_s: float, 
                                                else f"not run: {left:.0f} s left before the deadline")
                         continue
                     level = run["grpc"][str(c)] = step(
-                        results, f"{tag}.procs{n}.streams{streams}.nice{nice}.{shm}.c{c}",
-                        lambda c=c, n=n, shm=shm, streams=streams, nice=nice, server=server, cpus=client_cpus:
-                        measured_level(server, url, c, n, args.sweep_s, workdir, shm, streams, nice, cpus))
-                    log(f"{tag} {server_settings} procs {n} (streams {streams}, nice {nice}) {shm} c{c}: "
+                        results, f"{tag}.procs{n}.streams{streams}.nice{nice}.{kind}.{shm}.c{c}",
+                        lambda c=c, n=n, shm=shm, streams=streams, nice=nice, server=server, cpus=client_cpus,
+                        kind=kind: measured_level(server, url, c, n, args.sweep_s, workdir, shm, streams, nice, cpus,
+                                                  kind))
+                    log(f"{tag} {server_settings} procs {n} (streams {streams}, nice {nice}, {kind}) {shm} c{c}: "
                         f"{(level or {}).get('ips')} images/s")
                 runs.append(run)
                 out["runs"].append(run)
@@ -747,7 +773,7 @@ def warm_up(url: str, concurrency: int, client: dict, workdir: Path, cpus: tuple
     """An unmeasured load on a fresh server with ``client``'s settings (processes, shared memory, streams, nice),
     its processes on ``cpus``."""
     load(url, concurrency, client["client_procs"], SWEEP_WARMUP_S, 10**9, workdir, client["shm"],
-         client["stream_procs"], client["nice"], cpus)
+         client["stream_procs"], client["nice"], cpus, client["client"])
 
 
 def cpu_layout_problem(layout: str) -> str | None:
@@ -828,14 +854,14 @@ def serve_and_load(engine: Path, args, workdir: Path, results: dict, gpus: str, 
         out.update(ready_s=round(status["ready_s"], 3), load_s=round(status["load_s"], 3),
                    start_s=status["start_s"], instances=status["models"][0]["instances"])
         url = f"127.0.0.1:{args.port + 1}"
-        out["grpc"] = {"concurrency": {}, "shared_memory": args.shared_memory}
+        out["grpc"] = {"concurrency": {}, "shared_memory": args.shared_memory, "client": args.client_kind}
         out["level_s"] = level_s = level_seconds(args, len(levels), soak, args.compare_levels_s
                                                  + perf_analyzer_share_s(args, len(pa_levels)))
         for c in levels:
             levels_out = out["grpc"]["concurrency"]
             levels_out[str(c)] = step(results, f"{tag}.grpc.c{c}", lambda c=c: measured_level(
                 server, url, c, args.client_procs, level_s, workdir, args.shared_memory, args.stream_procs,
-                args.client_nice, client_cpus))
+                args.client_nice, client_cpus, args.client_kind))
             log(f"{tag} c{c}: {(levels_out[str(c)] or {}).get('ips')} images/s")
         if main_run and args.cli_procs:
             results["cli_bench"] = step(results, f"{tag}.cli_bench",
@@ -863,6 +889,9 @@ def cli_bench(url: str, args, level_s: float, workdir: Path, concurrency: int, c
     cmd = [sys.executable, "-m", "trtkit.cli.main", "bench", "--server", url, "--grpc", "--model", "resnet50",
            "--concurrency", str(concurrency), "--procs", str(args.cli_procs), "--shared-memory", args.shared_memory,
            "--duration-s", str(level_s), "--json", str(out)]
+    kind, _, connections = args.client_kind.partition(":")
+    if kind == "wire":
+        cmd += ["--client", "wire", "--connections", connections or "1"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
                           timeout=level_s + 300, preexec_fn=pin(cpus))  # the table's lines are UTF-8 under any locale
     if not out.exists():
@@ -903,11 +932,11 @@ def soak_share_s(args) -> float:
 def soak_run(url: str, args, workdir: Path, cpus: tuple | None = None) -> dict:
     # warm-up: every batch size's graph captured before the memory is read
     load(url, 64, args.client_procs, 1.0, 5000, workdir, args.shared_memory, args.stream_procs, args.client_nice,
-         cpus)
+         cpus, args.client_kind)
     before = device_free_bytes()
     left = args.deadline_s - (time.monotonic() - STARTED) - STOP_RESERVE_S - LOAD_OVERHEAD_S
     result = load(url, 64, args.client_procs, max(5.0, min(args.soak_s, left)), args.soak_requests, workdir,
-                  args.shared_memory, args.stream_procs, args.client_nice, cpus)
+                  args.shared_memory, args.stream_procs, args.client_nice, cpus, args.client_kind)
     after = device_free_bytes()
     return {"requests": result["requests"], "failed": result["failed"], "leak_bytes_device": before - after,
             "asked": args.soak_requests, "wall_s": result["wall_s"], "ips": result["ips"],
@@ -925,6 +954,10 @@ def main() -> int:
                     "backend stub and handler thread, the serial part of a batch's way through pytriton)")
     ap.add_argument("--max-queue-delay-us", type=int, default=100)
     ap.add_argument("--client-procs", type=int, default=4)
+    ap.add_argument("--client-kind", default="tritonclient",
+                    help="what the client processes (not --stream-procs') and trtkit bench --procs send their gRPC "
+                         "calls with: tritonclient (default), wire (trtkit's own HTTP/2 writer, --client wire) or "
+                         "wire:N (over N connections a process)")
     ap.add_argument("--stream-procs", type=int, default=0,
                     help="how many of the client processes send over a gRPC stream each (Triton's ModelStreamInfer, "
                          "served on a front-end thread apart from the two of unary calls) instead of a call per "
@@ -1023,6 +1056,9 @@ def main() -> int:
     why = cpu_layout_problem(args.cpus)
     if why:
         ap.error(f"--cpus {args.cpus}: {why}")
+    why = client_problem(args.client_kind)
+    if why:
+        ap.error(f"--client-kind {args.client_kind}: {why}")
     if not 0 <= args.client_nice <= 19:
         ap.error(f"--client-nice {args.client_nice}: give 0 to 19")
     why = args.preferred_batch and preferred_problem(args.preferred_batch)

@@ -40,11 +40,12 @@ SH
   chmod 755 "$dest/bin/perf_analyzer" "$dest/libexec/perf_analyzer"
   gzip -9 "$dest/libexec/perf_analyzer"
 }
-PIP_CONSTRAINT= "$PY" -m pip download -q --only-binary=:all: -d "$WORK/all" "nvidia-pytriton>=0.7" "numpy<2"
+PIP_CONSTRAINT= "$PY" -m pip download -q --only-binary=:all: -d "$WORK/all" "nvidia-pytriton>=0.7" "numpy<2" \
+  "hpack>=4"
 # what the bundle has already (tritonclient, grpcio, protobuf, aiohttp, ...) stays out; numpy<2 replaces the bundle's
-# numpy 2 (pytriton's stubs are built against numpy 1: trtkit serve refuses numpy 2)
+# numpy 2 (pytriton's stubs are built against numpy 1: trtkit serve refuses numpy 2); hpack: trtkit bench --client wire
 for w in nvidia_pytriton numpy-1 pyzmq sh- wrapt typing_inspect mypy_extensions typer shellingham annotated_doc \
-         importlib_metadata zipp; do cp "$WORK"/all/${w}*.whl "$WORK/sw/"; done
+         importlib_metadata zipp hpack; do cp "$WORK"/all/${w}*.whl "$WORK/sw/"; done
 perf_analyzer "$WORK/sw/perf"
 tar -C "$WORK" -cf "$WORK/serve.tar" sw
 rm -rf "$ROOT"/.gpu/serve[0-9][0-9]

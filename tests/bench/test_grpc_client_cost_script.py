@@ -27,6 +27,6 @@ def test_the_client_cost_benchmark_measures_every_way():
                           capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(proc.stdout)
-    assert set(data["runs"]) == {"infer", "raw_stub", "stream", "futures"} and data["requests"] == 40
+    assert set(data["runs"]) == {"infer", "raw_stub", "stream", "futures", "wire"} and data["requests"] == 40
     for runs in data["runs"].values():
         assert len(runs) == 1 and runs[0]["cpu_us_per_request"] > 0 and runs[0]["requests_per_s"] > 0

@@ -214,7 +214,8 @@ def test_the_sweep_anchors_each_server_when_asked(tmp_path, fake_pa, monkeypatch
                  deadline_s=(time.monotonic() - m.STARTED) + 600)
     results = {"errors": {}, "perf_analyzer": m.perf_analyzer_setup(args)}
     out = m.run_sweep(Path("unused.engine"), args, tmp_path, results, start_s=1.0, stop_s=1.0)
-    runs = [(r["instances"], r.get("client", "trtkit"), r["grpc"]["64"]["ips"]) for r in out["runs"]]
-    assert runs == [(3, "trtkit", 1.0), (3, "perf_analyzer", 19200.5), (4, "trtkit", 1.0),
+    # every run names its client: trtkit's (the main run's kind, tritonclient here) or perf_analyzer
+    runs = [(r["instances"], r["client"], r["grpc"]["64"]["ips"]) for r in out["runs"]]
+    assert runs == [(3, "tritonclient", 1.0), (3, "perf_analyzer", 19200.5), (4, "tritonclient", 1.0),
                     (4, "perf_analyzer", 19200.5)]
     assert not results["errors"] and out["skipped"] == []

@@ -118,6 +118,8 @@ def test_sweep_is_every_combination_first_key_outermost_and_parts_follow_each_ot
     ("cpus=half", "'cpus': 'half' \\(give all, split .* or split:N"),
     ("cpus=split:0", "'cpus': 'split:0'"),
     ("cpus=split:x", "'cpus': 'split:x'"),
+    ("client=grpcio", "'client': 'grpcio' \\(give tritonclient, wire or wire:N"),
+    ("client=wire:0", "'client': 'wire:0'"),
     ("instances=4 | ;", "empty"),
 ])
 def test_a_bad_sweep_is_refused_naming_what_is_wrong(text, says):
@@ -144,6 +146,7 @@ def test_bad_sweep_on_the_command_line_exits_2_before_anything_runs(tmp_path):
     (["--opt-batch", "33"], "--opt-batch 33: give a batch from 1 to 32"),
     (["--opt-batch", "0"], "--opt-batch 0: give a batch from 1 to 32"),
     (["--cpus", "half"], "--cpus half: give all, split (the server on half of the CPUs) or split:N"),
+    (["--client-kind", "wire:x"], "--client-kind wire:x: give tritonclient, wire or wire:N"),
     # more CPUs than the host has, in the main run or a sweep: refused before the engine is built
     (["--cpus", "split:4096"], "cpus=split:4096 needs 4097 or more CPUs"),
     (["--sweep", "cpus=all,split:4096"], "cpus=split:4096 needs 4097 or more CPUs"),
@@ -159,7 +162,7 @@ def _args(**over):
     base = dict(instances=4, max_queue_delay_us=100, client_procs=4, sweep="", sweep_levels="64", sweep_s=3.0,
                 port=18000, deadline_s=540.0, ready_timeout_s=60, backend="stub", shared_memory="system", out=None,
                 graph_batches="every", tensorrt_options="", grpc_allocation_pool=0, stream_procs=0,
-                preferred_batch="", client_nice=0, cpus="all",
+                preferred_batch="", client_nice=0, cpus="all", client_kind="tritonclient",
                 sweep_perf_analyzer=False,
                 perf_analyzer="on", perf_analyzer_levels="1,8,64", perf_analyzer_ms=3500, duration_s=8.0, soak_s=60.0,
                 compare_levels_s=0.0, cli_procs=0)
@@ -170,8 +173,8 @@ def test_sweep_groups_share_a_server_between_client_process_counts():
     m = _script()
     groups = m.sweep_groups(m.parse_sweep("model=null,runner;client_procs=4,8 | instances=8"), _args())
     same = {"delay_us": 100, "graphs": "every", "trt": "none", "grpc_pool": 0, "preferred": "none", "cpus": "all"}
-    four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0, "nice": 0},
-                   {"client_procs": 8, "shm": "system", "stream_procs": 0, "nice": 0})
+    four, eight = ({"client_procs": 4, "shm": "system", "stream_procs": 0, "nice": 0, "client": "tritonclient"},
+                   {"client_procs": 8, "shm": "system", "stream_procs": 0, "nice": 0, "client": "tritonclient"})
     assert groups == [
         ({"model": "null", "backend": "stub", "instances": 4, **same}, [four, eight]),
         ({"model": "runner", "backend": "stub", "instances": 4, **same}, [four, eight]),

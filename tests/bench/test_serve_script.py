@@ -55,7 +55,8 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     out = tmp_path / "out"
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
                 "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"),
-                "--sweep", "model=null;client_procs=1,2 | model=null;stream_procs=1", "--sweep-s", "0.5",
+                "--sweep", "model=null;client_procs=1,2 | model=null;client=wire:2 | model=null;stream_procs=1",
+                "--sweep-s", "0.5",
                 "--cli-procs", "2", "--cpus", "split", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
@@ -92,13 +93,18 @@ def test_every_figure_on_a_fake_served_model(tmp_path):
     compared = data["compare"]["grpc"]["concurrency"]["64"]
     assert compared["ips"] > 0 and compared["server"].startswith("not read: HTTPError: HTTP Error 403")
     sweep = data["sweep"]
-    # one server for all three: the second part differs in its clients only (one process over a gRPC stream)
-    assert sweep["skipped"] == [] and [(r["model"], r["client_procs"], r["stream_procs"]) for r in sweep["runs"]] == [
-        ("null", 1, 0), ("null", 2, 0), ("null", 1, 1)]
-    assert sweep["runs"][2]["grpc"]["64"]["stream_procs"] == 1
+    # one server for all four: the later parts differ in their clients only (trtkit's wire client over two
+    # connections; one process over a gRPC stream, last: Triton's Python backend can crash under streams)
+    assert sweep["skipped"] == [] and [(r["model"], r["client_procs"], r["stream_procs"], r["client"])
+                                       for r in sweep["runs"]] == [
+        ("null", 1, 0, "tritonclient"), ("null", 2, 0, "tritonclient"), ("null", 1, 0, "wire:2"),
+        ("null", 1, 1, "tritonclient")]
+    assert sweep["runs"][2]["grpc"]["64"]["client"] == "wire:2"
+    assert sweep["runs"][3]["grpc"]["64"]["stream_procs"] == 1
     for run in sweep["runs"]:
         level = run["grpc"]["64"]
-        assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"], level
+        assert level["failed"] == 0 and level["ips"] > 0 and level["server"]["requests"] >= level["requests"], (
+            run["client"], run["stream_procs"], level["errors"])
         assert len(level["client_cpu_frac"]) == run["client_procs"] and run["stop"]["exit_code"] == 0
         assert run["instances"] == 2 and run["delay_us"] == 100 and run["cpus"] == "split"  # the main run's layout
         assert level["client_cpus"] == clients
@@ -126,7 +132,7 @@ def test_uint8_pixel_requests_are_served_at_every_level(tmp_path):
     out = tmp_path / "out"
     proc = _run(tmp_path, "--out", str(out), "--results", str(tmp_path / "results" / "serve-h200.json"),
                 "--serve-with", str(ROOT / "tests" / "serve" / "serve_child.py"), "--input-uint8", "--compare", "none",
-                timeout=280)
+                "--client-kind", "wire", "--cli-procs", "1", timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((out / "serve-h200.json").read_text())
     assert not data["errors"], data["errors"]
@@ -135,3 +141,7 @@ def test_uint8_pixel_requests_are_served_at_every_level(tmp_path):
         figures = data["grpc"]["concurrency"][level]
         assert figures["failed"] == 0 and figures["requests"] > 0 and figures["ips"] > 0, (level, figures)
     assert data["soak"]["requests"] == 50 and data["soak"]["failed"] == 0
+    # every load through trtkit's wire client: the levels, the soak, and trtkit bench --client wire
+    assert data["grpc"]["client"] == "wire" and data["grpc"]["concurrency"]["64"]["client"] == "wire"
+    assert "--client wire --connections 1" in data["cli_bench"]["command"]
+    assert data["cli_bench"]["concurrency"]["64"]["failed"] == 0 and data["cli_bench"]["client"] == "wire"

@@ -23,6 +23,21 @@ def add_server_options(parser) -> None:
         "front-end thread apart from unary calls) instead of a call each",
     )
     g.add_argument(
+        "--client",
+        default="tritonclient",
+        choices=("tritonclient", "wire"),
+        help="with --grpc: tritonclient (default): tritonclient's asyncio client; wire: the request encoded once and "
+        "written straight onto HTTP/2 connections, answers checked without tritonclient (a fraction of its CPU per "
+        "request: the server, not the client, sets the pace)",
+    )
+    g.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --client wire: HTTP/2 connections per client process (default 1)",
+    )
+    g.add_argument(
         "--requests",
         type=int,
         default=100_000,
@@ -77,9 +92,13 @@ def run_server_load(args, console) -> int:
         shared_memory=args.shared_memory,
         cuda_device=args.cuda_device,
         procs=args.procs,
+        client=args.client,
+        connections=args.connections,
     )
     results = load_test(args.server, args.server_model, settings)
     protocol = ("gRPC stream" if args.streaming else "gRPC") if args.grpc else "HTTP"
+    if args.client == "wire":
+        protocol += f", wire client, {args.connections} connection(s) a process"
     render(
         results,
         console,
@@ -96,6 +115,8 @@ def run_server_load(args, console) -> int:
                 "batch": args.batch,
                 "shared_memory": args.shared_memory,
                 "procs": args.procs,
+                "client": args.client,
+                "connections": args.connections,
                 "concurrency": {str(r.concurrency): r.to_json() for r in results},
             },
         )

@@ -479,6 +479,8 @@ FLAGS = {
     "cuda_device": "--cuda-device",
     "procs": "--procs",
     "streaming": "--streaming",
+    "client": "--client",
+    "connections": "--connections",
 }
 
 
