@@ -376,3 +376,16 @@ def test_a_busy_client_is_named_under_the_table():
     assert "spread it over more processes (procs=N)" in text  # the library's words; the CLI says --procs N
     assert "concurrency 8: the busiest" not in text
     assert "procs client CPU" in text and "0.97" in text.split("concurrency 64:")[0]  # the table has it too
+
+
+@pytest.mark.parametrize("extra, hint", [
+    (["--grpc"], "(--procs N, or send with trtkit's wire client: --client wire)"),
+    (["--grpc", "--client", "wire"], "(--procs N)"),
+    ([], "(--procs N)"),  # HTTP: the wire client speaks gRPC only
+])
+def test_the_cli_names_the_ways_out_of_a_busy_client(extra, hint, monkeypatch, capsys):
+    busy = serving._level_result(64, serving.LoadSettings(), [1.0], [], 1.0, 0.97)
+    monkeypatch.setattr(serving, "load_test", lambda *a, **k: [busy])
+    assert cli_main.main(["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "64", *extra]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"the client may be what limits this level: spread it over more processes {hint}" in text

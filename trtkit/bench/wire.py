@@ -1,10 +1,11 @@
 """gRPC straight from a socket, for load on Triton (``trtkit bench --server ... --grpc --client wire``).
 
-tritonclient's clients spend a few hundred microseconds of Python on every request (building the request, grpc's
-asyncio machinery, wrapping the answer): at tens of thousands of requests a second the client, not the server, sets
-the pace. A load generator sends the same request again and again, so here it is encoded once -- its HTTP/2 header
-block and its gRPC message -- and every request is two frames written to a socket under a new stream id. One thread
-drives a few connections with a selector, a closed loop: each answer sends the next request on its connection.
+tritonclient's clients spend CPU on every request (building it, grpc's asyncio machinery, wrapping the answer;
+docs/performance.md, Serving, has the measurements): at tens of thousands of requests a second the client, not the
+server, sets the pace. A load generator sends the same request again and again, so here it is encoded once -- its
+HTTP/2 header block and its gRPC message -- and every request is two frames written to a socket under a new stream
+id. One thread drives a few connections with a selector, a closed loop: each answer sends the next request on its
+connection.
 
 What it speaks of HTTP/2 (RFC 9113) and HPACK (RFC 7541): the client preface and SETTINGS, with a header table of 0
 bytes, so that the server's header blocks depend on no state: each distinct block is decoded once (with ``hpack``) and

@@ -103,7 +103,10 @@ def run_server_load(args, console) -> int:
         results,
         console,
         title=f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch})",
-        more_procs="--procs N",
+        # the wire client's calls cost a fraction of tritonclient's CPU (docs/performance.md, Serving)
+        more_procs="--procs N"
+        if args.client == "wire" or not args.grpc or args.streaming
+        else "--procs N, or send with trtkit's wire client: --client wire",
     )
     if args.json:
         write_json(
