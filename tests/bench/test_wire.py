@@ -103,6 +103,15 @@ def test_a_server_that_goes_away_mid_level_fails_what_was_in_flight_and_ends_the
     assert all(e.startswith(("ServeError: gRPC status 14", "ServeError: the server")) for e in errors), errors
 
 
+def test_a_connection_out_of_stream_ids_hands_the_load_to_the_others(server):
+    client = wire.WireClient(server.address, _encoded("small"), wire.Outputs(("y",)), connections=2)
+    client.connections[0].next_stream = wire.MAX_WINDOW  # its last stream id (2**31 - 1)
+    latencies, errors, _, _ = client.level(4, 0.3, 10**6)
+    client.close()
+    assert not errors and len(latencies) > 10
+    assert client.connections[0].next_stream == wire.MAX_WINDOW + 2  # one request sent there, the rest on the other
+
+
 def test_no_server_is_named(server):
     address = server.address
     server.server.stop(grace=None)

@@ -149,6 +149,8 @@ class Connection:
             return
         sid = self.next_stream
         self.next_stream += 2
+        if self.next_stream > MAX_WINDOW:  # stream ids are spent (2**30 requests): no new stream after this one
+            self.going_away = True
         stream = self.streams[sid] = _Stream(now, self.stream_window)
         self.out.append(frame(HEADERS, END_HEADERS, sid, self.block))
         self._send_data(sid, stream)
@@ -492,10 +494,16 @@ class WireClient:
         start, cpu = time.perf_counter(), time.process_time()
         deadline, budget = start + duration_s, int(cap)
         for i in range(min(concurrency, budget)):
-            live[i % len(live)].start(start)
-        budget -= min(concurrency, budget)
+            target = live[i % len(live)]
+            target = target if not target.going_away else _any_live(live)
+            if target is None:
+                break
+            target.start(start)
+            budget -= 1
         for conn in live:
-            selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE * conn.flush(), conn)
+            waiting = conn.flush()
+            if conn.dead is None:
+                selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE * waiting, conn)
         next_sweep = start + 0.1
         try:
             while any(c.streams or c.queued for c in live):
