@@ -130,6 +130,13 @@ class LoadSettings:
         ):
             if not ok:
                 raise UsageError(f"{name} must be {accepted}, not {getattr(self, name)}", field=name, accepted=accepted)
+        if int(self.connections) != 1 and self.client != "wire":
+            raise UsageError(
+                f"connections={self.connections} is for client='wire' (tritonclient keeps one channel a process); add "
+                "client='wire' or leave connections at 1",
+                field="connections",
+                accepted="1, or more with client='wire'",
+            )
 
 
 @dataclass

@@ -25,6 +25,7 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from trtkit.errors import DependencyError, ServeError
 
@@ -66,8 +67,8 @@ def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
 
 
 def _literal(name: str | int, value: str) -> bytes:
-    """A header field as a literal that is never indexed (RFC 7541, 6.2.2), by static-table index or by name, its
-    strings without Huffman coding."""
+    """A header field as a literal without indexing (RFC 7541, 6.2.2: the server adds nothing to its table), by
+    static-table index or by name, its strings without Huffman coding."""
     head = hpack_int(name, 4) if isinstance(name, int) else b"\x00" + hpack_int(len(name), 7) + name.encode()
     return head + hpack_int(len(value.encode()), 7) + value.encode()
 
@@ -397,7 +398,7 @@ def read_header_block(block: bytes) -> tuple:
     code = headers.get("grpc-status")
     if code is not None and code != "0":
         message = headers.get("grpc-message", "")
-        return f"gRPC status {code}: {_percent_decoded(message)}", True
+        return f"gRPC status {code}: {unquote(message)}", True  # grpc-message is percent-encoded
     return None, code is not None
 
 
@@ -410,13 +411,6 @@ def _hpack():
             'pip install "trtkit[serve]"'
         ) from exc
     return hpack
-
-
-def _percent_decoded(text: str) -> str:
-    """grpc-message is percent-encoded (gRPC over HTTP/2, "Responses")."""
-    from urllib.parse import unquote
-
-    return unquote(text)
 
 
 # --- a level of load -------------------------------------------------------------------------------------------------
@@ -542,8 +536,9 @@ class WireClient:
                         mask = selectors.EVENT_READ | selectors.EVENT_WRITE * conn.flush()
                         if selector.get_key(conn.sock).events != mask:
                             selector.modify(conn.sock, mask, conn)
-                    elif conn.sock in _registered(selector):
-                        selector.unregister(conn.sock)
+                for conn in [c for c in live if c.dead is not None]:  # once: a dead one is out of the loop
+                    selector.unregister(conn.sock)  # (closed: the selector finds it by the object)
+                    live.remove(conn)
         finally:
             selector.close()
         return latencies, errors, time.perf_counter() - start, time.process_time() - cpu
@@ -555,7 +550,3 @@ class WireClient:
 
 def _any_live(conns: list):
     return next((c for c in conns if c.dead is None and not c.going_away), None)
-
-
-def _registered(selector) -> set:
-    return {key.fileobj for key in selector.get_map().values()}

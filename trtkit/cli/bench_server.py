@@ -25,7 +25,7 @@ def add_server_options(parser) -> None:
     g.add_argument(
         "--client",
         default="tritonclient",
-        choices=("tritonclient", "wire"),
+        metavar="NAME",
         help="with --grpc: tritonclient (default): tritonclient's asyncio client; wire: the request encoded once and "
         "written straight onto HTTP/2 connections, answers checked without tritonclient (a fraction of its CPU per "
         "request: the server, not the client, sets the pace)",
