@@ -17,7 +17,8 @@ extra (``pip install "trtkit[serve]"``).
     python3 benchmarks/grpc_client_cost_cpu.py [--requests 3000] [--concurrency 16] [--repeat 3]
 
 Prints one JSON object: every run's CPU microseconds per request and requests/s, by way, and the load average
-before the first.
+before the first; writes it to ``--results`` too (default ``benchmarks/results/grpc-client-cost-cpu.json``; ``-``:
+nowhere).
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "grpc-client-cost-cpu.json"),
+                    help="where the JSON goes too (default benchmarks/results/grpc-client-cost-cpu.json; -: nowhere)")
     ap.add_argument("--port", type=int, default=0, help="HTTP port; gRPC and metrics take the next two (default: "
                     "three ports free now)")
     args = ap.parse_args(argv)
@@ -202,8 +205,15 @@ def main(argv=None) -> int:
         finally:
             server.terminate()
             server.wait(timeout=60)
-    print(json.dumps({"load_average_before": round(load, 2), "requests": args.requests,
-                      "concurrency": args.concurrency, "cpus": os.cpu_count(), "runs": runs}, indent=2))
+    text = json.dumps({"load_average_before": round(load, 2), "requests": args.requests,
+                       "concurrency": args.concurrency, "cpus": os.cpu_count(),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": runs}, indent=2)
+    print(text)
+    if args.results != "-":
+        from trtkit._atomic import write_bytes_atomic
+
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(Path(args.results), (text + "\n").encode())
     return 0
 
 
