@@ -94,7 +94,7 @@ def shapes_arg(model: Path, batch: tuple) -> str:
 def fake_environment(work: Path) -> dict:
     """The environment of a ``--fake`` run: a ``tensorrt`` package that is trtkit's fake, first on the path (in the
     raw script's process and in trtkit's, parent and build worker)."""
-    from trtkit.testing.fake_trt.trace import write_package
+    from tests.fakes.fake_trt.trace import write_package
 
     path = [str(write_package(work / "fake-tensorrt")), str(ROOT), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}

@@ -892,9 +892,9 @@ def _steady(count: int, seconds: float, init_ms, pyav_fps) -> dict:
 def install_fakes():
     import cuda.bindings
 
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
 
     trt, rt = make_fake_trt("8.6.0"), FakeCudart()
     sys.modules["tensorrt"] = trt

@@ -63,8 +63,8 @@ def install_fakes() -> None:
     """``import tensorrt`` and cuda-python give trtkit's fakes (the ``--fake`` dry run)."""
     import cuda.bindings
 
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
 
     rt = FakeCudart()
     sys.modules["cuda.bindings.runtime"] = rt

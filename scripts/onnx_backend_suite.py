@@ -356,10 +356,11 @@ def _backend(fake: bool):
     if fake:
         import functools
 
+        sys.path.insert(0, str(ROOT))  # the fakes live in tests/, outside the package
+        from tests.fakes.fake_cuda import FakeCudart
+        from tests.fakes.fake_trt import make_fake_trt
         from trtkit.builder import isolate
         from trtkit.runtime.cuda import Cuda
-        from trtkit.testing.fake_cuda import FakeCudart
-        from trtkit.testing.fake_trt import make_fake_trt
 
         isolate.DEFAULT_TRT_FACTORY = functools.partial(make_fake_trt, "8.6.0")  # what the build worker imports
         rt = FakeCudart()

@@ -42,7 +42,7 @@ GPU_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 @pytest.fixture
 def fake_trt():
     """A fake ``tensorrt`` module imitating TensorRT 8.6."""
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     return make_fake_trt("8.6.0")
 
@@ -50,7 +50,7 @@ def fake_trt():
 @pytest.fixture(params=["8.6.0", "10.8.0", "11.4.0"])
 def fake_trt_any(request):
     """The fake ``tensorrt`` module for each imitated major version."""
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     return make_fake_trt(request.param)
 

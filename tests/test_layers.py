@@ -193,7 +193,7 @@ def test_cli_imports_only_public_names():
 
 def test_the_layer_table_is_read_from_the_architecture_page():
     names = [name for name, _ in LAYERS]
-    assert names == ["base", "model", "rewrites", "runtime", "calibrators", "builder", "tools", "cli", "testing"]
+    assert names == ["base", "model", "rewrites", "runtime", "calibrators", "builder", "tools", "cli"]
     assert dict(LAYERS)["model"] == ("trtkit.model", "trtkit.manifest", "trtkit.images", "trtkit.sample_model")
 
 

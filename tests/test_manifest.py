@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
@@ -13,7 +14,6 @@ from trtkit.errors import EngineError
 from trtkit.manifest import FORMAT, Manifest, manifest_path, read_manifest
 from trtkit.parity.localize import config_from_manifest
 from trtkit.parity.tolerance import precision_from_manifest
-from trtkit.testing.fake_trt import make_fake_trt
 
 # written by trtkit at ba5ca0a (the manifest was a dict then), from the build in _config() on the fake TensorRT 8.6
 OLD = Path(__file__).parent / "data" / "manifest-format1-tiny-fp16.json"

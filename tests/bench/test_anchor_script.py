@@ -17,8 +17,11 @@ KEYS = {"floor_ms", "floor_compute_ms", "trtkit_ms", "trtkit_graph_ms", "trtkit_
 WRAPPER = """
 import runpy, sys
 import cuda.bindings
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
+sys.path.insert(0, {root!r})
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 rt = FakeCudart()
 sys.modules["cuda.bindings.runtime"] = rt
 cuda.bindings.runtime = rt
@@ -42,7 +45,7 @@ def stand_in_model(path: Path) -> None:
 def test_runner_vs_anchors_writes_every_key(tmp_path):
     stand_in_model(tmp_path / "m.onnx")
     wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "runner_vs_anchors.py")))
+    wrapper.write_text(WRAPPER.format(root=str(ROOT), script=str(ROOT / "benchmarks" / "runner_vs_anchors.py")))
     results, out = tmp_path / "results" / "runner-h200.json", tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(wrapper), "--onnx", str(tmp_path / "m.onnx"), "--no-torch", "--budget-s", "0.05",

@@ -14,13 +14,15 @@ import pytest
 from tests import models
 from tests.bench.test_anchor_script import WRAPPER
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 ROOT = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"map", "map50", "engine_mb", "b1_ms", "b8_ms", "b8_graph_ms", "b8_images_per_s", "build_s"}
 
 
 def _run(tmp_path, *extra):
     wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text(WRAPPER.format(script=str(ROOT / "benchmarks" / "detection_h200.py")))
+    wrapper.write_text(WRAPPER.format(root=str(ROOT), script=str(ROOT / "benchmarks" / "detection_h200.py")))
     return subprocess.run(
         [sys.executable, str(wrapper), "--model", str(tmp_path / "det.onnx"), "--val-images", "6", "--calib", "8",
          "--bench-seconds", "0.05", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--work",

@@ -9,14 +9,14 @@ import pytest
 
 from tests import models
 from tests.bench.test_cli_bench import run_cli
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
+from tests.fakes.fake_trt.runtime import FAKE_LAYER_MS
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes, fake_gpu  # noqa: F401 - fixture
 from trtkit._version_compat import InspectedLayer
 from trtkit.bench.layers import LayerProfile, _join, profile_layers
 from trtkit.errors import TrtkitError
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
-from trtkit.testing.fake_trt.runtime import FAKE_LAYER_MS
 
 
 @pytest.mark.parametrize("version", ["8.6.0", "10.8.0", "11.4.0"])

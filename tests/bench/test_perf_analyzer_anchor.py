@@ -35,6 +35,8 @@ CSV_CLIENT_ONLY = (
 # $FAKE_PA_HANG it sleeps
 FAKE = '''#!{python}
 import json, os, sys, time
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 argv = sys.argv[1:]
 if argv == ["--version"]:
     print("Perf Analyzer Version 2.51.0 (commit unknown)")

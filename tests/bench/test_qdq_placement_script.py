@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import onnx
+import pytest
 
 from tests import models
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "qdq_placement_h200.py"

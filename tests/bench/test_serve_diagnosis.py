@@ -22,6 +22,8 @@ from tests.serve.test_serve_triton import _skip_reason
 from trtkit.errors import ServeError
 from trtkit.serve.stub_model import NULL_MODEL_ENV, null_outputs
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ROOT / "tests" / "serve" / "serve_child.py"
 

@@ -15,6 +15,8 @@ import pytest
 from tests.bench.test_anchor_script import WRAPPER, stand_in_model
 from tests.serve.test_serve_triton import _skip_reason
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "serve_h200.py"
 
@@ -22,7 +24,7 @@ SCRIPT = ROOT / "benchmarks" / "serve_h200.py"
 def _run(tmp_path, *extra, timeout=240):
     stand_in_model(tmp_path / "m.onnx")
     wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text(WRAPPER.format(script=str(SCRIPT)))
+    wrapper.write_text(WRAPPER.format(root=str(ROOT), script=str(SCRIPT)))
     return subprocess.run(
         [sys.executable, str(wrapper), "--onnx", str(tmp_path / "m.onnx"), "--cache", str(tmp_path / "cache"),
          "--bench-s", "0.2", "--duration-s", "0.5", "--client-procs", "1", "--soak-requests", "50",

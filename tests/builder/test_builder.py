@@ -4,6 +4,7 @@ import onnx
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.api import build
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig
@@ -19,7 +20,6 @@ from trtkit.errors import (
     UnsupportedError,
 )
 from trtkit.manifest import check_manifest, manifest_path, read_manifest
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = [parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")]
 

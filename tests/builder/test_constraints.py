@@ -4,12 +4,12 @@ builds where constraints mean nothing are refused with the reason."""
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder import constraints
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import TrtkitError, UnsupportedError
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = [parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")]
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.image_input import add_uint8_nhwc_input
@@ -21,7 +22,6 @@ from trtkit.builder.profiles import parse_shapes
 from trtkit.cli.main import main
 from trtkit.detection import Letterbox
 from trtkit.errors import ModelError, ProfileError, UsageError
-from trtkit.testing.fake_trt import make_fake_trt
 
 NHWC = [parse_shapes("images:1x32x32x3,2x32x32x3,4x32x32x3")]
 

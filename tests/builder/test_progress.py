@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder import BuildConfig, build
 from trtkit.builder.progress import BuildProgress
-from trtkit.testing.fake_trt import make_fake_trt
 
 LOG = Path(__file__).parent.parent / "data" / "trt86_builder_verbose.log"
 SEVERITY = {"V": "VERBOSE", "I": "INFO"}

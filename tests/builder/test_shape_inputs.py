@@ -8,14 +8,14 @@ import json
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
+from tests.fakes.fake_trt.runtime import parse_fake_engine
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit.builder import BuildConfig, build, parse_shapes, shape_tensor_inputs
 from trtkit.builder.builder import build_serialized
 from trtkit.builder.profiles import Profile, may_have_shape_inputs, resolve_profiles
 from trtkit.errors import ProfileError
 from trtkit.manifest import Manifest, manifest_path
-from trtkit.testing.fake_trt import make_fake_trt
-from trtkit.testing.fake_trt.runtime import parse_fake_engine
 
 VALUES = "shape:1x3x1,2x3x2,4x3x4"
 
@@ -137,8 +137,8 @@ def test_shape_inputs_are_found_in_a_model_that_parses_only_after_its_rewrites(m
     # onnx's test_sce_mean on the H200: the raw parse refused SoftmaxCrossEntropyLoss, which the build expands
     from onnx import TensorProto, helper
 
+    from tests.fakes.fake_trt import builder as fake_builder
     from trtkit.errors import ParseError
-    from trtkit.testing.fake_trt import builder as fake_builder
 
     monkeypatch.setattr(fake_builder, "UNSUPPORTED_OPS", fake_builder.UNSUPPORTED_OPS | {"Hardmax"})
     trt = make_fake_trt("8.6.0")

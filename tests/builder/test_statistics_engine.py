@@ -3,10 +3,10 @@
 import numpy as np
 
 from tests import models
+from tests.fakes.fake_trt.runtime import parse_fake_engine
 from trtkit.builder.builder import statistics_engine_builder
 from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.builder.profiles import parse_shapes
-from trtkit.testing.fake_trt.runtime import parse_fake_engine
 
 
 def test_the_statistics_engine_is_fp32_with_the_users_profiles_and_its_model(fake_trt):

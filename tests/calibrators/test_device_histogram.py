@@ -15,12 +15,12 @@ import pytest
 from calibrators import device_histogram
 from calibrators.device_histogram import DeviceHistograms, load_kernels
 from calibrators.histogram import HistogramSet
+from tests.fakes.fake_cuda import FakeCudart, FakeHistogramKernels
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit.builder.config import BuildConfig, CalibrationSettings
 from trtkit.errors import CalibrationError, CudaError, TrtkitError
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart, FakeHistogramKernels
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _batches(rng):

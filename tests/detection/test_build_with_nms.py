@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.builder import build_serialized, custom_ops
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.prepare import prepare
@@ -18,7 +19,6 @@ from trtkit.cli.main import main, make_parser
 from trtkit.detection import NmsOptions, add_nms
 from trtkit.errors import EngineError
 from trtkit.runtime.engine import deserialize
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = [parse_shapes("images:1x3x32x32,2x3x32x32,4x3x32x32")]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests import models
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_engine_bytes, fake_gpu  # noqa: F401  (fixture)
 from trtkit.cli import main as cli_main
 from trtkit.errors import ProfileError, TrtkitError
 from trtkit.export import triton as tx
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
 

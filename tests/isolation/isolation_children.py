@@ -110,8 +110,8 @@ def crashing_fake_trt(version="8.6.0", crash_op="Where"):
     """A fake ``tensorrt`` whose ONNX parser dies by SIGSEGV on the first node of type ``crash_op``, like 8.6's."""
     import onnx
 
-    from trtkit.testing.fake_trt import make_fake_trt
-    from trtkit.testing.fake_trt.builder import Severity
+    from tests.fakes.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt.builder import Severity
 
     trt = make_fake_trt(version)
     original = trt.OnnxParser.parse
@@ -128,7 +128,7 @@ def crashing_fake_trt(version="8.6.0", crash_op="Where"):
 
 
 def fake_trt(version="8.6.0"):
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     return make_fake_trt(version)
 
@@ -142,8 +142,8 @@ def fake_trt_with_support_query(version="8.6.0", crash_op=None, unsupported=("No
     """
     import onnx
 
-    from trtkit.testing.fake_trt import make_fake_trt
-    from trtkit.testing.fake_trt.builder import ParserError, ParserError10, Severity
+    from tests.fakes.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt.builder import ParserError, ParserError10, Severity
 
     trt = make_fake_trt(version)
     error_cls = ParserError if version.startswith("8.") else ParserError10

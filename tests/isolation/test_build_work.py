@@ -17,6 +17,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import trtkit.builder.isolate as isolate
+from tests.fakes.fake_trt import make_fake_trt
+from tests.fakes.fake_trt.trace import TRACE_ENV, read_trace, write_package
 from trtkit.builder import timeline, warm, worker
 from trtkit.builder.api import build, build_isolated
 from trtkit.builder.builder import build_serialized
@@ -25,8 +27,6 @@ from trtkit.builder.progress import counted
 from trtkit.errors import ParseError
 from trtkit.log import make_trt_logger
 from trtkit.manifest import read_manifest
-from trtkit.testing.fake_trt import make_fake_trt
-from trtkit.testing.fake_trt.trace import TRACE_ENV, read_trace, write_package
 
 DIGITS = Path(__file__).resolve().parent.parent / "data" / "digits_cnn.onnx"
 SHAPES = "images:1x1x8x8,32x1x8x8,64x1x8x8"

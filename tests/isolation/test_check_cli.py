@@ -83,8 +83,8 @@ def test_unsupported_op_fails_the_parse_with_the_table(tmp_path, capsys):
 
 def test_no_check_builds_without_asking_the_parser(monkeypatch):
     from tests import models
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder import BuildConfig, build
-    from trtkit.testing.fake_trt import make_fake_trt
 
     def refuse(*args, **kwargs):
         raise AssertionError("the op check must not run with check=False")

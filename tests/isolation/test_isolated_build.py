@@ -69,7 +69,7 @@ def test_isolated_build_hides_verbose_lines_below_the_asked_severity(monkeypatch
 
 
 def test_parse_error_in_child_comes_back_as_parse_error(monkeypatch):
-    from trtkit.testing.fake_trt.builder import UNSUPPORTED_OPS
+    from tests.fakes.fake_trt.builder import UNSUPPORTED_OPS
 
     monkeypatch.setattr(isolate, "DEFAULT_TRT_FACTORY", functools.partial(children.fake_trt, "10.8.0"))
     op = sorted(UNSUPPORTED_OPS)[0]

@@ -12,12 +12,12 @@ from rich.console import Console
 
 import trtkit
 import trtkit.builder.isolate as isolate
+from tests.fakes.fake_trt import make_fake_trt
 from tests.rewrites.test_rewrites import placeholder_dims_model
 from tests.sanitize import sanitize_models
 from trtkit.cli import bench
 from trtkit.cli.main import main, make_parser
 from trtkit.cli.options import config_from_args
-from trtkit.testing.fake_trt import make_fake_trt
 
 SHAPES = {"dims": "a:1x2,2x5,4x9 b:1x3,2x3,4x3", "cos": None}
 

@@ -135,7 +135,7 @@ _SHIM = '''
 import os, sys
 with open(os.environ["SHIM_RECORD"], "a") as f:
     f.write(f"{os.getpid()}\\n")
-from trtkit.testing.fake_trt import make_fake_trt
+from tests.fakes.fake_trt import make_fake_trt
 sys.modules[__name__] = make_fake_trt("8.6.0")
 '''
 

@@ -12,6 +12,8 @@ import json
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
@@ -21,8 +23,6 @@ from trtkit.cli.render import make_console
 from trtkit.errors import ProfileError
 from trtkit.parity import compare_engine_to_onnx
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILES = ["x:1x3x8x8,2x3x8x8,4x3x8x8", "x:8x3x8x8,8x3x8x8,16x3x8x8"]
 

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
@@ -19,8 +21,6 @@ from trtkit.parity import OnnxReference
 from trtkit.parity.localize import config_from_manifest, localize_divergence, mark_outputs, markable_tensors
 from trtkit.runtime.cuda import Cuda
 from trtkit.sample_model import make_sample_cnn
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 SHAPES = {"images": (2, 3, 64, 64)}
 

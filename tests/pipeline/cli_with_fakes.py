@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def install_fakes() -> None:
     import cuda.bindings
 
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
 
     rt = FakeCudart()
     sys.modules["tensorrt"] = make_fake_trt("8.6.0")

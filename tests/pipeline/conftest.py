@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes, fake_gpu  # noqa: F401 - fixture
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def make_image_folder(folder, count: int = 10, sizes=((40, 30), (64, 48))) -> li
 class FakeNvc:
     """What trtkit uses of PyNvVideoCodec: ``SimpleDecoder(...).get_stream_metadata()`` / ``get_batch_frames(n)``.
 
-    With ``cuda`` (a :class:`~trtkit.testing.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are
+    With ``cuda`` (a :class:`~tests.fakes.fake_cuda.FakeCudart`) and ``use_device_memory=True``, frames are
     ``DecodedFrame`` s as PyNvVideoCodec gives them: no ``__cuda_array_interface__`` of their own, one plane from
     ``cuda()`` (``(H, W, 3)``, or ``(H, 3 W)`` bytes with ``flat_planes``), in ``n`` output surfaces the decoder
     overwrites on every call, as a hardware decoder may reuse its own. The pixels are written asynchronously, as

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
 from tests.pipeline.media import frame_picture
 from trtkit.errors import InputError, PipelineError
 from trtkit.pipeline import ArraySource, BatchPlan, CallbackSink, InferStep, Pipeline, Stage, run_engine
 from trtkit.pipeline.batching import BatchRing
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
 
 
 class LateEngine:

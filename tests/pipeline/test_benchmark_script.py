@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 pytest.importorskip("av")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.pipeline.media import FakeNvc, frame_picture, make_video
 from trtkit.errors import InputError, PipelineError
 from trtkit.pipeline import CallbackSink, ImagePreprocess, Processing, VideoSource, run_engine
@@ -17,8 +19,6 @@ from trtkit.pipeline.batching import BatchRing
 from trtkit.pipeline.device_frames import DeviceFrames, SlotPool
 from trtkit.runtime.buffers import DeviceBuffer
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 pytest.importorskip("av")  # the fake NVDEC opens a real (tiny) video file's path
 
@@ -450,10 +450,10 @@ def test_a_decoded_frame_of_several_planes_is_refused_naming_the_colour_type():
 def test_several_lanes_letterbox_at_once_with_one_lanes_results():
     from concurrent.futures import ThreadPoolExecutor
 
+    from tests.fakes.fake_cuda import FakeLetterboxKernels
     from trtkit.pipeline.device_frames import DeviceFramePreprocess
     from trtkit.pipeline.preprocess import ImageInput
     from trtkit.runtime.buffers import DeviceBuffer
-    from trtkit.testing.fake_cuda import FakeLetterboxKernels
 
     fake = FakeCudart()
     cuda = Cuda(fake)

@@ -11,13 +11,13 @@ import time
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
 from tests.pipeline.test_pipeline_core import DoublingEngine, RecordingSink, pictures, to_sample
 from trtkit.errors import PipelineError
 from trtkit.pipeline import ArraySource, BatchPlan, BatchRing, InferStep, Pipeline, Stage
 from trtkit.pipeline.batching import InferStage
 from trtkit.pipeline.stages import END, Aborted, Channel, Frame, StageRunner
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
 
 
 def frames(indices) -> list:

@@ -11,12 +11,12 @@ import threading
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
 from tests.pipeline.media import FakeNvc, frame_picture
 from trtkit.errors import InputError, PipelineError
 from trtkit.pipeline.nvdec_split import SplitNvdecReader, gop_chunks, keyframe_indices
 from trtkit.pipeline.video import write_pattern_video
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
 
 av = pytest.importorskip("av")
 

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
 from tests.pipeline.media import frame_picture
 from tests.pipeline.test_pipeline_core import DoublingEngine, RecordingSink
 from trtkit.errors import PipelineError
@@ -31,7 +32,6 @@ from trtkit.pipeline import (
 from trtkit.pipeline.preprocess import image_input
 from trtkit.runtime import TrtRunner
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
 
 
 def numbered_batches(sizes):

@@ -106,8 +106,8 @@ def test_nvdec_that_cannot_open_the_file_falls_back_with_the_reason(tmp_path, mo
 
 def test_nvdec_without_a_usable_cuda_falls_back_naming_the_driver(tmp_path, monkeypatch):
     # PyNvVideoCodec imports, but this machine has no GPU driver: the CUDA runtime's error is the reason
+    from tests.fakes.fake_cuda import FakeCudart
     from trtkit.runtime import cuda as runtime_cuda
-    from trtkit.testing.fake_cuda import FakeCudart
 
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", FakeNvc([frame_picture(0)]))
     monkeypatch.setattr(runtime_cuda, "cudart", lambda: FakeCudart(no_device=True))

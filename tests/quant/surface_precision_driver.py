@@ -31,9 +31,9 @@ def _calibrators(trt) -> dict:
     from calibrators.session import CalibrationSession
     from calibrators.sources import IterableSource
     from calibrators.trt_calibrator import make_calibrator
+    from tests.fakes.fake_cuda import FakeCudart
     from trtkit.builder.config import CalibrationSettings
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
 
     out = {}
     for algorithm in ("entropy", "minmax"):

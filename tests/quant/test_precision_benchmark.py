@@ -4,7 +4,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "precision_h200.py"
 

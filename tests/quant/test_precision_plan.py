@@ -7,6 +7,7 @@ import onnx
 import pytest
 
 from calibrators.sources import IterableSource
+from tests.fakes.fake_trt import make_fake_trt
 from tests.quant.qmodels import residual_cnn
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit._version_compat import capabilities
@@ -16,7 +17,6 @@ from trtkit.builder.precision import plan_precision, resolve_half_mode, resolve_
 from trtkit.builder.profiles import parse_shapes
 from trtkit.errors import CalibrationError, UnsupportedError
 from trtkit.model import load_model
-from trtkit.testing.fake_trt import make_fake_trt
 
 PROFILE = "x:1x3x8x8,4x3x8x8,8x3x8x8"
 

@@ -179,12 +179,12 @@ def test_placement_options_reach_the_plan_from_the_build_config(fake_gpu):  # no
 
 
 def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_default_ones_are_not():
+    from tests.fakes.fake_trt import make_fake_trt
     from tests.quant.test_precision_plan import with_calibrators
     from trtkit._version_compat import capabilities
     from trtkit.builder.precision import plan_precision
     from trtkit.errors import UnsupportedError
     from trtkit.model import load_model
-    from trtkit.testing.fake_trt import make_fake_trt
 
     trt = with_calibrators(make_fake_trt("8.6.0"))
     config = _config(qdq_kept_fp16=True)

@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.fakes.fake_trt import make_fake_trt
 from tests.models import _model
 from tests.rewrites.test_rewrites import TARGET_86, _vi, run
 from trtkit.builder.rewrites import ParserTarget, apply_rewrites, castlike, default_steps
-from trtkit.testing.fake_trt import make_fake_trt
 
 X = np.array([[1.7, -2.2, 3.5], [0.25, 9.0, -0.5]], dtype=np.float32)
 

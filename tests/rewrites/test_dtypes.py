@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from onnx import TensorProto, helper
 
+from tests.fakes.fake_trt import make_fake_trt
 from tests.models import _model
 from trtkit import prepare
 from trtkit.builder.rewrites import ParserTarget
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _vi(name, dtype, shape):

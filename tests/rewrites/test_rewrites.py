@@ -50,9 +50,9 @@ def _dim_params(model, name):
 
 
 def test_placeholder_dims_get_one_name_per_axis_and_the_fake_build_then_succeeds():
+    from tests.fakes import fake_trt
     from trtkit.builder import BuildConfig, build, parse_shapes
     from trtkit.errors import BuildError
-    from trtkit.testing import fake_trt
 
     model = placeholder_dims_model()
     profile = parse_shapes("a:1x2,2x5,4x9 b:1x3,2x3,4x3")
@@ -230,12 +230,12 @@ def opset6_linear_model():
 
 
 def test_an_opset_below_the_parsers_range_is_converted_up_and_the_fake_build_then_succeeds(tmp_path):
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder import BuildConfig, build
     from trtkit.errors import ParseError
     from trtkit.runtime import TrtRunner
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
 
     model = opset6_linear_model()
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
@@ -325,7 +325,7 @@ def test_a_rewrite_that_raises_is_named_and_the_model_kept():
 
 
 def test_target_from_the_fake_tensorrt_asks_by_feature():
-    from trtkit.testing import fake_trt
+    from tests.fakes import fake_trt
 
     assert not ParserTarget.from_trt(fake_trt.make_fake_trt("8.6.1")).int64_io
     assert ParserTarget.from_trt(fake_trt.make_fake_trt("10.9.0")).int64_io
@@ -334,8 +334,8 @@ def test_target_from_the_fake_tensorrt_asks_by_feature():
 
 
 def test_the_op_check_report_flags_ambiguous_dimension_names():
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder.opcheck import preflight
-    from trtkit.testing.fake_trt import make_fake_trt
 
     report = preflight(placeholder_dims_model(), trt=make_fake_trt(), fold_hint=False)
     assert any("a[0], a[1], b[0]" in note and "TensorRT would treat them as equal" in note for note in report.notes)

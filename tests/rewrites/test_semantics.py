@@ -70,9 +70,9 @@ def test_each_later_form_the_parser_would_ignore_is_named(node, inputs, opset, e
 
 
 def test_the_build_refuses_the_model_naming_the_node_instead_of_building_a_wrong_engine():
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder import BuildConfig, build
     from trtkit.errors import ModelError
-    from trtkit.testing.fake_trt import make_fake_trt
 
     with pytest.raises(ModelError) as info:
         build(reduce_axes_input(), BuildConfig(profiling_verbosity="NONE"), trt=make_fake_trt("8.6.1"))

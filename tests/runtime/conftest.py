@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import CONV_PROFILE, fake_engine_bytes
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _env(version: str) -> SimpleNamespace:

@@ -8,9 +8,9 @@ import sys
 import onnx
 import pytest
 
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
-from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
+from tests.fakes.fake_trt.runtime import serialize_fake_engine
 
 CONV_PROFILE = {"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}
 

@@ -7,11 +7,11 @@ import ctypes
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart, cudaError_t
 from trtkit.errors import CudaError
 from trtkit.runtime.buffers import DeviceArray, HostBuffer, device_input
 from trtkit.runtime.cuda import Cuda, check
 from trtkit.runtime.graphs import GraphCache, capture
-from trtkit.testing.fake_cuda import FakeCudart, cudaError_t
 
 
 def test_check_returns_values_or_raises_with_the_error_name():

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.fakes.fake_cuda import FakeCudart, view_of
 from trtkit.detection import Letterbox
 from trtkit.errors import CudaError, InputError
 from trtkit.runtime import letterbox as device_module
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.letterbox import DeviceLetterbox, device_letterbox, plan
 from trtkit.runtime.ptx import BLOCK, grid_for, kernel_params
-from trtkit.testing.fake_cuda import FakeCudart, view_of
 
 # (w, h) of images letterboxed into 32 x 48 (H x W): wider, taller, equal, larger and smaller, both pass orders
 SIZES = [(64, 48), (20, 30), (48, 32), (149, 469), (7, 5), (300, 1000), (48, 96)]

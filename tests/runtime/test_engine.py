@@ -84,9 +84,9 @@ def test_matching_manifest_loads(tmp_path, fake_trt):
 
 
 def test_runner_checks_the_manifest_of_an_engine_file(tmp_path, fake_trt):
+    from tests.fakes.fake_cuda import FakeCudart
     from trtkit.runtime import TrtRunner
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
 
     rt = FakeCudart()
     path = write_engine(tmp_path, fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]), _manifest("10.3.0"))
@@ -104,7 +104,7 @@ def test_load_engine_rejects_other_types(fake_trt):
 
 
 def test_runtime_creation_failure_is_an_engine_error():
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     trt = make_fake_trt("8.6.0", fail_cuda_init=True)
     with pytest.raises(EngineError, match="could not create its runtime.*trtkit doctor"):

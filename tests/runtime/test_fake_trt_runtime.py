@@ -58,7 +58,7 @@ def test_inspector_json_matches_the_version(fake_trt_any):
 def test_context_refuses_unset_shapes_and_unbound_tensors(fake_trt):
     engine = engine_for(fake_trt)
     context = engine.create_execution_context()
-    from trtkit.testing.fake_cuda import FakeCudart
+    from tests.fakes.fake_cuda import FakeCudart
 
     rt = FakeCudart()
     stream = int(rt.cudaStreamCreateWithFlags(1)[1])
@@ -81,7 +81,7 @@ def test_truncated_engines_are_refused(fake_trt, data):
 
 
 def test_device_memory_v2_arrives_in_10_1():
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     assert not hasattr(engine_for(make_fake_trt("10.0.1")), "device_memory_size_v2")
     assert hasattr(engine_for(make_fake_trt("10.1.0")), "device_memory_size_v2")

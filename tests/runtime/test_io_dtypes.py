@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.rewrites.test_rewrites import float64_model, int64_model
 from trtkit.builder import BuildConfig, build
 from trtkit.errors import InputError
 from trtkit.runtime import TrtRunner
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _engine(tmp_path, version="8.6.0", sanitize=True, model=int64_model, name="ids"):

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_engine_bytes
 from trtkit.errors import UsageError
 from trtkit.runtime import TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.reuse import MIN_BYTES, ReusedInputs
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 SIZE = 96  # (1, 3, 96, 96) float32: 108 KiB per image, above MIN_BYTES
 PROFILE = {"x": [[1, 3, SIZE, SIZE], [2, 3, SIZE, SIZE], [4, 3, SIZE, SIZE]]}

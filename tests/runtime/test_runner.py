@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
 from tests.runtime.fakes import fake_engine_bytes
 from trtkit.errors import CudaError, EngineError, InputError, UsageError
 from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
-from trtkit.testing.fake_cuda import FakeCudart
 
 NOTHING_LIVE = {"device": 0, "host": 0, "streams": 0, "events": 0, "graphs": 0, "registered": 0}
 
@@ -113,7 +113,7 @@ def test_graph_per_shape_replays_without_enqueue(env):
 def test_capture_failure_falls_back_with_a_warning(caplog):
     rt = FakeCudart(fail_capture=True)
     env_engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     with caplog.at_level(logging.WARNING, logger="trtkit"):
         with TrtRunner(env_engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt), cuda_graph=True) as r:
@@ -412,7 +412,7 @@ def test_unclosed_runner_only_warns(env):
 def test_allocation_failure_frees_what_was_allocated():
     rt = FakeCudart(free_bytes=600)  # less than the input buffer (4x3x8x8 float32 = 3072 B): cudaMalloc fails
     engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     with pytest.raises(CudaError, match="cudaMalloc.*cudaErrorMemoryAllocation: the GPU is out of memory"):
         TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt)).activate()
@@ -632,7 +632,7 @@ def test_stats_count_the_path_each_call_took(env):
 def test_a_failed_capture_is_counted_and_later_calls_enqueue():
     rt = FakeCudart(fail_capture=True)
     engine = fake_engine_bytes(models.tiny_conv(), [{"x": [[1, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8]]}])
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt), cuda_graph=True) as r:
         for _ in range(3):

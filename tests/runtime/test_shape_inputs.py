@@ -10,13 +10,13 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from trtkit.builder import BuildConfig, build, parse_shapes
 from trtkit.errors import InputError, UnsupportedError
 from trtkit.runtime import TrtRunner
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.pool import RunnerPool
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 X3 = np.arange(3, dtype=np.float32).reshape(3, 1)
 X12 = np.arange(12, dtype=np.float32)

@@ -79,13 +79,13 @@ def test_a_uint8_input_engine_finds_what_the_float_model_finds(tmp_path, letterb
     views; the letterbox in the fake GPU's kernels or in numpy) against the ONNX model on float batches: the same
     detections (to the bit where both run on onnx's reference evaluator; within float rounding where the reference is
     ONNX Runtime, which the eval extra installs)."""
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder.api import build
     from trtkit.builder.config import BuildConfig
     from trtkit.builder.profiles import parse_shapes
     from trtkit.eval.models import open_model
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
 
     detect = _detect_module()
     model = models.conv_detector(size=32, classes=2, seed=3)

@@ -9,6 +9,8 @@ import pytest
 
 from tests.scripts import script_module
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 
 @pytest.fixture(scope="module")
 def overhead():

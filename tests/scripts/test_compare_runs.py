@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tests.scripts import script_module
 from trtkit.detection.postprocess import Detections
 from trtkit.pipeline.sinks import _plain
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 
 
 def _write(path, frames):

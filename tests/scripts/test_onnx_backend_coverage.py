@@ -9,6 +9,8 @@ from onnx import TensorProto, helper
 
 from tests.models import _model
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 
 def _vi(name, dtype, shape):
     return helper.make_tensor_value_info(name, dtype, shape)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 
 def test_three_cases_end_to_end_on_the_fake_backend(suite, tmp_path, capsys):
     out, doc = tmp_path / "r.json", tmp_path / "s.md"

@@ -18,8 +18,8 @@ def install_fakes():
     and ``TRTKIT_FAKE_INFER_S`` added to every runner call; returns the fake CUDA runtime."""
     import cuda.bindings
 
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
 
     rt = FakeCudart(devices=int(os.environ.get("TRTKIT_FAKE_GPUS", "1")))
     sys.modules["tensorrt"] = make_fake_trt("8.6.0")

@@ -8,13 +8,13 @@ import types
 
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.serve.test_serve_stub_units import _parse
 from trtkit.errors import DependencyError, UsageError
 from trtkit.runtime.cuda import Cuda
 from trtkit.serve import native
 from trtkit.serve.server import Server, ServeSettings, load_model
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _backends(tmp_path):

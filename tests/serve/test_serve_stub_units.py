@@ -11,14 +11,14 @@ import types
 import numpy as np
 import pytest
 
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_engine_bytes, fake_gpu  # noqa: F401 - a fixture
 from trtkit.errors import ServeError, UsageError
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.runner import TrtRunner
 from trtkit.serve import stub, stub_model
 from trtkit.serve.server import ServeSettings, load_model
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def _parse(text: str):

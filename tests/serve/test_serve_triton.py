@@ -51,10 +51,10 @@ pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_rea
 
 
 def expected_outputs(engine: Path, x: np.ndarray) -> np.ndarray:
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.runtime.cuda import Cuda
     from trtkit.runtime.runner import TrtRunner
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
 
     with TrtRunner(engine, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart())) as runner:
         return runner.infer({"x": x})["y"]
@@ -387,11 +387,11 @@ def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place
     backends, libs = os.environ.get("TRTKIT_TRITON_BACKENDS"), os.environ.get("TRTKIT_TENSORRT_LIBS")
     if not (backends and libs):
         pytest.skip("TRTKIT_TRITON_BACKENDS and TRTKIT_TENSORRT_LIBS name no TensorRT backend and libraries")
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt import make_fake_trt
     from trtkit.runtime.cuda import Cuda
     from trtkit.serve import native
     from trtkit.serve.server import Server, ServeSettings
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt import make_fake_trt
 
     monkeypatch.setattr(native, "tensorrt_library_dir", lambda trt=None: Path(libs))  # the fake module has none
     good, _ = engines

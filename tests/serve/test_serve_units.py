@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from tests import models
+from tests.fakes.fake_cuda import FakeCudart
+from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_engine_bytes
 from trtkit.errors import CudaError, DependencyError, ProfileError, ServeError, TrtkitError
 from trtkit.export.triton import triton_model
@@ -19,8 +21,6 @@ from trtkit.runtime.runner import TrtRunner
 from trtkit.serve import backend, ports
 from trtkit.serve.batching import joined_inputs, run_requests
 from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model
-from trtkit.testing.fake_cuda import FakeCudart
-from trtkit.testing.fake_trt import make_fake_trt
 
 
 def test_batch_limit_from_profile_and_max_batch(engine):

@@ -72,7 +72,7 @@ def install_fake_cuda() -> None:
     calibration paths must still run (their TensorRT side is what this tier checks)."""
     import types
 
-    from trtkit.testing.fake_cuda import FakeCudart
+    from tests.fakes.fake_cuda import FakeCudart
 
     rt = FakeCudart()
     sys.modules["cuda.bindings.runtime"] = rt

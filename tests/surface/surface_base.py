@@ -42,7 +42,7 @@ class Context:
         """trtkit's fake backend imitating this version, with every name checked against the real module."""
         from surface_proxy import make_surface
 
-        from trtkit.testing.fake_trt import make_fake_trt
+        from tests.fakes.fake_trt import make_fake_trt
 
         return self._logged(make_surface(make_fake_trt(self.version), self.real, self.version))
 
@@ -125,7 +125,7 @@ def fail_on_gaps(log, outcome: str) -> None:
     if log.fake_gaps:
         raise AssertionError(
             f"The fake backend imitating TensorRT {log.version} lacks names the real one has: "
-            f"{'; '.join(dict.fromkeys(log.fake_gaps))}. Add them to trtkit/testing/fake_trt "
+            f"{'; '.join(dict.fromkeys(log.fake_gaps))}. Add them to tests/fakes/fake_trt "
             f"(trtkit went on with the fake's answers; {outcome})."
         )
 

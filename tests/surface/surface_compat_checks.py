@@ -331,13 +331,13 @@ def _kind(attr) -> str | None:
 @check
 def fake_matches_real(ctx: Context) -> dict:
     """Every public name of make_fake_trt(version) (enums, members, classes, methods) exists in the real module."""
-    from trtkit.testing.fake_trt import make_fake_trt
+    from tests.fakes.fake_trt import make_fake_trt
 
     fake = make_fake_trt(ctx.version)
     extras = fake_extras(fake, ctx.real)
     assert not extras, (
         f"The fake backend imitating TensorRT {ctx.version} has names the real one lacks: {', '.join(extras)} "
-        "(fix trtkit/testing/fake_trt, or list test-only module attributes in its __fake_only__)"
+        "(fix tests/fakes/fake_trt, or list test-only module attributes in its __fake_only__)"
     )
     return {"checked": sorted(n for n in dir(fake) if not n.startswith("_"))}
 

@@ -205,10 +205,10 @@ def run_runner(ctx: Context, cuda_graph: bool) -> dict:
     import numpy as np
     from onnx.reference import ReferenceEvaluator
 
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt.runtime import serialize_fake_engine
     from trtkit.runtime.cuda import Cuda
     from trtkit.runtime.runner import TrtRunner
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
 
     trt, log = ctx.fake_surface()
     model = tiny_conv_model()
@@ -322,9 +322,9 @@ def opcheck_query(ctx: Context) -> dict:
 @check
 def inspect_engine(ctx: Context) -> dict:
     """`trtkit inspect model.engine`: I/O, profiles, inspector layers, device memory through real names."""
+    from tests.fakes.fake_trt.runtime import serialize_fake_engine
     from trtkit.inspection import describe_engine
     from trtkit.log import make_trt_logger
-    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
 
     trt, log = ctx.fake_surface()
     model = tiny_conv_model()
@@ -347,10 +347,10 @@ def inspect_engine(ctx: Context) -> dict:
 def bench_layer_profile(ctx: Context) -> dict:
     """`trtkit bench --layers`: IProfiler subclassed from the real class, and profile_layers' context calls
     (profiler, enqueue_emits_profile, report_to_profiler) on the fake backend through real names."""
+    from tests.fakes.fake_cuda import FakeCudart
+    from tests.fakes.fake_trt.runtime import serialize_fake_engine
     from trtkit.bench.layers import _collector, profile_layers
     from trtkit.runtime.cuda import Cuda
-    from trtkit.testing.fake_cuda import FakeCudart
-    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
 
     real = _collector(ctx.real)  # the real binding's trampoline: a Python subclass it will call back
     real.report_layer_time("conv", 0.5)

@@ -87,7 +87,7 @@ def calling_function() -> str:
     while frame is not None:
         module = str(frame.f_globals.get("__name__", "?"))
         name = f"{module}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
-        if module.startswith("trtkit.") and not module.startswith("trtkit.testing"):
+        if module.startswith("trtkit."):
             return name
         if fallback is None and module != __name__:
             fallback = name
@@ -125,7 +125,7 @@ class _Proxy:
             self._log.fake_gaps.append(f"{access.path} (used by {access.user})")
             raise FakeIncomplete(
                 f"The fake backend imitating TensorRT {self._log.version} lacks {access.path}, which the real "
-                f"one has (used by {access.user}); add it to trtkit/testing/fake_trt"
+                f"one has (used by {access.user}); add it to tests/fakes/fake_trt"
             ) from None
         if isinstance(self, InstanceProxy):
             self._check_kind(name, value, access)

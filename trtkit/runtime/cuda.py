@@ -3,7 +3,7 @@
 Every cuda-python call returns ``(cudaError_t, *values)``. :func:`check` is the one place that turns such a tuple into
 its value(s) or a :class:`~trtkit.errors.CudaError` naming the call and the CUDA error. :class:`Cuda` binds the wrappers
 to one runtime module, so the runner works unchanged with cuda-python and with the fake of
-:mod:`trtkit.testing.fake_cuda` (CPU tests).
+:mod:`tests.fakes.fake_cuda` (CPU tests).
 
 Pointers and stream/event handles are passed around as plain ``int`` (TensorRT wants ints; cuda-python accepts them).
 """

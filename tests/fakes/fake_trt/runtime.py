@@ -1,7 +1,7 @@
 """The runtime side of the fake ``tensorrt`` module: Runtime, ICudaEngine, IExecutionContext, IEngineInspector.
 
 A fake engine is bytes: a magic tag, a JSON header (TensorRT version, I/O tensor specs, profiles, builder flags) and
-the ONNX model. ``execute_async_v3`` queues, on the fake CUDA stream of :mod:`trtkit.testing.fake_cuda`, a kernel that
+the ONNX model. ``execute_async_v3`` queues, on the fake CUDA stream of :mod:`tests.fakes.fake_cuda`, a kernel that
 reads the inputs from the bound addresses, runs the model with onnx's reference evaluator and writes the outputs to the
 bound addresses. Like TensorRT it captures the addresses and shapes when enqueued (so a captured graph replays them),
 checks that every shape and address was set, and refuses shapes outside the active profile. Shape-tensor inputs
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from trtkit.testing.fake_trt.trace import record
+from tests.fakes.fake_trt.trace import record
 
 MAGIC = b"TRTKIT-FAKE-ENGINE\x00"
 # TensorRT's own message for a file that is not an engine (8.6 wording).
@@ -423,7 +423,7 @@ class _FakeContext:
 
     def _shape_values(self, inputs: dict) -> dict | None:
         """The shape-tensor inputs' values read from their (host) addresses now; None when one is unbound."""
-        from trtkit.testing.fake_cuda import view_of
+        from tests.fakes.fake_cuda import view_of
 
         values = {}
         for name in self.engine._shape_tensors:
@@ -459,7 +459,7 @@ class _FakeContext:
         return [] if self._input_shapes() is not None else [n for n, s in self.engine.io.items() if -1 in s["shape"]]
 
     def execute_async_v3(self, stream_handle) -> bool:
-        from trtkit.testing.fake_cuda import owner_of_stream
+        from tests.fakes.fake_cuda import owner_of_stream
 
         self.calls["execute_async_v3"] += 1
         inputs = self._input_shapes()
@@ -507,7 +507,7 @@ class _FakeContext:
         return True
 
     def _kernel(self, inputs: dict, outputs: dict, addresses: dict, values: dict) -> None:
-        from trtkit.testing.fake_cuda import view_of
+        from tests.fakes.fake_cuda import view_of
 
         io = self.engine.io
         feeds = {

@@ -19,7 +19,7 @@ TRACE_ENV = "TRTKIT_FAKE_TRT_TRACE"
 
 _PACKAGE = """
 import sys
-from trtkit.testing.fake_trt import make_fake_trt
+from tests.fakes.fake_trt import make_fake_trt
 sys.modules[__name__] = make_fake_trt({version!r})
 """
 

@@ -10,7 +10,7 @@ import enum
 import json
 from typing import Any
 
-from trtkit.testing.fake_trt.trace import record
+from tests.fakes.fake_trt.trace import record
 
 # ops the fake parser refuses; like the real one it also refuses any op outside the standard ONNX domains
 UNSUPPORTED_OPS = frozenset({"NotARealOp", "FakeUnsupportedOp"})
@@ -408,7 +408,7 @@ def _io_type_refused(model) -> str | None:
 
 def _build(trt, logger, network, config):
     """Check the network like TensorRT would, then serialize a fake engine for the fake runtime."""
-    from trtkit.testing.fake_trt.runtime import serialize_fake_engine
+    from tests.fakes.fake_trt.runtime import serialize_fake_engine
 
     model = network.model
     if model is None:

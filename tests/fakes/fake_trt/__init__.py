@@ -18,9 +18,9 @@ import types
 from collections import Counter
 from typing import Any
 
-from trtkit.testing.fake_trt import builder as _builder
-from trtkit.testing.fake_trt import enums as _enums
-from trtkit.testing.fake_trt import trace as _trace
+from tests.fakes.fake_trt import builder as _builder
+from tests.fakes.fake_trt import enums as _enums
+from tests.fakes.fake_trt import trace as _trace
 
 
 def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> types.ModuleType:
@@ -30,7 +30,7 @@ def make_fake_trt(version: str = "8.6.0", *, fail_cuda_init: bool = False) -> ty
         version: the TensorRT version to imitate (8.6.x, 10.x or 11.x).
         fail_cuda_init: make ``Builder``/``Runtime`` creation fail as on a machine without a GPU.
     """
-    from trtkit.testing.fake_trt import runtime as _runtime
+    from tests.fakes.fake_trt import runtime as _runtime
 
     trt: Any = types.ModuleType("tensorrt")
     trt.__version__ = version
