@@ -16,6 +16,8 @@ import pytest
 
 from tests.bench.test_serve_diagnosis import _args
 
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # perf_analyzer 2.51, --concurrency-range 64:64 against a Triton with the statistics extension, no response cache
@@ -35,8 +37,6 @@ CSV_CLIENT_ONLY = (
 # $FAKE_PA_HANG it sleeps
 FAKE = '''#!{python}
 import json, os, sys, time
-
-pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 argv = sys.argv[1:]
 if argv == ["--version"]:
     print("Perf Analyzer Version 2.51.0 (commit unknown)")
