@@ -248,7 +248,7 @@ def choose_preprocess(
 
     if preprocess == "cpu":
         return on_cpu("asked for (preprocess='cpu')")
-    pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures, lanes)
+    pre, reason = _gpu_preprocess(runner, processing, target, resize, pictures, lanes)
     if pre is not None:
         how = "frames in device memory" if on_device else "host pictures uploaded once"
         return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
@@ -257,9 +257,7 @@ def choose_preprocess(
     return on_cpu(reason)
 
 
-def _gpu_preprocess(
-    runner, source, processing: Processing, target, resize: str, pictures: bool, lanes: int = 1
-) -> tuple:
+def _gpu_preprocess(runner, processing: Processing, target, resize: str, pictures: bool, lanes: int = 1) -> tuple:
     """``(DeviceFramePreprocess, None)`` or ``(None, why the GPU cannot preprocess these frames)``."""
     from trtkit.pipeline.device_frames import device_preprocess, image_preprocess_meta
 
