@@ -1,8 +1,7 @@
 """The pipeline's hand-off cost between threads, on a CPU: frames/s through ``source → preprocess → infer → sink``
 with an inference call that returns at once (``instant``: no engine, tiny samples, so what is left is the
 queues, the batching and the per-frame bookkeeping) and through the fake TensorRT engine of
-``benchmarks/pipeline_h200.py --fake`` with the samples in place in the batch ring (``fake_engine``); each as a
-frame pipeline (one item per frame) and as a block pipeline (``*_blocks``: one item per batch, ``BlockSource``).
+``benchmarks/pipeline_h200.py --fake`` with the samples in place in the batch ring (``fake_engine``).
 
     python3 benchmarks/pipeline_handoff_cpu.py [--frames 60000] [--batch 32] [--repeat 3]
 
@@ -57,26 +56,8 @@ def instant(frames: int, batch: int) -> float:
     return frames / (time.perf_counter() - t0)
 
 
-def instant_blocks(frames: int, batch: int) -> float:
-    """``instant`` as a block pipeline: the frames as stacked batches of ``batch`` (one item per batch)."""
-    from trtkit.pipeline import BatchPlan, BlockSource, InferStep, Pipeline, Stage
-
-    samples = np.zeros((batch, 4), np.float32)
-
-    def pre(block):
-        block.samples = samples[: block.count]
-
-    plan = BatchPlan("x", batch, fill_threads=1)
-    images = np.zeros((batch, 2, 2, 3), np.uint8)
-    stages = [Stage("preprocess", pre, 1), InferStep(InstantInfer(), plan)]
-    t0 = time.perf_counter()
-    report = Pipeline(BlockSource(images for _ in range(frames // batch)), stages).run()
-    assert report.frames_out == frames // batch * batch, report.frames_out
-    return report.frames_out / (time.perf_counter() - t0)
-
-
-def fake_engine(frames: int, batch: int, work: Path, trt, cuda, blocks: bool = False) -> float:
-    from benchmarks.pipeline_h200 import BlockSamplesInto, SampleInto, Sizes, build_engine, infer_once
+def fake_engine(frames: int, batch: int, work: Path, trt, cuda) -> float:
+    from benchmarks.pipeline_h200 import SampleInto, Sizes, build_engine, infer_once
     from trtkit.pipeline.preprocess import image_input
     from trtkit.runtime import TrtRunner
 
@@ -90,8 +71,8 @@ def fake_engine(frames: int, batch: int, work: Path, trt, cuda, blocks: bool = F
     rng = np.random.default_rng(0)
     samples = [rng.standard_normal((3, sizes.side, sizes.side)).astype(np.float32) for _ in range(3 * batch)]
     frames = frames // batch * batch
-    into = (BlockSamplesInto if blocks else SampleInto)(target, copy_always=False)
-    result = infer_once(engine, samples, frames, batch, {"runners": 2, "trt": trt, "cuda": cuda}, into, blocks)
+    into = SampleInto(target, copy_always=False)
+    result = infer_once(engine, samples, frames, batch, {"runners": 2, "trt": trt, "cuda": cuda}, into)
     return result["fps"]
 
 
@@ -108,12 +89,9 @@ def main(argv=None) -> int:
     trt, cuda = install_fakes()
     result = {"load_average": [round(x, 2) for x in load], "cpus": os.cpu_count(), "batch": args.batch}
     result["instant_fps"] = round(max(instant(args.frames, args.batch) for _ in range(args.repeat)))
-    result["instant_blocks_fps"] = round(max(instant_blocks(args.frames, args.batch) for _ in range(args.repeat)))
     with tempfile.TemporaryDirectory(prefix="trtkit-handoff-") as tmp:
-        for key, blocks in (("fake_engine_fps", False), ("fake_engine_blocks_fps", True)):
-            runs = [fake_engine(args.engine_frames, args.batch, Path(tmp), trt, cuda, blocks)
-                    for _ in range(args.repeat)]
-            result[key] = round(max(runs))
+        runs = [fake_engine(args.engine_frames, args.batch, Path(tmp), trt, cuda) for _ in range(args.repeat)]
+        result["fake_engine_fps"] = round(max(runs))
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

@@ -15,11 +15,21 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.pipeline.media
+
 
 def summary(image: np.ndarray) -> list:
     """``[mean, white-bar width]`` of a pattern frame (the bar: columns of row 0 above 240)."""
     row = image[0, :, 0]
     return [round(float(image.mean()), 2), int((row > 240).sum())]
+
+
+def host_array(frame) -> np.ndarray:
+    """A host-memory frame of PyNvVideoCodec as a numpy array (through DLPack, else the buffer protocol)."""
+    try:
+        return np.from_dlpack(frame)
+    except (TypeError, AttributeError, BufferError, RuntimeError):
+        return np.asarray(frame)
 
 
 def main(argv=None) -> int:
@@ -32,7 +42,8 @@ def main(argv=None) -> int:
 
     import PyNvVideoCodec as nvc
 
-    from trtkit.pipeline.video import NvdecReader, host_array, write_pattern_video
+    from tests.pipeline.media import write_pattern_video
+    from trtkit.pipeline.video import NvdecReader
     from trtkit.runtime.cuda import Cuda
 
     cuda = Cuda()

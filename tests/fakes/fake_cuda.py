@@ -31,7 +31,6 @@ class cudaError_t(enum.IntEnum):
     cudaErrorMemoryAllocation = 2
     cudaErrorInvalidPitchValue = 12
     cudaErrorInsufficientDriver = 35
-    cudaErrorSetOnActiveProcess = 708
     cudaErrorNoDevice = 100
     cudaErrorInvalidDevice = 101
     cudaErrorInvalidResourceHandle = 400
@@ -60,9 +59,6 @@ class cudaStreamCaptureMode(enum.IntEnum):
 
 cudaStreamNonBlocking = 1
 cudaEventDisableTiming = 2
-cudaDeviceScheduleAuto, cudaDeviceScheduleSpin, cudaDeviceScheduleYield, cudaDeviceScheduleBlockingSync = 0, 1, 2, 4
-cudaDeviceScheduleMask = 7
-cudaDeviceMapHost = 8
 cudaHostRegisterDefault = 0
 
 OK = cudaError_t.cudaSuccess
@@ -90,7 +86,6 @@ class _Stream:
     def __init__(self):
         self.queue: list = []
         self.capture: list | None = None
-        self.priority = 0
 
 
 class _Event:
@@ -133,11 +128,6 @@ class FakeCudart:
     cudaStreamCaptureMode = cudaStreamCaptureMode
     cudaStreamNonBlocking = cudaStreamNonBlocking
     cudaEventDisableTiming = cudaEventDisableTiming
-    cudaDeviceScheduleAuto = cudaDeviceScheduleAuto
-    cudaDeviceScheduleSpin = cudaDeviceScheduleSpin
-    cudaDeviceScheduleYield = cudaDeviceScheduleYield
-    cudaDeviceScheduleBlockingSync = cudaDeviceScheduleBlockingSync
-    cudaDeviceScheduleMask = cudaDeviceScheduleMask
     cudaHostRegisterDefault = cudaHostRegisterDefault
 
     def __init__(
@@ -159,7 +149,6 @@ class FakeCudart:
         # What trtkit.runtime.letterbox launches; None: it tries the real PTX kernels (and falls back).
         self.letterbox_kernels = (lambda: FakeLetterboxKernels(self)) if kernels else None
         self.fail_capture = fail_capture
-        self.device_flags = cudaDeviceMapHost  # cudaGetDeviceFlags/cudaSetDeviceFlags (a real device has MapHost on)
         self.no_device = no_device
         self.calls: Counter = Counter()
         self.clock_ms = 0.0
@@ -387,34 +376,9 @@ class FakeCudart:
     def cudaStreamCreateWithFlags(self, flags):
         return self._call("cudaStreamCreateWithFlags", self._new_stream)
 
-    LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5  # the range an H100/H200 reports
-
-    def cudaGetDeviceFlags(self):
-        return self._call("cudaGetDeviceFlags", lambda: (OK, self.device_flags))
-
-    def cudaSetDeviceFlags(self, flags):
-        def set_flags():
-            if int(flags) & ~(cudaDeviceScheduleMask | cudaDeviceMapHost) or bin(int(flags) & 7).count("1") > 1:
-                return (cudaError_t.cudaErrorInvalidValue,)
-            self.device_flags = int(flags)
-            return (OK,)
-
-        return self._call("cudaSetDeviceFlags", set_flags)
-
-    def cudaDeviceGetStreamPriorityRange(self):
-        return self._call("cudaDeviceGetStreamPriorityRange", lambda: (OK, self.LEAST_PRIORITY, self.GREATEST_PRIORITY))
-
-    def cudaStreamCreateWithPriority(self, flags, priority):
-        return self._call("cudaStreamCreateWithPriority", self._new_stream, int(priority))
-
-    def stream_priority(self, stream) -> int:
-        """The priority ``stream`` was made with (0 for streams made without one)."""
-        return self._streams[int(stream)].priority
-
-    def _new_stream(self, priority: int = 0):
+    def _new_stream(self):
         handle = _Handle(next(_HANDLES))
-        self._streams[int(handle)] = stream = _Stream()
-        stream.priority = min(self.LEAST_PRIORITY, max(self.GREATEST_PRIORITY, priority))  # clamped, as CUDA does
+        self._streams[int(handle)] = _Stream()
         self._stream_device[int(handle)] = self.current_device()
         _STREAM_OWNERS[int(handle)] = self
         return OK, handle

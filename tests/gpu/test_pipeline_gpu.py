@@ -24,9 +24,9 @@ def engine_path(engine_bytes, tmp_path_factory):  # noqa: F811
 
 
 def test_video_through_the_gpu_pipeline_matches_a_plain_runner(engine_path, tmp_path):
+    from tests.pipeline.media import write_pattern_video
     from trtkit.pipeline import CallbackSink, VideoSink, VideoSource, run_engine
     from trtkit.pipeline.preprocess import ImagePreprocess, image_input
-    from trtkit.pipeline.video import write_pattern_video
     from trtkit.runtime import TrtRunner
     from trtkit.runtime.cuda import default_cuda
 
@@ -54,8 +54,8 @@ def test_video_through_the_gpu_pipeline_matches_a_plain_runner(engine_path, tmp_
 
 
 def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine_path, tmp_path):
+    from tests.pipeline.media import write_pattern_video
     from trtkit.pipeline import CallbackSink, ImagePreprocess, Processing, VideoSource, run_engine
-    from trtkit.pipeline.video import write_pattern_video
 
     pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
     video = write_pattern_video(tmp_path / "in.mp4", frames=45, size=(96, 64), codec="libx264")
@@ -90,7 +90,7 @@ def test_nvdec_frames_on_the_gpu_give_the_host_paths_outputs_and_pictures(engine
 
 
 def bar_width(picture) -> int:
-    """The white bar of :func:`~trtkit.pipeline.video.pattern_frame`, in pixels, on row 0 of ``picture``."""
+    """The white bar of :func:`~tests.pipeline.media.frame_picture`, in pixels, on row 0 of ``picture``."""
     return int((np.asarray(picture)[0, :, 0] > 240).sum())
 
 
@@ -99,10 +99,11 @@ def test_each_step_of_the_nvdec_device_path_keeps_the_pixels(engine_path, tmp_pa
     # (scripts/nvdec_probe.py) while its device frames were right; NvdecReader now always decodes into device
     # memory and copies down itself. This test says which step loses pixels (the owned copy, or the picture copied
     # back), each checked against the pattern itself
+    from tests.pipeline.media import write_pattern_video
     from trtkit.pipeline.batching import BatchRing
     from trtkit.pipeline.device_frames import device_preprocess
     from trtkit.pipeline.preprocess import image_input
-    from trtkit.pipeline.video import NvdecReader, write_pattern_video
+    from trtkit.pipeline.video import NvdecReader
     from trtkit.runtime import TrtRunner
 
     pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
@@ -136,8 +137,8 @@ def test_each_step_of_the_nvdec_device_path_keeps_the_pixels(engine_path, tmp_pa
 
 
 def test_a_video_split_over_three_nvdec_decoders_keeps_every_frame_in_order(tmp_path):
+    from tests.pipeline.media import write_pattern_video
     from trtkit.pipeline.nvdec_split import SplitNvdecReader
-    from trtkit.pipeline.video import write_pattern_video
 
     pytest.importorskip("PyNvVideoCodec", reason="PyNvVideoCodec is not installed on this host")
     video = write_pattern_video(tmp_path / "in.mp4", frames=150, size=(96, 64), codec="libx264", gop=30)
@@ -150,24 +151,3 @@ def test_a_video_split_over_three_nvdec_decoders_keeps_every_frame_in_order(tmp_
     reader.close()
     assert info["decoders"] == 3 and info["chunks"] == 5, info
     assert [bar_width(f) for f in frames] == [(2 * i) % 96 for i in range(150)]
-
-
-def test_the_gpu_wait_changes_on_the_live_device_and_frames_still_match(engine_path, tmp_path):
-    """cudaSetDeviceFlags on a device whose context is already in use (the runners made it): the driver takes the
-    new schedule, the pipeline's outputs are the same under it, and the schedule before is back after the run."""
-    from trtkit.pipeline import CallbackSink, VideoSource, run_engine
-    from trtkit.pipeline.video import write_pattern_video
-    from trtkit.runtime.cuda import default_cuda
-
-    cuda = default_cuda()
-    video = write_pattern_video(tmp_path / "in.mp4", frames=33, size=(96, 64))
-    spun, blocked = [], []
-    first = run_engine(engine_path, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(spun.append)],
-                       cuda_graph=True)
-    before = cuda.schedule()
-    report = run_engine(engine_path, VideoSource(video, decoder="pyav"), sinks=[CallbackSink(blocked.append)],
-                        cuda_graph=True, gpu_wait="block")
-    assert report.source["gpu_wait"] == "block" and cuda.schedule() == before
-    assert first.frames_out == report.frames_out == 33
-    for a, b in zip(spun, blocked):
-        np.testing.assert_array_equal(a.outputs["y"], b.outputs["y"])

@@ -9,16 +9,41 @@ import numpy as np
 
 
 def frame_picture(i: int, width: int = 64, height: int = 48) -> np.ndarray:
-    """Frame ``i`` of the test videos (see :func:`trtkit.pipeline.video.pattern_frame`)."""
-    from trtkit.pipeline.video import pattern_frame
+    """Frame ``i`` of the test videos: a gray level that changes with the index, and a white bar down the left side
+    ``2 * i`` pixels wide (modulo the width), so order and count can be read back from pixels."""
+    image = np.full((height, width, 3), (i * 8) % 200, np.uint8)
+    image[:, : (i * 2) % width] = 255
+    return image
 
-    return pattern_frame(i, width, height)
+
+def write_pattern_video(path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4",
+                        gop: int | None = None) -> Path:
+    """A short video of :func:`frame_picture` frames made with PyAV (for tests, scripts and benchmarks). ``size`` is
+    ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``; ``gop``: a keyframe every that many
+    frames and at no scene cut (default: the encoder's choice)."""
+    import av
+
+    path = Path(path)
+    width, height = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        if gop is not None:
+            stream.codec_context.gop_size = gop
+            # x264 takes 0 as "no scene cuts"; FFmpeg's own encoders cut less the higher the threshold
+            no_cuts = "0" if codec in ("libx264", "libx265") else "1000000000"
+            stream.codec_context.options = {"sc_threshold": no_cuts}
+        for i in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame_picture(i, width, height), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return path
 
 
 def make_video(path, frames: int = 30, width: int = 64, height: int = 48, codec: str = "mpeg4",
                fps: int = 25) -> Path:
-    from trtkit.pipeline.video import write_pattern_video
-
     return write_pattern_video(path, frames, (width, height), fps, codec)
 
 
@@ -88,8 +113,8 @@ class FakeNvc:
     class OutputColorType:
         RGB = "RGB"
 
-    def __init__(self, frames, fail=None, cuda=None, init_ms=None, flat_planes=False, refuse_stream=False):
-        self._frames, self._fail, self._cuda, self._init_ms = frames, fail, cuda, init_ms
+    def __init__(self, frames, fail=None, cuda=None, flat_planes=False, refuse_stream=False):
+        self._frames, self._fail, self._cuda = frames, fail, cuda
         self._flat, self._refuse_stream = flat_planes, refuse_stream
         self.decoders: list = []
 
@@ -112,16 +137,8 @@ class FakeNvc:
             def get_stream_metadata(self):
                 return type("Meta", (), {"width": 64, "height": 48, "average_fps": 25.0, "num_frames": 3})()
 
-            def __len__(self):
-                return len(nvc._frames)
-
             def seek_to_index(self, index):
                 self.left = list(nvc._frames)[index:]
-
-            def get_session_init_time(self):
-                if nvc._init_ms is None:
-                    raise RuntimeError("no session statistics")  # as a PyNvVideoCodec without them might
-                return nvc._init_ms
 
             def get_batch_frames(self, n):
                 batch, self.left = self.left[:n], self.left[n:]

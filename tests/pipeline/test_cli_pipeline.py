@@ -32,7 +32,7 @@ def test_help_lists_the_pipeline_options(capsys):
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
                    "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf",
-                   "--iou", "--preprocess", "--gpu-wait"):
+                   "--iou", "--preprocess"):
         assert option in out
 
 
@@ -120,18 +120,6 @@ def test_encoder_options_reach_the_output_video(fake_gpu, engine_file, tmp_path,
     assert code == 0, err
     with av.open(str(out)) as container:
         assert [bool(f.key_frame) for f in container.decode(video=0)] == [True] * 8
-
-
-def test_the_gpu_wait_asked_for_holds_during_the_run_and_not_after(fake_gpu, engine_file, tmp_path, capsys):
-    video, report = make_video(tmp_path / "in.mp4", frames=6), tmp_path / "report.json"
-    code, _, err = run_cli(["run", str(engine_file), "--video", str(video), "--decoder", "pyav", "--gpu-wait", "block",
-                            "--json", str(report)], capsys)
-    assert code == 0, err
-    assert json.loads(report.read_text())["source"]["gpu_wait"] == "block"
-    rt = fake_gpu[1]
-    assert rt.calls["cudaSetDeviceFlags"] == 2 and rt.device_flags & 7 == 0  # set for the run, then back to auto
-    code, _, err = run_cli(["run", str(engine_file), "--video", str(video), "--gpu-wait", "nap"], capsys)
-    assert code == 2 and "invalid choice: 'nap'" in err
 
 
 def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsys):

@@ -222,26 +222,6 @@ def test_owned_frames_keep_their_pixels_when_the_decoder_reuses_its_surface():
     assert fake.live_allocations()["device"] == 0
 
 
-def test_the_frames_copies_and_letterboxes_are_queued_at_the_gpus_greatest_priority(engine_file, gpu, tmp_path,
-                                                                                    monkeypatch):
-    """While the GPU is the slowest stage, an engine's long kernels would hold back the small copies and letterbox
-    kernels of the next batch: their streams are made at the greatest priority, the runners' at the default."""
-    fake, backends = gpu
-    made: list = []
-    create = fake.cudaStreamCreateWithPriority
-    monkeypatch.setattr(fake, "cudaStreamCreateWithPriority",
-                        lambda flags, priority: made.append(priority) or create(flags, priority))
-    frames = DeviceFrames(backends["cuda"])
-    assert fake.stream_priority(frames.stream) == fake.GREATEST_PRIORITY
-    frames.close()
-    source = _video_source(tmp_path, monkeypatch, fake, backends["cuda"], [frame_picture(i) for i in range(FRAMES)])
-    report, _ = _run(engine_file, source, backends)
-    source.close()
-    assert report.source["preprocess"]["on"] == "gpu"
-    # the decoder's copies and each letterbox worker's lane; the runners' streams are made without a priority
-    assert len(made) >= 3 and set(made) == {fake.GREATEST_PRIORITY}
-
-
 def test_a_slot_is_lent_again_once_its_array_is_garbage_and_freed_after_close():
     fake = FakeCudart()
     cuda = Cuda(fake)
@@ -402,20 +382,6 @@ def test_device_frames_asked_to_run_on_the_cpu_come_to_the_host(engine_file, gpu
     reason = "frames copied to the host: asked for (preprocess='cpu')"
     assert report.source["preprocess"] == {"on": "cpu", "reason": reason}
     assert [np.array_equal(f.image, p) for f, p in zip(seen, pictures)] == [True] * 5
-
-
-def test_block_sources_stay_on_the_cpu_and_a_gpu_request_for_them_is_refused(engine_file, gpu):
-    from trtkit.pipeline import BlockCallbackSink, BlockSource
-
-    _, backends = gpu
-    batches = [np.stack([frame_picture(i, 40, 30) for i in range(4)])]
-    blocks: list = []
-    report = run_engine(engine_file, BlockSource(batches), sinks=[BlockCallbackSink(blocks.append)], batch=4,
-                        **backends)
-    assert report.source["preprocess"]["on"] == "cpu" and report.frames_out == 4
-    with pytest.raises(InputError, match="preprocess='gpu' cannot run here: a block source's batches are "
-                                         "preprocessed on the CPU"):
-        run_engine(engine_file, BlockSource(batches), batch=4, preprocess="gpu", **backends)
 
 
 def test_decoded_frames_whose_plane_is_rows_of_bytes_are_read_as_pixels(engine_file, gpu, tmp_path, monkeypatch):

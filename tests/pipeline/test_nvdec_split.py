@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from tests.fakes.fake_cuda import FakeCudart
-from tests.pipeline.media import FakeNvc, frame_picture
+from tests.pipeline.media import FakeNvc, frame_picture, write_pattern_video
 from trtkit.errors import InputError, PipelineError
 from trtkit.pipeline.nvdec_split import SplitNvdecReader, gop_chunks, keyframe_indices
-from trtkit.pipeline.video import write_pattern_video
 from trtkit.runtime.cuda import Cuda
 
 av = pytest.importorskip("av")

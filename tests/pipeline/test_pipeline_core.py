@@ -395,30 +395,3 @@ def test_device_samples_need_runners_and_matching_shapes():
     with pytest.raises(PipelineError, match="Device-resident samples are batched on the GPU by runners"):
         Pipeline(ArraySource(pictures(3)), [Stage("pre", to_device), InferStep(DoublingEngine(), BatchPlan("x", 4))],
                  [RecordingSink()]).run()
-
-
-def test_the_switch_interval_holds_while_the_pipeline_runs_and_is_restored_after_it():
-    import sys
-
-    before = sys.getswitchinterval()
-    seen = []
-    stage = Stage("look", lambda frame: seen.append(sys.getswitchinterval()), workers=2)
-    Pipeline(ArraySource(pictures(6)), [stage], [RecordingSink()], switch_interval_s=0.0007).run()
-    assert len(seen) == 6 and all(abs(v - 0.0007) < 1e-9 for v in seen)
-    assert sys.getswitchinterval() == before
-
-    def fail(frame):
-        if frame.index == 2:
-            raise RuntimeError("no")
-
-    with pytest.raises(PipelineError):
-        Pipeline(ArraySource(pictures(6)), [Stage("fail", fail)], [RecordingSink()], switch_interval_s=0.002).run()
-    assert sys.getswitchinterval() == before
-    Pipeline(ArraySource(pictures(3)), [Stage("look", lambda f: seen.append(sys.getswitchinterval()))]).run()
-    assert seen[-3:] == [before] * 3  # None: left as it is
-
-
-@pytest.mark.parametrize("bad", [0, -0.001, 2.0, True, "1ms"])
-def test_a_switch_interval_that_is_not_a_positive_number_of_seconds_is_refused(bad):
-    with pytest.raises(InputError, match=r"switch_interval_s=.*give seconds above 0 and at most 1"):
-        Pipeline(ArraySource(pictures(1)), [], switch_interval_s=bad)

@@ -123,40 +123,6 @@ def test_batch_outside_the_profile_is_refused(engine_file, backends):
         run_engine(engine_file, ArraySource([frame_picture(0)]), batch=9, **backends)
 
 
-def test_the_gpu_wait_holds_while_the_pipeline_runs_and_is_restored_after_it(engine_file, backends):
-    cuda, during = backends["cuda"], []
-    cuda.set_schedule("spin")
-    sink = CallbackSink(lambda frame: during.append(cuda.schedule()))
-    report = run_engine(engine_file, ArraySource([frame_picture(i) for i in range(5)]), sinks=[sink], gpu_wait="block",
-                        **backends)
-    assert during == ["block"] * 5 and report.source["gpu_wait"] == "block"
-    assert cuda.schedule() == "spin"
-    assert cuda.rt.device_flags & 8  # the device's other flags (MapHost) are kept
-
-
-def test_the_gpu_wait_is_restored_when_a_stage_fails(engine_file, backends):
-    from trtkit.errors import PipelineError
-
-    def post(outputs, meta, image):
-        raise ValueError("boom")
-
-    with pytest.raises(PipelineError, match="postprocess"):
-        run_engine(engine_file, ArraySource([frame_picture(0)]), processing=Processing(post=post), gpu_wait="yield",
-                   **backends)
-    assert backends["cuda"].schedule() == "auto"
-
-
-def test_without_a_gpu_wait_the_schedule_is_left_alone(engine_file, backends):
-    report = run_engine(engine_file, ArraySource([frame_picture(0)]), **backends)
-    assert report.source["gpu_wait"] == "auto" and backends["cuda"].rt.calls["cudaSetDeviceFlags"] == 0
-
-
-def test_an_unknown_gpu_wait_is_refused_before_anything_runs(engine_file, backends):
-    with pytest.raises(InputError, match=r"gpu_wait='sleep' is not known; use one of: auto, spin, yield, block"):
-        run_engine(engine_file, ArraySource([frame_picture(0)]), gpu_wait="sleep", **backends)
-    assert backends["cuda"].rt.calls["cudaSetDeviceFlags"] == 0
-
-
 def test_dynamic_height_and_width_take_the_profiles_opt_shape(tmp_path, backends):
     conv = models.tiny_conv()
     for dim in conv.graph.input[0].type.tensor_type.shape.dim[2:]:

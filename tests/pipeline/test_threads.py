@@ -98,8 +98,8 @@ def test_without_per_thread_counters_the_meter_says_none(tmp_path):
 @linux
 def test_ffmpegs_own_decoder_threads_count_under_the_source(tmp_path):
     pytest.importorskip("av")
+    from tests.pipeline.media import write_pattern_video
     from trtkit.pipeline.sources import VideoSource
-    from trtkit.pipeline.video import write_pattern_video
 
     video = write_pattern_video(tmp_path / "in.mp4", 60, (640, 480), 30, "libx264")
     decoder_cpu: dict = {}  # FFmpeg's decoder threads (it names them itself) -> their CPU seconds, as last seen

@@ -30,50 +30,6 @@ def test_no_driver_is_a_clear_error():
         cuda.stream_create()
 
 
-def test_the_gpu_wait_is_set_and_restored_keeping_the_devices_other_flags():
-    rt = FakeCudart()
-    cuda = Cuda(rt)
-    assert cuda.schedule() == "auto"
-    with cuda.scheduled("block"):
-        assert cuda.schedule() == "block" and rt.device_flags == 4 | 8
-    assert cuda.schedule() == "auto" and rt.device_flags == 8
-    with cuda.scheduled(None):
-        assert cuda.schedule() == "auto"
-    assert rt.calls["cudaSetDeviceFlags"] == 2
-
-
-def test_a_driver_that_keeps_a_busy_devices_flags_says_what_to_do(monkeypatch):
-    rt = FakeCudart()
-    monkeypatch.setattr(rt, "cudaSetDeviceFlags", lambda flags: (cudaError_t.cudaErrorSetOnActiveProcess,))
-    with pytest.raises(CudaError, match=r"cudaSetDeviceFlags\(block\) failed with cudaErrorSetOnActiveProcess: "
-                                        r"this driver does not change .* leave gpu_wait out"):
-        Cuda(rt).set_schedule("block")
-
-
-def test_an_unknown_gpu_wait_names_those_known():
-    from trtkit.errors import InputError
-
-    with pytest.raises(InputError, match=r"GPU wait 'busy' is not known; use one of: auto, spin, yield, block"):
-        Cuda(FakeCudart()).set_schedule("busy")
-
-
-def test_cuda_pythons_runtime_has_the_schedule_flags_the_wrapper_reads():
-    rt = pytest.importorskip("cuda.bindings.runtime", reason="cuda-python is not installed")
-    cuda = Cuda(rt)
-    assert cuda._schedules() == {"auto": 0, "spin": 1, "yield": 2, "block": 4}
-    assert int(rt.cudaDeviceScheduleMask) == 7 and callable(rt.cudaGetDeviceFlags) and callable(rt.cudaSetDeviceFlags)
-
-
-def test_a_high_priority_stream_gets_the_gpus_greatest_priority():
-    rt = FakeCudart()
-    cuda = Cuda(rt)
-    normal, high = cuda.stream_create(), cuda.stream_create(high_priority=True)
-    assert rt.stream_priority(normal) == 0 and rt.stream_priority(high) == rt.GREATEST_PRIORITY == -5
-    cuda.stream_destroy(normal), cuda.stream_destroy(high)
-    with pytest.raises(CudaError, match="cudaDeviceGetStreamPriorityRange failed with cudaErrorInsufficientDriver"):
-        Cuda(FakeCudart(no_device=True)).stream_create(high_priority=True)
-
-
 def test_copies_run_in_stream_order_only_when_synchronized():
     rt = FakeCudart()
     cuda = Cuda(rt)

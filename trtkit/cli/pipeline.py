@@ -4,7 +4,6 @@ pipeline's front end (options, a rich live view on a terminal, the final table, 
 from __future__ import annotations
 
 from trtkit.errors import InputError
-from trtkit.runtime.cuda import SCHEDULES
 
 POST_CHOICES = ("none", "detection")
 
@@ -103,13 +102,6 @@ def add_pipeline_arguments(parser) -> None:
         default="letterbox",
         help="how pictures are fitted to the engine's input (default letterbox)",
     )
-    g.add_argument(
-        "--gpu-wait",
-        choices=SCHEDULES,
-        default=None,
-        help="how the pipeline's threads wait for the GPU while it runs (default: as CUDA chooses, spinning); "
-        "block: they sleep, and the CPUs they would spin on go to the other stages (e.g. the encoder)",
-    )
     g.add_argument("--no-live", dest="live", action="store_false", help="no live view on a terminal")
 
 
@@ -146,7 +138,6 @@ def run_pipeline(args, console) -> int:
             pre_workers=args.workers,
             resize=args.resize,
             preprocess=args.preprocess,
-            gpu_wait=args.gpu_wait,
             monitor=live.update if live else None,
             cuda_graph=args.cuda_graph,
             profile=args.use_profile,

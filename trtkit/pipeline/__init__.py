@@ -2,8 +2,7 @@
 
 ``source → preprocess → infer (batched, RunnerPool) → postprocess → annotate → sink``, each stage on its own
 thread(s), joined by bounded queues. Layout: :mod:`~trtkit.pipeline.stages` (frames, stages, queues),
-:mod:`~trtkit.pipeline.batching` (the inference stage),
-:mod:`~trtkit.pipeline.blocks` (batches of frames moving as one item), :mod:`~trtkit.pipeline.sources`,
+:mod:`~trtkit.pipeline.batching` (the inference stage), :mod:`~trtkit.pipeline.sources`,
 :mod:`~trtkit.pipeline.sinks`, :mod:`~trtkit.pipeline.stats` (timing and the report),
 :mod:`~trtkit.pipeline.video` (PyAV and NVDEC), :mod:`~trtkit.pipeline.device_frames` (NVDEC frames kept and
 preprocessed on the GPU), :mod:`~trtkit.pipeline.preprocess` (the pre/post protocol),
@@ -23,9 +22,6 @@ _EXPORTS = {
     "InferStep": "trtkit.pipeline.pipeline",
     "Stage": "trtkit.pipeline.stages",
     "Frame": "trtkit.pipeline.stages",
-    "Block": "trtkit.pipeline.blocks",
-    "BlockSource": "trtkit.pipeline.blocks",
-    "BlockCallbackSink": "trtkit.pipeline.blocks",
     "BatchPlan": "trtkit.pipeline.batching",
     "BatchRing": "trtkit.pipeline.batching",
     "ArraySource": "trtkit.pipeline.sources",

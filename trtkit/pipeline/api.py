@@ -14,11 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trtkit.pipeline.batching import BatchPlan
-from trtkit.pipeline.blocks import block_stage_functions
 from trtkit.pipeline.pipeline import InferStep, Pipeline
 from trtkit.pipeline.preprocess import ImagePreprocess, image_input
 from trtkit.pipeline.stages import Stage
-from trtkit.runtime.cuda import SCHEDULES
 
 logger = logging.getLogger("trtkit")
 
@@ -112,16 +110,13 @@ def run_engine(
     resize: str = "letterbox",
     preprocess: str = "auto",
     monitor=None,
-    switch_interval_s: float | None = None,
-    gpu_wait: str | None = None,
     **runner_args,
 ):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
 
     Args:
         engine: an engine path or bytes.
-        source: see :mod:`trtkit.pipeline.sources`; a :class:`~trtkit.pipeline.blocks.BlockSource` (batches of
-            frames) runs every stage once per batch (:mod:`trtkit.pipeline.blocks`).
+        source: see :mod:`trtkit.pipeline.sources`.
         sinks: see :mod:`trtkit.pipeline.sinks`.
         processing: pre/post/draw callables (default: the engine's image preprocessing, raw outputs).
         batch: most frames per engine call (default and upper bound: the profile's max batch).
@@ -135,11 +130,6 @@ def run_engine(
             alike; else the CPU), ``gpu`` (the same, an error where it cannot), ``cpu`` (device frames are copied to
             the host first). The report's ``source["preprocess"]`` says where, and why.
         monitor: called with a report snapshot while running.
-        switch_interval_s: Python's thread switch interval while the pipeline runs (see :class:`Pipeline`).
-        gpu_wait: how the pipeline's threads wait for the GPU while it runs, restored after it
-            (:meth:`~trtkit.runtime.cuda.Cuda.set_schedule`: ``spin``, ``yield``, ``block`` or ``auto``; None leaves
-            it as it is, CUDA's default spinning with one context). ``block`` frees the CPUs the waiting threads
-            would spin on for the other stages (an encoder's threads). It is the process's setting for the device.
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
 
     Returns:
@@ -147,8 +137,7 @@ def run_engine(
 
     Raises:
         InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile;
-            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why);
-            ``gpu_wait`` is not one of the above.
+            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
         PipelineError: a stage failed (names it and the frame index).
     """
     from trtkit.errors import InputError
@@ -156,20 +145,7 @@ def run_engine(
 
     if preprocess not in PREPROCESS:
         raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
-    if gpu_wait is not None and gpu_wait not in SCHEDULES:
-        raise InputError(f"gpu_wait='{gpu_wait}' is not known; use one of: {', '.join(SCHEDULES)} (or None)")
-    settings = Settings(
-        batch,
-        max_wait_ms,
-        max(1, runners),
-        queue_size,
-        pre_workers,
-        post_workers,
-        resize,
-        switch_interval_s,
-        preprocess,
-        gpu_wait,
-    )
+    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize, preprocess)
     try:
         return _run(
             RunnerPool(engine, size=settings.runners, **runner_args),
@@ -197,9 +173,7 @@ class Settings:
     pre_workers: int
     post_workers: int
     resize: str
-    switch_interval_s: float | None = None
     preprocess: str = "auto"
-    gpu_wait: str | None = None
 
 
 PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine's ``preprocess``)
@@ -216,27 +190,12 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         ring = None
         try:
             ring = sample_ring(pool, pre, plan)
-            blocks = getattr(source, "blocks", False)  # a BlockSource: batches move as one item
-            if blocks:
-                fns = block_stage_functions(processing, pre, ring)
-            else:
-                fns = stage_functions(processing, pre, ring, download)
+            fns = stage_functions(processing, pre, ring, download)
             stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name], settings.post_workers))
-            pipeline = Pipeline(
-                source,
-                stages,
-                sinks,
-                queue_size=settings.queue_size,
-                monitor=monitor,
-                switch_interval_s=settings.switch_interval_s,
-            )
-            cuda = pool.runners[0].cuda
-            with cuda.scheduled(settings.gpu_wait):
-                gpu_wait = cuda.schedule()
-                report = pipeline.run()
+            report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
         finally:
             for owned in (ring, download, pre if getattr(pre, "device", False) else None):
                 if owned is not None:
@@ -246,7 +205,6 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         "engine_input": target.name,
         "input_shape": [target.channels, target.height, target.width],
         "preprocess": where,
-        "gpu_wait": gpu_wait,
     }
     return report
 
@@ -290,7 +248,7 @@ def choose_preprocess(
 
     if preprocess == "cpu":
         return on_cpu("asked for (preprocess='cpu')")
-    pre, reason = _gpu_preprocess(runner, source, processing, target, resize, pictures, lanes)
+    pre, reason = _gpu_preprocess(runner, processing, target, resize, pictures, lanes)
     if pre is not None:
         how = "frames in device memory" if on_device else "host pictures uploaded once"
         return pre, None, {"on": "gpu", "reason": f"{how}, letterboxed by the GPU kernels"}
@@ -299,14 +257,10 @@ def choose_preprocess(
     return on_cpu(reason)
 
 
-def _gpu_preprocess(
-    runner, source, processing: Processing, target, resize: str, pictures: bool, lanes: int = 1
-) -> tuple:
+def _gpu_preprocess(runner, processing: Processing, target, resize: str, pictures: bool, lanes: int = 1) -> tuple:
     """``(DeviceFramePreprocess, None)`` or ``(None, why the GPU cannot preprocess these frames)``."""
     from trtkit.pipeline.device_frames import device_preprocess, image_preprocess_meta
 
-    if getattr(source, "blocks", False):
-        return None, "a block source's batches are preprocessed on the CPU"
     meta = processing.device_meta
     if processing.pre is None and processing.pre_for is None:
         if resize != "letterbox":

@@ -245,35 +245,6 @@ class BatchRing:
                     self._block[k], self._released[k] = block + self.count, 0
             self._cond.notify_all()
 
-    def acquire_slot(self, seq: int) -> np.ndarray:
-        """The whole buffer for block number ``seq`` of a block pipeline (block ``seq`` goes to buffer
-        ``seq % count``); waits until the buffer's previous block was released. A pipeline uses either these
-        per-block calls or the per-frame ``acquire``/``release``, never both.
-
-        Raises:
-            Aborted: the pipeline aborted while waiting.
-        """
-        k = int(seq) % self.count
-        with self._cond:
-            while self._block[k] != seq:
-                if self.abort is not None and self.abort.is_set():
-                    raise Aborted
-                self._cond.wait(0.05)
-        return self._arrays[k]
-
-    def holds(self, seq: int, rows: np.ndarray) -> bool:
-        """Whether ``rows`` are the first rows of block ``seq``'s buffer (to be sent as they are)."""
-        array = self._arrays[int(seq) % self.count]
-        return isinstance(rows, np.ndarray) and rows.ctypes.data == array.ctypes.data and len(rows) <= self.batch
-
-    def release_slot(self, seq: int) -> None:
-        """Block ``seq`` was collected: its buffer passes to block ``seq + count``."""
-        k = int(seq) % self.count
-        with self._cond:
-            if self._block[k] == seq:
-                self._block[k] = seq + self.count
-            self._cond.notify_all()
-
     def close(self) -> None:
         """Free the buffers (after the calls that read them have completed)."""
         for buffer in self._buffers:

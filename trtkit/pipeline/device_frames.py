@@ -163,13 +163,11 @@ def _rows_as_pixels(iface: dict, frame_shape) -> dict:
 
 
 class _Streamed:
-    """A stream of its own, ordered after the stream a device array was made on. Of the GPU's greatest priority: its
-    copies and letterbox kernels are small, and are then not queued behind an engine's pending blocks on the
-    runners' streams (on the H200 the GPU-bound pipeline's idle time did not move with it: docs/performance.md)."""
+    """A stream of its own, ordered after the stream a device array was made on."""
 
     def __init__(self, cuda):
         self.cuda = cuda
-        self.stream = cuda.stream_create(high_priority=True)
+        self.stream = cuda.stream_create()
         self._event = cuda.event_create(timing=False)
 
     def after(self, dev) -> None:

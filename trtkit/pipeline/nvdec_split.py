@@ -115,9 +115,6 @@ class SplitNvdecReader:
     def info(self) -> dict:
         return dict(self._info)
 
-    def session_init_ms(self) -> float | None:
-        return self._readers[0].session_init_ms() if self._readers else None
-
     def __iter__(self):
         if self._threads:
             raise InputError(f"'{self.path}' is being read already; open another reader to read it again")

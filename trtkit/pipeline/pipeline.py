@@ -3,9 +3,7 @@
     report = Pipeline(source, [Stage("preprocess", pre, workers=2), InferStep(pool, plan),
                                Stage("postprocess", post)], sinks=[VideoSink("out.mp4")]).run()
 
-``run`` blocks until the last frame has reached the sinks. A source with ``blocks = True``
-(:class:`~trtkit.pipeline.blocks.BlockSource`) makes a block pipeline: batches of frames move as one item
-(:mod:`trtkit.pipeline.blocks`). Ctrl-C (``KeyboardInterrupt`` in the thread that called
+``run`` blocks until the last frame has reached the sinks. Ctrl-C (``KeyboardInterrupt`` in the thread that called
 ``run``) stops reading the source; the frames already read still go through every stage and the sinks close their
 files properly (a second Ctrl-C aborts). A stage that raises stops every thread, the sinks discard their partial
 output, and ``run`` raises :class:`~trtkit.errors.PipelineError` naming the stage and the frame.
@@ -14,17 +12,15 @@ output, and ``run`` raises :class:`~trtkit.errors.PipelineError` naming the stag
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtkit.errors import InputError, PipelineError, TrtkitError
+from trtkit.errors import PipelineError, TrtkitError
 from trtkit.pipeline.batching import BatchPlan, BatchRing, InferStage
-from trtkit.pipeline.blocks import BlockInferStage, write_block
-from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner, index_of
+from trtkit.pipeline.stages import END, MAX_GROUP, Aborted, Channel, Frame, StageRunner
 from trtkit.pipeline.stats import Clock, PipelineReport, StageTimer
 from trtkit.pipeline.threads import CpuMeter, native_name, os_thread
 
@@ -55,41 +51,14 @@ class Pipeline:
         source: an iterable of ``(name, image)`` (see :mod:`trtkit.pipeline.sources`).
         stages: :class:`Stage` s and at most one :class:`InferStep`, in order.
         sinks: where frames go, in order (see :mod:`trtkit.pipeline.sinks`).
-        queue_size: capacity of each queue between two stages, in frames (in blocks, in a block pipeline).
+        queue_size: capacity of each queue between two stages, in frames.
         monitor: called with a :class:`PipelineReport` snapshot about every 0.25 s while running (a live view).
-        switch_interval_s: Python's thread switch interval (``sys.setswitchinterval``) while :meth:`run` runs,
-            restored after it; None leaves it as it is (CPython's default: 5 ms). A thread that wants the GIL
-            back after a call that released it (an encoder between FFmpeg calls) waits up to this long while
-            another thread runs Python code; a shorter interval bounds that wait, for more thread switches.
-            It is the process's setting: pipelines that run at the same time share it.
 
     Every thread is named for the operating system after its stage (``tk<i>-<stage>``, in ``top -H``), and so
     are the threads its libraries start; the report's ``cpu`` adds up the CPU time of each stage's threads.
-
-    Raises:
-        InputError: ``switch_interval_s`` is not a positive number of seconds.
     """
 
-    def __init__(
-        self,
-        source,
-        stages: Sequence,
-        sinks: Sequence = (),
-        *,
-        queue_size: int = 8,
-        monitor=None,
-        switch_interval_s: float | None = None,
-    ):
-        if switch_interval_s is not None and not (
-            isinstance(switch_interval_s, (int, float))
-            and not isinstance(switch_interval_s, bool)
-            and 0 < switch_interval_s <= 1
-        ):
-            raise InputError(
-                f"switch_interval_s={switch_interval_s!r}: give seconds above 0 and at most 1 (e.g. 0.001), "
-                f"or None to leave Python's switch interval as it is"
-            )
-        self.switch_interval_s = switch_interval_s
+    def __init__(self, source, stages: Sequence, sinks: Sequence = (), *, queue_size: int = 8, monitor=None):
         self.source = source
         self.stages = list(stages)
         self.sinks = list(sinks)
@@ -104,7 +73,6 @@ class Pipeline:
         self._first_out: tuple | None = None  # (seconds from the start, frames) once the first group is written
         self._sink_wait_s = 0.0  # the sinks' wait for frames after the first group (a stage before them was late)
         self._sink_close_s: float | None = None  # closing the sinks (an encoder's flush of the frames it holds)
-        self.blocks = bool(getattr(source, "blocks", False))
         self._cpu: CpuMeter | None = None  # made with the threads, when the run starts
         self._build()
 
@@ -118,14 +86,12 @@ class Pipeline:
         rings = [s.ring for s in self.stages if isinstance(s, InferStep) and s.ring is not None]
         # a stage writing into a batch ring waits for a block's buffer until earlier blocks were collected: its
         # groups hold frames of one block only (a frame it held back could be one that collection waits for)
-        # (in a block pipeline: one block per group, as a block is one ring buffer)
-        self._group = 1 if self.blocks else min([MAX_GROUP] + [ring.batch for ring in rings])
-        key = (lambda frame, batch=rings[0].batch: frame.index // batch) if rings and not self.blocks else None
-        infer_stage = BlockInferStage if self.blocks else InferStage
+        self._group = min([MAX_GROUP] + [ring.batch for ring in rings])
+        key = (lambda frame, batch=rings[0].batch: frame.index // batch) if rings else None
         for i, stage in enumerate(self.stages):
             inp, out = self.channels[i], self.channels[i + 1]
             if isinstance(stage, InferStep):
-                self.runners.append(infer_stage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
+                self.runners.append(InferStage(stage.infer, stage.plan, inp, out, self._fail, stage.ring))
             else:
                 self.runners.append(StageRunner(stage, inp, out, self._fail, self._group, key))
 
@@ -139,9 +105,6 @@ class Pipeline:
         """
         threads = self._threads()
         interrupted = False
-        previous_interval = sys.getswitchinterval()
-        if self.switch_interval_s is not None:
-            sys.setswitchinterval(self.switch_interval_s)
         self._clock.start()
         try:
             for thread in threads:
@@ -152,7 +115,6 @@ class Pipeline:
             if self._cpu is not None:
                 self._cpu.sample()
             self._finish()
-            sys.setswitchinterval(previous_interval)
         report = self.report()
         report.interrupted = interrupted
         if self._error is not None:
@@ -224,7 +186,7 @@ class Pipeline:
     def _read(self) -> None:
         """Read frames, each put in the first queue as soon as it is read (a frame held back to make a group would
         wait for the source's next one, however long that takes); the next stage takes them in groups."""
-        out, index, seq = self.channels[0], 0, 0
+        out, index = self.channels[0], 0
         frames = iter(self.source)
         try:
             while not self.drain.is_set():
@@ -232,15 +194,10 @@ class Pipeline:
                 item: Any = next(frames, END)
                 if item is END:
                     break
-                if self.blocks:
-                    item.index, item.seq, count = index, seq, item.count
-                    seq += 1
-                else:
-                    name, image = item
-                    item, count = Frame(index, image, name), 1
-                self.source_timer.add(time.perf_counter() - t0, count)
-                out.put(item)
-                index += count
+                name, image = item
+                self.source_timer.add(time.perf_counter() - t0)
+                out.put(Frame(index, image, name))
+                index += 1
                 self.frames_in = index
             out.put(END)
         except Aborted:
@@ -262,12 +219,9 @@ class Pipeline:
                     break
                 t0 = time.perf_counter()
                 for frame in item:
-                    if self.blocks:
-                        write_block(self.sinks, frame)
-                    else:
-                        for sink in self.sinks:
-                            sink.write(frame)
-                count = sum(f.count for f in item) if self.blocks else len(item)
+                    for sink in self.sinks:
+                        sink.write(frame)
+                count = len(item)
                 self.sink_timer.add(time.perf_counter() - t0, count)
                 self.frames_out += count
                 if self._first_out is None:
@@ -282,7 +236,7 @@ class Pipeline:
         except Aborted:
             return
         except BaseException as exc:  # noqa: BLE001 - reported naming the stage and frame
-            self._fail(self.sink_timer.name, index_of(frame), exc)
+            self._fail(self.sink_timer.name, getattr(frame, "index", None), exc)
 
     # --- figures ---------------------------------------------------------------------------------------------------
 

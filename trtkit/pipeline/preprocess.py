@@ -187,8 +187,3 @@ class ImagePreprocess:
         if np.any(self._std != 1):
             np.divide(out, self._std, out=out)
         return out
-
-
-def raw_outputs(outputs: dict, meta, image) -> dict:
-    """``post`` that keeps the engine's outputs as they are (what the JSON lines sink saves without ``--post``)."""
-    return outputs

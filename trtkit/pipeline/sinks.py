@@ -43,39 +43,16 @@ class VideoSink:
 
     Args:
         path, fps, codec: the output file, its frame rate and encoder (None: H.264 where FFmpeg has it).
-        in_process: encode in a child process (:class:`~trtkit.pipeline.encoder_process.ProcessVideoWriter`:
-            frames through shared memory; the encoder and the pipeline's threads then do not share a GIL).
-            With it, the stage's time is the hand-off to the child, which includes waiting for a free slot: when
-            the encoder sets the pace, those waits add up to its time per frame.
-        thread_type: the encoder's FFmpeg threading (see :class:`~trtkit.pipeline.video.VideoWriter`; the child
-            process uses the default).
         options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast"}`` (see
             :class:`~trtkit.pipeline.video.VideoWriter`).
-        threads: the encoder's thread count (0: the encoder chooses; the child process uses the default).
     """
 
     name = "encode"
 
-    def __init__(
-        self,
-        path,
-        fps=30,
-        codec: str | None = None,
-        in_process: bool = False,
-        thread_type: str = "AUTO",
-        options: dict | None = None,
-        threads: int = 0,
-    ):
-        from trtkit.pipeline.encoder_process import ProcessVideoWriter
+    def __init__(self, path, fps=30, codec: str | None = None, options: dict | None = None):
         from trtkit.pipeline.video import VideoWriter
 
-        self.writer: ProcessVideoWriter | VideoWriter
-        if in_process:
-            self.writer = ProcessVideoWriter(path, fps=fps, codec=codec, options=options)
-        else:
-            self.writer = VideoWriter(
-                path, fps=fps, codec=codec, thread_type=thread_type, threads=threads, options=options
-            )
+        self.writer = VideoWriter(path, fps=fps, codec=codec, options=options)
 
     def write(self, frame) -> None:
         self.writer.write(frame.image)

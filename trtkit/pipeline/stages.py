@@ -24,12 +24,6 @@ _POLL_S = 0.05  # how often a blocked queue operation looks at the abort event
 MAX_GROUP = 32  # most frames a stage worker, the source or the sink hands on at once
 
 
-def index_of(item):
-    """The index of the frame ``item`` is (a :class:`Frame`) or is at (a block: its first frame plus ``at``)."""
-    index = getattr(item, "index", None)
-    return index if index is None else index + getattr(item, "at", 0)
-
-
 class Aborted(Exception):
     """Raised inside a pipeline thread when another thread failed: leave now."""
 
@@ -251,4 +245,4 @@ class StageRunner:
         except Aborted:
             return
         except BaseException as exc:  # noqa: BLE001 - reported by the pipeline, naming the stage and frame
-            self._fail(self.stage.name, index_of(frame), exc)
+            self._fail(self.stage.name, getattr(frame, "index", None), exc)

@@ -30,7 +30,6 @@ DECODERS = ("auto", "pyav", "nvdec")
 _PYAV_HINT = "PyAV is not installed; run `pip install 'trtkit[video]'` (or `pip install av`)"
 _NVDEC_HINT = "PyNvVideoCodec is not installed (`pip install PyNvVideoCodec`)"
 NVDEC_BATCH = 16  # frames asked from the NVDEC decoder at a time
-THREAD_TYPES = ("AUTO", "FRAME", "SLICE", "NONE")  # FFmpeg's codec threading, as PyAV names it
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,7 @@ class PyAVReader:
 
     A packet that does not decode is skipped and recorded in :attr:`skipped`; decoding goes on with the next one.
     ``threads``: FFmpeg's decoder threads (default :data:`DECODE_THREADS`; 0: FFmpeg chooses, a thread per core and
-    one more). On the H200 host 1080p H.264 decoded faster alone on 4 threads than on FFmpeg's choice; a video
-    pipeline's end-to-end rate did not move with it (docs/performance.md, "Pipelines").
+    one more).
 
     Raises:
         InputError: the file cannot be opened, has no video stream, or ``threads`` is not a count of 0 or more.
@@ -228,10 +226,6 @@ class NvdecReader:
             if left is not None:
                 left -= len(batch)
 
-    def session_init_ms(self) -> float | None:
-        """How long the decoder's session took to start (see :func:`session_init_ms`)."""
-        return session_init_ms(self._decoder)
-
     def _own(self, batch: list) -> list:
         if self._owned is None:
             raise InputError(f"The NVDEC reader of '{self.path}' was closed")
@@ -244,35 +238,6 @@ class NvdecReader:
         if self._owned is not None:
             self._owned.close()
             self._owned = None
-
-
-def session_init_ms(decoder) -> float | None:
-    """A PyNvVideoCodec decoder's session start-up (its own count, in ms; None where this PyNvVideoCodec does not
-    say): a fixed cost that a short video's frames/s include."""
-    get = getattr(decoder, "get_session_init_time", None)
-    try:
-        return float(get()) if get is not None else None
-    except Exception:  # noqa: BLE001 - an optional figure: any failure means "not known"
-        return None
-
-
-def host_array(frame) -> np.ndarray:
-    """A decoded NVDEC frame in host memory as a numpy array (through DLPack, else the buffer protocol).
-
-    Raises:
-        TrtkitError: the frame offers neither.
-    """
-    try:
-        return np.from_dlpack(frame)
-    except (TypeError, AttributeError, BufferError, RuntimeError):
-        pass
-    try:
-        return np.asarray(frame)
-    except Exception as exc:  # noqa: BLE001
-        raise TrtkitError(
-            f"A frame from PyNvVideoCodec ({type(frame).__name__}) offers neither DLPack nor the buffer "
-            f"protocol; decode with decoder='pyav'"
-        ) from exc
 
 
 def even_frame(image: np.ndarray) -> np.ndarray:
@@ -345,37 +310,20 @@ class VideoWriter:
 
     Args:
         path, fps: the output file and its frame rate.
-        codec: the FFmpeg encoder (None: :func:`default_codec`).
-        thread_type: FFmpeg's threading of the encoder: ``"AUTO"`` (default: frame threads where the encoder
-            has them, as the ``ffmpeg`` command does; libx264 then encodes several frames at once, each call
-            handing a frame over), ``"FRAME"``, ``"SLICE"`` (PyAV's own default: libx264 splits each frame into
-            slices and returns when it is encoded) or ``"NONE"``.
-        threads: the encoder's thread count (0: the encoder chooses, for libx264 1.5 per CPU).
+        codec: the FFmpeg encoder (None: :func:`default_codec`). It runs on frame threads where it has them, as
+            the ``ffmpeg`` command does (libx264 then encodes several frames at once), as many as it chooses.
         options: the encoder's FFmpeg options, e.g. ``{"preset": "veryfast", "crf": "23"}`` (libx264's preset
             trades file size for encoding speed; ``medium`` is its default; see :func:`encoder_options`).
 
     Raises (on creation, before any frame):
         TrtkitError: the folder does not exist or is not writable, or the path is a folder.
-        InputError: ``thread_type``, ``threads`` or ``options`` is not one of the above.
+        InputError: ``options`` are not encoder options (see :func:`encoder_options`).
     """
 
-    def __init__(
-        self,
-        path,
-        fps=30,
-        codec: str | None = None,
-        thread_type: str = "AUTO",
-        threads: int = 0,
-        options: dict | None = None,
-    ):
+    def __init__(self, path, fps=30, codec: str | None = None, options: dict | None = None):
         from trtkit._atomic import check_writable
 
         av = pyav()
-        if thread_type not in THREAD_TYPES:
-            raise InputError(f"thread_type='{thread_type}' is not known; use one of: {', '.join(THREAD_TYPES)}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise InputError(f"threads={threads!r}: give a thread count of 0 or more (0: the encoder chooses)")
-        self.thread_type, self.threads = thread_type, threads
         self.path = Path(path)
         self.codec = codec or default_codec(self.path)
         self.options = encoder_options(self.codec, options)
@@ -401,11 +349,6 @@ class VideoWriter:
         self._stream: Any = None  # added with the first frame, whose size it takes
         self.frames = 0
 
-    @property
-    def partial_path(self) -> Path:
-        """The hidden file frames go to until :meth:`close` renames it."""
-        return self._tmp
-
     def write(self, image: np.ndarray) -> None:
         av = pyav()
         image = even_frame(np.ascontiguousarray(image, dtype=np.uint8))
@@ -413,8 +356,8 @@ class VideoWriter:
             self._stream = self._container.add_stream(self.codec, rate=self.fps)
             self._stream.height, self._stream.width = image.shape[:2]
             self._stream.pix_fmt = "yuv420p"
-            self._stream.thread_type = self.thread_type
-            self._stream.thread_count = self.threads
+            self._stream.thread_type = "AUTO"  # frame threads where the encoder has them (PyAV's default: slices)
+            self._stream.thread_count = 0  # the encoder chooses
             if self.options:
                 self._stream.options = dict(self.options)
         elif (image.shape[0], image.shape[1]) != (self._stream.height, self._stream.width):
@@ -425,21 +368,6 @@ class VideoWriter:
         for packet in self._stream.encode(rgb_frame(av, image)):
             self._container.mux(packet)
         self.frames += 1
-
-    def encoder_settings(self) -> dict:
-        """The encoder as opened (after the first frame): codec, pixel format, FFmpeg thread type and count (0: the
-        encoder chooses), and the options given to it; ``{"codec": ...}`` only before the first frame."""
-        if self._stream is None:
-            return {"codec": self.codec}
-        context = self._stream.codec_context
-        return {
-            "codec": self.codec,
-            "pix_fmt": context.pix_fmt,
-            "thread_type": getattr(getattr(context, "thread_type", None), "name", self.thread_type),
-            "thread_count": getattr(context, "thread_count", None),
-            "options": dict(self.options),  # as given (FFmpeg consumes the codec context's own when it opens)
-            "frame_wrap": "from_numpy_buffer" if hasattr(pyav().VideoFrame, "from_numpy_buffer") else "from_ndarray",
-        }
 
     def close(self) -> Path:
         """Flush the encoder, close the file and move it to its name (a file with no frame is not kept)."""
@@ -469,37 +397,3 @@ class VideoWriter:
                 logger.debug("closing a discarded video failed", exc_info=True)
             self._container = None
         self._tmp.unlink(missing_ok=True)
-
-
-def pattern_frame(index: int, width: int = 64, height: int = 48) -> np.ndarray:
-    """Frame ``index`` of :func:`write_pattern_video`: a gray level that changes with the index, and a white bar down
-    the left side ``2 * index`` pixels wide (modulo the width), so order and count can be read back from pixels."""
-    image = np.full((height, width, 3), (index * 8) % 200, np.uint8)
-    image[:, : (index * 2) % width] = 255
-    return image
-
-
-def write_pattern_video(
-    path, frames: int = 60, size: tuple = (64, 48), fps: int = 30, codec: str = "mpeg4", gop: int | None = None
-) -> Path:
-    """A short video of :func:`pattern_frame` frames made with PyAV (for tests, samples and benchmarks: nothing to
-    download). ``size`` is ``(width, height)``; ``codec`` e.g. ``mpeg4``, ``libx264`` or ``mjpeg``; ``gop``: a
-    keyframe every that many frames and at no scene cut (default: the encoder's choice)."""
-    av = pyav()
-    path = Path(path)
-    width, height = size
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
-        if gop is not None:
-            stream.codec_context.gop_size = gop
-            # x264 takes 0 as "no scene cuts"; FFmpeg's own encoders cut less the higher the threshold
-            no_cuts = "0" if codec in ("libx264", "libx265") else "1000000000"
-            stream.codec_context.options = {"sc_threshold": no_cuts}
-        for i in range(frames):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return path

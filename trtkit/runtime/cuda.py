@@ -10,8 +10,6 @@ Pointers and stream/event handles are passed around as plain ``int`` (TensorRT w
 
 from __future__ import annotations
 
-import contextlib
-
 from trtkit._lazy import cudart
 from trtkit.errors import CudaError
 
@@ -22,13 +20,10 @@ _HINTS = {
     "cudaErrorMemoryAllocation": "the GPU is out of memory: use smaller max shapes, fewer streams, or free memory",
     "cudaErrorStreamCaptureInvalidated": "the work cannot be captured in a CUDA graph",
     "cudaErrorStreamCaptureUnsupported": "the work cannot be captured in a CUDA graph",
-    "cudaErrorSetOnActiveProcess": "this driver does not change how threads wait for a GPU already in use: "
-    "leave gpu_wait out, or set it before anything else uses the GPU",
 }
 
 SUCCESS = 0
 NOT_READY = 600
-SCHEDULES = ("auto", "spin", "yield", "block")  # how host threads wait for the GPU (Cuda.set_schedule)
 
 
 def error_name(err) -> str:
@@ -78,59 +73,6 @@ class Cuda:
     def set_device(self, device: int) -> None:
         """Make ``device`` the calling thread's current GPU (memory, streams and launches then go there)."""
         check(self.rt.cudaSetDevice(int(device)), f"cudaSetDevice({device})")
-
-    # --- how a waiting thread waits ------------------------------------------------------------------------------
-
-    def schedule(self) -> str:
-        """How host threads wait for the current GPU (:data:`SCHEDULES`): ``auto`` (CUDA's default: spin while
-        the process has fewer contexts than CPUs), ``spin``, ``yield`` or ``block``."""
-        flags = int(check(self.rt.cudaGetDeviceFlags(), "cudaGetDeviceFlags"))
-        mode = flags & int(self.rt.cudaDeviceScheduleMask)
-        for name, value in self._schedules().items():
-            if mode == value:
-                return name
-        return "auto"
-
-    def set_schedule(self, name: str) -> None:
-        """Make host threads wait for the current GPU as ``name`` says (:data:`SCHEDULES`), for the whole process
-        (the device's primary context; its other flags kept). ``block`` puts a waiting thread to sleep on a
-        primitive the driver signals: the CPU it would have spun on runs other threads (an encoder's), at the
-        cost of a wake-up per wait.
-
-        Raises:
-            InputError: ``name`` is not one of :data:`SCHEDULES`.
-        """
-        from trtkit.errors import InputError
-
-        schedules = self._schedules()
-        if name not in schedules:
-            raise InputError(f"GPU wait '{name}' is not known; use one of: {', '.join(SCHEDULES)}")
-        flags = int(check(self.rt.cudaGetDeviceFlags(), "cudaGetDeviceFlags"))
-        keep = flags & ~int(self.rt.cudaDeviceScheduleMask)
-        check(self.rt.cudaSetDeviceFlags(keep | schedules[name]), f"cudaSetDeviceFlags({name})")
-
-    @contextlib.contextmanager
-    def scheduled(self, name: str | None):
-        """``set_schedule(name)`` for the ``with`` block, then the schedule before it again; None changes nothing."""
-        if name is None:
-            yield
-            return
-        previous = self.schedule()
-        self.set_schedule(name)
-        try:
-            yield
-        finally:
-            self.set_schedule(previous)
-
-    def _schedules(self) -> dict:
-        rt = self.rt
-        values = (
-            rt.cudaDeviceScheduleAuto,
-            rt.cudaDeviceScheduleSpin,
-            rt.cudaDeviceScheduleYield,
-            rt.cudaDeviceScheduleBlockingSync,
-        )
-        return dict(zip(SCHEDULES, (int(v) for v in values)))
 
     # --- memory --------------------------------------------------------------------------------------------------
 
@@ -186,15 +128,10 @@ class Cuda:
 
     # --- streams and events --------------------------------------------------------------------------------------
 
-    def stream_create(self, high_priority: bool = False) -> int:
-        """A new non-blocking stream (does not synchronize with the legacy default stream). ``high_priority``: the
-        GPU's greatest stream priority, so its (small) kernels are scheduled ahead of the pending blocks of the other
-        streams' (an engine's long convolutions) instead of behind them."""
+    def stream_create(self) -> int:
+        """A new non-blocking stream (does not synchronize with the legacy default stream)."""
         flags = self.rt.cudaStreamNonBlocking
-        if not high_priority:
-            return int(check(self.rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags"))
-        _, greatest = check(self.rt.cudaDeviceGetStreamPriorityRange(), "cudaDeviceGetStreamPriorityRange")
-        return int(check(self.rt.cudaStreamCreateWithPriority(flags, greatest), "cudaStreamCreateWithPriority"))
+        return int(check(self.rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags"))
 
     def stream_destroy(self, stream: int) -> None:
         check(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")
