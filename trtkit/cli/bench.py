@@ -60,11 +60,13 @@ def add_arguments(parser) -> None:
     g.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or ~/.cache/trtkit/engines)",
+        help="where engines built from ONNX are cached (default: engines/ under $TRTKIT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/trtkit or ~/.cache/trtkit)",
     )
     g.add_argument(
         "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
     )
+    options.add_plugin_option(g)
     from trtkit.cli.bench_server import add_server_options
 
     add_server_options(parser)
@@ -117,6 +119,10 @@ def run(args, console) -> int:
 
         raise UsageError("--layers profiles one execution context without a CUDA graph; leave out --streams")
     engine = engine_for(args, console)
+    if args.plugin_lib:  # the engine's plugin layers need them in this process too
+        from trtkit.runtime.engine import load_plugin_libraries
+
+        load_plugin_libraries(args.plugin_lib)
     if args.layers:
         return _run_layers(args, console, engine, settings)
     result = benchmark(_engine_arg(engine, args), settings)

@@ -12,6 +12,7 @@ import numpy as np
 from trtkit.cli.options import (
     RUN_SHAPES_HELP,
     add_json_option,
+    add_plugin_option,
     add_profile_index_option,
     add_shape_options,
     positive_int,
@@ -43,6 +44,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
     )
+    add_plugin_option(parser)
     add_json_option(parser)
     add_pipeline_arguments(parser)
 
@@ -62,7 +64,11 @@ def run(args, console) -> int:
     )
     given = load_inputs(args.input)
     with TrtRunner(
-        args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph, allow_mismatch=args.ignore_manifest
+        args.engine,
+        profile=args.use_profile,
+        cuda_graph=args.cuda_graph,
+        allow_mismatch=args.ignore_manifest,
+        plugins=args.plugin_lib,
     ) as runner:
         shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones
