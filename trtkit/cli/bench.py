@@ -74,6 +74,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args, console) -> int:
+    if args.plugin_lib and (args.server or args.model is None):
+        from trtkit.errors import UsageError
+
+        raise UsageError("--plugin-lib applies to an engine bench runs itself; a server loads its own plugins")
     if args.server or args.model is None:
         from trtkit.cli.bench_server import run_server_load
 
@@ -119,10 +123,7 @@ def run(args, console) -> int:
 
         raise UsageError("--layers profiles one execution context without a CUDA graph; leave out --streams")
     engine = engine_for(args, console)
-    if args.plugin_lib:  # the engine's plugin layers need them in this process too
-        from trtkit.runtime.engine import load_plugin_libraries
-
-        load_plugin_libraries(args.plugin_lib)
+    options.load_plugin_libs(args)  # an ONNX model's build loaded them in the build worker; the engine runs here
     if args.layers:
         return _run_layers(args, console, engine, settings)
     result = benchmark(_engine_arg(engine, args), settings)

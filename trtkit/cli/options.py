@@ -254,6 +254,14 @@ def add_plugin_option(parser) -> None:
     )
 
 
+def load_plugin_libs(args) -> None:
+    """Load ``--plugin-lib`` libraries into this process, for the engine it runs (whichever way it runs it)."""
+    if getattr(args, "plugin_lib", None):
+        from trtkit.runtime.engine import load_plugin_libraries
+
+        load_plugin_libraries(args.plugin_lib)
+
+
 # a negative size or number after an option is its value, not another option (argparse: "expected one argument")
 NEGATIVE_VALUE = re.compile(r"^-\d+(\.\d*)?([kmgt]?i?b?)?$|^-\.\d+$", re.IGNORECASE)
 

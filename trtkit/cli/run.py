@@ -15,6 +15,7 @@ from trtkit.cli.options import (
     add_plugin_option,
     add_profile_index_option,
     add_shape_options,
+    load_plugin_libs,
     positive_int,
 )
 from trtkit.cli.pipeline import add_pipeline_arguments, run_pipeline, wants_pipeline
@@ -50,6 +51,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args, console) -> int:
+    load_plugin_libs(args)
     if wants_pipeline(args):
         return run_pipeline(args, console)
     from trtkit.bench.measure import make_feed
@@ -68,7 +70,6 @@ def run(args, console) -> int:
         profile=args.use_profile,
         cuda_graph=args.cuda_graph,
         allow_mismatch=args.ignore_manifest,
-        plugins=args.plugin_lib,
     ) as runner:
         shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones
