@@ -7,6 +7,8 @@ and, when selected with ``-m gpu`` on a machine without either, skip with the re
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 
 import pytest
 
@@ -56,7 +58,16 @@ def fake_trt_any(request):
 
 
 def pytest_configure(config):
+    # every build uses the default timing cache in the user's cache folder (trtkit.builder.timing_cache): the
+    # session's own folder instead, set before any build worker starts so that each inherits it
+    config.trtkit_cache_dir = os.environ["TRTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="trtkit-test-cache-")
     # `@pytest.mark.proves(...)` on GPU tests -> TRTKIT_GPU_RESULTS json for docs/support-matrix.md
     from tests.surface import gpu_evidence
 
     config.pluginmanager.register(gpu_evidence, "trtkit-gpu-evidence")
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    shutil.rmtree(getattr(config, "trtkit_cache_dir", ""), ignore_errors=True)

@@ -79,6 +79,13 @@ def path(field: str, value, *, optional: bool = False):
     return value
 
 
+def paths(field: str, value) -> tuple:
+    """A tuple of path strings from a list/tuple of non-empty ``str`` or ``os.PathLike``."""
+    if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, (list, tuple)):
+        fail(field, value, "a list of file paths")
+    return tuple(os.fspath(path(field, v)) for v in value)
+
+
 def names(field: str, value, *, optional: bool = False):
     """A tuple of non-empty strings from a list/tuple of them (a bare string is refused: it would split into
     letters); ``None`` passes when ``optional``."""

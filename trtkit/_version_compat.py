@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from trtkit.errors import UnsupportedError
+from trtkit.errors import DependencyError, UnsupportedError, UsageError
 
 # Which TensorRT versions have (or lost) a feature, for error messages.
 _WHERE = {
@@ -338,6 +338,46 @@ def load_plugins(trt, logger) -> bool:
     if ok is not False:
         _PLUGINS_LOADED[id(trt)] = trt
     return ok is not False
+
+
+def check_plugin_files(paths) -> None:
+    """Refuse, before anything loads, a plugin library path that is not a file.
+
+    Raises:
+        UsageError: the first such path, named.
+    """
+    from pathlib import Path
+
+    for path in paths:
+        if not Path(path).is_file():
+            raise UsageError(
+                f"Plugin library '{path}' does not exist; give the path of a TensorRT plugin library (.so)",
+                field="plugins",
+                accepted="paths of shared libraries",
+            )
+
+
+def load_plugin_libraries(trt, logger, paths) -> None:
+    """Load plugin libraries into this process as trtexec's ``--staticPlugins`` does, then TensorRT's own plugins.
+
+    Each library is opened with ``RTLD_GLOBAL`` (its creators register themselves in TensorRT's plugin registry as it
+    loads, and may use each other's symbols); :func:`load_plugins` then registers TensorRT's, as TensorRT's Python
+    samples do in 8.6, 10 and 11 alike. Loading a library twice is harmless (the loader keeps one copy).
+
+    Raises:
+        UsageError: a path is not a file.
+        DependencyError: a library does not load (the loader's reason quoted).
+    """
+    import ctypes
+    from pathlib import Path
+
+    check_plugin_files(paths)
+    for path in paths:
+        try:
+            ctypes.CDLL(str(Path(path).absolute()), mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            raise DependencyError(f"Plugin library '{path}' does not load: {exc}", field="plugins") from exc
+    load_plugins(trt, logger)
 
 
 # --- engine --------------------------------------------------------------------------------------------------------

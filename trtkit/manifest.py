@@ -127,6 +127,10 @@ class BuildInfo:
         )
 
 
+# the top-level keys of a Manifest beside its sections, written when set (precision_report always)
+_OPTIONAL = ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare", "timings_s", "timing_cache")
+
+
 @dataclass
 class Manifest:
     """How an engine was built.
@@ -143,6 +147,9 @@ class Manifest:
             I/O dtypes: :meth:`trtkit.builder.prepare.PreparedModel.to_json`), or ``None`` in older manifests.
         timings_s: ``{step: seconds}`` of the build, from the start of the process that asked for it (the build
             worker's steps included, :mod:`trtkit.builder.timeline`), or ``None``.
+        timing_cache: the timing cache file the build used, ``{"path", "default", "status"}`` (``default``: the
+            per-GPU cache in the user's cache folder; ``status``: ``hit``, ``created`` or ``replaced``), or ``None``
+            (built without one).
         format: the manifest format (:data:`FORMAT`).
         extra: keys this version of trtkit does not know, kept as they were.
     """
@@ -156,6 +163,7 @@ class Manifest:
     engine_file: str | None = None
     prepare: dict | None = None
     timings_s: dict | None = None
+    timing_cache: dict | None = None
     format: int = FORMAT
     extra: dict = field(default_factory=dict)
 
@@ -169,7 +177,7 @@ class Manifest:
         }
         if self.build is not None:
             data["build"] = self.build.to_json()
-        for name in ("build_seconds", "engine_bytes", "precision_report", "engine_file", "prepare", "timings_s"):
+        for name in _OPTIONAL:
             value = getattr(self, name)
             if value is not None or name == "precision_report":
                 data[name] = value
@@ -192,29 +200,13 @@ class Manifest:
                 f"The manifest has format {version!r}; this trtkit reads formats 1 to {FORMAT}. "
                 f"Upgrade trtkit or rebuild the engine."
             )
-        known = {
-            "format",
-            "environment",
-            "model",
-            "build",
-            "build_seconds",
-            "engine_bytes",
-            "precision_report",
-            "engine_file",
-            "prepare",
-            "timings_s",
-        }
+        known = {"format", "environment", "model", "build", *_OPTIONAL}
         build = data.get("build")
         return cls(
             environment=Environment.from_json(data.get("environment")),
             model=ModelInfo.from_json(data.get("model")),
             build=BuildInfo.from_json(build) if build else None,
-            build_seconds=data.get("build_seconds"),
-            engine_bytes=data.get("engine_bytes"),
-            precision_report=data.get("precision_report"),
-            engine_file=data.get("engine_file"),
-            prepare=data.get("prepare"),
-            timings_s=data.get("timings_s"),
+            **{name: data.get(name) for name in _OPTIONAL},
             format=version,
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -36,7 +36,8 @@ def test_build_writes_engine_manifest_and_timing_cache(tmp_path, fake_trt):
     assert manifest["build"]["tactic_sources"] == ["EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS"]
     assert manifest["model"]["sha256"] == result.manifest["model"]["sha256"]
     assert (tmp_path / "t.cache").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.engine", "m.engine.manifest.json", "t.cache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.engine", "m.engine.manifest.json", "t.cache",
+                                                          "t.cache.json", "t.cache.lock"]
 
 
 def test_fp16_flag_is_set_where_it_exists(fake_trt):

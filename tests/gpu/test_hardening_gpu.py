@@ -39,6 +39,20 @@ def test_a_timing_cache_that_does_not_load_is_refused_then_replaced(tmp_path):
     build(models.tiny_conv(), _config(cache), output=tmp_path / "c.engine")
 
 
+def test_the_default_timing_cache_is_named_for_the_gpu_and_merged_by_the_next_build(tmp_path, monkeypatch):
+    import tensorrt as trt
+
+    monkeypatch.setenv("TRTKIT_CACHE_DIR", str(tmp_path / "user-cache"))
+    config = BuildConfig(profiles=[parse_shapes("x:1x3x8x8,2x3x8x8,4x3x8x8")], tactic_sources=GPU_TACTIC_SOURCES)
+    first = build(models.tiny_conv(), config, output=tmp_path / "a.engine")
+    path = Path(first.manifest.timing_cache["path"])
+    assert first.manifest.timing_cache["status"] == "created" and path.name.endswith(f"-trt{trt.__version__}.cache")
+    assert json.loads(path.with_name(path.name + ".json").read_text())["gpu"] == first.manifest.environment.gpu
+    second = build(models.tiny_conv(channels=8), config, output=tmp_path / "b.engine")
+    assert second.manifest.timing_cache == {**first.manifest.timing_cache, "status": "hit"}
+    assert path.stat().st_size >= len(first.timing_cache)  # the first build's timings were kept, the second's added
+
+
 def test_the_op_table_agrees_with_the_installed_parser():
     """Every op onnx-tensorrt's list for this version marks Y should have an importer in the real parser."""
     import tensorrt as trt

@@ -96,7 +96,7 @@ def _run_patched_driver(tmp_path: Path, version: str, old: str, new: str, check:
     assert old in source, f"builder.py no longer contains {old!r}; update this test's patch"
     builder.write_text(source.replace(old, new, 1))
     out = tmp_path / "results.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / version), str(tmp_path)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / version), str(tmp_path), str(REPO)]))
     proc = subprocess.run([sys.executable, str(HERE / "driver.py"), "--version", version, "--out", str(out),
                            "--checks", check], capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""``trtkit.builder``: build an engine from an ONNX model and write it, its manifest and timing cache atomically."""
+"""``trtkit.builder``: build an engine from an ONNX model and write it and its manifest atomically."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from trtkit import _version_compat as compat
 from trtkit._atomic import check_outputs, write_files_atomic
 from trtkit.builder import isolate, timeline, worker
 from trtkit.builder.config import BuildConfig
@@ -97,7 +98,7 @@ def build(
     result.marks = {**marks, **result.marks}
     result.manifest = replace(result.manifest, timings_s=timeline.relative(result.marks))
     if output is not None:
-        save(result, output, config)
+        save(result, output)
         result.marks["written"] = timeline.now()
         result.manifest = replace(result.manifest, timings_s=timeline.relative(result.marks))
     return result
@@ -182,6 +183,7 @@ def check_inputs(model, config: BuildConfig):
                 "images or .npy/.npz files",
                 field="calibration.source",
             )
+    compat.check_plugin_files(config.plugins)
     if calibration is not None and calibration.cache_path and Path(calibration.cache_path).is_dir():
         raise UsageError(
             f"calibration.cache_path '{calibration.cache_path}' is a folder; give a file path",
@@ -209,6 +211,7 @@ def input_files(model, config: BuildConfig) -> dict:
     return {
         "model": model if isinstance(model, (str, Path)) else None,
         "calibration.source": calibration.source if calibration else None,
+        **{f"plugins[{i}]": p for i, p in enumerate(config.plugins)},
     }
 
 
@@ -233,16 +236,15 @@ def _with_progress(on_progress, on_log, on_phase, log_severity: str):
     return log, phase, "VERBOSE"
 
 
-def save(result: BuildResult, output, config: BuildConfig) -> Path:
-    """Write the engine, its manifest and the timing cache (when configured): all or nothing, each atomically."""
+def save(result: BuildResult, output) -> Path:
+    """Write the engine and its manifest: both or neither, each atomically (the build itself has merged its timings
+    into the timing cache file, :mod:`trtkit.builder.timing_cache`)."""
     output = Path(output)
     manifest = replace(result.manifest, engine_file=output.name)
     files = {
         output: result.engine,
         manifest_path(output): (json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n").encode(),
     }
-    if config.timing_cache and result.timing_cache:
-        files[Path(config.timing_cache)] = result.timing_cache
     write_files_atomic(files)
     return output
 

@@ -7,9 +7,7 @@ in-process core it runs.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
-from pathlib import Path
 from typing import Callable
 
 from trtkit import _version_compat as compat
@@ -20,7 +18,8 @@ from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
 from trtkit.builder.result import BuildResult
 from trtkit.builder.rewrites import ParserTarget
-from trtkit.errors import BuildError, DependencyError, ParseError, UsageError
+from trtkit.builder.timing_cache import TimingCacheFile
+from trtkit.errors import BuildError, DependencyError, ParseError
 from trtkit.log import make_trt_logger
 from trtkit.manifest import BuildInfo, Manifest, ModelInfo, PrecisionPlanInfo, environment
 from trtkit.model import load_model, model_inputs
@@ -85,6 +84,8 @@ def build_serialized(
 def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: list, marks: dict) -> BuildResult:
     """:func:`build_serialized` once the model is read and the builder made (``marks`` gets the steps' ends)."""
     phase("prepare")
+    if config.plugins:  # their ops are parsed and built from the plugin registry
+        compat.load_plugin_libraries(trt, logger, config.plugins)
     query = trt.OnnxParser(builder.create_network(compat.network_flags(trt)), logger)
     prepared = prepare(
         model,
@@ -144,7 +145,8 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
         plan.notes.append(
             f"kept layers pinned to FP16 (prefer): {len(pinned)} of {len(plan.half_layers)} found in the network"
         )
-    cache = _load_timing_cache(bconfig, config.timing_cache, config.timing_cache_reset)
+    timing = TimingCacheFile.resolve(config, trt)
+    cache = timing.load(bconfig) if timing is not None else None
     marks["configured"] = timeline.now()
     phase("build")
     try:
@@ -180,9 +182,11 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
         engine_bytes=len(engine),
         precision_report=report,
         prepare=prepared.to_json(),
+        timing_cache=timing.to_json() if timing is not None else None,
     )
-    timing = bytes(cache.serialize()) if cache is not None else None
-    return BuildResult(engine, manifest, timing, kept, report)
+    if timing is not None:
+        timing.save(bconfig, cache)
+    return BuildResult(engine, manifest, bytes(cache.serialize()) if cache is not None else None, kept, report)
 
 
 def shape_tensor_inputs(model, *, trt=None, sanitize: bool = True, fold_constants: bool = True) -> list[str]:
@@ -361,68 +365,6 @@ def configure(trt, builder, bconfig, config: BuildConfig, plan, profiles, shape_
     if plan.calibrator is not None:
         compat.set_int8_calibrator(trt, bconfig, plan.calibrator, added[0] if added else None)
     return added
-
-
-def _load_timing_cache(bconfig, path, reset: bool = False):
-    """Load the timing cache at ``path`` (or start an empty one when there is no file).
-
-    A file that does not load is an error: overwriting it would lose what it holds. With ``reset`` it is replaced by
-    a new cache instead, with a warning.
-    """
-    data = _read_timing_cache(path)
-    cache = _create_timing_cache(bconfig, data)
-    if cache is None and data:
-        if not reset:
-            raise BuildError(
-                f"Timing cache '{path}' does not load (not a TensorRT timing cache, or one TensorRT "
-                "cannot read); delete it, give another path, or set timing_cache_reset=True to replace "
-                "it with a new cache",
-                field="timing_cache",
-                accepted="a timing cache file, or a new path",
-            )
-        logging.getLogger("trtkit").warning("Timing cache '%s' does not load; replacing it with a new one", path)
-        cache = bconfig.create_timing_cache(b"")
-    if cache is not None and bconfig.set_timing_cache(cache, True) is False:
-        raise BuildError(
-            f"TensorRT refused the timing cache '{path}'; delete it to start a new one", field="timing_cache"
-        )
-    return cache
-
-
-def _read_timing_cache(path) -> bytes:
-    if not path or not Path(path).exists():
-        return b""
-    if Path(path).is_dir():
-        raise UsageError(
-            f"timing_cache '{path}' is a folder; give a file path", field="timing_cache", accepted="a file path"
-        )
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise BuildError(f"Cannot read timing cache '{path}': {exc.strerror or exc}", field="timing_cache") from exc
-
-
-def _create_timing_cache(bconfig, data: bytes):
-    """The cache made from ``data``, or ``None`` when ``data`` does not load. Some TensorRT versions raise, some
-    return ``None``, and some log an error and return an empty cache: that last case is told apart by comparing with
-    a cache made from nothing."""
-    try:
-        cache = bconfig.create_timing_cache(data)
-    except Exception:  # noqa: BLE001 - see above
-        return None
-    if cache is None or not data:
-        return cache
-    empty = bconfig.create_timing_cache(b"")
-    if empty is not None and data != _serialized(empty) and _serialized(cache) == _serialized(empty):
-        return None
-    return cache
-
-
-def _serialized(cache) -> bytes:
-    try:
-        return bytes(cache.serialize())
-    except Exception:  # noqa: BLE001 - a cache that cannot serialize compares as unknown
-        return b""
 
 
 def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision_report):

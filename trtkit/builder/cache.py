@@ -3,19 +3,22 @@
 The key hashes the *prepared* model (:func:`trtkit.builder.prepare.prepare`: a changed rewrite gives a new key), the
 build settings (:meth:`BuildConfig.to_json`) and the TensorRT version. Entries are ``<cache>/<stem>-<key>.engine``
 with the manifest beside each, written atomically by :func:`trtkit.builder.api.build`; nothing is ever evicted.
+The cache folder is ``engines`` in the user's cache folder (:func:`trtkit.builder.timing_cache.user_cache_dir`),
+beside the timing caches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from trtkit.builder.timing_cache import user_cache_dir
 
 
 def cache_dir(folder=None) -> Path:
-    """``folder``, else ``$TRTKIT_CACHE_DIR``, else ``~/.cache/trtkit/engines`` (created)."""
-    path = Path(folder or os.environ.get("TRTKIT_CACHE_DIR") or Path.home() / ".cache" / "trtkit" / "engines")
+    """``folder``, else ``engines`` in :func:`user_cache_dir` (created)."""
+    path = Path(folder or user_cache_dir() / "engines")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

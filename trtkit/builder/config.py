@@ -49,9 +49,12 @@ class BuildConfig:
             "JIT_CONVOLUTIONS")``.
         tf32: allow TF32 for FP32 layers.
         profiling_verbosity: ``DETAILED`` keeps per-layer detail for ``trtkit inspect`` and precision reports.
-        timing_cache: file to load the timing cache from and save it back to. A file that does not load is an error
-            (it is never overwritten silently) unless ``timing_cache_reset``.
+        timing_cache: the timing cache file to load and merge this build's timings back into; ``None``: the default
+            cache of this GPU and TensorRT in the user's cache folder (:mod:`trtkit.builder.timing_cache`). A named
+            file that does not load, or was written for another GPU or TensorRT, is an error (it is never overwritten
+            silently) unless ``timing_cache_reset``.
         timing_cache_reset: replace a ``timing_cache`` file that does not load with a new cache (with a warning).
+        use_timing_cache: False builds without a timing cache file (none is read or written).
         hardware_compatibility: e.g. ``AMPERE_PLUS`` for engines that run on any Ampere or newer GPU.
         version_compatible: build a version-compatible plan (loads on later TensorRT versions).
         strongly_typed: build a strongly typed network (types come from the model).
@@ -84,6 +87,8 @@ class BuildConfig:
             YOLOv8-style head while preparing (the engine then returns ``num_dets, boxes, scores, classes``).
         input_uint8_nhwc: the engine takes the image input as ``(N, H, W, 3)`` uint8 pixels and casts, scales
             (1/255) and transposes them itself (:mod:`trtkit.builder.image_input`); profiles then give NHWC shapes.
+        plugins: paths of plugin libraries (``.so``) to load before parsing, for models with custom ops; the engine
+            then needs them to load too (``TrtRunner(plugins=...)``).
     """
 
     precision: str = "fp32"
@@ -98,6 +103,7 @@ class BuildConfig:
     profiling_verbosity: str = "DETAILED"
     timing_cache: str | None = None
     timing_cache_reset: bool = False
+    use_timing_cache: bool = True
     hardware_compatibility: str | None = None
     version_compatible: bool = False
     strongly_typed: bool = False
@@ -117,6 +123,7 @@ class BuildConfig:
     save_prepared: str | None = None
     add_nms: object = None
     input_uint8_nhwc: bool = False
+    plugins: tuple = ()
 
     def __post_init__(self):
         _check.choice("precision", self.precision, PRECISIONS)
@@ -133,6 +140,9 @@ class BuildConfig:
         _check.choice("profiling_verbosity", self.profiling_verbosity, VERBOSITIES)
         _check.path("timing_cache", self.timing_cache, optional=True)
         _check.boolean("timing_cache_reset", self.timing_cache_reset)
+        _check.boolean("use_timing_cache", self.use_timing_cache)
+        _check_timing_cache(self)
+        self.plugins = _check.paths("plugins", self.plugins)
         _check.instance(
             "hardware_compatibility",
             self.hardware_compatibility,
@@ -185,8 +195,6 @@ class BuildConfig:
                     field=name,
                     accepted="None unless precision is 'int8'",
                 )
-        if self.timing_cache is not None:
-            self.timing_cache = str(Path(self.timing_cache))
 
     def to_json(self) -> dict:
         """A JSON-ready summary (for the manifest and cache keys); calibration data sources become strings."""
@@ -195,6 +203,25 @@ class BuildConfig:
         if self.calibration is not None:
             data["calibration"]["source"] = _describe_source(self.calibration.source)
         return data
+
+
+def _check_timing_cache(self: BuildConfig) -> None:
+    """``timing_cache`` normalized; the timing cache settings that would do nothing refused."""
+    if self.timing_cache is not None:
+        self.timing_cache = str(Path(self.timing_cache))
+    if self.timing_cache is not None and not self.use_timing_cache:
+        raise UsageError(
+            "timing_cache names a file and use_timing_cache=False builds without one; give one or the other",
+            field="use_timing_cache",
+            accepted="True when timing_cache is set",
+        )
+    if self.timing_cache_reset and self.timing_cache is None:
+        raise UsageError(
+            "timing_cache_reset replaces a timing_cache file that does not load; the default cache is replaced "
+            "by itself, so give timing_cache too or leave timing_cache_reset out",
+            field="timing_cache_reset",
+            accepted="False unless timing_cache is set",
+        )
 
 
 def _check_calibration(self: CalibrationSettings) -> None:

@@ -60,11 +60,13 @@ def add_arguments(parser) -> None:
     g.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help="where engines built from ONNX are cached (default $TRTKIT_CACHE_DIR or ~/.cache/trtkit/engines)",
+        help="where engines built from ONNX are cached (default: engines/ under $TRTKIT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/trtkit or ~/.cache/trtkit)",
     )
     g.add_argument(
         "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
     )
+    options.add_plugin_option(g)
     from trtkit.cli.bench_server import add_server_options
 
     add_server_options(parser)
@@ -72,6 +74,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args, console) -> int:
+    if args.plugin_lib and (args.server or args.model is None):
+        from trtkit.errors import UsageError
+
+        raise UsageError("--plugin-lib applies to an engine bench runs itself; a server loads its own plugins")
     if args.server or args.model is None:
         from trtkit.cli.bench_server import run_server_load
 
@@ -117,6 +123,7 @@ def run(args, console) -> int:
 
         raise UsageError("--layers profiles one execution context without a CUDA graph; leave out --streams")
     engine = engine_for(args, console)
+    options.load_plugin_libs(args)  # an ONNX model's build loaded them in the build worker; the engine runs here
     if args.layers:
         return _run_layers(args, console, engine, settings)
     result = benchmark(_engine_arg(engine, args), settings)

@@ -17,6 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
     parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
     options.add_build_options(parser)
+    options.add_plugin_option(parser)
     add_nms_options(parser)
     options.add_prepare_options(parser)
     options.add_json_option(parser)
@@ -167,6 +168,7 @@ def summary_table(manifest: Manifest, output: Path, notes: dict | None = None):
         ("tactic sources", ", ".join(build.settings.get("tactic_sources") or ["TensorRT default"])),
         ("TensorRT", manifest.environment.tensorrt),
         ("GPU", manifest.environment.gpu),
+        *([("timing cache", "{path} ({status})".format(**manifest.timing_cache))] if manifest.timing_cache else []),
         *sorted((notes or {}).items()),
     ]
     return render.table("build", ["", "value"], rows)

@@ -204,15 +204,25 @@ def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
         help="comma-separated tactic sources to enable (others off), e.g. "
         "EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS; default: TensorRT's",
     )
-    g.add_argument(
+    cache = g.add_mutually_exclusive_group()
+    cache.add_argument(
         "--timing-cache",
         metavar="FILE",
-        help="timing cache to load and save back (a file that does not load is an error)",
+        help="timing cache file to load and merge this build's timings into (default: one per GPU and TensorRT "
+        "version in timing/ under $TRTKIT_CACHE_DIR, else $XDG_CACHE_HOME/trtkit or ~/.cache/trtkit; a FILE that "
+        "does not load or was written for another GPU or TensorRT is an error)",
+    )
+    cache.add_argument(
+        "--no-timing-cache",
+        dest="use_timing_cache",
+        action="store_false",
+        help="build without a timing cache file (none is read or written)",
     )
     g.add_argument(
         "--timing-cache-reset",
         action="store_true",
-        help="replace a --timing-cache file that does not load with a new cache (warns)",
+        help="replace a --timing-cache FILE that does not load or was written for another GPU or TensorRT with a "
+        "new cache (warns)",
     )
     g.add_argument("--hardware-compatibility", metavar="LEVEL", help="e.g. AMPERE_PLUS")
     g.add_argument("--version-compatible", action="store_true", help="build a version-compatible plan")
@@ -229,6 +239,27 @@ def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
         action="store_false",
         help="parse and build in this process instead of a child process",
     )
+
+
+def add_plugin_option(parser) -> None:
+    """``--plugin-lib PATH`` (repeatable): plugin libraries to load, as trtexec's ``--staticPlugins``."""
+    parser.add_argument(
+        "--plugin-lib",
+        dest="plugin_lib",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="plugin library (.so) to load before parsing or loading an engine, for models with custom ops "
+        "(repeatable)",
+    )
+
+
+def load_plugin_libs(args) -> None:
+    """Load ``--plugin-lib`` libraries into this process, for the engine it runs (whichever way it runs it)."""
+    if getattr(args, "plugin_lib", None):
+        from trtkit.runtime.engine import load_plugin_libraries
+
+        load_plugin_libraries(args.plugin_lib)
 
 
 # a negative size or number after an option is its value, not another option (argparse: "expected one argument")
@@ -381,6 +412,8 @@ def config_from_args(args) -> BuildConfig:
         profiling_verbosity=args.profiling_verbosity,
         timing_cache=args.timing_cache,
         timing_cache_reset=args.timing_cache_reset,
+        use_timing_cache=args.use_timing_cache,
+        plugins=tuple(getattr(args, "plugin_lib", ())),
         hardware_compatibility=args.hardware_compatibility,
         version_compatible=args.version_compatible,
         strongly_typed=args.strongly_typed,
@@ -419,6 +452,8 @@ FLAGS = {
     "save_arrays": "--save-arrays",
     "timing_cache": "--timing-cache",
     "timing_cache_reset": "--timing-cache-reset",
+    "use_timing_cache": "--no-timing-cache",
+    "plugins": "--plugin-lib",
     "workspace_bytes": "--workspace",
     "optimization_level": "--opt-level",
     "tactic_sources": "--tactic-sources",
@@ -487,6 +522,7 @@ FLAGS = {
 # library switches (bool arguments) -> (flag when True, flag when False)
 SWITCHES = {
     "timing_cache_reset": ("--timing-cache-reset", "no --timing-cache-reset"),
+    "use_timing_cache": ("no --no-timing-cache", "--no-timing-cache"),
     "allow_mismatch": ("--ignore-manifest", "no --ignore-manifest"),
     "strongly_typed": ("--strongly-typed", "no --strongly-typed"),
     "require_precision": ("--require-precision", "no --require-precision"),

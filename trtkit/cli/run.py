@@ -12,8 +12,10 @@ import numpy as np
 from trtkit.cli.options import (
     RUN_SHAPES_HELP,
     add_json_option,
+    add_plugin_option,
     add_profile_index_option,
     add_shape_options,
+    load_plugin_libs,
     positive_int,
 )
 from trtkit.cli.pipeline import add_pipeline_arguments, run_pipeline, wants_pipeline
@@ -43,11 +45,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
     )
+    add_plugin_option(parser)
     add_json_option(parser)
     add_pipeline_arguments(parser)
 
 
 def run(args, console) -> int:
+    load_plugin_libs(args)
     if wants_pipeline(args):
         return run_pipeline(args, console)
     from trtkit.bench.measure import make_feed
@@ -62,7 +66,10 @@ def run(args, console) -> int:
     )
     given = load_inputs(args.input)
     with TrtRunner(
-        args.engine, profile=args.use_profile, cuda_graph=args.cuda_graph, allow_mismatch=args.ignore_manifest
+        args.engine,
+        profile=args.use_profile,
+        cuda_graph=args.cuda_graph,
+        allow_mismatch=args.ignore_manifest,
     ) as runner:
         shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones

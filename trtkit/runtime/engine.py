@@ -198,13 +198,32 @@ def check_engine_manifest(path, *, allow_mismatch: bool = False, trt=None) -> li
     return found
 
 
-def deserialize(data: bytes, *, trt=None, where: str = "The engine"):
-    """Deserialize engine bytes into a ``trt.ICudaEngine``.
+def load_plugin_libraries(plugins, *, trt=None) -> None:
+    """Load plugin libraries (``.so``) into this process, then TensorRT's own plugins, so that engines holding their
+    plugin layers deserialize (see :func:`trtkit._version_compat.load_plugin_libraries`).
+
+    Raises:
+        UsageError: a path is not a file (before TensorRT is imported).
+        DependencyError: a library does not load (the loader's reason quoted).
+    """
+    from trtkit import _check
+
+    paths = _check.paths("plugins", plugins)
+    compat.check_plugin_files(paths)
+    trt = trt or _trt()
+    compat.load_plugin_libraries(trt, shared_runtime(trt)[1], paths)
+
+
+def deserialize(data: bytes, *, trt=None, where: str = "The engine", plugins=()):
+    """Deserialize engine bytes into a ``trt.ICudaEngine`` (after loading the ``plugins`` libraries).
 
     Raises:
         EngineError: TensorRT refused the bytes; the message quotes TensorRT's reason.
+        UsageError, DependencyError: a plugin library is missing or does not load.
     """
     trt = trt or _trt()
+    if plugins:
+        load_plugin_libraries(plugins, trt=trt)
     runtime, trt_logger = shared_runtime(trt)
     seen = len(trt_logger.messages)
     engine = runtime.deserialize_cuda_engine(bytes(data))
@@ -222,13 +241,14 @@ def deserialize(data: bytes, *, trt=None, where: str = "The engine"):
     return engine
 
 
-def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: bool = False, trt=None):
+def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: bool = False, plugins=(), trt=None):
     """Load a serialized engine from a file or bytes.
 
     Args:
         path_or_bytes: an engine file path, or the engine's bytes.
         check_manifest: for a file, compare the manifest beside it (``<engine>.manifest.json``) with this machine.
         allow_mismatch: load even when the manifest names another TensorRT version or GPU (logs a warning).
+        plugins: paths of plugin libraries to load first (:func:`load_plugin_libraries`).
         trt: the ``tensorrt`` module (default: the installed one; tests pass a fake).
 
     Returns:
@@ -242,14 +262,15 @@ def load_engine(path_or_bytes, *, check_manifest: bool = True, allow_mismatch: b
 
     _check.boolean("check_manifest", check_manifest)
     _check.boolean("allow_mismatch", allow_mismatch)
+    plugins = _check.paths("plugins", plugins)
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return deserialize(bytes(path_or_bytes), trt=trt)
+        return deserialize(bytes(path_or_bytes), trt=trt, plugins=plugins)
     if not isinstance(path_or_bytes, (str, os.PathLike)) or not str(path_or_bytes):
         _check.fail("path_or_bytes", path_or_bytes, "an engine file path or the engine's bytes")
     data = read_engine_bytes(path_or_bytes)
     if check_manifest:
         check_engine_manifest(path_or_bytes, allow_mismatch=allow_mismatch, trt=trt)
-    return deserialize(data, trt=trt, where=f"Engine '{path_or_bytes}'")
+    return deserialize(data, trt=trt, where=f"Engine '{path_or_bytes}'", plugins=plugins)
 
 
 def engine_information(trt, engine, *, profile: int = 0, context=None) -> str:

@@ -51,7 +51,13 @@ from trtkit._lazy import tensorrt
 from trtkit.errors import EngineError, InputError, UnsupportedError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer, copy_into, copy_of
 from trtkit.runtime.cuda import default_cuda
-from trtkit.runtime.engine import check_engine_file, deserialize, io_specs, load_engine, shared_runtime
+from trtkit.runtime.engine import (
+    check_engine_file,
+    deserialize,
+    io_specs,
+    load_engine,
+    shared_runtime,
+)
 from trtkit.runtime.graphs import CudaGraph, GraphCache, GraphKey
 from trtkit.runtime.inputs import check_shape_values, validate_feed
 from trtkit.runtime.io_dtypes import ModelDtypes, engine_manifest, with_manifest_values
@@ -106,6 +112,7 @@ class _Settings:
     check_manifest: bool
     allow_mismatch: bool
     pin_reused: bool
+    plugins: tuple = ()  # plugin libraries to load first
 
 
 class _Held:
@@ -235,6 +242,8 @@ class TrtRunner:
         stream: run on this CUDA stream (an int handle) instead of a stream of the runner's own.
         check_manifest: compare an engine file's manifest with this machine before loading it.
         allow_mismatch: load even if the manifest names another TensorRT version or GPU.
+        plugins: paths of plugin libraries (``.so``) the engine's plugin layers come from, loaded into this process
+            before the engine (:func:`~trtkit.runtime.engine.load_plugin_libraries`).
         trt: the ``tensorrt`` module (tests pass a fake).
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (tests pass one over a fake runtime).
     """
@@ -252,6 +261,7 @@ class TrtRunner:
         stream: int | None = None,
         check_manifest: bool = True,
         allow_mismatch: bool = False,
+        plugins=(),
         trt=None,
         cuda=None,
     ):
@@ -267,6 +277,7 @@ class TrtRunner:
             _check.boolean("check_manifest", check_manifest),
             _check.boolean("allow_mismatch", allow_mismatch),
             _check.boolean("pin_reused_inputs", pin_reused_inputs),
+            _check.paths("plugins", plugins),
         )
         self.profile = _check.integer("profile", profile, low=0)
         self.cuda_graph = _check.boolean("cuda_graph", cuda_graph)
@@ -377,10 +388,14 @@ class TrtRunner:
         source = settings.source
         if isinstance(source, (str, os.PathLike)):
             return load_engine(
-                source, check_manifest=settings.check_manifest, allow_mismatch=settings.allow_mismatch, trt=self._trt
+                source,
+                check_manifest=settings.check_manifest,
+                allow_mismatch=settings.allow_mismatch,
+                plugins=settings.plugins,
+                trt=self._trt,
             )
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return deserialize(bytes(source), trt=self._trt)
+            return deserialize(bytes(source), trt=self._trt, plugins=settings.plugins)
         if not hasattr(source, "num_io_tensors"):
             raise EngineError(
                 f"TrtRunner expects an engine path, engine bytes or a loaded engine, got {type(source).__name__}"

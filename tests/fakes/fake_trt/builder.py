@@ -7,6 +7,7 @@ dynamic inputs, flags existing in the version) and produces a fake engine that t
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from typing import Any
 
@@ -167,13 +168,19 @@ def shape_tensor_names(model) -> set:
 
 
 class ITimingCache:
+    """A set of entries, one per layer the fake builder timed (``{"entries": [...]}`` serialized)."""
+
     def __init__(self, data: bytes):
-        self.entries = json.loads(data.decode()) if data else {"entries": 0}
+        found = json.loads(data.decode()) if data else {"entries": []}
+        if not isinstance(found, dict) or not isinstance(found.get("entries"), list):
+            raise ValueError("not a timing cache")
+        self.entries = set(found["entries"])
 
     def serialize(self):
-        return json.dumps({"entries": self.entries.get("entries", 0) + 1}).encode()
+        return json.dumps({"entries": sorted(self.entries)}).encode()
 
-    def combine(self, other, ignore_mismatch):
+    def combine(self, input_cache, ignore_mismatch):
+        self.entries |= input_cache.entries
         return True
 
 
@@ -433,6 +440,8 @@ def _build(trt, logger, network, config):
         return None
     int64 = "INT64" in trt.DataType.__members__
     _log_tactic_selection(logger, model)
+    if config.timing_cache is not None:  # TensorRT's builder adds an entry per layer it times
+        config.timing_cache.entries |= _timing_keys(model)
     io_specs = [_spec(v, "INPUT", int64, v.name in shape_tensors) for v in inputs]
     io_specs += [_spec(v, "OUTPUT", int64) for v in model.graph.output]
     profiles = [{name: [list(s) for s in shapes] for name, shapes in p.shapes.items()} for p in config.profiles]
@@ -440,6 +449,15 @@ def _build(trt, logger, network, config):
     flags = sorted(f.name for f in config.flags)
     onnx_bytes = model.SerializeToString()
     return serialize_fake_engine(onnx_bytes, io_specs, profiles, trt.__version__, build_flags=flags, values=values)
+
+
+def _timing_keys(model) -> set:
+    """One key per layer: its node and the dims of its weights (like layers of two models share an entry)."""
+    dims = {i.name: list(i.dims) for i in model.graph.initializer}
+    return {
+        hashlib.sha256((n.SerializeToString().hex() + repr([dims.get(i) for i in n.input])).encode()).hexdigest()[:16]
+        for n in model.graph.node
+    }
 
 
 def _unset_shape_values(shape_tensors: set, profiles: list) -> str | None:
