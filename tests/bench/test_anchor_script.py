@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from onnx import TensorProto, helper, save
+
+pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"floor_ms", "floor_compute_ms", "trtkit_ms", "trtkit_graph_ms", "trtkit_device_ms", "polygraphy_ms",
@@ -20,8 +23,6 @@ import cuda.bindings
 sys.path.insert(0, {root!r})
 from tests.fakes.fake_cuda import FakeCudart
 from tests.fakes.fake_trt import make_fake_trt
-
-pytestmark = pytest.mark.bench  # a benchmark harness's test: pytest -m bench
 rt = FakeCudart()
 sys.modules["cuda.bindings.runtime"] = rt
 cuda.bindings.runtime = rt

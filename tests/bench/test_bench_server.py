@@ -129,7 +129,7 @@ def test_each_level_is_one_perf_analyzer_run_and_its_csv_is_the_table_and_the_js
                                       "compute_output": 190, "network_misc": 1000}, "error": None}
     table = " ".join(capsys.readouterr().out.split())
     assert "trtkit bench resnet50 on" in table and "gRPC stream, batch 4, perf_analyzer" in table
-    assert "2,400.500 600.120 1.740 1.840 2.320 400 / 1,180" in table
+    assert "8 2,400.5 1.740 1.840 2.320 400 1,180" in table
 
 
 def test_http_by_default_and_a_request_count_instead_of_windows(fake_pa, server, tmp_path, monkeypatch, capsys):
@@ -157,7 +157,7 @@ def test_a_level_perf_analyzer_cannot_measure_says_why_and_the_next_still_runs(f
     assert [c[c.index("--concurrency-range") + 1] for c in _calls(fake_pa)] == ["1:1", "8:8", "64:64", "128:128"]
     out = " ".join(capsys.readouterr().out.split())
     assert "concurrency 8: perf_analyzer exited 99: " in out and "failed to connect to all addresses" in out
-    assert ("concurrency 64: perf_analyzer wrote no figures: its 10 windows of 2 s never agreed within 10%; longer "
+    assert ("concurrency 64: perf_analyzer exited 2: its 10 windows of 2 s never agreed within 10%; longer "
             "windows steady it (try --duration-s 4)") in out
     assert "concurrency 1:" not in out and "concurrency 128:" not in out
 

@@ -5,7 +5,8 @@ For ``--concurrency-range C:C`` it writes perf_analyzer's CSV report (the header
 server's columns) to ``-f``: C x 300 + 0.5 inferences/s and latencies growing with C, in microseconds; or, with
 ``$FAKE_PA_CSV`` naming a file, that file's text. It appends its arguments as one JSON line to ``$FAKE_PA_ARGV``
 where set. At the concurrency in ``$FAKE_PA_FAIL`` it exits 99 with perf_analyzer's error for a server it cannot
-reach; in ``$FAKE_PA_UNSTABLE`` it writes no CSV and says why, as perf_analyzer does when its windows never agree.
+reach; in ``$FAKE_PA_UNSTABLE`` it writes no CSV, says why and exits 2, as perf_analyzer 2.51 does when its windows
+never agree.
 ``--version`` prints its version line.
 """
 
@@ -49,8 +50,8 @@ def main(argv: list) -> int:
         return 99
     if str(c) == os.environ.get("FAKE_PA_UNSTABLE"):
         print(f"Failed to obtain stable measurement within 10 measurement windows for concurrency {c}. Please try to "
-              "increase the --measurement-interval.", file=sys.stderr)
-        return 0
+              "increase the --measurement-interval.\nFailed to obtain stable measurement.", file=sys.stderr)
+        return 2
     canned = os.environ.get("FAKE_PA_CSV")
     text = Path(canned).read_text() if canned else (
         f"{HEADER}\n{c},{300 * c + 0.5},20,1000,400,130,1180,190,9,{1500 + 30 * c},{1600 + 30 * c},{1700 + 30 * c},"

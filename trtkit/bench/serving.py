@@ -178,32 +178,22 @@ def check_server(url: str, grpc: bool, timeout_s: float = 5.0) -> None:
 def command(binary: str, url: str, model: str, concurrency: int, settings: LoadSettings, csv_path) -> list:
     """perf_analyzer's command line for one level."""
     host, port = address(url, settings.grpc)
-    host = f"[{host}]" if ":" in host else host
-    count = ["--request-count", str(int(settings.iterations))] if settings.iterations else []
+    options = {  # perf_analyzer's own long options (its command line, not trtkit's); None: a switch
+        "concurrency-range": f"{int(concurrency)}:{int(concurrency)}",
+        "input-data": "random",
+        "shared-memory": settings.shared_memory,
+        "measurement-interval": max(1, round(settings.duration_s * 1000)),
+        "max-trials": MAX_WINDOWS,
+        **({"request-count": int(settings.iterations)} if settings.iterations else {}),
+        **({"streaming": None} if settings.streaming else {}),
+    }
+    server = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    protocol = "grpc" if settings.grpc else "http"
+    short = ["-m", model, "-u", server, "-i", protocol, "-b", str(int(settings.batch)), "-f", str(csv_path)]
     return [
         binary,
-        "-m",
-        model,
-        "-u",
-        f"{host}:{port}",
-        "-i",
-        "grpc" if settings.grpc else "http",
-        *(["--streaming"] if settings.streaming else []),
-        "--concurrency-range",
-        f"{int(concurrency)}:{int(concurrency)}",
-        "-b",
-        str(int(settings.batch)),
-        "--input-data",
-        "random",
-        "--shared-memory",
-        settings.shared_memory,
-        "--measurement-interval",
-        str(max(1, round(settings.duration_s * 1000))),
-        "--max-trials",
-        str(MAX_WINDOWS),
-        *count,
-        "-f",
-        str(csv_path),
+        *short,
+        *(part for k, v in options.items() for part in (f"--{k}", *(() if v is None else [str(v)]))),
     ]
 
 
@@ -249,9 +239,9 @@ def measure_level(binary: str, url: str, model: str, concurrency: int, settings:
             return LoadResult(concurrency, error=f"perf_analyzer gave no figures in {timeout:.0f} s: {_tail(log_path)}")
         except OSError as exc:
             return LoadResult(concurrency, error=f"could not run {binary}: {exc}")
-        if code != 0:
-            return LoadResult(concurrency, error=f"perf_analyzer exited {code}: {_tail(log_path)}")
         try:
+            if code != 0:
+                raise ValueError(f"perf_analyzer exited {code}")
             return parse_csv(csv_path.read_text() if csv_path.exists() else "", concurrency, settings.batch)
         except ValueError as exc:
             why = _tail(log_path)
@@ -284,18 +274,18 @@ def load_test(url: str, model: str, settings: LoadSettings | None = None, *, bin
 
 
 def render(results: list, console, *, title: str) -> None:
-    """The results as a rich table; under it, each level's error."""
+    """The results as a rich table (the server's columns: its mean queue and compute_infer times per request); under
+    it, each level's error."""
     from rich import box
     from rich.table import Table
 
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    cols = ("concurrency", "inferences/s", "requests/s", "p50 ms", "p90 ms", "p99 ms", "server queue/compute us")
-    for col in cols:
+    for col in ("in flight", "infer/s", "p50 ms", "p90 ms", "p99 ms", "queue us", "compute us"):
         t.add_column(col, justify="right")
     for r in results:
-        cells = ["-" if v is None else f"{v:,.3f}" for v in (r.ips, r.rps, r.p50_ms, r.p90_ms, r.p99_ms)]
-        server = f"{r.server_us['queue']:,} / {r.server_us['compute_infer']:,}" if r.server_us else "-"
-        t.add_row(str(r.concurrency), *cells, server)
+        latencies = ["-" if v is None else f"{v:,.3f}" for v in (r.p50_ms, r.p90_ms, r.p99_ms)]
+        server = [f"{r.server_us[k]:,}" if r.server_us else "-" for k in ("queue", "compute_infer")]
+        t.add_row(str(r.concurrency), "-" if r.ips is None else f"{r.ips:,.1f}", *latencies, *server)
     console.print(t)
     for r in results:
         if r.error:

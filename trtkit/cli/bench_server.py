@@ -89,7 +89,7 @@ def _server_defaults():
 
 
 def run_server_load(args, console) -> int:
-    from trtkit.bench.serving import LoadSettings, find_perf_analyzer, load_test, perf_analyzer_version, render
+    from trtkit.bench.serving import LoadSettings, address, find_perf_analyzer, load_test, perf_analyzer_version, render
     from trtkit.cli.options import check_files, cli_words
     from trtkit.cli.render import write_json
     from trtkit.errors import UsageError
@@ -108,6 +108,7 @@ def run_server_load(args, console) -> int:
         iterations=args.iterations,
     )
     settings.check()
+    address(args.server, args.grpc)
     check_files(args, {}, {})
     binary = find_perf_analyzer()
     with console.status(f"perf_analyzer on {args.server_model} at concurrency {args.concurrency}"):

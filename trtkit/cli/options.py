@@ -456,7 +456,6 @@ FLAGS = {
     "verbose": "--verbose",
     # bench --server, serve and export
     "concurrency": "--concurrency",
-    "max_requests": "--requests",
     "batch": "--batch",
     "warmup_s": "--warmup-ms",
     "instances": "--instances",
@@ -476,11 +475,7 @@ FLAGS = {
     "grpc_port": "--grpc-port",
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
-    "cuda_device": "--cuda-device",
-    "procs": "--procs",
     "streaming": "--streaming",
-    "client": "--client",
-    "connections": "--connections",
 }
 
 
