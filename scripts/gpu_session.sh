@@ -119,7 +119,7 @@ for step in ${*:-env tests demo}; do
                && python3 -m pip install -q --no-index --no-deps /tmp/sw/*.whl > "$W/serve-install.log" 2>&1
              echo "serve extra install rc=$?"; gzip -d /tmp/sw/perf/libexec/perf_analyzer.gz 2>/dev/null; fi
            python3 -c "import numpy; print('numpy', numpy.__version__)"
-           # perf_analyzer (benchmarks/serve_h200.py's anchor; its wrapper puts /tmp/sw/perf/lib on LD_LIBRARY_PATH for
+           # perf_analyzer (trtkit bench --server's load; its wrapper puts /tmp/sw/perf/lib on LD_LIBRARY_PATH for
            # it alone, so the server's libraries stay as they were): libcudart.so.12 is pytriton's (renamed by
            # auditwheel, libcudart-<hash>.so.12.*), linked there under the name perf_analyzer asks for
            if [ -f /tmp/sw/perf/libexec/perf_analyzer ]; then

@@ -5,7 +5,7 @@
 # must stay under a call's 64 MiB carry). Copy each to /root/trtkit-stash like the bundle's parts; the serve step of
 # scripts/gpu_session.sh installs them (--no-deps), numpy<2 too: pytriton 0.7.0's backend stubs answer with empty
 # outputs under numpy 2.
-# The parts also carry perf_analyzer, NVIDIA's C++ load generator (benchmarks/serve_h200.py's anchor), in sw/perf: the
+# The parts also carry perf_analyzer, NVIDIA's C++ load generator (trtkit bench --server), in sw/perf: the
 # binary from the tritonclient 2.51.0 wheel (Triton 2.51.0's client, pytriton 0.7.0's server; later wheels, as the
 # bundle's tritonclient, no longer ship it) in libexec/ (gzipped: the parts stay two; the serve step unpacks it),
 # libb64.so.0d (Debian's libb64-0d) in lib/, and bin/perf_analyzer,
@@ -40,12 +40,11 @@ SH
   chmod 755 "$dest/bin/perf_analyzer" "$dest/libexec/perf_analyzer"
   gzip -9 "$dest/libexec/perf_analyzer"
 }
-PIP_CONSTRAINT= "$PY" -m pip download -q --only-binary=:all: -d "$WORK/all" "nvidia-pytriton>=0.7" "numpy<2" \
-  "hpack>=4"
+PIP_CONSTRAINT= "$PY" -m pip download -q --only-binary=:all: -d "$WORK/all" "nvidia-pytriton>=0.7" "numpy<2"
 # what the bundle has already (tritonclient, grpcio, protobuf, aiohttp, ...) stays out; numpy<2 replaces the bundle's
-# numpy 2 (pytriton's stubs are built against numpy 1: trtkit serve refuses numpy 2); hpack: trtkit bench --client wire
+# numpy 2 (pytriton's stubs are built against numpy 1: trtkit serve refuses numpy 2)
 for w in nvidia_pytriton numpy-1 pyzmq sh- wrapt typing_inspect mypy_extensions typer shellingham annotated_doc \
-         importlib_metadata zipp hpack; do cp "$WORK"/all/${w}*.whl "$WORK/sw/"; done
+         importlib_metadata zipp; do cp "$WORK"/all/${w}*.whl "$WORK/sw/"; done
 perf_analyzer "$WORK/sw/perf"
 tar -C "$WORK" -cf "$WORK/serve.tar" sw
 rm -rf "$ROOT"/.gpu/serve[0-9][0-9]

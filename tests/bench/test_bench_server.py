@@ -1,391 +1,176 @@
-"""``trtkit bench --server``: refusals before any load, a server that does not answer, and the statistics of a level."""
+"""``trtkit bench --server``: options refused before any load, no perf_analyzer or no server named in one line, and
+perf_analyzer's command line and CSV report, with a stand-in perf_analyzer (tests/fakes/fake_perf_analyzer.py)."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import socket
 
-import numpy as np
 import pytest
 
-from trtkit.bench import serving
+from tests.fakes import fake_perf_analyzer
 from trtkit.cli import main as cli_main
+
+# perf_analyzer's CSV where the server has no statistics extension: no server columns
+CSV_CLIENT_ONLY = (
+    "Concurrency,Inferences/Second,Client Send,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency\n"
+    "1,612.75,18,7,1571,1650,1702,2100\n"
+)
+
+
+@pytest.fixture
+def server():
+    """A listening socket standing in for the server's port (perf_analyzer, faked, never talks to it)."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        yield f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def fake_pa(tmp_path, monkeypatch):
+    """The stand-in perf_analyzer as $PERF_ANALYZER; returns the file its calls' arguments go to."""
+    fake_perf_analyzer.install(tmp_path, monkeypatch)
+    argv = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_PA_ARGV", str(argv))
+    for name in ("FAKE_PA_FAIL", "FAKE_PA_UNSTABLE", "FAKE_PA_CSV"):
+        monkeypatch.delenv(name, raising=False)
+    return argv
+
+
+def _calls(argv_file) -> list:
+    return [json.loads(line) for line in argv_file.read_text().splitlines()]
+
+
+def _flags(call: list) -> dict:
+    """``{flag: value}`` of a perf_analyzer command line (a switch's value is None)."""
+    out, i = {}, 0
+    while i < len(call):
+        if i + 1 < len(call) and not call[i + 1].startswith("-"):
+            out[call[i]], i = call[i + 1], i + 2
+        else:
+            out[call[i]], i = None, i + 1
+    return out
+
+
+SERVER = ["bench", "--server", "127.0.0.1:1", "--model", "m"]
 
 
 @pytest.mark.parametrize("args, says", [
-    (["bench"], "give an engine or ONNX model to benchmark, or --server URL --model NAME"),
-    (["bench", "--server", "127.0.0.1:1"], "--server URL --model NAME"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "1,x"], "--concurrency '1,x'"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "0"], "levels of 1 or more"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--requests", "0"], "--requests must be 1 or more, not 0"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--batch", "0"], "--batch must be 1 or more, not 0"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "posix"],
-     "--shared-memory posix: give one of none, system, cuda"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "cuda", "--cuda-device", "-1"],
-     "--cuda-device must be 0 or more, not -1"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--procs", "0"], "--procs must be 1 or more, not 0"),
-    (["bench", "--server", "127.0.0.1:1", "--model", "m", "--streaming"],
+    (["bench"], "nothing to benchmark: give an engine or ONNX model to benchmark, or --server URL --model NAME"),
+    (["bench", "--server", "127.0.0.1:1"], "--server 127.0.0.1:1: give the served model as --model NAME"),
+    (["bench", "m.engine", "--server", "127.0.0.1:1", "--model", "m"],
+     "not an engine (m.engine): a server's load and an engine's benchmark are apart"),
+    (["bench", "m.engine", "--grpc", "--concurrency", "8"],
+     "--concurrency, --grpc: give an engine or ONNX model to benchmark, or --server URL --model NAME"),
+    (["bench", "--model", "m"], "--model: give an engine or ONNX model to benchmark, or --server URL --model NAME"),
+    ([*SERVER, "--streams", "2", "--no-cuda-graph", "--fp16", "--warmup-ms", "50"],
+     "--fp16, --no-cuda-graph, --streams, --warmup-ms: options of an engine's benchmark, not of --server; leave them "
+     "out"),
+    ([*SERVER, "--concurrency", "1,x"], "--concurrency '1,x'"),
+    ([*SERVER, "--concurrency", "0"], "levels of 1 or more"),
+    ([*SERVER, "--iterations", "0"], "--iterations must be 1 or more, not 0"),
+    ([*SERVER, "--batch", "0"], "--batch must be 1 or more, not 0"),
+    ([*SERVER, "--duration-s", "0"], "--duration-s must be 1 ms or more, not 0"),
+    ([*SERVER, "--shared-memory", "posix"], "--shared-memory posix: give one of none, system, cuda"),
+    ([*SERVER, "--streaming"],
      "--streaming needs gRPC (Triton streams inference over gRPC only); add --grpc or leave --streaming off"),
+    (["bench", "--server", "host:port", "--model", "m"], "server 'host:port': give HOST:PORT, e.g. localhost:8000"),
 ])
-def test_refused_before_any_load(args, says, capsys):
+def test_refused_before_any_load(args, says, capsys, fake_pa):
     assert cli_main.main(args) == 2  # usage errors
-    assert says in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert says in " ".join(err.split()) and len(err.strip().splitlines()) == 1, err
+    assert not fake_pa.exists()  # perf_analyzer never ran
 
 
-def test_no_server_answering_is_named():
-    pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+def test_no_perf_analyzer_is_one_line_naming_the_install(tmp_path, monkeypatch, capsys, server):
+    monkeypatch.delenv("PERF_ANALYZER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no perf_analyzer there; the dev environment has no perf-analyzer wheel
+    assert cli_main.main(["bench", "--server", server, "--model", "m"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'pip install "trtkit[serve]"' in err and "set PERF_ANALYZER" in err, err
+    (tmp_path / "not-executable").write_text("")
+    monkeypatch.setenv("PERF_ANALYZER", str(tmp_path / "not-executable"))
+    assert cli_main.main(["bench", "--server", server, "--model", "m"]) == 1
+    assert f"PERF_ANALYZER={tmp_path / 'not-executable'} is not an executable file" in capsys.readouterr().err
+
+
+def test_no_server_answering_is_named(fake_pa, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
-        with pytest.raises(serving.ServeError, match=f"No Triton server answers gRPC at 127.0.0.1:{port}"):
-            serving.load_test(f"127.0.0.1:{port}", "m", serving.LoadSettings(concurrency=(1,), grpc=True,
-                                                                             duration_s=1))
-
-
-class _Client:
-    """Answers after a fixed delay; every third request fails."""
-
-    def __init__(self):
-        self.n = 0
-
-    async def infer(self, model, inputs):
-        self.n += 1
-        n = self.n
-        await asyncio.sleep(0.001)
-        if n % 3 == 0:
-            raise RuntimeError("model says no")
-
-
-def test_level_counts_failures_and_stops_at_the_request_cap():
-    settings = serving.LoadSettings(concurrency=(4,), duration_s=10.0, max_requests=30, batch=2)
-    result = asyncio.run(serving._level(_Client(), "m", [], 4, settings, settings.max_requests))
-    assert result.requests + result.failed == 30 and result.failed == 10
-    assert result.errors == ["RuntimeError: model says no"]
-    assert result.ips == pytest.approx(2 * result.rps, rel=0.01) and result.p50_ms <= result.p99_ms
-    assert result.wall_s < 10
-
-
-class _Response:
-    def __init__(self, rid: str):
-        self.id = rid
-
-
-class _Answer:
-    def __init__(self, rid: str):
-        self.rid = rid
-
-    def get_response(self):
-        return _Response(self.rid)
-
-
-class _StreamClient:
-    """One stream: answers its requests two at a time in the reverse order they came; request 3 is answered with an
-    error (which, as in tritonclient, carries no id); with ``break_after``, the stream breaks after that many."""
-
-    def __init__(self, break_after: int | None = None):
-        self.break_after, self.seen, self.ended = break_after, [], False
-
-    def stream_infer(self, requests):
-        async def answers():
-            held = []
-            async for request in requests:
-                self.seen.append(request["request_id"])
-                if self.break_after is not None and len(self.seen) > self.break_after:
-                    raise ConnectionError("stream reset by peer")
-                held.append(request["request_id"])
-                if len(held) == 2:
-                    for rid in reversed(held):
-                        yield (None, RuntimeError("model says no")) if rid == "3" else (_Answer(rid), None)
-                    held = []
-            for rid in held:
-                yield _Answer(rid), None
-            self.ended = True
-
-        return answers()
-
-
-def test_stream_level_matches_answers_to_requests_by_id_and_counts_failures():
-    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=8, grpc=True, streaming=True,
-                                    timeout_s=5.0)
-    client = _StreamClient()
-    result = asyncio.run(serving._stream_level(client, "m", [], 2, settings, settings.max_requests))
-    assert (result.requests, result.failed) == (7, 1) and result.errors == ["RuntimeError: model says no"]
-    assert client.seen == [str(i) for i in range(1, 9)] and client.ended  # every request sent, the stream closed
-    assert result.p50_ms <= result.p99_ms and result.wall_s < 10
-
-
-def test_a_broken_stream_fails_the_requests_waiting_on_it_and_ends_the_level():
-    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=50, grpc=True, streaming=True,
-                                    timeout_s=5.0)
-    result = asyncio.run(serving._stream_level(_StreamClient(break_after=4), "m", [], 2, settings, 50))
-    assert result.requests == 3 and result.failed >= 1  # 1, 2 and 4 answered (3 an error), then the stream broke
-    assert "ConnectionError: stream reset by peer" in result.errors and result.wall_s < 5
-
-
-def _grpc_result(data: bytes):
-    """tritonclient's gRPC ``InferResult`` for an answer carrying output ``y`` (FP32, 3x4x1x1) as ``data``."""
-    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
-    from tritonclient.grpc import service_pb2
-
-    response = service_pb2.ModelInferResponse(model_name="m")
-    output = response.outputs.add(name="y", datatype="FP32")
-    output.shape.extend([3, 4, 1, 1])
-    response.raw_output_contents.append(data)
-    return grpc.InferResult(response)
-
-
-def test_an_answer_without_its_output_data_counts_as_failed():
-    """pytriton under numpy 2 answers with every output's shape and no bytes: such answers are failures."""
-    full, empty = _grpc_result(np.ones((3, 4, 1, 1), np.float32).tobytes()), _grpc_result(b"")
-    serving.check_outputs(full, ["y"])
-    with pytest.raises(serving.ServeError, match=r"Output 'y' came back without its data \(cannot reshape array of "
-                                                  r"size 0 into shape \(3,4,1,1\)\)"):
-        serving.check_outputs(empty, ["y"])
-    with pytest.raises(serving.ServeError, match="The answer has no output 'z'"):
-        serving.check_outputs(full, ["z"])
-
-    class Answers:
-        def __init__(self):
-            self.n = 0
-
-        async def infer(self, model, inputs):
-            self.n += 1
-            return empty if self.n % 2 else full
-
-    settings = serving.LoadSettings(concurrency=(2,), duration_s=10.0, max_requests=10)
-    result = asyncio.run(serving._level(Answers(), "m", [], 2, settings, settings.max_requests, ["y"]))
-    assert (result.requests, result.failed) == (5, 5)
-    assert result.errors == ["ServeError: Output 'y' came back without its data (cannot reshape array of size 0 into "
-                             "shape (3,4,1,1))"]
-
-
-class _ShmClient:
-    """Takes shared-memory regions (``refuse``: refuses them, as a server with the protocol closed does)."""
-
-    def __init__(self, refuse: bool):
-        self.refuse, self.registered, self.unregistered = refuse, [], []
-
-    async def register_system_shared_memory(self, name, key, byte_size):
-        if self.refuse:
-            raise RuntimeError("This protocol is restricted")
-        self.registered.append((name, key, byte_size))
-
-    async def unregister_system_shared_memory(self, name):
-        self.unregistered.append(name)
-
-
-@pytest.mark.parametrize("refuse", [False, True])
-def test_inputs_in_shared_memory_are_registered_then_freed(refuse):
-    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
-    shm = pytest.importorskip("tritonclient.utils.shared_memory", reason="tritonclient is not installed")
-    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    item = grpc.InferInput("x", [2, 3, 4], "FP32")
-    item.set_data_from_numpy(x)
-    client, regions = _ShmClient(refuse), []
-
-    async def run():
-        try:
-            await serving._inputs_in_shared_memory(client, [(item, x)], regions, "host:1")
-            (name, handle, _, kind), = regions
-            assert kind == "system"
-            np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [2, 3, 4]), x)
-            return name
-        finally:
-            await serving._release_regions(client, regions)
-
-    if refuse:
-        says = (r"The server at host:1 did not take the system shared-memory region of input 'x' .*restricted.*"
-                r"ServeSettings\(shared_memory=True\)\); leave shared_memory='none' otherwise")
-        with pytest.raises(serving.ServeError, match=says):
-            asyncio.run(run())
-        assert client.unregistered == []  # never registered: only freed here
-    else:
-        name = asyncio.run(run())
-        assert client.registered == [(name, "/" + name, x.nbytes)] and client.unregistered == [name]
-        request = item._get_tensor()
-        assert request.parameters["shared_memory_region"].string_param == name  # the request names the region
-        assert item._get_content() is None  # and carries no data
-    assert regions == [] and shm.mapped_shared_memory_regions() == []
-
-
-class _FakeCudaShm:
-    """tritonclient.utils.cuda_shared_memory's calls trtkit makes, on host memory (``fail``: no GPU here)."""
-
-    def __init__(self, fail: bool = False):
-        self.fail, self.made, self.destroyed = fail, [], []
-
-    def create_shared_memory_region(self, name, byte_size, device_id):
-        if self.fail:
-            raise RuntimeError("unable to create cuda shared memory handle on device 0")
-        handle = {"name": name, "device": device_id, "data": bytearray(byte_size)}
-        self.made.append(handle)
-        return handle
-
-    def set_shared_memory_region(self, handle, arrays):
-        handle["data"][:] = b"".join(a.tobytes() for a in arrays)
-
-    def get_raw_handle(self, handle):
-        return b"raw-" + handle["name"].encode()
-
-    def destroy_shared_memory_region(self, handle):
-        self.destroyed.append(handle["name"])
-
-
-class _CudaShmClient:
-    def __init__(self):
-        self.registered, self.unregistered = [], []
-
-    async def register_cuda_shared_memory(self, name, raw_handle, device_id, byte_size):
-        self.registered.append((name, raw_handle, device_id, byte_size))
-
-    async def unregister_cuda_shared_memory(self, name):
-        self.unregistered.append(name)
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_inputs_in_cuda_shared_memory_are_shared_by_their_ipc_handle_then_freed(fail, monkeypatch):
-    grpc = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
-    fake = _FakeCudaShm(fail)
-    monkeypatch.setattr(serving, "_shared_memory_module", lambda kind="system": fake if kind == "cuda" else None)
-    x = np.arange(6, dtype=np.float32)
-    item = grpc.InferInput("x", [6], "FP32")
-    item.set_data_from_numpy(x)
-    client, regions = _CudaShmClient(), []
-
-    async def run():
-        try:
-            await serving._inputs_in_shared_memory(client, [(item, x)], regions, "host:1", "cuda", 3)
-            assert bytes(fake.made[0]["data"]) == x.tobytes() and fake.made[0]["device"] == 3
-        finally:
-            await serving._release_regions(client, regions)
-
-    if fail:
-        says = (r"Cannot make a CUDA shared-memory region for input 'x' on GPU 3 of this host \(unable to create.*\); "
-                r"shared_memory='cuda' needs a CUDA GPU on the server's host; use shared_memory='system'")
-        with pytest.raises(serving.ServeError, match=says):
-            asyncio.run(run())
-        assert client.registered == [] and fake.destroyed == []
-    else:
-        asyncio.run(run())
-        (name, raw, device, size), = client.registered
-        assert raw == b"raw-" + name.encode() and device == 3 and size == x.nbytes
-        assert client.unregistered == [name] and fake.destroyed == [name]
-        assert item._get_tensor().parameters["shared_memory_region"].string_param == name
-        assert item._get_content() is None  # the request carries no data
-    assert regions == []
-
-
-class _ServerClient(_Client):
-    """A whole server for :func:`serving.load_test`: ready, one FP32 input and no outputs; answers every request."""
-
-    async def is_model_ready(self, model):
-        return True
-
-    async def get_model_metadata(self, model, **_):
-        return {"inputs": [{"name": "x", "shape": [-1, 2], "datatype": "FP32"}], "outputs": []}
-
-    async def get_model_config(self, model, **_):
-        return {"config": {"max_batch_size": 4}}
-
-    async def infer(self, model, inputs, **_):
-        self.n += 1
-        await asyncio.sleep(0)
-
-    async def close(self):
-        pass
-
-
-class _Module:
-    class InferInput:
-        def __init__(self, name, shape, datatype):
-            self.shape = shape
-
-        def set_data_from_numpy(self, array):
-            assert list(array.shape) == self.shape
-
-
-def test_load_starts_only_when_the_ready_hook_returns(monkeypatch):
-    client = _ServerClient()
-    monkeypatch.setattr(serving, "_client", lambda url, grpc: (_Module, client))
-    seen = []
-    settings = serving.LoadSettings(concurrency=(2,), duration_s=5.0, max_requests=6, warmup_s=0.0)
-    (result,) = serving.load_test("127.0.0.1:1", "m", settings, ready=lambda: seen.append(client.n))
-    assert seen == [0]  # called once, before any request
-    assert result.requests == 6 and client.n == 6
-
-
-def fake_client(url, grpc):
-    """A client factory for client processes (imported there by name): a fake server that answers everything."""
-    return _Module, _ServerClient()
-
-
-class _NotReady(_ServerClient):
-    async def is_model_ready(self, model):
-        return False
-
-
-def not_ready_client(url, grpc):
-    return _Module, _NotReady()
-
-
-def test_levels_spread_over_client_processes_are_merged_into_one_result_each():
-    from trtkit.bench.client_procs import load_in_procs
-
-    settings = serving.LoadSettings(concurrency=(1, 3), duration_s=0.3, max_requests=400, warmup_s=0.0, procs=2)
-    one, three = load_in_procs("127.0.0.1:1", "m", settings, serving._load_test, serving._level_result,
-                                client_factory=f"{__name__}:fake_client")
-    assert (one.concurrency, one.procs, three.concurrency, three.procs) == (1, 1, 3, 2)  # a level of 1 on one process
-    for level in (one, three):
-        assert level.failed == 0 and 0 < level.requests <= 400 and level.ips > 0
-        assert level.p50_ms <= level.p99_ms and 0 < level.client_cpu_frac and level.latencies_ms == []
-
-
-def test_a_client_process_that_fails_is_named():
-    from trtkit.bench.client_procs import load_in_procs
-
-    settings = serving.LoadSettings(concurrency=(2,), duration_s=0.3, warmup_s=0.0, procs=2)
-    with pytest.raises(serving.ServeError, match=r"2 of 2 client processes failed: ServeError: Model 'm' is not ready"):
-        load_in_procs("127.0.0.1:1", "m", settings, serving._load_test, serving._level_result,
-                      client_factory=f"{__name__}:not_ready_client")
-
-
-def test_a_levels_parts_pool_their_latencies_and_count_every_failure():
-    from trtkit.bench.client_procs import merge, spread
-
-    assert spread(64, 3) == [22, 21, 21] and spread(1, 1) == [1]
-    parts = [{"latencies_ms": [1.0, 2.0], "failed": 3, "errors": ["E: a"], "wall_s": 1.0, "cpu_s": 0.5},
-             None,  # a process that sat the level out
-             {"latencies_ms": [3.0, 4.0, 5.0, 6.0], "failed": 0, "errors": [], "wall_s": 2.0, "cpu_s": 1.9}]
-    level = merge(8, parts, serving.LoadSettings(batch=2), serving._level_result)
-    assert (level.requests, level.failed, level.errors, level.procs) == (6, 3, ["E: a"], 2)
-    assert level.ips == 6.0 and level.wall_s == 2.0  # 6 requests of 2 rows over the longer wall
-    assert level.p50_ms == 3.5 and level.client_cpu_frac == 0.95 and level.cpu_s == 2.4
-
-
-def test_a_busy_client_is_named_under_the_table():
-    import io
-
-    from rich.console import Console
-
-    busy = serving._level_result(64, serving.LoadSettings(), [1.0], [], 1.0, 0.97)
-    calm = serving._level_result(8, serving.LoadSettings(), [1.0], [], 1.0, 0.2)
-    out = io.StringIO()
-    serving.render([calm, busy], Console(file=out, width=200), title="t")
-    text = " ".join(out.getvalue().split())
-    assert "concurrency 64: the busiest of 1 client process(es) used 0.97 of a core" in text
-    assert "spread it over more processes (procs=N)" in text  # the library's words; the CLI says --procs N
-    assert "concurrency 8: the busiest" not in text
-    assert "procs client CPU" in text and "0.97" in text.split("concurrency 64:")[0]  # the table has it too
-
-
-@pytest.mark.parametrize("extra, hint", [
-    (["--grpc"], "(--procs N, or send with trtkit's wire client: --client wire)"),
-    (["--grpc", "--client", "wire"], "(--procs N)"),
-    ([], "(--procs N)"),  # HTTP: the wire client speaks gRPC only
-])
-def test_the_cli_names_the_ways_out_of_a_busy_client(extra, hint, monkeypatch, capsys):
-    busy = serving._level_result(64, serving.LoadSettings(), [1.0], [], 1.0, 0.97)
-    monkeypatch.setattr(serving, "load_test", lambda *a, **k: [busy])
-    assert cli_main.main(["bench", "--server", "127.0.0.1:1", "--model", "m", "--concurrency", "64", *extra]) == 0
-    text = " ".join(capsys.readouterr().out.split())
-    assert f"the client may be what limits this level: spread it over more processes {hint}" in text
+        assert cli_main.main(["bench", "--server", f"127.0.0.1:{port}", "--model", "m", "--grpc"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"No server answers at 127.0.0.1:{port} (Connection refused)" in err, err
+    assert "trtkit serve ENGINE" in err and not fake_pa.exists()
+
+
+def test_each_level_is_one_perf_analyzer_run_and_its_csv_is_the_table_and_the_json(fake_pa, server, tmp_path,
+                                                                                  capsys):
+    out = tmp_path / "load.json"
+    code = cli_main.main(["bench", "--server", f"grpc://{server}", "--model", "resnet50", "--grpc", "--streaming",
+                          "--shared-memory", "cuda", "--batch", "4", "--concurrency", "1,8", "--duration-s", "0.5",
+                          "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    calls = _calls(fake_pa)
+    assert [c[c.index("--concurrency-range") + 1] for c in calls] == ["1:1", "8:8"]
+    flags = _flags(calls[1])
+    assert flags["-m"] == "resnet50" and flags["-u"] == server and flags["-i"] == "grpc" and "--streaming" in flags
+    assert flags["-b"] == "4" and flags["--shared-memory"] == "cuda" and flags["--input-data"] == "random"
+    assert flags["--measurement-interval"] == "500" and "--request-count" not in flags and flags["-f"]
+    data = json.loads(out.read_text())
+    keys = ("server", "model", "protocol", "batch", "shared_memory", "window_s", "iterations")
+    assert {k: data[k] for k in keys} == {
+        "server": f"grpc://{server}", "model": "resnet50", "protocol": "gRPC stream", "batch": 4,
+        "shared_memory": "cuda", "window_s": 0.5, "iterations": None}
+    assert data["perf_analyzer"]["version"] == "2.60.0" and data["perf_analyzer"]["binary"].endswith("perf_analyzer")
+    assert data["concurrency"]["8"] == {
+        "concurrency": 8, "ips": 2400.5, "rps": 600.12, "p50_ms": 1.74, "p90_ms": 1.84, "p95_ms": 1.94,
+        "p99_ms": 2.32, "server_us": {"queue": 400, "compute_input": 130, "compute_infer": 1180,
+                                      "compute_output": 190, "network_misc": 1000}, "error": None}
+    table = " ".join(capsys.readouterr().out.split())
+    assert "trtkit bench resnet50 on" in table and "gRPC stream, batch 4, perf_analyzer" in table
+    assert "8 2,400.5 1.740 1.840 2.320 400 1,180" in table
+
+
+def test_http_by_default_and_a_request_count_instead_of_windows(fake_pa, server, tmp_path, monkeypatch, capsys):
+    csv = tmp_path / "client-only.csv"
+    csv.write_text(CSV_CLIENT_ONLY)
+    monkeypatch.setenv("FAKE_PA_CSV", str(csv))
+    out = tmp_path / "load.json"
+    assert cli_main.main(["bench", "--server", f"http://{server}", "--model", "m", "--concurrency", "1",
+                          "--iterations", "500", "--json", str(out)]) == 0
+    (call,) = _calls(fake_pa)
+    flags = _flags(call)
+    assert flags["-i"] == "http" and flags["-u"] == server and flags["--request-count"] == "500"
+    assert flags["--shared-memory"] == "none" and flags["-b"] == "1" and "--streaming" not in flags
+    level = json.loads(out.read_text())["concurrency"]["1"]
+    assert (level["ips"], level["p50_ms"], level["p95_ms"], level["p99_ms"]) == (612.75, 1.571, 1.702, 2.1)
+    assert level["server_us"] == {}  # a server without statistics: none claimed
+
+
+def test_a_level_perf_analyzer_cannot_measure_says_why_and_the_next_still_runs(fake_pa, server, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setenv("FAKE_PA_FAIL", "8")
+    monkeypatch.setenv("FAKE_PA_UNSTABLE", "64")
+    assert cli_main.main(["bench", "--server", server, "--model", "m", "--concurrency", "1,8,64,128",
+                          "--duration-s", "2"]) == 1
+    assert [c[c.index("--concurrency-range") + 1] for c in _calls(fake_pa)] == ["1:1", "8:8", "64:64", "128:128"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert "concurrency 8: perf_analyzer exited 99: " in out and "failed to connect to all addresses" in out
+    assert ("concurrency 64: perf_analyzer exited 2: its 10 windows of 2 s never agreed within 10%; longer "
+            "windows steady it (try --duration-s 4)") in out
+    assert "concurrency 1:" not in out and "concurrency 128:" not in out
+
+
+def test_the_perf_analyzer_wheels_binary_is_found_where_the_wheel_puts_it(tmp_path, monkeypatch):
+    """The perf-analyzer wheel installs perf_analyzer/bin/perf_analyzer (its console script only wraps it)."""
+    from trtkit.bench.serving import find_perf_analyzer
+
+    binary = tmp_path / "site" / "perf_analyzer" / "bin" / "perf_analyzer"
+    binary.parent.mkdir(parents=True)
+    (binary.parents[1] / "__init__.py").write_text('__version__ = "2.60.0"\n')
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert find_perf_analyzer({"PATH": ""}) == str(binary)
+    assert find_perf_analyzer({"PERF_ANALYZER": str(binary), "PATH": ""}) == str(binary)

@@ -15,7 +15,7 @@ import sys
 def main(argv: list) -> int:
     from tests.serve.stub_prelude import install_fakes
 
-    # trtkit serve --backend stub: each Triton backend stub puts the same fakes in place
+    # trtkit serve --backend python: each Triton Python backend stub puts the same fakes in place
     os.environ.setdefault("TRTKIT_SERVE_STUB_PRELUDE", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                     "stub_prelude.py"))
     rt = install_fakes()

@@ -1,4 +1,4 @@
-"""Run by each Triton Python backend stub of ``trtkit serve --backend stub`` in the CPU tests, before the engine is
+"""Run by each Triton Python backend stub of ``trtkit serve --backend python`` in the CPU tests, before the engine is
 loaded (``TRTKIT_SERVE_STUB_PRELUDE``): the fake TensorRT and fake CUDA in place of the real ones, as
 ``serve_child.py`` puts them in the serving process. ``TRTKIT_FAKE_GPUS`` and ``TRTKIT_FAKE_INFER_S`` as there;
 with ``TRTKIT_FAKE_STUB_FAIL`` naming an engine file's stem, the stubs of that engine fail to make their runner; with
@@ -68,5 +68,5 @@ def _in_a_stub() -> None:
         atexit.register(_report)
 
 
-if __name__ == "trtkit_stub_prelude":  # run by trtkit.serve.stub_model (runpy), not imported
+if __name__ == "trtkit_stub_prelude":  # run by trtkit.serve.python_backend_model (runpy), not imported
     _in_a_stub()

@@ -1,6 +1,6 @@
-"""``trtkit serve`` end to end on a real Triton (pytriton) over the fake TensorRT and fake CUDA: HTTP and gRPC round
-trips, Triton's health/ready/metrics endpoints, bad requests, an engine that fails to load, two fake GPUs, and SIGTERM
-draining requests in flight. Servers bind 127.0.0.1; every wait is bounded."""
+"""``trtkit serve`` end to end on a real Triton (the pytriton wheel's) over the fake TensorRT and fake CUDA: HTTP and
+gRPC round trips, Triton's health/ready/metrics endpoints, bad requests, an engine that fails to load, two fake GPUs,
+and SIGTERM draining requests in flight. Servers bind 127.0.0.1; every wait is bounded."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _skip_reason() -> str | None:
         import tritonclient.grpc  # noqa: F401
         import tritonclient.http  # noqa: F401
 
-        from trtkit.serve.backend import backend_environment
+        from trtkit.serve.python_backend import backend_environment
 
         backend_environment()
     except ImportError as exc:
@@ -107,18 +107,17 @@ def engines(tmp_path):
     return good, junk
 
 
-@pytest.mark.parametrize("backend", ["pytriton", "stub"])
-def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engines, backend, caplog):
+def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engines):
     import tritonclient.grpc as tgrpc
     import tritonclient.http as thttp
     from tritonclient.utils import InferenceServerException
 
     good, junk = engines
     http_port, grpc_port, metrics_port = free_ports(3)
-    stubs_report = tmp_path / "stubs.jsonl"  # the stub backend's runners live in Triton's stubs: each reports there
+    stubs_report = tmp_path / "stubs.jsonl"  # the runners live in the Python backend's stubs: each reports there
     child = Child(tmp_path, [str(good), str(junk), "--instances", "2", "--gpus", "0,1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-                             "--max-queue-delay-us", "500", "--backend", backend],
+                             "--max-queue-delay-us", "500"],
                   env={"TRTKIT_FAKE_GPUS": "2", "TRTKIT_FAKE_INFER_S": "0.2", "TRTKIT_FAKE_REPORT": str(stubs_report)})
     try:
         status = child.wait_ready()
@@ -152,31 +151,14 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
         np.testing.assert_allclose(http.infer("tiny", [inp]).as_numpy("y"), want, rtol=1e-6)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         assert 'nv_inference_request_success{model="tiny",version="1"} 3' in metrics
-        if backend == "stub":  # Triton's own statistics: every batch ran, none failed
-            stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/tiny/stats",
-                                                      timeout=10).read())["model_stats"][0]
-            assert stats["inference_stats"]["success"]["count"] == 3 and stats["inference_stats"]["fail"]["count"] == 0
+        # Triton's own statistics: every batch ran, none failed
+        stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/tiny/stats",
+                                                  timeout=10).read())["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == 3 and stats["inference_stats"]["fail"]["count"] == 0
 
-        from trtkit.bench.serving import LoadSettings, load_test
-
-        # HTTP, gRPC calls and one gRPC stream (ModelStreamInfer) per level
-        for use_grpc, streaming, port in ((False, False, http_port), (True, False, grpc_port),
-                                          (True, True, grpc_port)):
-            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
-                                grpc=use_grpc, streaming=streaming)
-            with caplog.at_level("WARNING", logger="trtkit"):
-                results = load_test(f"127.0.0.1:{port}", "tiny", load)
-            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)], results
-            assert all(r.p50_ms <= r.p90_ms <= r.p99_ms and r.ips > 0 for r in results)
-        # both backends run the model on Triton's Python backend: streaming into it is warned about, once
-        warned = [r.getMessage() for r in caplog.records if "under gRPC streams" in r.getMessage()]
-        assert warned == ["Model 'tiny' runs on Triton's Python backend, which crashed Triton 2.51 (SIGSEGV in its "
-                          "execute) under gRPC streams in trtkit's tests; if the server dies, load it with unary "
-                          "calls (streaming=False)"]
-        # pytriton keeps the shared-memory protocol closed unless trtkit serve --shared-memory opens it
-        with pytest.raises(ServeError, match="did not take the system shared-memory region of input 'x'.*restricted"):
-            load_test(f"127.0.0.1:{grpc_port}", "tiny", LoadSettings(concurrency=(1,), max_requests=2, warmup_s=0,
-                                                                     grpc=True, shared_memory="system"))
+        # the shared-memory protocol stays closed unless trtkit serve --shared-memory opens it
+        with pytest.raises(InferenceServerException, match="restricted"):
+            grpc.register_system_shared_memory("t-in", "/t-in", 64)
 
         http.close()  # Triton's shutdown waits for open connections (up to --exit-timeout-s)
         grpc.close()
@@ -197,41 +179,26 @@ def test_serve_http_grpc_two_gpus_bad_requests_and_sigterm_drain(tmp_path, engin
     out = child.output()
     assert "stopping: finishing requests in flight" in out and "stopped" in out
     fake = json.loads(out.split("FAKE_CUDA ", 1)[1].splitlines()[0])
-    if backend == "stub":  # nothing allocated in the serving process; each of the 4 stubs freed what it made
-        assert fake["devices"] == [] and fake["live"]["device"] == 0
-        stubs = [json.loads(line) for line in stubs_report.read_text().splitlines()]
-        assert len(stubs) == 4 and sorted(d for s in stubs for d in s["devices"]) == [0, 0, 1, 1], stubs
-        fake = {"live": {k: sum(s["live"][k] for s in stubs) for k in ("device", "streams")}, "devices": [0, 1]}
-    assert fake["devices"] == [0, 1] and fake["live"]["device"] == 0 and fake["live"]["streams"] == 0
+    # nothing allocated in the serving process; each of the 4 stubs freed what it made
+    assert fake["devices"] == [] and fake["live"]["device"] == 0
+    stubs = [json.loads(line) for line in stubs_report.read_text().splitlines()]
+    assert len(stubs) == 4 and sorted(d for s in stubs for d in s["devices"]) == [0, 0, 1, 1], stubs
+    assert all(s["live"]["device"] == 0 and s["live"]["streams"] == 0 for s in stubs)
 
 
-@pytest.mark.parametrize("backend", ["pytriton", "stub"])
-def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
+def test_inputs_through_system_shared_memory(tmp_path, engines):
     import tritonclient.grpc as tgrpc
     import tritonclient.utils.shared_memory as shm
     from tritonclient.utils import InferenceServerException
 
-    from trtkit.bench.serving import LoadSettings, load_test
-
     good, _ = engines
     http_port, grpc_port, metrics_port = free_ports(3)
-    # the stub server keeps 2 gRPC request states for reuse: the 4 requests in flight below go past them
-    pool = ["--grpc-allocation-pool", "2"] if backend == "stub" else []
+    # the server keeps 2 gRPC request states for reuse
     child = Child(tmp_path, [str(good), "--shared-memory", "--http-port", str(http_port), "--grpc-port",
-                             str(grpc_port), "--metrics-port", str(metrics_port), "--backend", backend, *pool])
+                             str(grpc_port), "--metrics-port", str(metrics_port), "--grpc-allocation-pool", "2"])
     try:
         child.wait_ready()
-        # the last over 2 client processes, each with regions of its own (a level of 1 on one of them)
-        for use_grpc, port, procs in ((True, grpc_port, 1), (False, http_port, 1), (True, grpc_port, 2)):
-            load = LoadSettings(concurrency=(1, 4), duration_s=2.0, max_requests=8, warmup_s=0, batch=2,
-                                grpc=use_grpc, shared_memory="system", procs=procs)
-            results = load_test(f"127.0.0.1:{port}", "tiny", load)
-            assert [(r.concurrency, r.requests, r.failed) for r in results] == [(1, 8, 0), (4, 8, 0)], results
-            assert [r.procs for r in results] == [1, procs] and all(r.client_cpu_frac > 0 for r in results)
         with tgrpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
-            # the load generator's regions are gone from the server (and from this host) once it is done
-            assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
-            assert shm.mapped_shared_memory_regions() == []
             # an answer computed from an input the server read from shared memory
             x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
             handle = shm.create_shared_memory_region("t-in", "/t-in", x.nbytes)
@@ -267,7 +234,7 @@ def test_inputs_through_system_shared_memory(tmp_path, engines, backend):
     (["--preferred-batch", "2,8"], 1, "preferred batch sizes 2,8: 8 not within 1..4, the largest batch served from "
                                       "engine '{good}'"),
     (["--tensorrt-options", "eager_batching"], 2, "--tensorrt-options are options of Triton's TensorRT backend "
-                                                  "(--backend tensorrt), not of the 'stub' backend"),
+                                                  "(--backend tensorrt), not of the 'python' backend"),
     (["--backend", "tensorrt", "--tensorrt-options", "output_copy_stream"], 2,
      "output_copy_stream is left out: with it the H200 run's server"),
 ])
@@ -341,12 +308,12 @@ def test_a_triton_that_crashes_is_named_with_its_signal_and_what_it_printed(tmp_
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_stub_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, strict):
+def test_python_backend_names_a_model_its_stubs_cannot_load(tmp_path, engines, strict):
     good, _ = engines
     other = tmp_path / "other.engine"
     other.write_bytes(good.read_bytes())
     http_port, grpc_port, metrics_port = free_ports(3)
-    args = [str(good), str(other), "--backend", "stub", "--http-port", str(http_port), "--grpc-port",
+    args = [str(good), str(other), "--backend", "python", "--http-port", str(http_port), "--grpc-port",
             str(grpc_port), "--metrics-port", str(metrics_port), *(["--strict"] if strict else [])]
     env = {"TRTKIT_FAKE_STUB_FAIL": "other"}  # the stubs of other.engine fail to make their runner
     if strict:
@@ -387,19 +354,18 @@ def test_tensorrt_backend_loads_in_the_wheels_triton_and_a_model_it_cannot_place
     backends, libs = os.environ.get("TRTKIT_TRITON_BACKENDS"), os.environ.get("TRTKIT_TENSORRT_LIBS")
     if not (backends and libs):
         pytest.skip("TRTKIT_TRITON_BACKENDS and TRTKIT_TENSORRT_LIBS name no TensorRT backend and libraries")
-    from tests.fakes.fake_cuda import FakeCudart
     from tests.fakes.fake_trt import make_fake_trt
-    from trtkit.runtime.cuda import Cuda
-    from trtkit.serve import native
+    from trtkit.serve import tensorrt_backend
     from trtkit.serve.server import Server, ServeSettings
 
-    monkeypatch.setattr(native, "tensorrt_library_dir", lambda trt=None: Path(libs))  # the fake module has none
+    # the fake module has no libraries beside it
+    monkeypatch.setattr(tensorrt_backend, "tensorrt_library_dir", lambda trt=None: Path(libs))
     good, _ = engines
     http_port, grpc_port, metrics_port = free_ports(3)
     log = tmp_path / "triton.log"
     settings = ServeSettings(backend="tensorrt", triton_backends=backends, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, log_file=str(log), tensorrt_options=options)
-    server = Server([good], settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
+    server = Server([good], settings, trt=make_fake_trt("8.6.0"))
     with pytest.raises(ServeError, match=r"nothing to serve; could not load '.*tiny.engine': Triton could not load "
                                          r"it: .*gpu id 0"):
         server.start()

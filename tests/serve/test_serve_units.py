@@ -1,5 +1,5 @@
-"""The pieces of ``trtkit serve`` that need no Triton: batch limits, settings, instances spread over GPUs (fake CUDA
-with several devices), request batching, ports in use, and what the Python backend needs from this interpreter."""
+"""The pieces of ``trtkit serve`` that need no Triton: batch limits, settings, instances spread over GPUs, request
+batching, ports in use, and what the Python backend needs from this interpreter."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from tests import models
 from tests.fakes.fake_cuda import FakeCudart
 from tests.fakes.fake_trt import make_fake_trt
 from tests.runtime.fakes import fake_engine_bytes
-from trtkit.errors import CudaError, DependencyError, ProfileError, ServeError, TrtkitError
+from trtkit.errors import DependencyError, ProfileError, ServeError, TrtkitError
 from trtkit.export.triton import triton_model
 from trtkit.runtime.cuda import Cuda
 from trtkit.runtime.runner import TrtRunner
-from trtkit.serve import backend, ports
+from trtkit.serve import ports, python_backend
 from trtkit.serve.batching import joined_inputs, run_requests
-from trtkit.serve.server import ServeSettings, batch_limit, close_model, instance_callable, load_model
+from trtkit.serve.server import ServeSettings, batch_limit, load_model
 
 
 def test_batch_limit_from_profile_and_max_batch(engine):
@@ -68,31 +68,9 @@ def test_bad_settings(kwargs, message):
         ServeSettings(**kwargs).check()
 
 
-def test_instances_spread_over_gpus_each_called_on_its_own(engine):
-    rt = FakeCudart(devices=3)
-    cuda, trt = Cuda(rt), make_fake_trt("8.6.0")
-    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2), backend="pytriton"), trt=trt, cuda=cuda)
-    assert [d for d, _ in model.runners] == [0, 0, 2, 2]
-    assert sorted(set(rt.allocation_device.values())) == [0, 2]
-    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
-    with TrtRunner(engine, trt=trt, cuda=cuda) as reference:  # made on device 2, the current one now
-        expected = reference.infer({"x": x})["y"]
-    for device, runner in model.runners:
-        rt.cudaSetDevice(1)  # pytriton's thread may have any device current
-        (out,) = instance_callable(runner, device, cuda, batched=True)([{"x": x}])
-        np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
-    rt.cudaSetDevice(1)
-    with pytest.raises(CudaError, match="cudaErrorInvalidResourceHandle"):  # what the device switch prevents
-        model.runners[0][1].infer({"x": x})
-    close_model(model, cuda)
-    assert rt.live_allocations()["device"] == 0
-
-
-def test_load_model_frees_what_it_made_when_a_gpu_is_missing(engine):
-    rt = FakeCudart(devices=1)
-    with pytest.raises(CudaError, match=r"cudaSetDevice\(1\)"):
-        load_model(engine, ServeSettings(gpus=(0, 1), backend="pytriton"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
-    assert rt.live_allocations()["device"] == 0
+def test_instances_spread_over_gpus(engine):
+    model = load_model(engine, ServeSettings(instances=2, gpus=(0, 2)), trt=make_fake_trt("8.6.0"))
+    assert model.devices == [0, 0, 2, 2] and model.max_batch == 4 and model.name == engine.stem
 
 
 def test_requests_joined_into_one_batch_and_split_back(engine):
@@ -137,9 +115,9 @@ def test_port_in_use_is_named_with_its_process():
 
 def test_python_without_shared_library_is_refused_with_a_fix(tmp_path):
     with pytest.raises(DependencyError, match="built without it .*--enable-shared"):
-        backend.python_library({"Py_ENABLE_SHARED": 0, "LIBDIR": str(tmp_path)}, (3, 11))
+        python_backend.python_library({"Py_ENABLE_SHARED": 0, "LIBDIR": str(tmp_path)}, (3, 11))
     (tmp_path / "libpython3.11.so.1.0").write_bytes(b"")
-    found = backend.python_library({"Py_ENABLE_SHARED": 1, "LIBDIR": str(tmp_path),
+    found = python_backend.python_library({"Py_ENABLE_SHARED": 1, "LIBDIR": str(tmp_path),
                                     "INSTSONAME": "libpython3.11.so.1.0"}, (3, 11))
     assert found == tmp_path / "libpython3.11.so.1.0"
 
@@ -149,9 +127,9 @@ def test_missing_backend_stub_names_the_versions_there_are(tmp_path):
     for v in ("3.10", "3.12"):
         (stubs / v).mkdir(parents=True)
         (stubs / v / "triton_python_backend_stub").write_bytes(b"")
-    assert backend.check_backend_stub(tmp_path, (3, 12)).parent.name == "3.12"
+    assert python_backend.check_backend_stub(tmp_path, (3, 12)).parent.name == "3.12"
     with pytest.raises(DependencyError, match=r"no Python backend stub for Python 3.9 \(it has 3.10, 3.12\)"):
-        backend.check_backend_stub(tmp_path, (3, 9))
+        python_backend.check_backend_stub(tmp_path, (3, 9))
 
 
 PYTRITON_070 = ["numpy<2.0.0,>=1.21", "protobuf>=3.7", "tritonclient[grpc,http]~=2.50",
@@ -159,10 +137,11 @@ PYTRITON_070 = ["numpy<2.0.0,>=1.21", "protobuf>=3.7", "tritonclient[grpc,http]~
 
 
 def test_numpy_ceiling_read_from_requirements():
-    assert backend.numpy_ceiling(PYTRITON_070) == ("2.0.0", False)
-    assert backend.numpy_ceiling(["numpy (>=1.2, <=1.26.4)", 'numpy<3; python_version > "3"']) == ("1.26.4", True)
-    assert backend.numpy_ceiling(["numpy>=1.21", "numpyro<1", "protobuf<4"]) is None
-    assert backend.numpy_ceiling(None) is None
+    assert python_backend.numpy_ceiling(PYTRITON_070) == ("2.0.0", False)
+    assert python_backend.numpy_ceiling(["numpy (>=1.2, <=1.26.4)", 'numpy<3; python_version > "3"']) == ("1.26.4",
+                                                                                                         True)
+    assert python_backend.numpy_ceiling(["numpy>=1.21", "numpyro<1", "protobuf<4"]) is None
+    assert python_backend.numpy_ceiling(None) is None
 
 
 @pytest.mark.parametrize("numpy_version, refused", [
@@ -170,20 +149,20 @@ def test_numpy_ceiling_read_from_requirements():
 ])
 def test_numpy_that_pytriton_excludes_is_refused(numpy_version, refused):
     if not refused:
-        backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
+        python_backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
         return
     with pytest.raises(DependencyError) as err:
-        backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
+        python_backend.check_numpy(numpy_version, PYTRITON_070, "0.7.0")
     says = str(err.value)
     assert f"cannot run with numpy {numpy_version}: nvidia-pytriton 0.7.0 requires numpy<2.0.0,>=1.21" in says
     assert "every output with no data" in says and 'pip install "numpy<2.0.0"' in says
 
 
 def test_numpy_check_follows_the_declared_pin():
-    backend.check_numpy("2.2.6", ["numpy>=1.21"], "0.8.0")  # a pytriton that lifts the pin is let through
-    backend.check_numpy("2.0", ["numpy<=2.0.0"], "0.8.0")
+    python_backend.check_numpy("2.2.6", ["numpy>=1.21"], "0.8.0")  # a pytriton that lifts the pin is let through
+    python_backend.check_numpy("2.0", ["numpy<=2.0.0"], "0.8.0")
     with pytest.raises(DependencyError, match='pip install "numpy<=2.0.0"'):
-        backend.check_numpy("2.0.1", ["numpy<=2.0.0"], "0.8.0")
+        python_backend.check_numpy("2.0.1", ["numpy<=2.0.0"], "0.8.0")
 
 
 def test_serve_refuses_to_start_under_a_numpy_pytriton_excludes(engine, monkeypatch, capsys):
@@ -191,7 +170,6 @@ def test_serve_refuses_to_start_under_a_numpy_pytriton_excludes(engine, monkeypa
 
     from trtkit.cli import main as cli_main
 
-    monkeypatch.setattr(backend, "require_pytriton", lambda: None)
     monkeypatch.setattr(np, "__version__", "2.2.6")
     monkeypatch.setattr(metadata, "requires", lambda name: PYTRITON_070 if name == "nvidia-pytriton" else [])
     monkeypatch.setattr(metadata, "version", lambda name: "0.7.0")
@@ -204,11 +182,11 @@ def test_serve_refuses_to_start_under_a_numpy_pytriton_excludes(engine, monkeypa
 def test_backend_environment_puts_this_interpreters_library_first():
     pytest.importorskip("pytriton", reason="nvidia-pytriton is not installed (pip install 'trtkit[serve]')")
     try:
-        backend.check_numpy()
-        libdir = str(backend.python_library().parent)
+        python_backend.check_numpy()
+        libdir = str(python_backend.python_library().parent)
     except DependencyError as exc:
         pytest.skip(f"Triton cannot serve from this environment: {exc}")
-    env = backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
+    env = python_backend.backend_environment({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}"})
     assert env["LD_LIBRARY_PATH"] == f"{libdir}:/usr/lib"
     # the stub Triton runs, under that environment, resolves libpython to this interpreter's own
     import shutil
@@ -219,12 +197,12 @@ def test_backend_environment_puts_this_interpreters_library_first():
 
     if shutil.which("ldd") is None:
         pytest.skip("no ldd to ask the dynamic loader")
-    stub = backend.check_backend_stub(Path(pytriton.__file__).parent)
+    stub = python_backend.check_backend_stub(Path(pytriton.__file__).parent)
     seen = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, timeout=30,
                           env={**os.environ, **env}).stdout
     soname = f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
     (line,) = [x for x in seen.splitlines() if soname in x]
-    assert line.split("=>")[1].split("(")[0].strip() == str(backend.python_library())
+    assert line.split("=>")[1].split("(")[0].strip() == str(python_backend.python_library())
 
 
 def test_a_stop_signal_once_the_json_says_ready_drains_the_server(tmp_path, monkeypatch):

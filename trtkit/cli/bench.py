@@ -41,8 +41,19 @@ def add_arguments(parser) -> None:
         help="run N execution contexts, each on its own stream (throughput)",
     )
     g.add_argument("--warmup-ms", type=float, default=200.0, metavar="MS", help="warm-up time (default 200)")
-    g.add_argument("--duration-s", type=float, default=3.0, metavar="S", help="measuring time (default 3)")
-    g.add_argument("--iterations", type=int, metavar="N", help="measure exactly N queries instead")
+    g.add_argument(
+        "--duration-s",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="measuring time (default 3); with --server, each of perf_analyzer's measurement windows",
+    )
+    g.add_argument(
+        "--iterations",
+        type=int,
+        metavar="N",
+        help="measure exactly N queries instead; with --server, each level over N requests instead of windows",
+    )
     options.add_profile_index_option(g)
     g.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end TrtRunner.infer latency")
     g.add_argument(
@@ -74,11 +85,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args, console) -> int:
-    if args.plugin_lib and (args.server or args.model is None):
-        from trtkit.errors import UsageError
+    from trtkit.cli.bench_server import check_server_options
 
-        raise UsageError("--plugin-lib applies to an engine bench runs itself; a server loads its own plugins")
-    if args.server or args.model is None:
+    check_server_options(args, add_arguments)
+    if args.server:
         from trtkit.cli.bench_server import run_server_load
 
         return run_server_load(args, console)

@@ -491,7 +491,6 @@ FLAGS = {
     "verbose": "--verbose",
     # bench --server, serve and export
     "concurrency": "--concurrency",
-    "max_requests": "--requests",
     "batch": "--batch",
     "warmup_s": "--warmup-ms",
     "instances": "--instances",
@@ -511,11 +510,7 @@ FLAGS = {
     "grpc_port": "--grpc-port",
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
-    "cuda_device": "--cuda-device",
-    "procs": "--procs",
     "streaming": "--streaming",
-    "client": "--client",
-    "connections": "--connections",
 }
 
 

@@ -1,4 +1,4 @@
-"""``trtkit serve``: engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC."""
+"""``trtkit serve``: engines on a real Triton Inference Server, dynamic batching, HTTP and gRPC."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import signal
 
 from trtkit.cli import options, render
 
-HELP = "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC."
+HELP = "Serve engines on a real Triton Inference Server, dynamic batching, HTTP and gRPC."
 
 
 def add_arguments(parser) -> None:
@@ -70,11 +70,10 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--backend",
-        choices=("pytriton", "stub", "tensorrt"),
-        default="stub",
-        help="where the engines run: stub (default: runners inside Triton's Python backend stubs, no hop to this "
-        "process), pytriton (runners in this process, behind pytriton's proxy) or tensorrt (Triton's own TensorRT "
-        "backend, no Python in the request path; needs --triton-backends)",
+        choices=("python", "tensorrt"),
+        default="python",
+        help="where the engines run: python (default: a TrtRunner in each instance of Triton's Python backend) or "
+        "tensorrt (Triton's own TensorRT backend, no Python in the request path; needs --triton-backends)",
     )
     g.add_argument(
         "--triton-backends",

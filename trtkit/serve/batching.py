@@ -1,8 +1,7 @@
 """A served batch on one runner: Triton's gathered requests joined into one call and the outputs split back.
 
-Both backends of ``trtkit serve`` run their batches through :func:`run_requests`: pytriton's callable in the serving
-process (:func:`trtkit.serve.server.instance_callable`) and the Python-backend model inside Triton's stubs
-(:mod:`trtkit.serve.stub_model`).
+The Python-backend model inside Triton's stubs (:mod:`trtkit.serve.python_backend_model`) runs its batches through
+:func:`run_requests`.
 """
 
 from __future__ import annotations

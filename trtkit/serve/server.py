@@ -1,11 +1,14 @@
-"""``trtkit serve``: engines on a real Triton Inference Server (pytriton), one TrtRunner per model instance.
+"""``trtkit serve``: engines on a real Triton Inference Server (the pytriton wheel's ``tritonserver``).
 
 Each engine becomes one Triton model. Its inputs, outputs and batch limit come from the engine and its profile 0
 (:func:`trtkit.export.triton.triton_model`); ``--max-batch`` may lower the limit, never raise it. Each model gets
-``instances`` runners on every GPU of ``gpus`` (Triton's ``instance_group`` count is per GPU too), each a
-:class:`~trtkit.runtime.runner.TrtRunner` with CUDA graphs and its own stream, made and called with its GPU current.
-Triton's dynamic batcher gathers requests up to the batch limit (waiting at most ``max_queue_delay_us`` for a fuller
-batch); an instance runs the gathered requests as one batch and hands each request its slice of the outputs.
+``instances`` instances on every GPU of ``gpus`` (Triton's ``instance_group`` count is per GPU too). Triton's dynamic
+batcher gathers requests up to the batch limit (waiting at most ``max_queue_delay_us`` for a fuller batch); an
+instance runs the gathered requests as one batch and hands each request its slice of the outputs. An instance is a
+:class:`~trtkit.runtime.runner.TrtRunner` (CUDA graphs, its own stream) inside Triton's Python backend
+(:mod:`trtkit.serve.python_backend`), or the engine on Triton's own TensorRT backend
+(:mod:`trtkit.serve.tensorrt_backend`). trtkit writes the model repository and runs ``tritonserver`` on it
+(:mod:`trtkit.serve.tritonserver`).
 
 An engine that cannot be loaded is named (:attr:`Server.failures`) and the others are served, unless ``strict``.
 Stopping (:meth:`Server.stop`) lets Triton finish the requests in flight, then frees the runners.
@@ -13,9 +16,7 @@ Stopping (:meth:`Server.stop`) lets Triton finish the requests in flight, then f
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -23,24 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
 from trtkit.export.triton import GRAPH_BATCHES, TENSORRT_OPTIONS, preferred_batch_sizes, tensorrt_options
-from trtkit.serve.batching import run_requests
 from trtkit.serve.logs import log_tail
 
 if TYPE_CHECKING:
     from trtkit.export.triton import TritonModel
 
 logger = logging.getLogger("trtkit")
-# how long the stub backend's tritonserver may take to load every model (each instance's stub loads its engine)
-STUB_LOAD_TIMEOUT_S = 300.0
+# how long tritonserver may take to load every model (each Python backend stub loads its engine)
+LOAD_TIMEOUT_S = 300.0
 
 
-# where the engines run: runners in this process behind pytriton's proxy, runners inside Triton's Python backend
-# stubs, or Triton's own TensorRT backend
-BACKENDS = ("pytriton", "stub", "tensorrt")
+# where the engines run: TrtRunners inside Triton's Python backend, or Triton's own TensorRT backend
+BACKENDS = ("python", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -58,16 +55,14 @@ class ServeSettings:
         cuda_graph: replay each batch shape from a CUDA graph.
         exit_timeout_s: how long stopping waits for requests in flight.
         log_file: where Triton's own log goes (default: a file in a temporary folder, quoted on failures).
-        shared_memory: open Triton's system shared-memory protocol to clients (``trtkit bench --shared-memory
-            system``: requests carry a region's name, not their inputs). pytriton closes it by default (with its
-            other administrative endpoints, behind a token it makes up); opened, any client that reaches the ports
-            can have the server map shared memory of this host, so keep ``host`` on loopback then.
-        backend: where the runners run. ``"stub"`` (default): inside Triton's Python backend stubs themselves, one
-            runner per stub process, on a model repository trtkit writes (:mod:`trtkit.serve.stub`), with no hop to
-            this process; ``"pytriton"``: in this process, behind pytriton's proxy (each batch goes from Triton's
-            backend stub to this process and back through ZeroMQ and pytriton's tensor store); ``"tensorrt"``:
-            Triton's own TensorRT backend (:mod:`trtkit.serve.native`; no Python in the request path, the engines
-            as ``trtkit export triton`` writes them), from the folder ``triton_backends``.
+        shared_memory: open Triton's shared-memory protocol to clients (``trtkit bench --shared-memory system``:
+            requests carry a region's name, not their inputs). It is closed by default (with the other administrative
+            endpoints, behind a token made up per server); opened, any client that reaches the ports can have the
+            server map shared memory of this host, so keep ``host`` on loopback then.
+        backend: where the engines run. ``"python"`` (default): each instance a runner inside its own stub process
+            of Triton's Python backend (:mod:`trtkit.serve.python_backend`); ``"tensorrt"``: Triton's own TensorRT
+            backend (:mod:`trtkit.serve.tensorrt_backend`; no Python in the request path, the engines as ``trtkit
+            export triton`` writes them), from the folder ``triton_backends``.
         triton_backends: with ``backend="tensorrt"``: a folder holding ``tensorrt/libtriton_tensorrt.so``, Triton's
             TensorRT backend built for the pytriton wheel's Triton and this environment's TensorRT.
         graph_batches: with ``backend="tensorrt"`` and ``cuda_graph``: ``"every"`` (default) captures a CUDA graph
@@ -101,7 +96,7 @@ class ServeSettings:
     exit_timeout_s: int = 30
     log_file: str | None = None
     shared_memory: bool = False
-    backend: str = "stub"
+    backend: str = "python"
     triton_backends: str | None = None
     graph_batches: str = "every"
     tensorrt_options: tuple = ()
@@ -197,15 +192,13 @@ class LoadFailure:
 
 @dataclass
 class LoadedModel:
-    """One engine ready to serve: its Triton description, batch limit, the GPU of each instance and (the pytriton
-    backend: in this process) one ``(gpu, runner)`` per instance."""
+    """One engine ready to serve: its Triton description, batch limit and the GPU of each instance."""
 
     engine: str
     spec: TritonModel
     max_batch: int
     preferred_batch_sizes: tuple
     devices: list = field(default_factory=list)
-    runners: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -244,83 +237,46 @@ def batch_limit(spec, max_batch: int | None, engine, preferred: tuple | None = N
     return int(max_batch), tuple(within)
 
 
-def load_model(engine, settings: ServeSettings, *, trt=None, cuda=None) -> LoadedModel:
-    """Describe ``engine`` for Triton and (the pytriton backend) make one runner per instance, each on its GPU; the
-    stub backend's runners are made in Triton's backend stubs.
+def load_model(engine, settings: ServeSettings, *, trt=None) -> LoadedModel:
+    """Describe ``engine`` for Triton (the engine itself is loaded inside Triton).
 
     Raises:
-        EngineError / ProfileError / CudaError: the engine cannot be loaded or served as asked (nothing is left
-            allocated).
+        EngineError / ProfileError: the engine cannot be read or served as asked.
     """
     from trtkit.export.triton import triton_model
-    from trtkit.runtime.cuda import Cuda
-    from trtkit.runtime.runner import TrtRunner
 
-    cuda = cuda or Cuda()
     spec = triton_model(engine, trt=trt)
     max_batch, preferred = batch_limit(spec, settings.max_batch, engine, settings.preferred_batch_sizes)
-    model = LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
-    if settings.backend in ("stub", "tensorrt"):  # the engine is loaded inside Triton
-        return model
-    try:
-        for device in settings.devices():
-            cuda.set_device(device)
-            runner = TrtRunner(engine, cuda_graph=settings.cuda_graph, trt=trt, cuda=cuda)
-            model.runners.append((device, runner.activate()))
-    except BaseException:
-        close_model(model, cuda)
-        raise
-    return model
-
-
-def close_model(model: LoadedModel, cuda) -> None:
-    """Free every runner of ``model``, each with its GPU current."""
-    for device, runner in model.runners:
-        with contextlib.suppress(TrtkitError):
-            cuda.set_device(device)
-        runner.close()
-    model.runners.clear()
-
-
-def instance_callable(runner, device: int, cuda, batched: bool):
-    """The function pytriton calls for one model instance: its GPU made current, then :func:`run_requests`."""
-
-    def infer(requests):
-        cuda.set_device(device)
-        return run_requests(runner, requests, batched)
-
-    return infer
+    return LoadedModel(str(engine), spec, max_batch, preferred, settings.devices())
 
 
 class Server:
-    """Engines served by one Triton Inference Server (pytriton) in this process; a context manager.
+    """Engines served by one Triton Inference Server, in a process of its own; a context manager.
 
     Args:
         engines: engine files, one Triton model each (named after the file's stem).
         settings: see :class:`ServeSettings`.
-        trt / cuda: the ``tensorrt`` module and a :class:`~trtkit.runtime.cuda.Cuda` (tests pass fakes).
+        trt: the ``tensorrt`` module that reads the engines (tests pass a fake).
 
     Attributes:
         models: the models being served (:class:`LoadedModel`).
         failures: the engines that could not be loaded (:class:`LoadFailure`).
-        load_s: seconds to load every engine and make its runners.
-        ready_s: seconds from the engines loaded to Triton answering ready with every model.
+        load_s: seconds to read every engine.
+        ready_s: seconds from the engines read to Triton answering ready with every model.
     """
 
-    def __init__(self, engines, settings: ServeSettings | None = None, *, trt=None, cuda=None):
+    def __init__(self, engines, settings: ServeSettings | None = None, *, trt=None):
         self.engines = [str(e) for e in engines]
         self.settings = settings or ServeSettings()
-        self._trt, self._cuda = trt, cuda
+        self._trt = trt
         self.models: list = []
         self.failures: list = []
         self.load_s: float | None = None
         self.ready_s: float | None = None
-        self._triton: Any = None  # pytriton's Triton, once started
         self._stop = threading.Event()
         self._log_dir: tempfile.TemporaryDirectory | None = None
-        self._stub: Any = None  # the stub backend's tritonserver (trtkit.serve.stub.StubTriton), once started
+        self._triton: Any = None  # the tritonserver process (trtkit.serve.tritonserver.TritonProcess), once started
         self._work_dir: tempfile.TemporaryDirectory | None = None
-        self._backends: tuple = ()  # backend folders served beside the wheel's (the tensorrt backend's), from start()
 
     def __enter__(self) -> "Server":
         self.start()
@@ -338,55 +294,61 @@ class Server:
         return Path(self._log_dir.name) / "triton.log"
 
     def start(self) -> "Server":
-        """Check the settings and ports, load the engines, start Triton and wait until every model is ready.
+        """Check the settings and ports, read the engines, start Triton and wait until every model is ready.
 
         Raises:
             TrtkitError: a bad setting; DependencyError: pytriton is missing or cannot run on this Python;
             ServeError: a port is in use, no engine (or, with ``strict``, not every engine) could be loaded,
             or Triton did not become ready (its log's last lines quoted).
         """
-        from trtkit.runtime.cuda import Cuda
-        from trtkit.serve.backend import backend_environment
         from trtkit.serve.ports import check_ports
 
         self.settings.check()
         if not self.engines:
             raise TrtkitError("Give at least one engine to serve")
-        native_backend = self.settings.backend == "tensorrt"
-        env = backend_environment(python_backend=not native_backend)
-        if native_backend:  # no Python backend stub: numpy and this Python's libpython do not matter there
-            from trtkit.serve import native
-
-            self._backends = (native.tensorrt_backend(self.settings.triton_backends),)
-            env = native.server_environment(env, self._trt)
+        backend = self._backend()
         check_ports(self.settings.host, self.settings.ports())
-        self._cuda = self._cuda or Cuda()
         self._load_all()
         self._log_dir = None if self.settings.log_file else tempfile.TemporaryDirectory(prefix="trtkit-serve-")
         started = time.monotonic()
         try:
-            if self.settings.backend in ("stub", "tensorrt"):
-                self._start_repository(env)
-            else:
-                self._start_triton(env)
+            self._start_triton(*backend)
         except BaseException:
             self.stop()
             raise
         self.ready_s = time.monotonic() - started
         return self
 
+    def _backend(self) -> tuple:
+        """``(backend module, its server environment, TritonProcess keywords: the stub or the backend folders)``.
+
+        Raises:
+            DependencyError: what the backend needs is missing.
+        """
+        from trtkit.serve import python_backend, tensorrt_backend
+
+        if self.settings.backend == "tensorrt":
+            folder = tensorrt_backend.tensorrt_backend(self.settings.triton_backends)
+            env = tensorrt_backend.backend_environment(self._trt)
+            return (
+                tensorrt_backend,
+                env,
+                {"backends": (folder,), "options": tensorrt_backend.backend_config(self.settings)},
+            )
+        env = python_backend.backend_environment()
+        return python_backend, env, {"stub": python_backend.backend_stub()}
+
     def _load_all(self) -> None:
         started = time.monotonic()
         names: dict = {}
         for engine in self.engines:
             try:
-                model = load_model(engine, self.settings, trt=self._trt, cuda=self._cuda)
+                model = load_model(engine, self.settings, trt=self._trt)
             except TrtkitError as exc:
                 self.failures.append(LoadFailure(engine, str(exc)))
                 logger.warning("Not serving '%s': %s", engine, exc)
                 continue
             if model.name in names:
-                close_model(model, self._cuda)
                 self.failures.append(
                     LoadFailure(
                         engine, f"model name '{model.name}' is taken by '{names[model.name]}'; rename one engine file"
@@ -398,62 +360,19 @@ class Server:
         self.load_s = time.monotonic() - started
         if self.failures and (self.settings.strict or not self.models):
             listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
-            self._close_models()
             why = "strict=True: every engine must load" if self.models or self.settings.strict else "nothing to serve"
             raise ServeError(f"{why}; could not load {listed}")
 
-    def _start_triton(self, env: dict) -> None:
-        from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-        from pytriton.triton import Triton, TritonConfig
-
-        s = self.settings
-        config = TritonConfig(
-            http_address=s.host,
-            http_port=s.http_port,
-            grpc_address=s.host,
-            grpc_port=s.grpc_port,
-            metrics_address=s.host,
-            metrics_port=s.metrics_port,
-            exit_timeout_secs=int(s.exit_timeout_s),
-            log_file=self.log_file,
-            grpc_infer_allocation_pool_size=s.grpc_allocation_pool,
-        )
-        self._triton = Triton(config=config, security_config=_security_config(s.shared_memory))
-        for model in self.models:
-            batched = model.max_batch > 0
-            batcher = DynamicBatcher(
-                max_queue_delay_microseconds=int(s.max_queue_delay_us),
-                preferred_batch_size=list(model.preferred_batch_sizes) or None,
-            )
-            self._triton.bind(
-                model_name=model.name,
-                infer_func=[instance_callable(r, d, self._cuda, batched) for d, r in model.runners],
-                inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.inputs],
-                outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in model.spec.outputs],
-                config=ModelConfig(batching=batched, max_batch_size=max(model.max_batch, 1), batcher=batcher),
-                strict=True,
-            )
-        try:
-            with _environ(env):
-                self._triton.run()
-        except Exception as exc:  # pytriton raises its own errors, TimeoutError and RuntimeError
-            raise ServeError(f"Triton did not start ({type(exc).__name__}: {exc}){log_tail(self.log_file)}") from exc
-
-    def _start_repository(self, env: dict) -> None:
-        """The stub and tensorrt backends: a model repository written here, served by the wheel's tritonserver."""
-        from trtkit.serve import native, stub
+    def _start_triton(self, backend, env: dict, keywords: dict) -> None:
+        """The backend's model repository written here, served by the wheel's tritonserver."""
+        from trtkit.serve.tritonserver import TritonProcess, server_environment
 
         self._work_dir = tempfile.TemporaryDirectory(prefix=f"trtkit-serve-{self.settings.backend}-")
         work = Path(self._work_dir.name)
-        if self.settings.backend == "tensorrt":
-            repo = native.write_repository(self.models, self.settings, work / "models")
-        else:
-            repo = stub.write_repository(self.models, self.settings, work / "models")
+        repo = backend.write_repository(self.models, self.settings, work / "models")
         try:
-            self._stub = stub.StubTriton(
-                repo, self.settings, work, self.log_file, stub.server_environment(env), self._backends
-            )
-            failed = self._stub.wait_loaded([m.name for m in self.models], timeout_s=STUB_LOAD_TIMEOUT_S)
+            self._triton = TritonProcess(repo, self.settings, work, self.log_file, server_environment(env), **keywords)
+            failed = self._triton.wait_loaded([m.name for m in self.models], timeout_s=LOAD_TIMEOUT_S)
         except ServeError as exc:
             raise ServeError(f"Triton did not start ({exc}){log_tail(self.log_file)}") from exc
         for model in [m for m in self.models if m.name in failed]:
@@ -475,14 +394,11 @@ class Server:
         }
 
     def is_alive(self) -> bool:
-        if self._stub is not None:
-            return self._stub.is_alive()
         return self._triton is not None and self._triton.is_alive()
 
     def exit_reason(self) -> str | None:
-        """Why Triton ended on its own (exit code or signal, and the last lines it printed), None while it runs or
-        where it is not known (the pytriton backend runs Triton out of sight)."""
-        return self._stub.exit_reason() if self._stub is not None else None
+        """Why Triton ended on its own (exit code or signal, and the last lines it printed), None while it runs."""
+        return self._triton.exit_reason() if self._triton is not None else None
 
     def request_stop(self) -> None:
         """Make :meth:`wait` return (safe from a signal handler)."""
@@ -499,45 +415,13 @@ class Server:
         return self._stop.is_set()
 
     def stop(self) -> None:
-        """Stop Triton (it finishes the requests in flight first), then free every runner. Idempotent."""
+        """Stop Triton (it finishes the requests in flight first). Idempotent."""
         if self._triton is not None:
-            triton, self._triton = self._triton, None
-            triton.stop()
-        if self._stub is not None:
-            server, self._stub = self._stub, None
+            server, self._triton = self._triton, None
             server.stop()
-        self._close_models()
         if self._work_dir is not None:
             self._work_dir.cleanup()
             self._work_dir = None
         if self._log_dir is not None:
             self._log_dir.cleanup()
             self._log_dir = None
-
-    def _close_models(self) -> None:
-        for model in self.models:
-            close_model(model, self._cuda)
-
-
-def _security_config(shared_memory: bool):
-    """pytriton's token-protected endpoints: its defaults, less ``shared-memory`` when clients may use it."""
-    from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, TritonSecurityConfig
-
-    if not shared_memory:
-        return None
-    return TritonSecurityConfig(restricted_endpoints=[e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "shared-memory"])
-
-
-@contextlib.contextmanager
-def _environ(values: dict):
-    """``os.environ`` with ``values`` while pytriton starts the server process (it copies the environment then)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -1,12 +1,17 @@
-"""What Triton's Python backend needs from this interpreter, prepared or refused with the reason.
+"""``trtkit serve --backend python``: each model instance one TrtRunner inside Triton's Python backend.
 
-pytriton runs each model through Triton's Python backend: a stub process, built per Python minor version, that loads
-``libpython3.X.so.1.0`` and then this interpreter's standard library. The library must be this interpreter's own. When
-the dynamic loader finds another one first (a pyenv Python 3.11.7 on a system whose ``/usr/lib`` has Debian's 3.11.2),
-the stub runs 3.11.2's C core under 3.11.7's standard library and fails in ``initialize`` (``'_thread.RLock' object has
-no attribute '_recursion_count'``, the first 3.11.7 library call into a C function 3.11.2 lacks). When it finds none,
-the model never becomes ready. :func:`backend_environment` puts this interpreter's library folder first on
-``LD_LIBRARY_PATH`` for the server's process.
+:func:`write_repository` writes a model repository whose models are Triton Python-backend models (``backend:
+"python"``, :mod:`trtkit.serve.python_backend_model` as ``model.py``, the engine path and each instance's GPU as
+parameters); :class:`~trtkit.serve.tritonserver.TritonProcess` runs the pytriton wheel's ``tritonserver`` on it.
+Triton starts one backend stub process per instance, and each stub holds its runner: a batch goes from Triton to its
+stub and back, nowhere else.
+
+The stub, built per Python minor version, loads ``libpython3.X.so.1.0`` and then this interpreter's standard library.
+The library must be this interpreter's own. When the dynamic loader finds another one first (a pyenv Python 3.11.7 on
+a system whose ``/usr/lib`` has Debian's 3.11.2), the stub runs 3.11.2's C core under 3.11.7's standard library and
+fails in ``initialize`` (``'_thread.RLock' object has no attribute '_recursion_count'``, the first 3.11.7 library call
+into a C function 3.11.2 lacks). When it finds none, the model never becomes ready. :func:`backend_environment` puts
+this interpreter's library folder first on ``LD_LIBRARY_PATH`` for the server's process.
 
 pytriton's stubs are also built against numpy 1 (nvidia-pytriton 0.7.0 declares ``numpy<2.0.0``). Under numpy 2 a
 stub reads every output array's item size as 0, so Triton answers each request, over HTTP and gRPC alike, with the
@@ -21,26 +26,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from trtkit._atomic import write_text_atomic
 from trtkit._version_compat import version_parts
 from trtkit.errors import DependencyError
+from trtkit.serve import python_backend_model
 
-INSTALL_HINT = 'pip install "trtkit[serve]"'
 # a requirement string: its name, then (after any extras) its version clauses up to the environment marker
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?([^;]*)")
-
-
-def require_pytriton():
-    """The ``pytriton`` package.
-
-    Raises:
-        DependencyError: it is not installed (with the command that installs it).
-    """
-    try:
-        import pytriton
-        import pytriton.triton  # noqa: F401  (the server part, which needs tritonclient too)
-    except ImportError as exc:
-        raise DependencyError(f"trtkit serve needs nvidia-pytriton ({exc}); install it with {INSTALL_HINT}") from exc
-    return pytriton
 
 
 def numpy_ceiling(requirements) -> tuple | None:
@@ -156,21 +148,59 @@ def check_backend_stub(pytriton_dir, version=None) -> Path:
     return stub
 
 
-def backend_environment(environ=None, python_backend: bool = True) -> dict:
+def backend_stub() -> Path:
+    """The Python backend stub the pytriton wheel ships for this Python.
+
+    Raises:
+        DependencyError: pytriton is missing or has no stub for this Python.
+    """
+    from trtkit.serve.tritonserver import require_pytriton
+
+    return check_backend_stub(Path(require_pytriton().__file__).parent)
+
+
+def backend_environment(environ=None) -> dict:
     """Environment variables for the Triton server process: ``LD_LIBRARY_PATH`` with this interpreter's library
-    folder first, so the backend stub loads this interpreter's ``libpython``. ``python_backend=False`` (engines on
-    Triton's TensorRT backend: no Python backend stub runs): only pytriton, for its ``tritonserver``, is needed.
+    folder first, so the backend stub loads this interpreter's ``libpython``.
 
     Raises:
         DependencyError: pytriton is missing, has no stub for this Python, numpy is one pytriton excludes, or this
-            Python has no shared library (the last three only with ``python_backend``).
+            Python has no shared library.
     """
-    pytriton = require_pytriton()
     environ = os.environ if environ is None else environ
-    if not python_backend:
-        return {"LD_LIBRARY_PATH": environ.get("LD_LIBRARY_PATH", "")}
     check_numpy()
-    check_backend_stub(Path(pytriton.__file__).parent)
+    backend_stub()
     libdir = str(python_library().parent)
     rest = [p for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
     return {"LD_LIBRARY_PATH": ":".join([libdir, *rest])}
+
+
+def model_config(model, settings) -> str:
+    """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's Python backend."""
+    import json
+
+    from trtkit.export.triton import io_and_batching_lines
+
+    lines = [f'name: "{model.name}"', 'backend: "python"']
+    lines += io_and_batching_lines(
+        model.spec, model.max_batch, model.preferred_batch_sizes, settings.max_queue_delay_us
+    )
+    groups = [
+        f'  {{ name: "{python_backend_model.GROUP_PREFIX}{gpu}" count: {int(settings.instances)} kind: KIND_CPU }}'
+        for gpu in settings.gpus
+    ]
+    lines.append("instance_group [\n" + ",\n".join(groups) + "\n]")
+    params = {"engine": str(Path(model.engine).resolve()), "cuda_graph": "1" if settings.cuda_graph else "0"}
+    lines += [f'parameters {{ key: "{k}" value: {{ string_value: {json.dumps(v)} }} }}' for k, v in params.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(models: list, settings, repo: Path) -> Path:
+    """``repo/<name>/config.pbtxt`` and ``repo/<name>/1/model.py`` for each model (``repo`` made when missing)."""
+    model_py = Path(python_backend_model.__file__).read_text()
+    for model in models:
+        folder = Path(repo) / model.name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / "config.pbtxt", model_config(model, settings))
+        write_text_atomic(folder / "1" / "model.py", model_py)
+    return Path(repo)

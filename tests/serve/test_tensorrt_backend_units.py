@@ -8,12 +8,10 @@ import types
 
 import pytest
 
-from tests.fakes.fake_cuda import FakeCudart
 from tests.fakes.fake_trt import make_fake_trt
-from tests.serve.test_serve_stub_units import _parse
+from tests.serve.test_python_backend_units import _parse
 from trtkit.errors import DependencyError, UsageError
-from trtkit.runtime.cuda import Cuda
-from trtkit.serve import native
+from trtkit.serve import tensorrt_backend as native
 from trtkit.serve.server import Server, ServeSettings, load_model
 
 
@@ -27,9 +25,7 @@ def _backends(tmp_path):
 def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_for(tmp_path, engine):
     settings = ServeSettings(instances=2, gpus=(0, 3), backend="tensorrt", max_batch=3, max_queue_delay_us=250,
                              triton_backends=str(_backends(tmp_path)))
-    rt = FakeCudart(devices=4)
-    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
-    assert model.runners == [] and rt.live_allocations()["device"] == 0  # Triton's backend loads the engine
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"))
     repo = native.write_repository([model], settings, tmp_path / "repo")
     config = _parse((repo / "tiny" / "config.pbtxt").read_text())
     assert config.name == "tiny" and config.platform == "tensorrt_plan" and config.max_batch_size == 3
@@ -49,7 +45,7 @@ def test_the_repository_is_the_export_config_with_the_batch_and_instances_asked_
 def test_preferred_batch_sizes_asked_for_reach_the_config(tmp_path, engine):
     settings = ServeSettings(backend="tensorrt", preferred_batch_sizes=(1, 3, 4),
                              triton_backends=str(_backends(tmp_path)))
-    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"))
     repo = native.write_repository([model], settings, tmp_path / "repo")
     config = _parse((repo / "tiny" / "config.pbtxt").read_text())
     assert list(config.dynamic_batching.preferred_batch_size) == [1, 3, 4] and config.max_batch_size == 4
@@ -71,14 +67,14 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the
         tmp_path, engine):
     settings = ServeSettings(backend="tensorrt", graph_batches="triton", triton_backends=str(_backends(tmp_path)))
     settings.check()
-    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
-    config = _parse(native.native_config(model, settings))
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"))
+    config = _parse(native.model_config(model, settings))
     assert config.optimization.cuda.graphs and list(config.optimization.cuda.graph_spec) == []
-    off = _parse(native.native_config(model, ServeSettings(backend="tensorrt", cuda_graph=False)))
+    off = _parse(native.model_config(model, ServeSettings(backend="tensorrt", cuda_graph=False)))
     assert not off.optimization.cuda.graphs and list(off.optimization.cuda.graph_spec) == []
     with pytest.raises(UsageError, match=r"graph_batches='triton' chooses the CUDA graphs of Triton's TensorRT "
-                                         r"backend \(backend='tensorrt'\); the 'stub' backend's runners capture"):
-        ServeSettings(backend="stub", graph_batches="triton").check()
+                                         r"backend \(backend='tensorrt'\); the 'python' backend's runners capture"):
+        ServeSettings(backend="python", graph_batches="triton").check()
     with pytest.raises(UsageError, match=r"graph_batches='some': give one of every, triton"):
         ServeSettings(backend="tensorrt", graph_batches="some").check()
 
@@ -87,16 +83,16 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
     settings = ServeSettings(backend="tensorrt", tensorrt_options=("eager_batching", "blocking"),
                              triton_backends=str(_backends(tmp_path)))
     settings.check()
-    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"), cuda=Cuda(FakeCudart()))
-    config = _parse(native.native_config(model, settings))
+    model = load_model(engine, settings, trt=make_fake_trt("8.6.0"))
+    config = _parse(native.model_config(model, settings))
     assert config.optimization.eager_batching and config.optimization.cuda.graphs
     assert not config.optimization.cuda.busy_wait_events and not config.optimization.cuda.output_copy_stream
     # blocking is the server's: each instance on a thread of its own
     assert native.backend_config(settings) == {"backend-config": "tensorrt,execution-policy=BLOCKING"}
     assert native.backend_config(ServeSettings(backend="tensorrt")) == {}
     with pytest.raises(UsageError, match=r"tensorrt_options are options of Triton's TensorRT backend "
-                                         r"\(backend='tensorrt'\), not of the 'stub' backend"):
-        ServeSettings(backend="stub", tensorrt_options=("busy_wait_events",)).check()
+                                         r"\(backend='tensorrt'\), not of the 'python' backend"):
+        ServeSettings(backend="python", tensorrt_options=("busy_wait_events",)).check()
     with pytest.raises(UsageError, match=r"option\(s\) spin not known here; give any of busy_wait_events, "
                                          r"eager_batching, gather_kernel, blocking"):
         ServeSettings(backend="tensorrt", tensorrt_options=("spin",)).check()
@@ -104,8 +100,8 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
 
 def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):
     with pytest.raises(UsageError, match="triton_backends is Triton's TensorRT backend's folder, for "
-                                         "backend='tensorrt', not 'stub'"):
-        ServeSettings(backend="stub", triton_backends=str(tmp_path)).check()
+                                         "backend='tensorrt', not 'python'"):
+        ServeSettings(backend="python", triton_backends=str(tmp_path)).check()
 
 
 def test_the_server_refuses_a_missing_backend_before_loading_anything_and_asks_nothing_of_numpy(tmp_path, engine,
@@ -113,17 +109,16 @@ def test_the_server_refuses_a_missing_backend_before_loading_anything_and_asks_n
     def python_backend_only(*_):
         raise AssertionError("the Python backend's requirements were checked for the tensorrt backend")
 
-    monkeypatch.setattr("trtkit.serve.backend.require_pytriton", lambda: types.SimpleNamespace(__file__="pytriton"))
-    monkeypatch.setattr("trtkit.serve.backend.check_numpy", python_backend_only)
-    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", python_backend_only)
-    rt = FakeCudart()
-    server = Server([engine], ServeSettings(backend="tensorrt"), trt=make_fake_trt("8.6.0"), cuda=Cuda(rt))
+    monkeypatch.setattr("trtkit.serve.tritonserver.require_pytriton", lambda: types.SimpleNamespace(__file__="x"))
+    monkeypatch.setattr("trtkit.serve.python_backend.check_numpy", python_backend_only)
+    monkeypatch.setattr("trtkit.serve.python_backend.check_backend_stub", python_backend_only)
+    server = Server([engine], ServeSettings(backend="tensorrt"), trt=make_fake_trt("8.6.0"))
     with pytest.raises(DependencyError, match="pytriton wheel does not carry"):
         server.start()
-    assert server.models == [] and rt.live_allocations()["device"] == 0
+    assert server.models == []
 
 
-def test_tensorrt_libraries_are_found_beside_the_module_or_in_tensorrt_libs(tmp_path):
+def test_tensorrt_libraries_are_found_beside_the_module_or_in_tensorrt_libs(tmp_path, monkeypatch):
     here = tmp_path / "site" / "tensorrt"
     here.mkdir(parents=True)
     module = types.SimpleNamespace(__file__=str(here / "__init__.py"))
@@ -134,19 +129,16 @@ def test_tensorrt_libraries_are_found_beside_the_module_or_in_tensorrt_libs(tmp_
     assert native.tensorrt_library_dir(module) == tmp_path / "site" / "tensorrt_libs"
     (here / "libnvinfer.so.8").write_bytes(b"")
     assert native.tensorrt_library_dir(module) == here
-    env = native.server_environment({"LD_LIBRARY_PATH": f"/py/lib:{here}", "X": "1"}, module)
-    assert env == {"LD_LIBRARY_PATH": f"{here}:/py/lib", "X": "1"}
+    monkeypatch.setattr("trtkit.serve.tritonserver.require_pytriton", lambda: types.SimpleNamespace(__file__="x"))
+    env = native.backend_environment(module, {"LD_LIBRARY_PATH": f"/py/lib:{here}", "X": "1"})
+    assert env == {"LD_LIBRARY_PATH": f"{here}:/py/lib"}
 
 
-def test_the_servers_backends_folder_gets_a_copy_of_the_tensorrt_backend(tmp_path, monkeypatch):
+def test_the_servers_backends_folder_gets_a_copy_of_the_tensorrt_backend(tmp_path):
     pytest.importorskip("pytriton", reason="the serve extra (nvidia-pytriton) ships the tritonserver folder")
-    from trtkit.serve import stub
+    from trtkit.serve import tritonserver
 
-    def no_stub(*_):
-        raise AssertionError("a Python backend stub was looked for")
-
-    monkeypatch.setattr("trtkit.serve.backend.check_backend_stub", no_stub)  # nothing runs on the Python backend
-    root = stub.prepare_server(tmp_path / "work", (native.tensorrt_backend(_backends(tmp_path)),), python_stub=False)
+    root = tritonserver.prepare_server(tmp_path / "work", None, (native.tensorrt_backend(_backends(tmp_path)),))
     copied = root / "backends" / "tensorrt" / native.BACKEND_LIBRARY
     assert copied.read_bytes() == b"\x7fELF" and not copied.is_symlink()
     assert not (root / "backends" / "python" / "triton_python_backend_stub").exists()
@@ -158,11 +150,11 @@ def test_the_cli_names_the_flag_and_serves_under_any_numpy_with_the_tensorrt_bac
 
     from trtkit.cli import main as cli_main
 
-    monkeypatch.setattr("trtkit.serve.backend.require_pytriton", lambda: types.SimpleNamespace(__file__="pytriton"))
+    monkeypatch.setattr("trtkit.serve.tritonserver.require_pytriton", lambda: types.SimpleNamespace(__file__="x"))
     monkeypatch.setattr(np, "__version__", "2.2.6")  # pytriton's Python backend would refuse it; this one does not
     assert cli_main.main(["serve", str(engine), "--backend", "tensorrt"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "give --triton-backends, the folder that holds tensorrt/libtriton_tensorrt.so" in err, err
     assert cli_main.main(["serve", str(engine), "--triton-backends", str(tmp_path)]) == 2  # a usage error
     err = " ".join(capsys.readouterr().err.split())
-    assert "--triton-backends is Triton's TensorRT backend's folder, for --backend tensorrt, not 'stub'" in err, err
+    assert "--triton-backends is Triton's TensorRT backend's folder, for --backend tensorrt, not 'python'" in err, err

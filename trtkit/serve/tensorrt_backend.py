@@ -4,9 +4,9 @@ The pytriton wheel ships ``tritonserver`` with the Python backend only. Given a 
 backend (``tensorrt/libtriton_tensorrt.so``, built for the Triton release of that wheel and this environment's
 TensorRT: ``scripts/build_triton_trt_backend.sh``), :func:`write_repository` writes each engine as a
 ``platform: "tensorrt_plan"`` model (the config of ``trtkit export triton``, with the batch limit and instances asked
-for), and :class:`~trtkit.serve.stub.StubTriton` runs the wheel's ``tritonserver`` on it with that backend beside the
-wheel's own. The backend loads the engines with this environment's TensorRT libraries (put on ``LD_LIBRARY_PATH``),
-the ones trtkit built them with.
+for), and :class:`~trtkit.serve.tritonserver.TritonProcess` runs the wheel's ``tritonserver`` on it with that backend
+beside the wheel's own. The backend loads the engines with this environment's TensorRT libraries (put on
+``LD_LIBRARY_PATH``), the ones trtkit built them with.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def tensorrt_library_dir(trt=None) -> Path:
     )
 
 
-def native_config(model, settings) -> str:
+def model_config(model, settings) -> str:
     """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's TensorRT backend."""
     from trtkit.export.triton import TENSORRT_CONFIG_OPTIONS, config_pbtxt, graph_batch_sizes, tensorrt_options
 
@@ -108,14 +108,23 @@ def write_repository(models: list, settings, repo: Path) -> Path:
             if plan.is_symlink() or plan.exists():
                 plan.unlink()
             os.symlink(Path(model.engine).resolve(), plan)
-            write_text_atomic(folder / "config.pbtxt", native_config(model, settings))
+            write_text_atomic(folder / "config.pbtxt", model_config(model, settings))
         except OSError as exc:
             raise ServeError(f"Cannot write the model repository '{repo}': {exc.strerror or exc}") from exc
     return Path(repo)
 
 
-def server_environment(env: dict, trt=None) -> dict:
-    """``env`` with this environment's TensorRT libraries first on ``LD_LIBRARY_PATH``."""
+def backend_environment(trt=None, environ=None) -> dict:
+    """Environment variables for the Triton server process: this environment's TensorRT libraries first on
+    ``LD_LIBRARY_PATH``.
+
+    Raises:
+        DependencyError: pytriton is missing, or TensorRT's libraries are not found (:func:`tensorrt_library_dir`).
+    """
+    from trtkit.serve.tritonserver import require_pytriton
+
+    require_pytriton()
+    environ = os.environ if environ is None else environ
     libs = str(tensorrt_library_dir(trt))
-    rest = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != libs]
-    return {**env, "LD_LIBRARY_PATH": ":".join([libs, *rest])}
+    rest = [p for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p and p != libs]
+    return {"LD_LIBRARY_PATH": ":".join([libs, *rest])}

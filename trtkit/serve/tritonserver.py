@@ -1,15 +1,10 @@
-"""``trtkit serve --backend stub``: the runners inside Triton's Python backend stubs, with no pytriton proxy.
+"""The pytriton wheel's ``tritonserver`` serving a model repository trtkit writes, in a process of its own.
 
-pytriton's path to a Python callable goes Triton -> backend stub -> ZeroMQ and a tensor store (its blocks freed
-through a multiprocessing manager, a process of its own) -> a handler thread in the serving process -> back the same
-way. This path keeps each runner in its stub instead: :func:`write_repository` writes a model repository whose models
-are Triton Python-backend models (``backend: "python"``, :mod:`trtkit.serve.stub_model` as ``model.py``, the engine
-path and each instance's GPU as parameters), and :class:`StubTriton` runs the ``tritonserver`` binary that the pytriton
-wheel ships on it, with the wheel's Python backend and the stub built for this Python.
-
-Triton's endpoints are its own: health, model ready, metrics and statistics answer as on any Triton; the
-administrative protocols (shared memory unless asked for, model repository, trace, logging) are closed behind a
-token made up per server, as pytriton closes them.
+The wheel ships ``tritonserver`` with Triton's Python backend; :func:`prepare_server` copies it into a workspace with
+this Python's backend stub (:mod:`trtkit.serve.python_backend`) or with Triton's TensorRT backend beside it
+(:mod:`trtkit.serve.tensorrt_backend`), and :class:`TritonProcess` runs it. Triton's endpoints are its own: health,
+model ready, metrics and statistics answer as on any Triton; the administrative protocols (shared memory unless
+asked for, model repository, trace, logging) are closed behind a token made up per server, as pytriton closes them.
 """
 
 from __future__ import annotations
@@ -26,69 +21,50 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from trtkit._atomic import write_text_atomic
-from trtkit.errors import ServeError
-from trtkit.serve import stub_model
+from trtkit.errors import DependencyError, ServeError
 from trtkit.serve.logs import console_path, log_tail, printed
-from trtkit.serve.native import backend_config
+
+INSTALL_HINT = 'pip install "trtkit[serve]"'
+
+
+def require_pytriton():
+    """The ``pytriton`` package, whose wheel carries ``tritonserver``.
+
+    Raises:
+        DependencyError: it is not installed (with the command that installs it).
+    """
+    try:
+        import pytriton
+        import pytriton.triton  # noqa: F401  (the server part, which needs tritonclient too)
+    except ImportError as exc:
+        raise DependencyError(f"trtkit serve needs nvidia-pytriton ({exc}); install it with {INSTALL_HINT}") from exc
+    return pytriton
+
 
 # the administrative protocols closed behind the token (shared-memory too unless clients may use it)
 RESTRICTED = ("model-repository", "trace", "logging")
 TOKEN_HEADER = "trtkit-admin-token"
 
 
-def stub_config(model, settings) -> str:
-    """The ``config.pbtxt`` of one :class:`~trtkit.serve.server.LoadedModel` for Triton's Python backend."""
-    from trtkit.export.triton import io_and_batching_lines
-
-    lines = [f'name: "{model.name}"', 'backend: "python"']
-    lines += io_and_batching_lines(
-        model.spec, model.max_batch, model.preferred_batch_sizes, settings.max_queue_delay_us
-    )
-    groups = [
-        f'  {{ name: "{stub_model.GROUP_PREFIX}{gpu}" count: {int(settings.instances)} kind: KIND_CPU }}'
-        for gpu in settings.gpus
-    ]
-    lines.append("instance_group [\n" + ",\n".join(groups) + "\n]")
-    params = {"engine": str(Path(model.engine).resolve()), "cuda_graph": "1" if settings.cuda_graph else "0"}
-    lines += [f'parameters {{ key: "{k}" value: {{ string_value: {json.dumps(v)} }} }}' for k, v in params.items()]
-    return "\n".join(lines) + "\n"
-
-
-def write_repository(models: list, settings, repo: Path) -> Path:
-    """``repo/<name>/config.pbtxt`` and ``repo/<name>/1/model.py`` for each model (``repo`` made when missing)."""
-    model_py = Path(stub_model.__file__).read_text()
-    for model in models:
-        folder = Path(repo) / model.name
-        (folder / "1").mkdir(parents=True, exist_ok=True)
-        write_text_atomic(folder / "config.pbtxt", stub_config(model, settings))
-        write_text_atomic(folder / "1" / "model.py", model_py)
-    return Path(repo)
-
-
-def prepare_server(workspace: Path, backends: tuple = (), python_stub: bool = True) -> Path:
-    """The pytriton wheel's ``tritonserver`` folder copied into ``workspace`` with this Python's backend stub in its
-    Python backend (as pytriton prepares it) and each folder of ``backends`` (e.g. Triton's ``tensorrt`` backend)
-    copied beside it (copied, not linked: a backend finds its own libraries through ``$ORIGIN``); returns the copy's
-    root. ``python_stub=False``: no stub (nothing served runs on the Python backend; this Python needs none)."""
+def prepare_server(workspace: Path, stub: Path | None = None, backends: tuple = ()) -> Path:
+    """The pytriton wheel's ``tritonserver`` folder copied into ``workspace``, with ``stub`` (this Python's backend
+    stub; None: nothing served runs on the Python backend) in its Python backend, as pytriton prepares it, and each
+    folder of ``backends`` (e.g. Triton's ``tensorrt`` backend) copied beside it (copied, not linked: a backend finds
+    its own libraries through ``$ORIGIN``); returns the copy's root."""
     from pytriton.utils.distribution import get_root_module_path
-
-    from trtkit.serve.backend import check_backend_stub
 
     dist = get_root_module_path() / "tritonserver"
     root = Path(workspace) / "tritonserver"
     shutil.copytree(dist, root, ignore=shutil.ignore_patterns("python_backend_stubs", "triton_python_backend_stub"))
-    if python_stub:
-        shutil.copy(
-            check_backend_stub(get_root_module_path()), root / "backends" / "python" / "triton_python_backend_stub"
-        )
+    if stub is not None:
+        shutil.copy(stub, root / "backends" / "python" / "triton_python_backend_stub")
     for backend in backends:
         shutil.copytree(backend, root / "backends" / Path(backend).name)
     return root
 
 
 def server_environment(base_env: dict) -> dict:
-    """The server process's environment: ``base_env`` (from :func:`trtkit.serve.backend.backend_environment`) over
+    """The server process's environment: ``base_env`` (the backend's: its ``LD_LIBRARY_PATH``) over
     this one, the wheel's libraries on ``LD_LIBRARY_PATH``, this interpreter's folder first on ``PATH`` and the folder
     trtkit is imported from on ``PYTHONPATH`` (the stubs import it)."""
     from pytriton.utils.distribution import get_libs_path
@@ -103,30 +79,42 @@ def server_environment(base_env: dict) -> dict:
     return env
 
 
-class StubTriton:
-    """One ``tritonserver`` process serving a model repository: of :mod:`trtkit.serve.stub_model` models, or of
-    engines on Triton's TensorRT backend (:mod:`trtkit.serve.native`, with ``backends``).
+class TritonProcess:
+    """One ``tritonserver`` process serving a model repository: of :mod:`trtkit.serve.python_backend_model` models,
+    or of engines on Triton's TensorRT backend (:mod:`trtkit.serve.tensorrt_backend`, with ``backends``).
 
     Args:
-        repo: the model repository (:func:`write_repository`).
+        repo: the model repository (a backend's ``write_repository``).
         settings: the :class:`~trtkit.serve.server.ServeSettings` (ports, host, exit timeout, shared memory).
         workspace: a folder for the server's binaries.
         log_file: where Triton's log goes.
         env: the server process's environment (:func:`server_environment`).
-        backends: backend folders to serve with besides the wheel's Python backend; given, the models are taken to
-            be theirs and the Python backend gets no stub.
+        stub: the Python backend's stub for this Python (:func:`trtkit.serve.python_backend.check_backend_stub`).
+        backends: backend folders to serve with besides the wheel's Python backend.
+        options: more of tritonserver's options (``{"backend-config": ...}``).
     """
 
     output_file: Path | None = None  # what tritonserver printed outside its log (set once it is started)
 
-    def __init__(self, repo: Path, settings, workspace: Path, log_file: Path, env: dict, backends: tuple = ()):
+    def __init__(
+        self,
+        repo: Path,
+        settings,
+        workspace: Path,
+        log_file: Path,
+        env: dict,
+        *,
+        stub: Path | None = None,
+        backends: tuple = (),
+        options: dict | None = None,
+    ):
         self.settings, self.log_file = settings, Path(log_file)
         self._token = secrets.token_hex(16)
-        root = prepare_server(workspace, backends, python_stub=not backends)
+        root = prepare_server(workspace, stub, backends)
         s = settings
         restricted = [*RESTRICTED, *(() if s.shared_memory else ("shared-memory",))]
         rule = f"{','.join(restricted)}:{TOKEN_HEADER}={self._token}"
-        options = {  # tritonserver's own options (its command line, not trtkit's)
+        flags = {  # tritonserver's own options (its command line, not trtkit's)
             "model-repository": repo,
             "backend-directory": root / "backends",
             "cache-directory": root / "caches",
@@ -142,10 +130,10 @@ class StubTriton:
             "log-file": self.log_file,
             "grpc-restricted-protocol": rule,
             "http-restricted-api": rule,
-            **(backend_config(s) if backends else {}),
+            **(options or {}),
             **({"grpc-infer-allocation-pool-size": int(s.grpc_allocation_pool)} if s.grpc_allocation_pool else {}),
         }
-        self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in options.items())]
+        self.command = [str(root / "bin" / "tritonserver"), *(f"--{k}={v}" for k, v in flags.items())]
         # what tritonserver prints itself besides its log: a crash's signal and stack go to its stderr
         self.output_file = console_path(self.log_file)
         with open(self.output_file, "wb") as output:
