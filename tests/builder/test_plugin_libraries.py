@@ -62,8 +62,8 @@ def test_a_missing_plugin_library_is_a_usage_error_for_build_run_and_bench(model
     for command in ("run", "bench"):
         code, _, err = run_cli([command, str(tmp_path / "m.engine"), "--plugin-lib", missing], capsys)
         assert code == 2 and f"Plugin library '{missing}' does not exist" in err, (command, err)
-    code, _, err = run_cli(["bench", "--server", "localhost:8001", "--plugin-lib", missing], capsys)
-    assert code == 2 and "--plugin-lib applies to an engine bench runs itself" in err, err
+    code, _, err = run_cli(["bench", "--server", "localhost:8001", "--model", "m", "--plugin-lib", missing], capsys)
+    assert code == 2 and "--plugin-lib: options of an engine's benchmark, not of --server" in err, err
 
 
 def test_a_file_that_is_not_a_shared_library_is_refused_with_the_loaders_reason(model, tmp_path, capsys, fake_gpu,  # noqa: F811
