@@ -34,7 +34,8 @@ HISTORY = {
     "a target met": r"\btargets?\b[^;\n]{0,40}\b(met|missed)\b|\b(is|was|were|not|been) met\b",
     "git history": r"\bgit history\b|\bgit remembers\b",
     "an earlier run": r"\b(earlier|later|last|previous|next) (runs?|sessions?|commits?|measurements?|leases?)\b|"
-    r"\bearlier calls?\b",
+    r"\bearlier (calls?|ratios?|figures?|results?|baselines?|placements?|defaults?)\b",
+    "default since": r"\bdefault( \w+)? since\b|\bwas meant to\b|\bdid not help\b",
     "call N": r"\bcalls? \d+\b",
     "a date": r"\b20\d\d-[01]\d-[0-3]\d\b",
     "an attempt": r"\battempts?\b",
@@ -99,6 +100,7 @@ def test_the_manual_tells_no_history(path):
         ("in call 3 of the lease", "call N"),
         ("the build now refuses it", "is now"),
         ("earlier runs are in git history", "an earlier run"),
+        ("the default placement since", "default since"),
     ],
 )
 def test_the_phrase_list_catches_history(text, rule):
