@@ -42,7 +42,6 @@ HISTORY = {
     "a commit": r"\bcommits? [0-9a-f]{7,}\b",
     "until now": r"\buntil (now|recently)\b|\brecently\b|\bsince then\b",
     "is now": r"\b(is|are|was|were) now\b|\bnow (refuses|uses|takes|runs|has|have|gives|writes|keeps|reads)\b",
-    "this call": r"\bthis (lease|call)\b",
     "an issue number": r"\bissue #?\d+\b",
     "we did": r"\bwe (measured|found|tried|changed|removed|added)\b",
     "an experiment": r"\bexperiments?\b",
