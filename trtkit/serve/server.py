@@ -297,9 +297,10 @@ class Server:
         """Check the settings and ports, read the engines, start Triton and wait until every model is ready.
 
         Raises:
-            TrtkitError: a bad setting; DependencyError: pytriton is missing or cannot run on this Python;
+            TrtkitError: a bad setting.
+            DependencyError: pytriton is missing or cannot run on this Python.
             ServeError: a port is in use, no engine (or, with ``strict``, not every engine) could be loaded,
-            or Triton did not become ready (its log's last lines quoted).
+                or Triton did not become ready (its log's last lines quoted).
         """
         from trtkit.serve.ports import check_ports
 
