@@ -20,12 +20,12 @@ from trtkit.cli import main as cli_main
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--requests", "0"], "--requests must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--batch", "0"], "--batch must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "posix"],
-     "--shared-memory posix: give one of none, system, cuda"),
+     "--shared-memory 'posix': give one of none, system, cuda"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--shared-memory", "cuda", "--cuda-device", "-1"],
      "--cuda-device must be 0 or more, not -1"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--procs", "0"], "--procs must be 1 or more, not 0"),
     (["bench", "--server", "127.0.0.1:1", "--model", "m", "--streaming"],
-     "--streaming needs gRPC (Triton streams inference over gRPC only); add --grpc or leave --streaming off"),
+     "--streaming needs gRPC (Triton streams inference over gRPC only); use gRPC or leave --streaming off"),
 ])
 def test_refused_before_any_load(args, says, capsys):
     assert cli_main.main(args) == 2  # usage errors
@@ -195,7 +195,7 @@ def test_inputs_in_shared_memory_are_registered_then_freed(refuse):
 
     if refuse:
         says = (r"The server at host:1 did not take the system shared-memory region of input 'x' .*restricted.*"
-                r"ServeSettings\(shared_memory=True\)\); leave shared_memory='none' otherwise")
+                r"shared memory on\); leave shared_memory 'none' otherwise")
         with pytest.raises(serving.ServeError, match=says):
             asyncio.run(run())
         assert client.unregistered == []  # never registered: only freed here
@@ -261,7 +261,7 @@ def test_inputs_in_cuda_shared_memory_are_shared_by_their_ipc_handle_then_freed(
 
     if fail:
         says = (r"Cannot make a CUDA shared-memory region for input 'x' on GPU 3 of this host \(unable to create.*\); "
-                r"shared_memory='cuda' needs a CUDA GPU on the server's host; use shared_memory='system'")
+                r"shared_memory 'cuda' needs a CUDA GPU on the server's host; use shared_memory 'system'")
         with pytest.raises(serving.ServeError, match=says):
             asyncio.run(run())
         assert client.registered == [] and fake.destroyed == []

@@ -160,13 +160,13 @@ def test_without_hpack_the_wire_client_says_how_to_get_it(monkeypatch, server):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--client", "wire"], "--client wire sends gRPC calls, one per request: it needs --grpc and no --streaming; or "
-     "use --client tritonclient"),
-    (["--client", "wire", "--grpc", "--streaming"], "it needs --grpc and no --streaming"),
+    (["--client", "wire"], "--client 'wire' sends gRPC calls, one per request: it needs gRPC and no streaming; or "
+     "use --client 'tritonclient'"),
+    (["--client", "wire", "--grpc", "--streaming"], "it needs gRPC and no streaming"),
     (["--grpc", "--client", "wire", "--connections", "0"], "--connections must be 1 or more, not 0"),
-    (["--grpc", "--client", "grpcio"], "--client grpcio: give one of tritonclient, wire"),
-    (["--grpc", "--connections", "4"], "--connections 4 is for --client wire (tritonclient keeps one channel a "
-     "process); add --client wire or leave --connections at 1"),
+    (["--grpc", "--client", "grpcio"], "--client 'grpcio': give one of tritonclient, wire"),
+    (["--grpc", "--connections", "4"], "--connections 4 is for the wire client (tritonclient keeps one channel a "
+     "process); use the wire client or leave --connections at 1"),
 ])
 def test_wire_client_refusals(args, says, capsys):
     assert cli_main.main(["bench", "--server", "127.0.0.1:1", "--model", "m", *args]) == 2

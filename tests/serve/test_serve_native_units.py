@@ -76,10 +76,10 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the
     assert config.optimization.cuda.graphs and list(config.optimization.cuda.graph_spec) == []
     off = _parse(native.native_config(model, ServeSettings(backend="tensorrt", cuda_graph=False)))
     assert not off.optimization.cuda.graphs and list(off.optimization.cuda.graph_spec) == []
-    with pytest.raises(UsageError, match=r"graph_batches='triton' chooses the CUDA graphs of Triton's TensorRT "
-                                         r"backend \(backend='tensorrt'\); the 'stub' backend's runners capture"):
+    with pytest.raises(UsageError, match=r"graph_batches 'triton' chooses the CUDA graphs of Triton's TensorRT "
+                                         r"backend \(the 'tensorrt' backend\); the 'stub' backend's runners capture"):
         ServeSettings(backend="stub", graph_batches="triton").check()
-    with pytest.raises(UsageError, match=r"graph_batches='some': give one of every, triton"):
+    with pytest.raises(UsageError, match=r"graph_batches 'some': give one of every, triton"):
         ServeSettings(backend="tensorrt", graph_batches="some").check()
 
 
@@ -95,7 +95,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
     assert native.backend_config(settings) == {"backend-config": "tensorrt,execution-policy=BLOCKING"}
     assert native.backend_config(ServeSettings(backend="tensorrt")) == {}
     with pytest.raises(UsageError, match=r"tensorrt_options are options of Triton's TensorRT backend "
-                                         r"\(backend='tensorrt'\), not of the 'stub' backend"):
+                                         r"\(the 'tensorrt' backend\), not of the 'stub' backend"):
         ServeSettings(backend="stub", tensorrt_options=("busy_wait_events",)).check()
     with pytest.raises(UsageError, match=r"option\(s\) spin not known here; give any of busy_wait_events, "
                                          r"eager_batching, gather_kernel, blocking"):
@@ -104,7 +104,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
 
 def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):
     with pytest.raises(UsageError, match="triton_backends is Triton's TensorRT backend's folder, for "
-                                         "backend='tensorrt', not 'stub'"):
+                                         "the 'tensorrt' backend, not 'stub'"):
         ServeSettings(backend="stub", triton_backends=str(tmp_path)).check()
 
 
@@ -165,4 +165,4 @@ def test_the_cli_names_the_flag_and_serves_under_any_numpy_with_the_tensorrt_bac
     assert "give --triton-backends, the folder that holds tensorrt/libtriton_tensorrt.so" in err, err
     assert cli_main.main(["serve", str(engine), "--triton-backends", str(tmp_path)]) == 2  # a usage error
     err = " ".join(capsys.readouterr().err.split())
-    assert "--triton-backends is Triton's TensorRT backend's folder, for --backend tensorrt, not 'stub'" in err, err
+    assert "--triton-backends is Triton's TensorRT backend's folder, for the 'tensorrt' backend, not 'stub'" in err, err

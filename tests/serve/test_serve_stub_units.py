@@ -38,7 +38,7 @@ def test_stub_backend_loads_no_runner_in_the_serving_process(engine):
 
 
 def test_bad_backend_is_refused():
-    with pytest.raises(UsageError, match="backend=.triton.: give one of pytriton, stub, tensorrt"):
+    with pytest.raises(UsageError, match="backend 'triton': give one of pytriton, stub, tensorrt"):
         ServeSettings(backend="triton").check()
 
 

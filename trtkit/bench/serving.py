@@ -89,24 +89,24 @@ class LoadSettings:
     def check(self) -> None:
         if self.client not in CLIENTS:
             raise UsageError(
-                f"client={self.client!r}: give one of {', '.join(CLIENTS)}", field="client", accepted=", ".join(CLIENTS)
+                f"client {self.client!r}: give one of {', '.join(CLIENTS)}", field="client", accepted=", ".join(CLIENTS)
             )
         if self.client == "wire" and (not self.grpc or self.streaming):
             raise UsageError(
-                "client='wire' sends gRPC calls, one per request: it needs grpc=True and streaming=False; or use "
-                "client='tritonclient'",
+                "client 'wire' sends gRPC calls, one per request: it needs gRPC and no streaming; or use client "
+                "'tritonclient'",
                 field="client",
-                accepted="'wire' with grpc=True, streaming=False",
+                accepted="'wire' with gRPC, without streaming",
             )
         if self.streaming and not self.grpc:
             raise UsageError(
-                "streaming needs gRPC (Triton streams inference over gRPC only); add grpc=True or leave streaming off",
+                "streaming needs gRPC (Triton streams inference over gRPC only); use gRPC or leave streaming off",
                 field="streaming",
-                accepted="with grpc=True",
+                accepted="with gRPC",
             )
         if self.shared_memory not in SHARED_MEMORY:
             raise UsageError(
-                f"shared_memory={self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
+                f"shared_memory {self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
                 field="shared_memory",
                 accepted=", ".join(SHARED_MEMORY),
             )
@@ -116,7 +116,7 @@ class LoadSettings:
             )
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
             raise UsageError(
-                f"concurrency={','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. (1, 8, 64)",
+                f"concurrency {','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. (1, 8, 64)",
                 field="concurrency",
                 accepted="levels of 1 or more",
             )
@@ -132,10 +132,10 @@ class LoadSettings:
                 raise UsageError(f"{name} must be {accepted}, not {getattr(self, name)}", field=name, accepted=accepted)
         if int(self.connections) != 1 and self.client != "wire":
             raise UsageError(
-                f"connections={self.connections} is for client='wire' (tritonclient keeps one channel a process); add "
-                "client='wire' or leave connections at 1",
+                f"connections {self.connections} is for the wire client (tritonclient keeps one channel a process); "
+                "use the wire client or leave connections at 1",
                 field="connections",
-                accepted="1, or more with client='wire'",
+                accepted="1, or more with the wire client",
             )
 
 
@@ -283,8 +283,9 @@ def _shared_memory_module(kind: str = "system"):
             import tritonclient.utils.shared_memory as shm
     except (ImportError, RuntimeError) as exc:  # the CUDA utilities raise RuntimeError without cuda-python
         raise DependencyError(
-            f"shared_memory={kind!r} needs tritonclient's {kind} shared-memory utilities ({exc}); install them with "
-            'pip install "trtkit[serve]"'
+            f"shared_memory {kind!r} needs tritonclient's {kind} shared-memory utilities ({exc}); install them with "
+            'pip install "trtkit[serve]"',
+            field="shared_memory",
         ) from exc
     return shm
 
@@ -304,8 +305,9 @@ async def _inputs_in_shared_memory(
             except Exception as exc:  # tritonclient's CudaSharedMemoryException: no GPU, no driver, a bad device
                 raise ServeError(
                     f"Cannot make a CUDA shared-memory region for input '{item.name()}' on GPU {device} of this host "
-                    f"({exc}); shared_memory='cuda' needs a CUDA GPU on the server's host; use shared_memory='system' "
-                    "otherwise"
+                    f"({exc}); shared_memory 'cuda' needs a CUDA GPU on the server's host; use shared_memory 'system' "
+                    "otherwise",
+                    field="shared_memory",
                 ) from exc
         else:
             handle = shm.create_shared_memory_region(name, "/" + name, array.nbytes)
@@ -320,7 +322,8 @@ async def _inputs_in_shared_memory(
             raise ServeError(
                 f"The server at {url} did not take the {kind} shared-memory region of input '{item.name()}' ({exc}); "
                 "shared memory works only with a server on this host that lets clients use it (one served with "
-                "ServeSettings(shared_memory=True)); leave shared_memory='none' otherwise"
+                "shared memory on); leave shared_memory 'none' otherwise",
+                field="shared_memory",
             ) from exc
         regions[-1][2] = True
         item.set_shared_memory(name, array.nbytes)
@@ -365,7 +368,7 @@ async def _inputs(client, module, model: str, settings: LoadSettings, url: str) 
     if settings.streaming and config.get("backend") == "python":
         logger.warning(
             "Model '%s' runs on Triton's Python backend, which crashed Triton 2.51 (SIGSEGV in its execute) under "
-            "gRPC streams in trtkit's tests; if the server dies, load it with unary calls (streaming=False)",
+            "gRPC streams in trtkit's tests; if the server dies, load it with unary calls (streaming off)",
             model,
         )
     batched = int(config.get("max_batch_size", 0)) > 0
