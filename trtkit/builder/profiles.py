@@ -161,13 +161,18 @@ def parse_shapes(text: str) -> Profile:
     return Profile(shapes)
 
 
-def _example_profile(inputs: dict, given: Profile | None = None) -> str:
-    """Profile text for ``inputs`` (dynamic axes 1, 8, 8), after the entries ``given`` has: one profile, one line."""
-    pieces = [_spec_text(name, shape) for name, shape in (given.shapes if given else {}).items()]
+def _example_profile(inputs: dict, given: Profile | None = None, model_inputs: dict | None = None) -> str:
+    """Profile text for ``inputs`` after the entries ``given`` has (one profile, one line): a dynamic axis takes the
+    sizes ``given`` has for an axis of that name (TensorRT wants them equal), else 1, 8, 8."""
+    pieces, named = [], {}
+    for name, shape in (given.shapes if given else {}).items():
+        pieces.append(_spec_text(name, shape))
+        for i, d in enumerate((model_inputs or {}).get(name, ())[: len(shape.min)]):
+            if isinstance(d, str):
+                named[d] = (shape.min[i], shape.opt[i], shape.max[i])
     for name, dims in inputs.items():
-        lo = tuple(d if isinstance(d, int) and d > 0 else 1 for d in dims)
-        hi = tuple(d if isinstance(d, int) and d > 0 else 8 for d in dims)
-        pieces.append(_spec_text(name, InputShape(lo, hi, hi)))
+        sizes = [(d, d, d) if is_fixed(d) else named.get(d, (1, 8, 8)) for d in dims]
+        pieces.append(_spec_text(name, InputShape(*map(tuple, zip(*sizes)))))
     return "'" + " ".join(pieces) + "'"
 
 
@@ -295,7 +300,7 @@ def _complete_profile(
     elif missing:
         raise ProfileError(
             f"Profile {index} gives no shapes for dynamic input(s) {sorted(missing)}; one profile gives every "
-            f"dynamic input, separated by a space: e.g. {_example_profile(missing, profile)}",
+            f"dynamic input, separated by a space: e.g. {_example_profile(missing, profile, model_inputs)}",
             field="profiles",
         )
     missing_values = {n: d for n, d in shape_inputs.items() if n not in profile.shapes}

@@ -19,8 +19,9 @@ def add_arguments(parser) -> None:
     )
     add_build_options(
         parser,
-        shapes_help="for an ONNX model, the profile to build (NAME:MIN,OPT,MAX per input); "
-        "the shape benchmarked is each input's OPT (NAME:SHAPE for one shape)",
+        shapes_help="for an ONNX model, the profile to build: NAME:MIN,OPT,MAX for each input, inputs separated by a "
+        "space or ';' (NAME:MIN,MAX sets OPT to MAX); the shape benchmarked is each input's OPT (NAME:SHAPE for one "
+        "shape)",
     )
     g = parser.add_argument_group("benchmark")
     options.add_cuda_graph_option(g)

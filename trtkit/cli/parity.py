@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
+        help="input shapes for random inputs: NAME:SHAPE for each input, inputs separated by a space or ';', e.g. "
         "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes",
     )
     options.add_profile_index_option(g)
