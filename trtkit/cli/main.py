@@ -68,7 +68,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
             p._negative_number_matcher = NEGATIVE_VALUE  # `--workspace -4G` reaches parse_size, which says why
             module.add_arguments(p)
             nested = [a.choices.values() for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-            for each in (p, *(q for choices in nested for q in choices)):  # `export triton`, `eval coco` too
+            for each in (p, *(q for choices in nested for q in choices)):  # `export triton`, `eval detection` too
                 add_verbose_option(each)
             p.set_defaults(command_module=module)
         else:
