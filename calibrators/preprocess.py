@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from trtkit.errors import CalibrationError
+from trtkit.errors import CalibrationError, UsageError
 
 RESIZE_MODES = ("stretch", "letterbox")
 LAYOUTS = ("NCHW", "NHWC")
@@ -74,14 +74,15 @@ _FIELDS = {
 }
 
 
-def parse_preprocess(text: str | None) -> dict:
+def parse_preprocess(text: str | None, field: str = "calibration.preprocess") -> dict:
     """``--calib-preprocess`` text → keyword arguments of :class:`Preprocess`.
 
     Example: ``"resize=letterbox,color=BGR,scale=0.00392157,mean=0.485/0.456/0.406,std=0.229/0.224/0.225,
-    layout=NCHW,size=640x640"`` (every key optional).
+    layout=NCHW,size=640x640"`` (every key optional). ``field``: the argument the text came from, for errors.
 
     Raises:
-        CalibrationError: an unknown key or a malformed value (names the key and the expected form).
+        UsageError: an unknown key, a malformed value or a choice :class:`Preprocess` refuses (names the key and
+            the expected form).
     """
     out: dict = {}
     for item in (text or "").split(","):
@@ -90,17 +91,18 @@ def parse_preprocess(text: str | None) -> dict:
         key, sep, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not sep or key not in _FIELDS:
-            raise CalibrationError(
-                f"--calib-preprocess item '{item.strip()}' is not KEY=VALUE with a key of: "
-                + ", ".join(f"{k}={v}" for k, v in _FIELDS.items())
-            )
+            accepted = ", ".join(f"{k}={v}" for k, v in _FIELDS.items())
+            raise UsageError(f"{field} item '{item.strip()}' is not KEY=VALUE with a key of: {accepted}", field=field)
         try:
             out.update(_parse_field(key, value))
         except ValueError:
-            raise CalibrationError(
-                f"--calib-preprocess {key}='{value}' is malformed; expected {key}={_FIELDS[key]}."
+            raise UsageError(
+                f"{field} {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.", field=field
             ) from None
-    Preprocess(**out)  # validate the choices now, with Preprocess's messages
+    try:
+        Preprocess(**out)  # validate the choices now, with Preprocess's messages
+    except CalibrationError as exc:
+        raise UsageError(str(exc), field=field) from None
     return out
 
 

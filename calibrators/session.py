@@ -85,8 +85,9 @@ def prepare(
     """
     if settings is None or (settings.source is None and not settings.cache_path):
         raise CalibrationError(
-            "--int8 needs calibration: give --calib DIR (an image folder or .npy/.npz files) and optionally "
-            "--calib-cache FILE, or a Q/DQ model."
+            "INT8 needs calibration data: give an image folder or .npy/.npz files, and optionally a calibration "
+            "cache, or a Q/DQ model.",
+            field="calibration.source",
         )
     preprocess = Preprocess(**_preprocess_kwargs(settings.preprocess))
     source = open_source(settings.source, loaded_model.proto, preprocess) if settings.source is not None else None

@@ -132,7 +132,7 @@ def _histogram_kernels(cuda, where: str):
         if where == "gpu":
             raise CalibrationError(
                 f"The GPU calibration histograms are not available ({reason}); use "
-                "calibration.histograms='cpu' (or 'auto')",
+                "calibration.histograms 'cpu' (or 'auto')",
                 field="calibration.histograms",
             )
         logger.info("Calibration histograms are computed on the CPU: the GPU kernels did not load (%s).", reason)

@@ -30,8 +30,9 @@ def calibrator_base(trt, algorithm: str):
     """
     if algorithm not in _BASES:
         raise UnsupportedError(
-            f"TensorRT has no native '{algorithm}' calibrator; use --int8-mode qdq (trtkit computes the scales) or "
-            f"--calib-algo entropy|minmax."
+            f"TensorRT has no native '{algorithm}' calibrator; use int8_mode 'qdq' (trtkit computes the scales) or "
+            "the entropy or minmax algorithm.",
+            field="int8_mode",
         )
     base = getattr(trt, _BASES[algorithm], None)
     if base is None:

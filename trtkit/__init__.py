@@ -14,7 +14,6 @@ from trtkit.errors import TrtkitError  # noqa: E402
 _EXPORTS = {
     "TrtRunner": "trtkit.runtime.runner",
     "build": "trtkit.builder.api",
-    "build_engine": "trtkit.builder.api",
     "BuildConfig": "trtkit.builder.config",
     "Profile": "trtkit.builder.profiles",
     "parse_shapes": "trtkit.builder.profiles",
@@ -24,6 +23,4 @@ _EXPORTS = {
 
 __all__ = ["TrtkitError", "__version__", *_EXPORTS]
 
-
-# ``build_engine`` is the older name of ``trtkit.build``; both stay public.
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals(), aliases={"build_engine": "build"})
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -23,7 +23,7 @@ def integer(field: str, value, *, low: int | None = None, high: int | None = Non
     """An int (not a bool) within ``low..high``; ``None`` passes when ``optional``."""
     if value is None and optional:
         return None
-    accepted = _range_text("an integer", low, high) + (" or None" if optional else "")
+    accepted = _range_text("an integer", low, high)
     if isinstance(value, bool) or not isinstance(value, int) and not _is_numpy_int(value):
         fail(field, value, accepted)
     value = int(value)
@@ -49,7 +49,7 @@ def number(
         low,
         high,
         joint=" and" if above is not None else "",
-    ) + (" or None" if optional else "")
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_numpy_number(value):
         fail(field, value, accepted)
     value = float(value)
@@ -73,7 +73,7 @@ def path(field: str, value, *, optional: bool = False):
     """A non-empty ``str`` or ``os.PathLike``; ``None`` passes when ``optional``."""
     if value is None and optional:
         return None
-    accepted = "a file path (str or pathlib.Path)" + (" or None" if optional else "")
+    accepted = "a file path (str or pathlib.Path)"
     if not isinstance(value, (str, os.PathLike)) or str(os.fspath(value)) == "":
         fail(field, value, accepted)
     return value
@@ -91,7 +91,7 @@ def names(field: str, value, *, optional: bool = False):
     letters); ``None`` passes when ``optional``."""
     if value is None and optional:
         return None
-    accepted = "a list or tuple of names (str)" + (" or None" if optional else "")
+    accepted = "a list or tuple of names (str)"
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
         fail(field, value, accepted)
     if not all(isinstance(v, str) and v.strip() for v in value):
@@ -103,7 +103,7 @@ def instance(field: str, value, kinds, accepted: str, *, optional: bool = False)
     if value is None and optional:
         return None
     if not isinstance(value, kinds):
-        fail(field, value, accepted + (" or None" if optional else ""))
+        fail(field, value, accepted)
     return value
 
 
@@ -111,7 +111,7 @@ def callable_(field: str, value, *, optional: bool = True):
     if value is None and optional:
         return None
     if not callable(value):
-        fail(field, value, "a function" + (" or None" if optional else ""))
+        fail(field, value, "a function")
     return value
 
 
@@ -137,4 +137,4 @@ def _show(value) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    return text if type(value) in (int, float, str, bool, type(None)) else f"{text} ({type(value).__name__})"

@@ -58,22 +58,20 @@ def cuda_driver():
     return _cuda_python("cuda.bindings.driver", "cuda.cuda")
 
 
-def lazy_exports(package: str, exports: dict, namespace: dict, aliases: dict | None = None):
+def lazy_exports(package: str, exports: dict, namespace: dict):
     """A package's module ``__getattr__`` that imports a public name's module on first access and keeps the value.
 
     Args:
         package: the package's name (for the ``AttributeError`` of an unknown name).
         exports: public name -> module that defines it.
         namespace: the package's ``globals()``, where a loaded value is kept.
-        aliases: public name -> the name it has in its module, where the two differ.
     """
-    aliases = aliases or {}
 
     def __getattr__(name: str):
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module '{package}' has no attribute '{name}'")
-        value = getattr(importlib.import_module(module), aliases.get(name, name))
+        value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value
 

@@ -15,12 +15,12 @@ from trtkit.errors import DependencyError, UnsupportedError, UsageError
 
 # Which TensorRT versions have (or lost) a feature, for error messages.
 _WHERE = {
-    "FP16": "TensorRT 8.6 to 10.x (removed in 11: use fp16_mode='cast', a strongly typed FP16 model)",
-    "INT8": "TensorRT 8.6 to 10.x (removed in 11: use int8_mode='qdq', explicit Q/DQ nodes)",
+    "FP16": "TensorRT 8.6 to 10.x (removed in 11: use FP16 mode 'cast', a strongly typed FP16 model)",
+    "INT8": "TensorRT 8.6 to 10.x (removed in 11: use INT8 mode 'qdq', explicit Q/DQ nodes)",
     "BF16": "TensorRT 9.0 to 10.x as a builder flag (in 11 use a strongly typed BF16 model)",
     "TF32": "TensorRT 8.6 and later",
     "STRONGLY_TYPED": "TensorRT 9.1 and later",
-    "calibrator": "TensorRT 8.6 to 10.x (removed in 11: use int8_mode='qdq')",
+    "calibrator": "TensorRT 8.6 to 10.x (removed in 11: use INT8 mode 'qdq')",
     "VERSION_COMPATIBLE": "TensorRT 8.6 and later",
     "hardware_compatibility_level": "TensorRT 8.6 and later (Ampere+ GPUs)",
 }

@@ -316,6 +316,7 @@ def check_manifest(manifest, *, engine_path=None, current=None, allow_mismatch: 
         name = f"Engine '{engine_path}'" if engine_path else "The engine"
         raise EngineError(
             f"{name} was built for {'; '.join(found)}. Rebuild it on this machine with `trtkit build`, "
-            f"or set allow_mismatch=True to try loading it anyway."
+            "or pass allow_mismatch to try loading it anyway.",
+            field="allow_mismatch",
         )
     return found

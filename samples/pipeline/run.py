@@ -51,13 +51,14 @@ def main(argv=None) -> int:
 
 
 def build(args, work: Path) -> Path:
-    from trtkit import BuildConfig, build_engine, parse_shapes
+    import trtkit
+    from trtkit import BuildConfig, parse_shapes
 
     size = f"3x{args.size}x{args.size}"
     config = BuildConfig(precision="fp16", profiles=[parse_shapes(f"{args.input_name}:1x{size},8x{size},16x{size}")],
                          timing_cache=str(work / "timing.cache"),
                          tactic_sources=tuple(args.tactic_sources.split(",")) if args.tactic_sources else None)
-    build_engine(args.model, config, output=work / "model.engine")
+    trtkit.build(args.model, config, output=work / "model.engine")
     return work / "model.engine"
 
 

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     import numpy as np
     import onnx
 
-    from trtkit import BuildConfig, TrtkitError, TrtRunner, build_engine, parse_shapes
+    from trtkit import BuildConfig, TrtkitError, TrtRunner, build, parse_shapes
     from trtkit.demo import missing_prerequisite
     from trtkit.sample_model import make_sample_cnn
 
@@ -47,10 +47,10 @@ def main(argv=None) -> int:
         tactic_sources=tuple(args.tactic_sources.split(",")) if args.tactic_sources else None,
     )
     try:
-        result = build_engine(model_path, config, output=work / "model.engine")
+        result = build(model_path, config, output=work / "model.engine")
         print(f"built {work / 'model.engine'} ({len(result.engine)} bytes) in {result.manifest.build_seconds} s")
         x = np.random.default_rng(0).standard_normal((8, 3, args.size, args.size)).astype(np.float32)
-        with TrtRunner(work / "model.engine", cuda_graph=True) as runner:
+        with TrtRunner(work / "model.engine") as runner:
             outputs = runner.infer({args.input_name: x})
         for name, value in outputs.items():
             print(f"{name}: shape {value.shape}, mean {value.mean():.4f}")

@@ -66,9 +66,9 @@ def test_none_leaves_every_layer_and_flag_alone(monkeypatch):
 
 
 @pytest.mark.parametrize("version, options, message", [
-    ("8.6.0", {"precision": "fp32"}, "needs precision='fp16', precision='bf16' or precision='int8'"),
+    ("8.6.0", {"precision": "fp32"}, "precision_constraints 'obey' needs an FP16, BF16 or INT8 build"),
     ("10.8.0", {"precision": "fp16", "fp16_mode": "cast"}, "strongly typed, so its types already come from"),
-    ("8.6.0", {"precision": "int8", "int8_mode": "qdq"}, "does not apply to int8_mode='qdq'"),
+    ("8.6.0", {"precision": "int8", "int8_mode": "qdq"}, "does not apply to INT8 mode 'qdq'"),
 ])
 def test_refused_where_constraints_mean_nothing(version, options, message):
     with pytest.raises(UnsupportedError, match=message):

@@ -31,9 +31,12 @@ def test_bad_specs_are_named(spec, match):
 
 def test_dynamic_model_without_profile_names_dims_and_example():
     with pytest.raises(ProfileError,
-                       match=r"'images' dims \['batch', 3, 64, 64\].*profiles=\[parse_shapes\('images:1x3x64x64,"
-                             r"8x3x64x64"):
+                       match=r"'images' dims \['batch', 3, 64, 64\].*e.g. 'images:1x3x64x64,8x3x64x64") as info:
         resolve_profiles({"images": ["batch", 3, 64, 64]}, [])
+    assert info.value.field == "batch" and "give the sizes of that axis, e.g. batch 1,8,8" in str(info.value)
+    with pytest.raises(ProfileError, match=r"Give one, e.g. 'images:1x3x1x1,8x3x8x8,8x3x8x8'") as info:
+        resolve_profiles({"images": ["batch", 3, "h", "w"]}, [])
+    assert info.value.field == "profiles"
 
 
 def test_static_model_needs_no_profile():

@@ -33,7 +33,7 @@ def test_without_values_the_build_fails_naming_the_input_and_the_entry_to_give(f
         build_serialized(models.expand_shape(), BuildConfig(), trt=fake_trt_any)
     message = str(info.value)
     assert "'shape' (dims [3]) as shape tensors" in message
-    assert "profiles=[parse_shapes('shape:1x1x1,8x8x8,8x8x8')]" in message
+    assert "Add for example 'shape:1x1x1,8x8x8,8x8x8' to the profile" in message and info.value.field == "profiles"
 
 
 def test_a_profile_without_the_shape_input_is_refused_by_index():
@@ -116,7 +116,7 @@ def test_the_cli_names_the_flag(tmp_path, fake_gpu, capsys):  # noqa: F811 - the
     onnx.save(models.expand_shape(), path)
     assert main(["build", str(path), "--no-isolate", "-o", str(tmp_path / "e.engine")]) != 0
     err = capsys.readouterr().err
-    assert "--shapes 'shape:1x1x1,8x8x8,8x8x8'" in err, err
+    assert "error: --shapes: " in err and "Add for example 'shape:1x1x1,8x8x8,8x8x8' to the profile" in err, err
     assert main(["build", str(path), "--no-isolate", "--shapes", VALUES, "-o", str(tmp_path / "e.engine")]) == 0
     assert json.loads(manifest_path(tmp_path / "e.engine").read_text())["model"]["shape_inputs"] == ["shape"]
 

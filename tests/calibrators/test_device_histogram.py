@@ -129,7 +129,7 @@ def test_without_kernels_auto_bins_on_the_cpu_and_says_why_and_gpu_is_an_error(t
     assert "computed on the CPU: the GPU kernels did not load (CudaError: cuInit failed" in caplog.text
     with pytest.raises(CalibrationError, match=r"The GPU calibration histograms are not available \(CudaError: "
                                                r"cuInit failed with CUDA_ERROR_NO_DEVICE\); use "
-                                               r"calibration.histograms='cpu' \(or 'auto'\)"):
+                                               r"calibration.histograms 'cpu' \(or 'auto'\)"):
         _qdq_build(tmp_path, "gpu")
 
 

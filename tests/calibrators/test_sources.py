@@ -13,7 +13,7 @@ from calibrators.sources import (
     batches,
     open_source,
 )
-from trtkit.errors import CalibrationError
+from trtkit.errors import CalibrationError, UsageError
 from trtkit.model import model_inputs
 
 
@@ -139,9 +139,9 @@ def test_parse_preprocess_spec():
     assert spec == {"resize": "letterbox", "color": "BGR", "scale": 0.5, "mean": (1.0, 2.0, 3.0),
                     "std": (4.0, 5.0, 6.0), "layout": "NHWC", "size": (640, 480)}
     assert parse_preprocess(None) == {}
-    with pytest.raises(CalibrationError, match="'gamma=2' is not KEY=VALUE with a key of: size=HxW"):
+    with pytest.raises(UsageError, match="calibration.preprocess item 'gamma=2' is not KEY=VALUE with a key of: size="):
         parse_preprocess("gamma=2")
-    with pytest.raises(CalibrationError, match="size='640' is malformed; expected size=HxW"):
+    with pytest.raises(UsageError, match="size='640' is malformed; expected size=HxW"):
         parse_preprocess("size=640")
-    with pytest.raises(CalibrationError, match="Resize mode 'crop' is not known"):
+    with pytest.raises(UsageError, match="Resize mode 'crop' is not known"):
         parse_preprocess("resize=crop")

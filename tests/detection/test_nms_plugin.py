@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from tests import models
 from trtkit.detection import NmsOptions, add_nms
-from trtkit.errors import ModelError
+from trtkit.errors import ModelError, UsageError
 
 
 def detector(classes=3, anchors=6):
@@ -78,11 +78,13 @@ def test_a_model_that_already_has_the_plugin_is_refused():
         add_nms(add_nms(detector()))
 
 
-@pytest.mark.parametrize("kwargs, message", [({"score_threshold": 1.0}, "thresholds"),
-                                             ({"iou_threshold": 0.0}, "thresholds"),
-                                             ({"max_detections": 0}, "at least 1")])
+@pytest.mark.parametrize("kwargs, message", [
+    ({"score_threshold": 1.0}, r"score_threshold must be a number from 0 up to 1 \(1 excluded\), not 1.0"),
+    ({"iou_threshold": 0.0}, "iou_threshold must be a number above 0.0 and <= 1.0"),
+    ({"max_detections": 0}, "max_detections must be an integer >= 1"),
+])
 def test_bad_options_are_refused(kwargs, message):
-    with pytest.raises(ModelError, match=message):
+    with pytest.raises(UsageError, match=message):
         NmsOptions(**kwargs)
 
 

@@ -14,6 +14,7 @@ from trtkit import _atomic
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
 from trtkit.builder.profiles import parse_shapes
+from trtkit.cli.options import flag_message
 from trtkit.errors import BuildError, UsageError, WriteError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -169,7 +170,8 @@ def test_library_timing_cache_errors_name_the_field(model, tmp_path, fake_trt):
     cache.write_bytes(b"garbage")
     with pytest.raises(BuildError, match="does not load") as info:
         build(str(model), BuildConfig(timing_cache=str(cache), profiles=[parse_shapes(SHAPES)]), trt=fake_trt)
-    assert info.value.field == "timing_cache" and "--" not in str(info.value)
+    assert info.value.field == "timing_cache_reset" and "--" not in str(info.value)
+    assert "or pass --timing-cache-reset to replace it" in flag_message(info.value)
 
 
 def test_a_timing_cache_that_is_a_folder_is_a_clear_error(model, tmp_path, capsys, fake_gpu):  # noqa: F811

@@ -26,7 +26,6 @@ def _valid_args():
     model = models.tiny_conv()
     return {
         "build": (trtkit.build, {"model": model, "config": None}),
-        "build_engine": (trtkit.build_engine, {"model": model, "config": None}),
         "BuildConfig": (trtkit.BuildConfig, {}),
         "CalibrationSettings": (CalibrationSettings, {}),
         "Profile": (trtkit.Profile, {"shapes": {}}),

@@ -50,7 +50,7 @@ def test_folding_in_the_build_saves_the_prepared_model_and_reports(tmp_path, cap
     out = capsys.readouterr().out
     assert "folded 5 node(s)" in out and str(tmp_path / "s.onnx") in out
     assert [n.op_type for n in onnx.load(tmp_path / "s.onnx").graph.node] == ["Conv", "Relu"]
-    manifest = json.loads((tmp_path / "cos.engine.manifest.json").read_text())
+    manifest = json.loads((tmp_path / "cos.fp32.engine.manifest.json").read_text())
     assert [r["rewrite"] for r in manifest["prepare"]["rewrites"]] == ["fold-constants"]
 
 

@@ -46,7 +46,7 @@ def test_parser_crash_raises_isolation_error_and_writes_nothing(tmp_path, crashi
     message = str(info.value)
     assert "SIGSEGV" in message
     assert "node '/attn/Where' (op Where, model opset 21)" in message
-    assert "preflight(model)" in message
+    assert "trtkit's op check shows which ops this TensorRT supports" in message
     assert list(out_dir.iterdir()) == []
 
 

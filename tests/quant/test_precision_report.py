@@ -63,16 +63,16 @@ def test_fp16_asked_but_mostly_fp32_warns_loudly(caplog):
     report = analyze(_info("fp32_tf32"), "fp16")
     with capture_trtkit_log(caplog, logging.WARNING):
         problems = report.check()
-    assert problems and "precision='fp16' was asked but 100% of the engine's FLOPs run in FP32/TF32" in problems[0]
+    assert problems and "FP16 was asked but 100% of the engine's FLOPs run in FP32/TF32" in problems[0]
     assert "PRECISION WARNING" in caplog.text
     assert report.to_json()["warnings"] == problems
 
 
 def test_require_precision_makes_it_an_error():
     with pytest.raises(BuildError,
-                       match="precision='int8' was asked but 100% .* require_precision=True makes this an error"):
+                       match="INT8 was asked but 100% .* require_precision makes this an error"):
         analyze(_info("fp32_tf32"), "int8").check(require=True)
-    with pytest.raises(BuildError, match="precision='int8' was asked but no layer runs in INT8"):
+    with pytest.raises(BuildError, match="INT8 was asked but no layer runs in INT8"):
         analyze(_info("fp16"), "int8").check(require=True)
 
 
@@ -88,7 +88,7 @@ def test_describe_for_the_build_summary():
     assert describe(report.to_json()) == "INT8 97.1% of FLOPs (4 layers), FP16 2.9% (4), FP32 0.0% (1)"
     warned = analyze(_info("fp32_tf32"), "fp16")
     warned.check()
-    assert "— WARNING: precision='fp16' was asked but" in describe(warned.to_json())
+    assert "— WARNING: FP16 was asked but" in describe(warned.to_json())
     assert describe(None) == ""
 
 

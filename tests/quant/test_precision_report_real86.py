@@ -26,8 +26,8 @@ def test_fp16_flag_alone_is_seen_running_in_fp32_and_warned():
     r = report("digits-fp16-flag-alone.json", "fp16")
     assert r.share("FP32") + r.share("TF32") > 0.99 and r.share("FP16") == 0
     assert r.share("unknown") < 0.01
-    assert r.check() and "precision='fp16' was asked but 100% of the engine's FLOPs run in FP32/TF32" in r.warnings[0]
-    with pytest.raises(BuildError, match="require_precision=True makes this an error"):
+    assert r.check() and "FP16 was asked but 100% of the engine's FLOPs run in FP32/TF32" in r.warnings[0]
+    with pytest.raises(BuildError, match="require_precision makes this an error"):
         report("digits-fp16-flag-alone.json", "fp16").check(require=True)
 
 

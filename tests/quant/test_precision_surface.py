@@ -47,6 +47,6 @@ def test_11_has_only_strongly_typed_models_and_qdq():
     f = facts("11.4.0.106")
     assert f["modes"]["fp16/auto"] == "cast" and f["modes"]["int8/auto"] == "qdq"
     assert f["modes"]["fp16/flag"].startswith(
-        "UnsupportedError: precision='fp16' with fp16_mode='flag' needs BuilderFlag.FP16")
-    assert "Use int8_mode='qdq'" in f["modes"]["int8/calibrator"]
+        "UnsupportedError: fp16_mode 'flag' with FP16 needs BuilderFlag.FP16")
+    assert "Use int8_mode 'qdq'" in f["modes"]["int8/calibrator"]
     assert f["calibrators"] is None

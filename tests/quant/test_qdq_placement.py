@@ -189,7 +189,8 @@ def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_defau
     trt = with_calibrators(make_fake_trt("8.6.0"))
     config = _config(qdq_kept_fp16=True)
     config.int8_mode = "calibrator"
-    with pytest.raises(UnsupportedError, match="qdq_kept_fp16 place Q/DQ nodes.*add int8_mode='qdq'"):
+    with pytest.raises(UnsupportedError, match=r"placement settings \(FP16 for the layers kept out of INT8\) need Q/DQ "
+                                               r"nodes.*use int8_mode 'qdq'"):
         plan_precision(trt, load_model(silu_residual()), config, capabilities(trt))
     config = _config()  # residual activations, shared Concat scales, add inputs: on, and ignored by the calibrator
     config.int8_mode = "calibrator"
@@ -231,13 +232,13 @@ def test_add_inputs_follow_residual_activations_and_alone_are_refused_naming_bot
 
     assert BuildConfig(precision="int8").qdq_add_inputs is True  # the defaults: both on
     assert BuildConfig(precision="int8", qdq_residual_activations=False).qdq_add_inputs is False
-    with pytest.raises(UsageError, match="qdq_add_inputs=True does nothing with qdq_residual_activations=False"):
+    with pytest.raises(UsageError, match="qdq_add_inputs does nothing without the residual-activation placement"):
         BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=False)
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--int8", "--int8-mode", "qdq", "--no-qdq-residual-activations", "--qdq-add-inputs"],
-     "--qdq-add-inputs does nothing with --no-qdq-residual-activations"),
+     "--qdq-add-inputs does nothing without the residual-activation placement"),
     (["--int8", "--int8-mode", "calibrator", "--calib-cache", "c.cache", "--no-qdq-concat-shared-scale"],
      r"--no-qdq-concat-shared-scale place\(s\) Q/DQ nodes, which --int8-mode calibrator does not make"),
     (["--fp16", "--qdq-residual-activations"], "--qdq-residual-activations applies only to --int8"),

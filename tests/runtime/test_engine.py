@@ -90,7 +90,7 @@ def test_runner_checks_the_manifest_of_an_engine_file(tmp_path, fake_trt):
 
     rt = FakeCudart()
     path = write_engine(tmp_path, fake_engine_bytes(models.tiny_conv(), [CONV_PROFILE]), _manifest("10.3.0"))
-    with pytest.raises(EngineError, match="allow_mismatch=True"):
+    with pytest.raises(EngineError, match="or pass allow_mismatch to try loading it anyway"):
         TrtRunner(path, trt=fake_trt, cuda=Cuda(rt)).activate()
     assert rt.live_allocations()["device"] == 0
     with TrtRunner(path, trt=fake_trt, cuda=Cuda(rt), allow_mismatch=True) as runner:
@@ -98,8 +98,7 @@ def test_runner_checks_the_manifest_of_an_engine_file(tmp_path, fake_trt):
 
 
 def test_load_engine_rejects_other_types(fake_trt):
-    with pytest.raises(TrtkitError, match=r"path_or_bytes must be an engine file path or the engine's bytes, not 42 "
-                                          r"\(int\)"):
+    with pytest.raises(TrtkitError, match=r"path_or_bytes must be an engine file path or the engine's bytes, not 42$"):
         load_engine(42, trt=fake_trt)
 
 

@@ -622,10 +622,14 @@ def test_stats_count_the_path_each_call_took(env):
         (key,) = [k for k in r.graphs() if k.addresses]
         assert key.addresses == (dx.ptr,) and key.sources == (None,) and key.shapes == ((2, 3, 8, 8),)
     assert r.stats().graphs == 0 and r.stats().calls == 0  # since activation: nothing while inactive
-    with runner(env) as plain:
+    with runner(env, cuda_graph=False) as plain:
         for _ in range(3):
             plain.infer({"x": x})
         assert plain.stats().enqueues == 3 and plain.stats().graphs == 0
+    with runner(env) as default:  # CUDA graphs unless asked otherwise: the first call captures, the next replay
+        for _ in range(3):
+            default.infer({"x": x})
+        assert default.stats().captures == 1 and default.stats().enqueues == 0 and default.stats().graphs == 1
     dx.free()
 
 

@@ -3,6 +3,7 @@ profile; outputs as onnx's reference evaluator computes them, for several values
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
@@ -107,11 +108,13 @@ def test_outputs_grow_when_values_within_the_profile_need_more_than_the_opt_valu
         assert runner.infer({"x": X3, "shape": np.array([1, 2], np.int64)})["y"].shape == (3, 2)
 
 
-def test_cuda_graph_is_not_used_for_such_engines_and_results_follow_the_values(tmp_path):
+def test_cuda_graph_is_not_used_for_such_engines_and_results_follow_the_values(tmp_path, caplog):
     model = models.expand_shape()
     path, trt, rt = _engine(tmp_path, model, "shape:1x3x1,2x3x2,4x3x4")
-    with pytest.warns(RuntimeWarning, match=r"shape-tensor input\(s\) \['shape'\].*running without CUDA graphs"):
-        runner = TrtRunner(path, trt=trt, cuda=Cuda(rt), cuda_graph=True).activate()
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="trtkit"):
+        warnings.simplefilter("error")  # graphs are the default: an engine that cannot use them is no warning
+        runner = TrtRunner(path, trt=trt, cuda=Cuda(rt)).activate()
+    assert "Running without CUDA graphs: this engine has shape-tensor input(s) ['shape']" in caplog.text
     try:
         for values in [(2, 3, 2), (4, 3, 4), (2, 3, 2), (4, 3, 4)]:
             feed = {"x": X3, "shape": np.array(values, np.int64)}
@@ -166,8 +169,8 @@ def test_random_feeds_for_run_and_bench_give_shape_inputs_their_opt_values(tmp_p
 
 def test_engines_without_shape_inputs_have_none(env):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning for cuda_graph on an ordinary engine
-        with TrtRunner(env.engine, trt=env.trt, cuda=env.cuda, cuda_graph=True) as runner:
+        warnings.simplefilter("error")  # no warning for CUDA graphs (the default) on an ordinary engine
+        with TrtRunner(env.engine, trt=env.trt, cuda=env.cuda) as runner:
             assert runner.shape_input_specs == ()
             assert all(not s.is_shape_tensor and s.values == () for s in runner.input_specs)
 

@@ -72,10 +72,10 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the
     assert config.optimization.cuda.graphs and list(config.optimization.cuda.graph_spec) == []
     off = _parse(native.model_config(model, ServeSettings(backend="tensorrt", cuda_graph=False)))
     assert not off.optimization.cuda.graphs and list(off.optimization.cuda.graph_spec) == []
-    with pytest.raises(UsageError, match=r"graph_batches='triton' chooses the CUDA graphs of Triton's TensorRT "
-                                         r"backend \(backend='tensorrt'\); the 'python' backend's runners capture"):
+    with pytest.raises(UsageError, match=r"graph_batches 'triton' chooses the CUDA graphs of Triton's TensorRT "
+                                         r"backend \(the 'tensorrt' backend\); the 'python' backend's runners capture"):
         ServeSettings(backend="python", graph_batches="triton").check()
-    with pytest.raises(UsageError, match=r"graph_batches='some': give one of every, triton"):
+    with pytest.raises(UsageError, match=r"graph_batches 'some': give one of every, triton"):
         ServeSettings(backend="tensorrt", graph_batches="some").check()
 
 
@@ -91,7 +91,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
     assert native.backend_config(settings) == {"backend-config": "tensorrt,execution-policy=BLOCKING"}
     assert native.backend_config(ServeSettings(backend="tensorrt")) == {}
     with pytest.raises(UsageError, match=r"tensorrt_options are options of Triton's TensorRT backend "
-                                         r"\(backend='tensorrt'\), not of the 'python' backend"):
+                                         r"\(the 'tensorrt' backend\), not of the 'python' backend"):
         ServeSettings(backend="python", tensorrt_options=("busy_wait_events",)).check()
     with pytest.raises(UsageError, match=r"option\(s\) spin not known here; give any of busy_wait_events, "
                                          r"eager_batching, gather_kernel, blocking"):
@@ -100,7 +100,7 @@ def test_the_tensorrt_backends_latency_options_reach_the_config_and_the_server_a
 
 def test_triton_backends_only_goes_with_the_tensorrt_backend(tmp_path):
     with pytest.raises(UsageError, match="triton_backends is Triton's TensorRT backend's folder, for "
-                                         "backend='tensorrt', not 'python'"):
+                                         "the 'tensorrt' backend, not 'python'"):
         ServeSettings(backend="python", triton_backends=str(tmp_path)).check()
 
 
@@ -157,4 +157,5 @@ def test_the_cli_names_the_flag_and_serves_under_any_numpy_with_the_tensorrt_bac
     assert "give --triton-backends, the folder that holds tensorrt/libtriton_tensorrt.so" in err, err
     assert cli_main.main(["serve", str(engine), "--triton-backends", str(tmp_path)]) == 2  # a usage error
     err = " ".join(capsys.readouterr().err.split())
-    assert "--triton-backends is Triton's TensorRT backend's folder, for --backend tensorrt, not 'python'" in err, err
+    assert ("--triton-backends is Triton's TensorRT backend's folder, for the 'tensorrt' backend, not 'python'"
+            in err), err

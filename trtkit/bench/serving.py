@@ -70,9 +70,9 @@ class LoadSettings:
             )
         if self.streaming and not self.grpc:
             raise UsageError(
-                "streaming needs gRPC (Triton streams inference over gRPC only); add grpc=True or leave streaming off",
+                "streaming needs gRPC (Triton streams inference over gRPC only): ask for gRPC, or leave streaming off",
                 field="streaming",
-                accepted="with grpc=True",
+                accepted="with gRPC",
             )
         if self.shared_memory not in SHARED_MEMORY:
             raise UsageError(

@@ -99,11 +99,7 @@ def warnings_for(latency: Summary, enqueue: Summary | None, compute: Summary | N
             f"machine is noisy (other processes, clocks, thermals); the numbers may not be repeatable"
         )
     if enqueue is not None and compute is not None and enqueue.median > LAUNCH_BOUND_RATIO * compute.median:
-        fix = (
-            "enable CUDA graphs (cuda_graph=True)"
-            if not cuda_graph
-            else "use larger batches or several streams (streams=4)"
-        )
+        fix = "replay it from a CUDA graph" if not cuda_graph else "use larger batches or several streams"
         out.append(
             f"Launch-bound: enqueue takes {enqueue.median:.3f} ms on the host, more than "
             f"{LAUNCH_BOUND_RATIO}x the GPU compute time ({compute.median:.3f} ms); {fix}"

@@ -150,9 +150,9 @@ def _check_uint8_profiles(proto, profiles: list) -> None:
     except ProfileError as exc:
         example = "x".join(str(d) if isinstance(d, int) else "1" for d in nhwc_dims(dims))
         raise ProfileError(
-            f"{exc}. With input_uint8_nhwc=True the engine's input '{value.name}' is (N, H, W, 3) uint8: give its "
+            f"{exc}. With input_uint8_nhwc the engine's input '{value.name}' is (N, H, W, 3) uint8: give its "
             f"shapes in that layout, e.g. {value.name}:{example}",
-            field="profiles",
+            field="input_uint8_nhwc",
         ) from exc
 
 

@@ -155,7 +155,8 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
         plan.finish()  # a calibrator's own error (kept from TensorRT's callback) is raised here, not lost in the log
     marks["built"] = timeline.now()
     if serialized is None:
-        raise BuildError(failure_message(loaded.name, kept, config.workspace_bytes))
+        message = failure_message(loaded.name, kept, config.workspace_bytes)
+        raise BuildError(message, field=next((f for f in ("workspace_bytes", "on_log") if f in message), None))
     engine = bytes(serialized)
     marks["serialized"] = timeline.now()
     build_seconds = marks["serialized"] - marks["build_started"]
@@ -258,7 +259,7 @@ def failure_message(name: str, log: list, workspace_bytes: int | None) -> str:
     """Why the build failed, from TensorRT's log; out of GPU memory is said as such (8.6 then reports "Could not
     find any implementation for node", which reads like an unsupported op)."""
     errors = [m for s, m in log if s in ("ERROR", "INTERNAL_ERROR")]
-    detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (its log says more: pass on_log=print)"
+    detail = "; ".join(errors[-5:]) or "TensorRT gave no reason (its log says more: on_log receives it)"
     requested = sorted(
         {int(found.group("n") or found.group("m")) for _, m in log if (found := _OOM.search(m))}, reverse=True
     )
@@ -319,7 +320,7 @@ def _parse(parser, loaded, prepared=None, check=None) -> None:
     error = ParseError(
         f"TensorRT's ONNX parser could not parse '{loaded.name}' ({len(issues)} error(s)):\n{lines}\n"
         + (f"Rewrites tried before parsing:{tried_lines}\n" if tried else "")
-        + "preflight(model) shows which ops this TensorRT supports.",
+        + "trtkit's op check shows which ops this TensorRT supports.",
         issues,
     )
     error.report = check() if check is not None else None
@@ -373,7 +374,9 @@ def _precision_report(trt, logger, engine: bytes, config: BuildConfig, precision
     runtime = trt.Runtime(logger)
     deserialized = runtime.deserialize_cuda_engine(engine)
     if deserialized is None:
-        raise BuildError("TensorRT built an engine it cannot load back; its log says why: pass on_log=print")
+        raise BuildError(
+            "TensorRT built an engine it cannot load back; its log says why (on_log receives it)", field="on_log"
+        )
     report = precision_report.analyze(engine_information(trt, deserialized), config.precision)
     report.check(require=config.require_precision)
     return report.to_json()

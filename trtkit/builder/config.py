@@ -183,10 +183,9 @@ class BuildConfig:
             )
         if self.qdq_add_inputs and not self.qdq_residual_activations:
             raise UsageError(
-                "qdq_add_inputs=True does nothing with qdq_residual_activations=False: it quantizes the other "
-                "input of the residual adds that one finds; set both, or neither",
+                "qdq_add_inputs does nothing without the residual-activation placement: it quantizes the other "
+                "input of the residual adds that placement finds; turn both on, or neither",
                 field="qdq_add_inputs",
-                accepted="False or None when qdq_residual_activations is False",
             )
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":

@@ -32,23 +32,20 @@ def check_applicable(mode: str, precision: str, *, strongly_typed: bool, explici
         return
     if precision not in _DATA_TYPES:
         raise UnsupportedError(
-            f"precision_constraints='{mode}' needs precision='fp16', precision='bf16' or "
-            f"precision='int8' (this build is {precision}: there is no lower precision to ask "
-            "for)",
+            f"precision_constraints '{mode}' needs an FP16, BF16 or INT8 build (this build is {precision}: there "
+            "is no lower precision to ask for)",
             field="precision_constraints",
         )
     if strongly_typed:
         raise UnsupportedError(
-            f"precision_constraints='{mode}' applies where TensorRT picks the precisions "
-            "(fp16_mode='flag', int8_mode='calibrator'); this network is strongly typed, so its "
-            "types already come from the model",
+            f"precision_constraints '{mode}' applies where TensorRT picks the precisions (FP16 mode 'flag', "
+            "INT8 mode 'calibrator'); this network is strongly typed, so its types already come from the model",
             field="precision_constraints",
         )
     if explicit_int8:
         raise UnsupportedError(
-            f"precision_constraints='{mode}' does not apply to int8_mode='qdq': the Q/DQ "
-            "nodes already fix where INT8 runs (use int8_mode='calibrator' to constrain layers "
-            "instead)",
+            f"precision_constraints '{mode}' does not apply to INT8 mode 'qdq': the Q/DQ nodes already fix "
+            "where INT8 runs (use INT8 mode 'calibrator' to constrain layers instead)",
             field="precision_constraints",
         )
 

@@ -140,8 +140,8 @@ def _next_steps(info: CrashInfo) -> str:
     trt_version = info.context.get("trt_version")
     newer = f"a newer TensorRT than {trt_version}" if trt_version else "a newer TensorRT"
     steps = [
-        "preflight(model) shows which ops this TensorRT supports",
-        "build with fold_constants=True to fold constant subgraphs before parsing",
+        "trtkit's op check shows which ops this TensorRT supports",
+        "build with constant folding on, to fold constant subgraphs before parsing",
         f"try {newer}",
     ]
     if info.node is not None and info.op_type:

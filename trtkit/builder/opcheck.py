@@ -106,8 +106,7 @@ class CheckReport:
         what = f"{len(nodes)} node(s)" if nodes else "some ops"
         return (
             f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed or self._bad_ops()}{more}. "
-            "preflight(model) gives the full table; try fold_constants=True, a lower "
-            "opset, or a newer TensorRT."
+            "The op check's table lists every op; try constant folding, a lower opset, or a newer TensorRT."
         )
 
     def _bad_ops(self) -> str:
@@ -177,7 +176,7 @@ def _fold_note(report: CheckReport, loaded) -> None:
         return  # a hint only; the check itself goes on
     if fold.changed:
         summary = fold.summary().removeprefix("constant folding: ")
-        report.notes.append(f"fold_constants=True would change this model: {summary}")
+        report.notes.append(f"constant folding would change this model: {summary}")
 
 
 def _query_isolated(loaded, path, trt_factory, timeout):

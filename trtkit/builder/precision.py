@@ -122,12 +122,12 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
     if mode == "flag" and not has_flag:
         where = "TensorRT 8.6 to 10.x" if flag == "FP16" else "TensorRT 9.0 to 10.x"
         instead = (
-            f"Use fp16_mode='cast' (a strongly typed {flag} model)"
+            f"Use fp16_mode 'cast' (a strongly typed {flag} model)"
             if caps.strongly_typed
             else "Use TensorRT 10 or later"
         )
         raise UnsupportedError(
-            f"precision='{precision}' with fp16_mode='flag' needs BuilderFlag.{flag}, which TensorRT "
+            f"fp16_mode 'flag' with {flag} needs BuilderFlag.{flag}, which TensorRT "
             f"{_version(caps)} does not have; it exists in {where}. {instead}.",
             field="fp16_mode",
         )
@@ -135,7 +135,7 @@ def resolve_half_mode(caps, precision: str, mode: str) -> str:
         if has_flag:
             return "cast+flag"
         raise UnsupportedError(
-            f"precision='{precision}' needs BuilderFlag.{flag} or strongly typed networks; TensorRT "
+            f"{flag} needs BuilderFlag.{flag} or strongly typed networks; TensorRT "
             f"{_version(caps)} has neither. {flag} exists in TensorRT 9.0 to 10.x as a flag and from 9.1 as a "
             "strongly typed model: use TensorRT 10 or later."
         )
@@ -148,8 +148,8 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
     if config.strongly_typed and mode != "cast":
         if config.fp16_mode == "flag" or not caps.strongly_typed:
             raise UnsupportedError(
-                f"strongly_typed=True networks take their types from the model and refuse BuilderFlag.{flag}; use "
-                f"fp16_mode='cast' (TensorRT 9.1 and later), or strongly_typed=False.",
+                f"strongly_typed networks take their types from the model and refuse BuilderFlag.{flag}; use FP16 "
+                "mode 'cast' (TensorRT 9.1 and later), or turn strongly_typed off.",
                 field="strongly_typed",
             )
         mode = "cast"
@@ -197,14 +197,14 @@ def resolve_int8_mode(caps, mode: str, algorithm: str | None = None) -> str:
         return "calibrator" if native and algorithm in (None, "entropy", "minmax") else "qdq"
     if mode == "calibrator" and not (caps.has_calibrators and caps.int8_flag):
         raise UnsupportedError(
-            f"int8_mode='calibrator' needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
-            f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode='qdq'.",
+            f"int8_mode 'calibrator' needs TensorRT's INT8 calibrators and BuilderFlag.INT8, which TensorRT "
+            f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode 'qdq'.",
             field="int8_mode",
         )
     if mode == "calibrator" and algorithm in ("percentile", "mse"):
         raise UnsupportedError(
-            f"TensorRT has no {algorithm} calibrator; use int8_mode='qdq' with calibration.algorithm='{algorithm}', "
-            "or calibration.algorithm='entropy' or 'minmax'.",
+            f"TensorRT has no {algorithm} calibrator; use int8_mode 'qdq' with the {algorithm} algorithm, or the "
+            "entropy or minmax algorithm.",
             field="int8_mode",
         )
     return mode
@@ -227,8 +227,8 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
     if config.strongly_typed and mode == "calibrator":
         if config.int8_mode == "calibrator":
             raise UnsupportedError(
-                "TensorRT's calibrators need BuilderFlag.INT8, which strongly_typed=True "
-                "networks refuse; use int8_mode='qdq' or strongly_typed=False.",
+                "TensorRT's calibrators need BuilderFlag.INT8, which strongly typed networks refuse; use "
+                "int8_mode 'qdq', or a network that is not strongly typed.",
                 field="int8_mode",
             )
         mode = "qdq"
@@ -237,17 +237,17 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
     placement = [
         name
         for name, used in (
-            ("qdq_exclude", bool(config.qdq_exclude)),
-            ("qdq_keep_heads=False", not config.qdq_keep_heads),
-            ("qdq_kept_fp16", config.qdq_kept_fp16),
+            ("the excluded nodes", bool(config.qdq_exclude)),
+            ("the quantized heads", not config.qdq_keep_heads),
+            ("FP16 for the layers kept out of INT8", config.qdq_kept_fp16),
         )
         if used
     ]
     if mode == "calibrator" and placement:
         raise UnsupportedError(
-            f"{' and '.join(placement)} place Q/DQ nodes, which this build does not "
-            "make (INT8 through TensorRT's calibrator); add int8_mode='qdq', or drop them",
-            field=placement[0].split("=")[0],
+            f"The Q/DQ placement settings ({', '.join(placement)}) need Q/DQ nodes, which this build does not "
+            "make (INT8 through TensorRT's calibrator); use int8_mode 'qdq', or drop them",
+            field="int8_mode",
         )
     session = _session(trt, model, config, native=(mode == "calibrator"))
     if mode == "calibrator":
@@ -326,7 +326,7 @@ def _qdq_plan(model, caps, notes: list, strongly_typed: bool = False) -> Precisi
     if strongly_typed and not caps.strongly_typed:
         raise UnsupportedError(
             f"Strongly typed networks do not exist in TensorRT {_version(caps)}; they exist in "
-            f"TensorRT 9.1 and later. Set strongly_typed=False.",
+            f"TensorRT 9.1 and later. Turn strongly_typed off.",
             field="strongly_typed",
         )
     if caps.int8_flag and not strongly_typed:

@@ -141,7 +141,7 @@ class PrecisionReport:
             return []
         self.warnings.append(problem)
         if require:
-            raise BuildError(problem + "; require_precision=True makes this an error.")
+            raise BuildError(problem + "; require_precision makes this an error.", field="require_precision")
         logger.warning("PRECISION WARNING: %s", problem)
         return [problem]
 
@@ -151,12 +151,12 @@ class PrecisionReport:
         full = sum(self.share(p) for p in _FULL)
         if full > 0.5:
             return (
-                f"precision='{self.requested}' was asked but {full * 100:.0f}% of the engine's FLOPs run in "
+                f"{self.requested.upper()} was asked but {full * 100:.0f}% of the engine's FLOPs run in "
                 f"FP32/TF32 ({self.summary()}); TensorRT found no faster {self.requested.upper()} kernels or the "
                 "model forces FP32 (check the layer report with `trtkit inspect`)"
             )
         if self.requested == "int8" and not self.layers_by_precision.get("INT8"):
-            return f"precision='int8' was asked but no layer runs in INT8 ({self.summary()})"
+            return f"INT8 was asked but no layer runs in INT8 ({self.summary()})"
         return None
 
 

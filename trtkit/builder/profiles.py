@@ -7,6 +7,8 @@ A profile gives each dynamic input a (min, opt, max) shape. On the command line:
     --shapes images:1x3x640x640,32x3x640x640                         two shapes: min,max (opt = max)
 
 Several inputs are separated by spaces or ``;`` inside one ``--shapes``; several ``--shapes`` make several profiles.
+A model whose only dynamic axis is the batch can take its batch sizes alone: ``Profile(batch=(1, 8, 32))``
+(``--batch 1,8,32``) sets the first axis of every input, the other axes coming from the model.
 
 For an input that TensorRT treats as a *shape tensor* (an INT32/INT64 input of rank 0 or 1 whose values become a
 shape: the ``shape`` of Expand/Reshape, the ``sizes`` of Resize...) the entry gives its min, opt and max *values*, as
@@ -54,9 +56,11 @@ class InputShape:
 
 @dataclass(frozen=True)
 class Profile:
-    """One optimization profile: input name → :class:`InputShape`."""
+    """One optimization profile: input name → :class:`InputShape`; ``batch``, where given, is the (min, opt, max)
+    of the first axis of every input ``shapes`` does not name (their other axes are the model's, and must be fixed)."""
 
     shapes: dict = field(default_factory=dict)
+    batch: tuple | None = None
 
     def __post_init__(self):
         accepted = "a dict of input name to InputShape (see parse_shapes)"
@@ -65,9 +69,16 @@ class Profile:
         for name, shape in self.shapes.items():
             if not isinstance(name, str) or not isinstance(shape, InputShape):
                 _check.fail("shapes", self.shapes, accepted)
+        b = self.batch
+        if b is not None and not (
+            isinstance(b, tuple) and len(b) == 3 and all(type(d) is int for d in b) and 1 <= b[0] <= b[1] <= b[2]
+        ):
+            accepted = "three sizes MIN <= OPT <= MAX of 1 or more, e.g. (1, 8, 32)"
+            raise ShapeSpecError(f"batch must be {accepted}, not {b!r}", field="batch", accepted=accepted)
 
     def to_json(self) -> dict:
-        return {name: s.to_json() for name, s in self.shapes.items()}
+        data = {name: s.to_json() for name, s in self.shapes.items()}
+        return {**data, "*": {"batch": list(self.batch)}} if self.batch else data
 
     @classmethod
     def from_json(cls, data: dict) -> "Profile":
@@ -138,7 +149,7 @@ def parse_shapes(text: str) -> Profile:
         ShapeSpecError: ``text`` is not a str, or is malformed (``field`` is ``shapes``).
     """
     _check.instance("text", text, str, "profile text such as 'images:1x3x224x224,8x3x224x224,32x3x224x224'")
-    specs = [s for s in re.split(r"[;\s]+", text.strip()) if s]
+    specs = [s for s in re.split(r"[;\s]+", re.sub(r"\s*([:,])\s*", r"\1", text.strip())) if s]
     if not specs:
         raise ShapeSpecError("shapes is empty; expected e.g. images:1x3x640x640,8x3x640x640,32x3x640x640")
     shapes = {}
@@ -150,13 +161,28 @@ def parse_shapes(text: str) -> Profile:
     return Profile(shapes)
 
 
-def _example_profile(inputs: dict) -> str:
-    pieces = []
+def _example_profile(inputs: dict, given: Profile | None = None, model_inputs: dict | None = None) -> str:
+    """Profile text for ``inputs`` after the entries ``given`` has (one profile, one line): a dynamic axis takes the
+    sizes ``given`` has for an axis of that name (TensorRT wants them equal), else 1, 8, 8."""
+    pieces, named = [], {}
+    for name, shape in (given.shapes if given else {}).items():
+        pieces.append(_spec_text(name, shape))
+        for i, d in enumerate((model_inputs or {}).get(name, ())[: len(shape.min)]):
+            if isinstance(d, str):
+                named[d] = (shape.min[i], shape.opt[i], shape.max[i])
     for name, dims in inputs.items():
-        lo = "x".join(str(d if isinstance(d, int) and d > 0 else 1) for d in dims)
-        hi = "x".join(str(d if isinstance(d, int) and d > 0 else 8) for d in dims)
-        pieces.append(f"{name}:{lo},{hi},{hi}")
-    return "profiles=[parse_shapes('" + " ".join(pieces) + "')]"
+        sizes = [(d, d, d) if is_fixed(d) else named.get(d, (1, 8, 8)) for d in dims]
+        pieces.append(_spec_text(name, InputShape(*map(tuple, zip(*sizes)))))
+    return "'" + " ".join(pieces) + "'"
+
+
+def _spec_text(name: str, shape: InputShape) -> str:
+    return f"{name}:" + ",".join("x".join(map(str, s)) for s in (shape.min, shape.opt, shape.max))
+
+
+def _batch_only(inputs: dict) -> bool:
+    """Whether the first axis is the only dynamic axis of every input in ``inputs`` (each one has one)."""
+    return all(d and not is_fixed(d[0]) and all(is_fixed(x) for x in d[1:]) for d in inputs.values())
 
 
 # the ONNX types of inputs TensorRT may parse as shape tensors (of rank 0 or 1)
@@ -196,13 +222,17 @@ def resolve_profiles(model_inputs: dict, profiles: list, shape_inputs=()) -> lis
     dynamic = {n: d for n, d in model_inputs.items() if n not in shape_inputs and any(not is_fixed(x) for x in d)}
     if not profiles:
         if shape_inputs:
-            raise ProfileError(_no_values_message(None, shape_inputs))
+            raise ProfileError(_no_values_message(None, shape_inputs), field="profiles")
         if dynamic:
             dims = "; ".join(f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items())
-            raise ProfileError(
-                f"The model has dynamic dimensions ({dims}) and no optimization profile was given. "
-                f"Add for example {_example_profile(dynamic)}"
-            )
+            message = f"The model has dynamic dimensions ({dims}) and no optimization profile was given"
+            if _batch_only(dynamic):
+                raise ProfileError(
+                    f"{message}. Its only dynamic axis is the first: give the sizes of that axis, e.g. batch 1,8,8 "
+                    f"(MIN,OPT,MAX), or a profile with every input, e.g. {_example_profile(dynamic)}",
+                    field="batch",
+                )
+            raise ProfileError(f"{message}. Give one, e.g. {_example_profile(dynamic)}", field="profiles")
         return []
     return [_complete_profile(i, p, model_inputs, dynamic, shape_inputs) for i, p in enumerate(profiles)]
 
@@ -227,7 +257,7 @@ def _no_values_message(index: int | None, shape_inputs: dict) -> str:
     example = " ".join(_example_values(n, d) for n, d in shape_inputs.items())
     return (
         f"TensorRT parsed input(s) {names} as shape tensors: their values become shapes, so a profile must give "
-        f"their min, opt and max values, and {where}. Add for example profiles=[parse_shapes('{example}')] "
+        f"their min, opt and max values, and {where}. Add for example '{example}' to the profile "
         f"(one value per element, joined by 'x')"
     )
 
@@ -264,15 +294,18 @@ def _complete_profile(
             f"Profile {index} names input(s) {unknown} that the model does not have; its inputs are "
             f"{sorted(model_inputs)}"
         )
-    missing = sorted(set(dynamic) - set(profile.shapes))
-    if missing:
+    missing = {m: dynamic[m] for m in sorted(set(dynamic) - set(profile.shapes))}
+    if profile.batch:
+        profile = Profile({**profile.shapes, **_batch_shapes(index, profile.batch, missing)})
+    elif missing:
         raise ProfileError(
-            f"Profile {index} gives no shapes for dynamic input(s) {missing}; add e.g. "
-            f"{_example_profile({m: dynamic[m] for m in missing})}"
+            f"Profile {index} gives no shapes for dynamic input(s) {sorted(missing)}; one profile gives every "
+            f"dynamic input, separated by a space: e.g. {_example_profile(missing, profile, model_inputs)}",
+            field="profiles",
         )
     missing_values = {n: d for n, d in shape_inputs.items() if n not in profile.shapes}
     if missing_values:
-        raise ProfileError(_no_values_message(index, missing_values))
+        raise ProfileError(_no_values_message(index, missing_values), field="profiles")
     shapes = {}
     for name, dims in model_inputs.items():
         if name in shape_inputs:
@@ -286,6 +319,26 @@ def _complete_profile(
         _check_against_model(index, name, shape, dims)
         shapes[name] = shape
     return Profile(shapes)
+
+
+def _batch_shapes(index: int, batch: tuple, inputs: dict) -> dict:
+    """{input: InputShape} with ``batch`` as the first axis of each of ``inputs`` and their other (fixed) axes."""
+    if not inputs:
+        raise ProfileError(
+            f"Profile {index}: batch sets the first axis of dynamic inputs, and the model has none left to set",
+            field="batch",
+        )
+    shapes = {}
+    for name, dims in inputs.items():
+        axis = next((i for i, d in enumerate(dims) if i > 0 and not is_fixed(d)), None)
+        if axis is not None:
+            raise ProfileError(
+                f"Profile {index}: batch sets the first axis only, and input '{name}' (dims {list(dims)}) has "
+                f"dynamic axis {axis}; give its shapes in full, e.g. {_example_profile({name: dims})}",
+                field="batch",
+            )
+        shapes[name] = InputShape(*((b, *dims[1:]) for b in batch))
+    return shapes
 
 
 def _check_against_model(index: int, name: str, shape: InputShape, dims) -> None:

@@ -130,9 +130,9 @@ class TimingCacheFile:
     def _refuse(self, why: str) -> None:
         if not self.reset:
             raise BuildError(
-                f"Timing cache '{self.path}' {why}; delete it, give another path, or set timing_cache_reset=True to "
-                "replace it with a new cache",
-                field="timing_cache",
+                f"Timing cache '{self.path}' {why}; delete it, give another path, or replace it with a new cache: "
+                "timing_cache_reset",
+                field="timing_cache_reset",
                 accepted="a timing cache file of this GPU and TensorRT, or a new path",
             )
         logger.warning("Timing cache '%s' %s; replacing it with a new one", self.path, why)

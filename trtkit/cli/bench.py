@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from trtkit.cli import options
@@ -20,16 +19,12 @@ def add_arguments(parser) -> None:
     )
     add_build_options(
         parser,
-        shapes_help="for an ONNX model, the profile to build (NAME:MIN,OPT,MAX per input); "
-        "the shape benchmarked is each input's OPT (NAME:SHAPE for one shape)",
+        shapes_help="for an ONNX model, the profile to build: NAME:MIN,OPT,MAX for each input, inputs separated by a "
+        "space or ';' (NAME:MIN,MAX sets OPT to MAX); the shape benchmarked is each input's OPT (NAME:SHAPE for one "
+        "shape)",
     )
     g = parser.add_argument_group("benchmark")
-    g.add_argument(
-        "--cuda-graph",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="replay the engine from a CUDA graph (default: on)",
-    )
+    options.add_cuda_graph_option(g)
     g.add_argument(
         "--no-data-transfers", dest="data_transfers", action="store_false", help="leave out the H2D and D2H copies"
     )
@@ -99,7 +94,7 @@ def run(args, console) -> int:
 
     settings = BenchSettings(
         shapes=bench_shapes(args.shapes),
-        profile=args.use_profile,
+        profile=args.profile_index,
         cuda_graph=args.cuda_graph,
         data_transfers=args.data_transfers,
         streams=args.streams,
@@ -137,7 +132,6 @@ def run(args, console) -> int:
     if args.layers:
         return _run_layers(args, console, engine, settings)
     result = benchmark(_engine_arg(engine, args), settings)
-    result.warnings = [options.cli_words(w) for w in result.warnings]  # the library's advice in flags
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
         write_json(args.json, {**to_json(result, engine=str(engine)), "environment": _environment()})

@@ -90,7 +90,7 @@ def _server_defaults():
 
 def run_server_load(args, console) -> int:
     from trtkit.bench.serving import LoadSettings, address, find_perf_analyzer, load_test, perf_analyzer_version, render
-    from trtkit.cli.options import check_files, cli_words
+    from trtkit.cli.options import check_files
     from trtkit.cli.render import write_json
     from trtkit.errors import UsageError
 
@@ -113,8 +113,6 @@ def run_server_load(args, console) -> int:
     binary = find_perf_analyzer()
     with console.status(f"perf_analyzer on {args.server_model} at concurrency {args.concurrency}"):
         results = load_test(args.server, args.server_model, settings, binary=binary)
-    for r in results:
-        r.error = r.error and cli_words(r.error)
     protocol = ("gRPC stream" if args.streaming else "gRPC") if args.grpc else "HTTP"
     title = f"trtkit bench {args.server_model} on {args.server} ({protocol}, batch {args.batch}, perf_analyzer)"
     render(results, console, title=title)

@@ -15,16 +15,19 @@ HELP = "Build a TensorRT engine from an ONNX model (profiles, precision, timing 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="ONNX model")
-    parser.add_argument("-o", "--output", help="engine file to write (default: MODEL with .engine)")
-    options.add_build_options(parser)
+    parser.add_argument(
+        "-o", "--output", help="engine file to write (default: MODEL with .PRECISION.engine, e.g. m.fp16.engine)"
+    )
+    options.add_build_options(parser, batch=True)
     options.add_plugin_option(parser)
     add_nms_options(parser)
     options.add_prepare_options(parser)
     options.add_json_option(parser)
 
 
-def default_output(model: str) -> Path:
-    return Path(model).with_suffix(".engine")
+def default_output(model: str, precision: str) -> Path:
+    """``m.onnx`` -> ``m.fp16.engine``: builds of one model in two precisions do not overwrite each other."""
+    return Path(model).with_suffix(f".{precision}.engine")
 
 
 def run(args, console) -> int:
@@ -35,8 +38,12 @@ def run(args, console) -> int:
     if args.add_nms:
         from trtkit.detection.nms_plugin import NmsOptions
 
-        config = dataclasses.replace(config, add_nms=NmsOptions(args.nms_score, args.nms_iou, args.nms_max_det))
-    output = Path(args.output) if args.output else default_output(args.model)
+        given = {"score_threshold": args.nms_score, "iou_threshold": args.nms_iou, "max_detections": args.nms_max_det}
+        nms = NmsOptions(**{name: value for name, value in given.items() if value is not None})
+        config = dataclasses.replace(config, add_nms=nms)
+    else:
+        options.refuse_unused(args, "--add-nms (the NMS plugin)", ("--nms-score", "--nms-iou", "--nms-max-det"))
+    output = Path(args.output) if args.output else default_output(args.model, config.precision)
     options.check_files(
         args, output_files(config, args.output if args.output is not None else output), input_files(args.model, config)
     )
@@ -73,9 +80,9 @@ def add_nms_options(parser) -> None:
         help="append TensorRT's EfficientNMS_TRT plugin to a YOLOv8-style head (N, 4 + classes, anchors): "
         "the engine returns num_dets, boxes, scores, classes",
     )
-    g.add_argument("--nms-score", type=float, default=0.25, metavar="X", help="--add-nms score threshold (0.25)")
-    g.add_argument("--nms-iou", type=float, default=0.45, metavar="X", help="--add-nms IoU threshold (0.45)")
-    g.add_argument("--nms-max-det", type=int, default=100, metavar="N", help="--add-nms detections per image (100)")
+    g.add_argument("--nms-score", type=float, metavar="X", help="--add-nms score threshold, 0 <= X < 1 (0.25)")
+    g.add_argument("--nms-iou", type=float, metavar="X", help="--add-nms IoU threshold, 0 < X <= 1 (0.45)")
+    g.add_argument("--nms-max-det", type=int, metavar="N", help="--add-nms detections per image (100)")
 
 
 def prepare_notes(manifest: Manifest, config) -> dict:
@@ -198,7 +205,7 @@ def _precision_line(build: BuildInfo, report: dict | None) -> str:
     notes = build.precision_plan.notes
     text = build.precision or "fp32"
     if notes:
-        text += f" ({options.cli_words('; '.join(notes))})"
+        text += f" ({'; '.join(notes)})"
     if report and report.get("layers_by_precision"):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["layers_by_precision"].items()))
         text += f"; layers: {counts}"

@@ -127,7 +127,7 @@ def run_classification(args, console, runner_options: dict | None = None) -> int
             args.images,
             reference=args.reference,
             batch=args.batch,
-            preprocess=Preprocess(**parse_preprocess(args.preprocess)),
+            preprocess=Preprocess(**parse_preprocess(args.preprocess, field="preprocess")),
             runner_options=runner_options,
         )
     failing = [r.name for r in result.rows if args.min_top1 is not None and r.top1 < args.min_top1]

@@ -33,12 +33,7 @@ def add_arguments(parser) -> None:
         help="batch sizes the dynamic batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size "
         "from 8); below the smallest it waits up to --max-queue-delay-us (default: the profile's opt and largest)",
     )
-    p.add_argument(
-        "--no-cuda-graphs",
-        dest="cuda_graphs",
-        action="store_false",
-        help="leave CUDA graphs out of the model's optimization settings",
-    )
+    options.add_cuda_graph_option(p)
     p.add_argument(
         "--graph-batches",
         choices=("every", "triton"),
@@ -73,7 +68,7 @@ def run(args, console) -> int:
         instances=args.instances,
         gpus=parse_gpus(args.gpus),
         max_queue_delay_us=args.max_queue_delay_us,
-        cuda_graphs=args.cuda_graphs,
+        cuda_graphs=args.cuda_graph,
         graph_batches=args.graph_batches,
         options=args.tensorrt_options,
         triton_version=args.triton_version,

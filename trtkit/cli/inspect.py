@@ -26,21 +26,17 @@ def add_arguments(parser) -> None:
 
 
 def run(args, console) -> int:
+    from trtkit.errors import UsageError
+
     path = Path(args.path)
+    onnx = path.suffix.lower() == ".onnx"
+    if onnx and (args.layers or args.ignore_manifest):
+        flag = "--layers lists an engine's layers" if args.layers else "--ignore-manifest loads an engine"
+        raise UsageError(f"{flag}; '{path}' is an ONNX model: give the engine built from it")
+    if args.check and not onnx:
+        raise UsageError("--check inspects ONNX models; give the .onnx file the engine was built from")
     options.check_files(args, {}, {"path": args.path})
-    if _is_onnx(path):
-        return _inspect_onnx(args, console, path)
-    if args.check:
-        from trtkit.errors import TrtkitError
-
-        raise TrtkitError("--check inspects ONNX models; give the .onnx file the engine was built from")
-    return _inspect_engine(args, console, path)
-
-
-def _is_onnx(path: Path) -> bool:
-    if path.suffix.lower() == ".onnx":
-        return True
-    return False
+    return _inspect_onnx(args, console, path) if onnx else _inspect_engine(args, console, path)
 
 
 def _inspect_onnx(args, console, path: Path) -> int:

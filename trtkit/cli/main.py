@@ -58,7 +58,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from trtkit.cli.options import NEGATIVE_VALUE
 
     parser = _Parser(prog="trtkit", description="ONNX to fast, correct TensorRT engines, run from Python.")
-    parser.add_argument("--verbose", "-v", action="store_true", help="show tracebacks and TensorRT's log")
+    add_verbose_option(parser, default=False)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
@@ -67,10 +67,20 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
             p = sub.add_parser(name, help=module.HELP, description=module.HELP)
             p._negative_number_matcher = NEGATIVE_VALUE  # `--workspace -4G` reaches parse_size, which says why
             module.add_arguments(p)
+            nested = [a.choices.values() for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+            for each in (p, *(q for choices in nested for q in choices)):  # `export triton`, `eval detection` too
+                add_verbose_option(each)
             p.set_defaults(command_module=module)
         else:
             sub.add_parser(name, help=SUMMARIES[name], add_help=False)
     return parser
+
+
+def add_verbose_option(parser, default=argparse.SUPPRESS) -> None:
+    """``-v/--verbose``, before the subcommand or after it (there it leaves the value given before alone)."""
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", default=default, help="show tracebacks and TensorRT's log"
+    )
 
 
 def _version() -> str:
@@ -126,16 +136,6 @@ def _error_line(text: str) -> None:
     sys.stderr.write(text.rstrip() + "\n")
 
 
-class _InCliWords(logging.Filter):
-    """Log lines from the library, with its argument names written as the CLI's flags."""
-
-    def filter(self, record) -> bool:
-        from trtkit.cli.options import cli_words
-
-        record.msg, record.args = cli_words(record.getMessage()), ()
-        return True
-
-
 @contextlib.contextmanager
 def _cli_logging(verbose: bool):
     """Show trtkit's log on stderr for the duration of one command, then restore the logger as it was."""
@@ -146,7 +146,6 @@ def _cli_logging(verbose: bool):
     logger = logging.getLogger("trtkit")
     handler = RichHandler(console=make_console(stderr=True), show_time=False, show_path=False)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.addFilter(_InCliWords())
     saved = (logger.level, logger.propagate)
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -32,31 +32,58 @@ def parse_size(text: str) -> int:
 
 
 _PROFILE_HELP = (
-    "one optimization profile: NAME:MIN,OPT,MAX per input, e.g. "
-    "images:1x3x640x640,8x3x640x640,32x3x640x640 (repeat for several profiles)"
+    "one optimization profile: NAME:MIN,OPT,MAX for each input, inputs separated by a space or ';' "
+    "(e.g. 'images:1x3x640x640,8x3x640x640,32x3x640x640 mask:1x640x640,8x640x640,32x640x640'); "
+    "NAME:MIN,MAX sets OPT to MAX, NAME:SHAPE fixes the input; repeat --shapes for more profiles"
 )
 RUN_SHAPES_HELP = (
-    "the input shapes to run: NAME:SHAPE per input, e.g. images:8x3x640x640 (a NAME:MIN,OPT,MAX spec "
-    "runs OPT); default: each input's opt shape in the profile"
+    "the input shapes to run: NAME:SHAPE for each input, separated by a space or ';', e.g. images:8x3x640x640 "
+    "(a NAME:MIN,OPT,MAX spec runs OPT); default: each input's opt shape in the profile"
 )
 
 
 def add_profile_index_option(parser) -> None:
-    """``--profile-index K`` (``--use-profile``, its older name): the optimization profile to run."""
+    """``--profile-index K``: the optimization profile to run."""
     parser.add_argument(
-        "--profile-index",
-        "--use-profile",
-        dest="use_profile",
-        type=int,
-        default=0,
-        metavar="K",
-        help="optimization profile to run (default 0; --use-profile is its older name)",
+        "--profile-index", type=int, default=0, metavar="K", help="optimization profile to run (default 0)"
     )
 
 
-def add_shape_options(parser, help: str = _PROFILE_HELP) -> None:
+def add_cuda_graph_option(parser) -> None:
+    """``--cuda-graph/--no-cuda-graph``: replay the engine from CUDA graphs (on by default, as in ``TrtRunner``)."""
+    parser.add_argument(
+        "--cuda-graph",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="replay the engine from a CUDA graph captured for each input shape (default: on)",
+    )
+
+
+def add_shape_options(parser, help: str = _PROFILE_HELP, batch: bool = False) -> None:
     g = parser.add_argument_group("shapes and profiles")
-    g.add_argument("--shapes", "--profile", dest="shapes", action="append", default=[], metavar="SPEC", help=help)
+    g.add_argument("--shapes", action="append", default=[], metavar="SPEC", help=help)
+    if batch:
+        g.add_argument(
+            "--batch",
+            dest="profile_batch",
+            type=batch_range,
+            metavar="MIN,OPT,MAX",
+            help="the profile of a model whose only dynamic axis is the batch: the first axis of every input, the "
+            "other axes from the model (instead of --shapes), e.g. 1,8,32",
+        )
+
+
+def batch_range(text: str) -> tuple:
+    """argparse type: ``1,8,32`` -> ``(1, 8, 32)``; one size fixes the batch, two are MIN,MAX (opt = max)."""
+    from trtkit.builder.profiles import Profile
+
+    try:
+        sizes = [int(s) for s in text.split(",")]
+        batch = tuple({1: sizes * 3, 2: sizes + sizes[1:], 3: sizes}[len(sizes)])
+        Profile(batch=batch)
+    except (ValueError, KeyError, TrtkitError):
+        raise argparse.ArgumentTypeError(f"'{text}': give MIN,OPT,MAX batch sizes of 1 or more, in order") from None
+    return batch
 
 
 def add_precision_options(parser) -> None:
@@ -191,8 +218,8 @@ def add_calibration_options(parser) -> None:
     )
 
 
-def add_build_options(parser, shapes_help: str = _PROFILE_HELP) -> None:
-    add_shape_options(parser, shapes_help)
+def add_build_options(parser, shapes_help: str = _PROFILE_HELP, batch: bool = False) -> None:
+    add_shape_options(parser, shapes_help, batch)
     add_precision_options(parser)
     add_calibration_options(parser)
     g = parser.add_argument_group("builder")
@@ -377,8 +404,6 @@ def config_from_args(args) -> BuildConfig:
     Raises:
         UsageError: an option that would do nothing with the others given, or a value of the wrong range.
     """
-    from trtkit.builder.profiles import parse_shapes
-
     check_option_use(args)
 
     calibration = None
@@ -404,7 +429,7 @@ def config_from_args(args) -> BuildConfig:
         fp16_mode=args.fp16_mode,
         int8_mode=args.int8_mode,
         calibration=calibration,
-        profiles=[parse_shapes(s) for s in args.shapes],
+        profiles=_profiles(args),
         workspace_bytes=args.workspace,
         optimization_level=args.opt_level,
         tactic_sources=tactics,
@@ -430,6 +455,25 @@ def config_from_args(args) -> BuildConfig:
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
     )
+
+
+def _profiles(args) -> list:
+    from trtkit.builder.profiles import Profile, parse_shapes
+    from trtkit.errors import UsageError
+
+    batch = getattr(args, "profile_batch", None)
+    if batch and args.shapes:
+        raise UsageError("--batch makes the whole profile from the batch sizes: give --batch or --shapes, not both")
+    return [Profile(batch=batch)] if batch else [parse_shapes(s) for s in args.shapes]
+
+
+def refuse_unused(args, needs: str, flags) -> None:
+    """Refuse ``flags`` (options whose value is None when not given) given without ``needs``: a usage error."""
+    from trtkit.errors import UsageError
+
+    given = [flag for flag in flags if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with {needs}")
 
 
 def _preprocess(args) -> dict:
@@ -476,8 +520,8 @@ FLAGS = {
     "calibration.preprocess": "--calib-preprocess",
     "calibration.histograms": "--calib-histograms",
     "calibration.force": "--calib-cache-force",
-    "profile": "--use-profile",
-    "profile_index": "--use-profile",
+    "profile": "--profile-index",
+    "profile_index": "--profile-index",
     "streams": "--streams",
     "iterations": "--iterations",
     "warmup_ms": "--warmup-ms",
@@ -487,6 +531,14 @@ FLAGS = {
     "inputs": "--inputs",
     "cuda_graph": "--cuda-graph",
     "metric_threshold": "--metric-threshold",
+    "allow_mismatch": "--ignore-manifest",
+    "on_log": "--verbose",
+    "require_precision": "--require-precision",
+    "strongly_typed": "--strongly-typed",
+    "qdq_add_inputs": "--qdq-add-inputs",
+    "fold_constants": "--fold-constants",
+    "force": "--force",
+    "strict": "--strict",
     "workspace": "--workspace",
     "verbose": "--verbose",
     # bench --server, serve and export
@@ -502,8 +554,12 @@ FLAGS = {
     "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",
+    "score_threshold": "--nms-score",
+    "iou_threshold": "--nms-iou",
+    "max_detections": "--nms-max-det",
     "input_uint8_nhwc": "--input-uint8-nhwc",
     "metric": "--metric",
+    "preprocess": "--preprocess",
     "reference": "--reference",
     "gpus": "--gpus",
     "http_port": "--http-port",
@@ -514,82 +570,17 @@ FLAGS = {
 }
 
 
-# library switches (bool arguments) -> (flag when True, flag when False)
-SWITCHES = {
-    "timing_cache_reset": ("--timing-cache-reset", "no --timing-cache-reset"),
-    "use_timing_cache": ("no --no-timing-cache", "--no-timing-cache"),
-    "allow_mismatch": ("--ignore-manifest", "no --ignore-manifest"),
-    "strongly_typed": ("--strongly-typed", "no --strongly-typed"),
-    "require_precision": ("--require-precision", "no --require-precision"),
-    "fold_constants": ("--fold-constants", "--no-fold-constants"),
-    "input_uint8_nhwc": ("--input-uint8-nhwc", "no --input-uint8-nhwc"),
-    "qdq_keep_heads": ("no --qdq-quantize-heads", "--qdq-quantize-heads"),
-    "qdq_residual_activations": ("--qdq-residual-activations", "--no-qdq-residual-activations"),
-    "qdq_concat_shared_scale": ("--qdq-concat-shared-scale", "--no-qdq-concat-shared-scale"),
-    "qdq_add_inputs": ("--qdq-add-inputs", "--no-qdq-add-inputs"),
-    "qdq_kept_fp16": ("--qdq-kept-fp16", "no --qdq-kept-fp16"),
-    "tf32": ("no --no-tf32", "--no-tf32"),
-    "isolate": ("no --no-isolate", "--no-isolate"),
-    "cuda_graph": ("--cuda-graph", "--no-cuda-graph"),
-    "version_compatible": ("--version-compatible", ""),
-    "calibration.force": ("--calib-cache-force", "no --calib-cache-force"),
-    "strict": ("--strict", "no --strict"),
-    "grpc": ("--grpc", "no --grpc"),
-    "streaming": ("--streaming", "no --streaming"),
-    "force": ("--force", "no --force"),
-    "on_log": ("--verbose", "no --verbose"),
-    "polygraphy_check": ("no --no-polygraphy", "--no-polygraphy"),
-    "data_transfers": ("no --no-data-transfers", "--no-data-transfers"),
-    "e2e": ("no --no-e2e", "--no-e2e"),
-}
-# what a library message says -> what the CLI user types
-PHRASES = {
-    "preflight(model)": "`trtkit inspect MODEL --check`",
-    "ServeSettings(shared_memory=True)": "`trtkit serve --shared-memory`",
-}
-_ASSIGNED = re.compile(r"(?<![\w.-])([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)?)=('([^']*)'|[\w+-]+(?:\.\d+)?)")
-
-
-def cli_words(text: str) -> str:
-    """A library message in the CLI's words: each ``name=value`` naming a library argument becomes the flag that
-    sets it (``precision='fp16'`` -> ``--fp16``, ``int8_mode='qdq'`` -> ``--int8-mode qdq``, ``strongly_typed=True``
-    -> ``--strongly-typed``), and API phrases become commands."""
-
-    def flag(m):
-        name, value = m.group(1), m.group(3) if m.group(3) is not None else m.group(2)
-        if name == "precision":
-            return f"--{value}"
-        if name in SWITCHES:
-            return SWITCHES[name][0 if value != "False" else 1]
-        if name in FLAGS and FLAGS[name].startswith("-"):
-            return f"{FLAGS[name]} {value}"
-        return m.group(0)
-
-    for api, cli in PHRASES.items():  # before the assignments, which a phrase may hold
-        text = text.replace(api, cli)
-    text = re.sub(r"profiles=\[parse_shapes\(('[^']*')\)\]", r"--shapes \1", text)
-    text = re.sub(
-        r"shapes=\{'([^']+)': \(([\d, ]+)\)\}",
-        lambda m: f"--shapes {m.group(1)}:{'x'.join(d.strip() for d in m.group(2).split(','))}",
-        text,
-    )
-    return _ASSIGNED.sub(flag, text)
-
-
 def flag_message(exc) -> str:
-    """The error's message in the CLI's words (:func:`cli_words`), its ``field`` (a library argument) named by the
-    flag that sets it."""
-    text = cli_words(str(exc))
-    field = getattr(exc, "field", None)
-    flag = FLAGS.get(field) if isinstance(field, str) else None
-    if not isinstance(field, str) or not flag:
+    """The error's message on the command line: its ``field`` (a library argument), where the message names it, is
+    written as the flag that sets it; where it does not, the flag leads the message."""
+    text, field = str(exc), getattr(exc, "field", None)
+    if not isinstance(field, str) or field not in FLAGS:
         return text
-    pattern = re.compile(rf"(?<![\w.-]){re.escape(field)}(?![\w])")
+    flag = FLAGS[field]
+    pattern = re.compile(rf"(?<![\w.'-]){re.escape(field)}(?![\w'])")
     if pattern.search(text):
         return pattern.sub(flag, text)
-    if flag in text:
-        return text
-    return f"{flag}: {text}"
+    return text if flag in text else f"{flag}: {text}"
 
 
 def check_files(args, outputs: dict, inputs: dict) -> None:

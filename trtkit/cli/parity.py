@@ -22,18 +22,10 @@ def add_arguments(parser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="input shapes for random inputs, build syntax: NAME:SHAPE per input, e.g. "
+        help="input shapes for random inputs: NAME:SHAPE for each input, inputs separated by a space or ';', e.g. "
         "'images:8x3x224x224' (a NAME:MIN,OPT,MAX spec uses OPT); default: the profile's opt shapes",
     )
-    g.add_argument(
-        "--profile-index",
-        "--use-profile",
-        dest="profile_index",
-        type=int,
-        default=0,
-        metavar="N",
-        help="engine optimization profile to run in (default 0); shapes default to its opt shapes",
-    )
+    options.add_profile_index_option(g)
     g.add_argument(
         "--inputs",
         metavar="PATH",
@@ -59,7 +51,7 @@ def add_arguments(parser) -> None:
         action="store_true",
         help="load the engine even if its manifest names another TensorRT or GPU",
     )
-    g.add_argument("--cuda-graph", action="store_true", help="run the engine through CUDA graph replay")
+    options.add_cuda_graph_option(g)
     g.add_argument(
         "--reference",
         choices=REFERENCES,
@@ -171,6 +163,7 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
     """
     from trtkit.parity.api import compare_engine_to_onnx
 
+    _check_order(args.model, args.engine)
     options.check_files(
         args, {"save_arrays": args.save_arrays}, {"model": args.model, "engine": args.engine, "inputs": args.inputs}
     )
@@ -203,6 +196,19 @@ def run(args, console, *, engine=None, runner_options: dict | None = None, build
     if args.json:
         render.write_json(args.json, data)
     return 0 if report.passed else 1
+
+
+def _check_order(model: str, engine: str) -> None:
+    """The ONNX model comes first: an engine there and an .onnx file second is the two swapped (a usage error)."""
+    from pathlib import Path
+
+    from trtkit.errors import UsageError
+
+    if Path(engine).suffix.lower() == ".onnx" and Path(model).suffix.lower() != ".onnx":
+        raise UsageError(
+            f"parity takes the ONNX model first, then the engine: `trtkit parity {engine} {model}` "
+            f"('{model}' is not an .onnx file, '{engine}' is)"
+        )
 
 
 def _compare_options(args, runner_options: dict | None) -> dict:
@@ -293,7 +299,7 @@ def render_report(console, report) -> None:
             highlight=False,
         )
     for note in report.notes:
-        console.print(f"[dim]note: {options.cli_words(note)}[/dim]", markup=True, highlight=False)
+        console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False)
     style = "bold green" if report.passed else "bold red"
     console.print(f"[{style}]{report.verdict()}[/{style}]", markup=True, highlight=False)
 

@@ -140,7 +140,7 @@ def run_pipeline(args, console) -> int:
             preprocess=args.preprocess,
             monitor=live.update if live else None,
             cuda_graph=args.cuda_graph,
-            profile=args.use_profile,
+            profile=args.profile_index,
             allow_mismatch=args.ignore_manifest,
         )
     finally:

@@ -11,6 +11,7 @@ import numpy as np
 
 from trtkit.cli.options import (
     RUN_SHAPES_HELP,
+    add_cuda_graph_option,
     add_json_option,
     add_plugin_option,
     add_profile_index_option,
@@ -36,7 +37,7 @@ def add_arguments(parser) -> None:
     )
     add_shape_options(parser, RUN_SHAPES_HELP)
     add_profile_index_option(parser)
-    parser.add_argument("--cuda-graph", action="store_true", help="run through a CUDA graph")
+    add_cuda_graph_option(parser)
     parser.add_argument(
         "--iterations", type=positive_int, default=1, metavar="N", help="run N times (shows latency; default 1)"
     )
@@ -66,10 +67,7 @@ def run(args, console) -> int:
     )
     given = load_inputs(args.input)
     with TrtRunner(
-        args.engine,
-        profile=args.use_profile,
-        cuda_graph=args.cuda_graph,
-        allow_mismatch=args.ignore_manifest,
+        args.engine, profile=args.profile_index, cuda_graph=args.cuda_graph, allow_mismatch=args.ignore_manifest
     ) as runner:
         shapes = {n: s for n, s in (bench_shapes(args.shapes) or {}).items() if n not in given}
         # inputs given as files override random ones; unknown names reach infer(), which names the right ones

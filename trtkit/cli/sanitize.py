@@ -27,10 +27,12 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     from trtkit.builder.prepare import prepare
-    from trtkit.errors import ModelError
+    from trtkit.errors import UsageError
 
     if Path(args.output).resolve() == Path(args.model).resolve():
-        raise ModelError(f"Refusing to overwrite the input model '{args.model}'; give another -o path")
+        raise UsageError(
+            f"-o/--output '{args.output}' is the input model, which is never overwritten; give another path"
+        )
     trt = None
     if args.tensorrt == "installed":
         from trtkit._lazy import tensorrt

@@ -48,12 +48,7 @@ def add_arguments(parser) -> None:
         "--metrics-port", type=int, default=8002, metavar="PORT", help="Prometheus metrics port (default 8002)"
     )
     g.add_argument("--strict", action="store_true", help="stop if any engine cannot be loaded")
-    g.add_argument(
-        "--no-cuda-graph",
-        dest="cuda_graph",
-        action="store_false",
-        help="enqueue every batch instead of replaying CUDA graphs",
-    )
+    options.add_cuda_graph_option(g)
     g.add_argument(
         "--exit-timeout-s",
         type=int,

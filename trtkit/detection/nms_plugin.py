@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trtkit import _check
 from trtkit.detection.postprocess import MAX_CLASSES, looks_transposed
 from trtkit.errors import ModelError
 from trtkit.model import load_model
@@ -47,13 +48,10 @@ class NmsOptions:
     class_agnostic: bool = False
 
     def __post_init__(self):
-        if not 0.0 <= self.score_threshold < 1.0 or not 0.0 < self.iou_threshold <= 1.0:
-            raise ModelError(
-                f"NMS thresholds must be score in [0, 1) and IoU in (0, 1]; got score {self.score_threshold}, "
-                f"IoU {self.iou_threshold}."
-            )
-        if self.max_detections < 1:
-            raise ModelError(f"NMS max detections must be at least 1; got {self.max_detections}.")
+        if not 0.0 <= _check.number("score_threshold", self.score_threshold) < 1.0:
+            _check.fail("score_threshold", self.score_threshold, "a number from 0 up to 1 (1 excluded)")
+        _check.number("iou_threshold", self.iou_threshold, high=1.0, above=0.0)
+        _check.integer("max_detections", self.max_detections, low=1)
 
 
 def head_layout(graph) -> tuple:

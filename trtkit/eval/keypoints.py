@@ -54,7 +54,7 @@ def _layout(output: np.ndarray) -> str:
     if output.ndim == 3 and output.shape[1] > 5 and (output.shape[1] - 5) % 3 == 0:
         return "yolov8-pose"
     raise InputError(
-        f"metric='keypoint-px' reads heatmaps (N, K, H, W) or a YOLOv8-pose head (N, 5 + 3K, anchors); the model's "
+        f"The keypoint-px metric reads heatmaps (N, K, H, W) or a YOLOv8-pose head (N, 5 + 3K, anchors); the model's "
         f"first output has shape {tuple(output.shape)}."
     )
 
@@ -82,7 +82,7 @@ def evaluate_keypoints(
     """
     if reference is None:
         raise InputError(
-            "metric='keypoint-px' compares against the ONNX model: give it as reference.", field="reference"
+            "The keypoint-px metric compares against the ONNX model: give it as reference.", field="reference"
         )
     pairs = [(p, i) for i, p in enumerate(list_images(images))]
     with open_model(model, runner_options=runner_options) as ours, open_model(reference) as ref:

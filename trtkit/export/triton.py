@@ -208,8 +208,8 @@ def _describe(name: str, specs: list, profile: int, version, where: str) -> Trit
     if lo > 1:
         raise ProfileError(
             f"Engine '{where}': profile {profile} takes batches {lo}..{hi}, but Triton sends any "
-            f"batch from 1; rebuild with a smallest batch of 1 (e.g. profiles=[parse_shapes("
-            f"'x:1x...,{opt}x...,{hi}x...')])"
+            f"batch from 1; rebuild with a smallest batch of 1 (batches 1, {opt}, {hi})",
+            field="profiles",
         )
     tensors = [TritonTensor(s.name, s.dtype, tuple(s.shape[1:])) for s in specs]
     return TritonModel(
@@ -319,7 +319,9 @@ def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | N
         TrtkitError: ``graph_batches`` is not one of :data:`GRAPH_BATCHES`.
     """
     if graph_batches not in GRAPH_BATCHES:
-        raise TrtkitError(f"graph_batches={graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}")
+        raise TrtkitError(
+            f"graph_batches {graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}", field="graph_batches"
+        )
     return tuple(range(1, int(max_batch) + 1)) if graph_batches == "every" and max_batch > 0 else None
 
 
@@ -519,8 +521,9 @@ def write_repository(
         raise TrtkitError(f"Model repository '{repo}' is a file; give a folder")
     if repo.is_dir() and any(repo.iterdir()) and not force:
         raise TrtkitError(
-            f"Model repository '{repo}' exists and is not empty; pass force=True to add or "
-            f"replace the model there, or give an empty or new folder"
+            f"Model repository '{repo}' exists and is not empty; pass force to add or replace the model there, "
+            "or give an empty or new folder",
+            field="force",
         )
     model = triton_model(engine, name=name, trt=trt)
     if preferred is not None:

@@ -111,7 +111,7 @@ def compare_engine_to_onnx(
         if tol.precision == "int8" and source == "random":
             notes.append(
                 "int8 engines are calibrated on real data and random inputs may fall outside the calibrated "
-                "ranges: for a fair verdict pass real inputs (inputs='DIR', e.g. the calibration folder)"
+                "ranges: for a fair verdict give real inputs (a folder of them, e.g. the calibration folder)"
             )
         report = ParityReport(
             model=describe_model(onnx_model),
@@ -154,7 +154,7 @@ def _pick_precision(given: str | None, from_engine: str | None, notes: list[str]
         return from_engine
     notes.append(
         f"the engine has no manifest saying its precision: judged as {ASSUMED_PRECISION} "
-        f"(give precision='fp16', 'int8', ... if it was built so)"
+        "(give its precision if it was built otherwise)"
     )
     return ASSUMED_PRECISION
 

@@ -109,7 +109,7 @@ def resolve_shapes(specs: Iterable[InputSpec], shapes: Mapping | None = None, pr
         elif not spec.dynamic_axes:
             shape = tuple(spec.dims)
         else:
-            raise ProfileError(_no_shape_message(spec))
+            raise ProfileError(_no_shape_message(spec), field="shapes")
         check_shape(spec, shape, bounds.get(spec.name))
         resolved[spec.name] = shape
     return resolved
@@ -119,9 +119,8 @@ def _no_shape_message(spec: InputSpec) -> str:
     example = "x".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in spec.dims)
     axes = ", ".join(str(a) for a in spec.dynamic_axes)
     return (
-        f"Input {spec.describe()} has dynamic axes ({axes}) and no shape was given; pass e.g. "
-        f"shapes={{'{spec.name}': ({example.replace('x', ', ')})}}, or compare against an engine whose profile gives "
-        "its opt shape."
+        f"Input {spec.describe()} has dynamic axes ({axes}) and no shape was given; give its shape in shapes "
+        f"(e.g. {spec.name}:{example}), or compare against an engine whose profile gives its opt shape."
     )
 
 

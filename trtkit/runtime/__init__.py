@@ -1,7 +1,7 @@
 """Engine bytes in, outputs out: CUDA helpers, buffers, the runner, CUDA graphs.
 
 from trtkit.runtime import TrtRunner
-with TrtRunner("model.engine", cuda_graph=True) as runner:
+with TrtRunner("model.engine") as runner:
     outputs = runner.infer({"images": x})
 """
 

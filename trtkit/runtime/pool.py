@@ -1,6 +1,6 @@
 """Several runners, each with its own execution context and stream, fed in turn: throughput from one Python thread.
 
-with RunnerPool("model.engine", size=2, cuda_graph=True) as pool:
+with RunnerPool("model.engine", size=2) as pool:
     for outputs in pool.map(feeds):          # the host work of one call overlaps the GPU work of another
         ...
 """

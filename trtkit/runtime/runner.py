@@ -1,6 +1,6 @@
 """``TrtRunner``: run a TensorRT engine from Python with nothing in the way.
 
-    with TrtRunner("model.engine", cuda_graph=True) as runner:
+    with TrtRunner("model.engine") as runner:
         outputs = runner.infer({"images": x})          # dict of numpy arrays
 
 On entry the runner creates its execution context, a non-blocking stream, device buffers sized for the profile's max
@@ -23,7 +23,7 @@ output shapes and when it enqueues. The runner keeps them apart from :attr:`TrtR
 :attr:`TrtRunner.shape_input_specs`; ``infer`` takes them as numpy arrays in the same feed, checks their values against
 the profile's, writes them into host memory the runner owns (bound once with ``set_tensor_address``, re-bound when the
 values change) and recomputes the output shapes when they change. Device arrays are refused for them. Such engines
-run without CUDA graphs even with ``cuda_graph=True`` (a warning says so): a captured graph replays the values it was
+run without CUDA graphs (an INFO log line says so): a captured graph replays the values it was
 captured with, since TensorRT consumed them on the host while enqueueing, and the replay shortcuts look only at the
 device inputs; keying graphs by the values too would put host values in every shortcut's key for engines where a
 graph saves little (their work depends on host values on every call).
@@ -226,7 +226,8 @@ class TrtRunner:
     Args:
         engine: an engine file path, engine bytes, or a loaded ``trt.ICudaEngine``.
         profile: the optimization profile this runner uses.
-        cuda_graph: capture each input-shape bucket (copies included) into a CUDA graph and replay it.
+        cuda_graph: capture each input-shape bucket (copies included) into a CUDA graph and replay it (default);
+            False enqueues every call.
         device_outputs: return outputs as :class:`DeviceArray` views of the runner's device buffers (valid until
             the next call; copy them, e.g. with CuPy or torch, to keep them) instead of numpy arrays.
         copy_outputs: return fresh numpy arrays (True) or views into the pinned buffers, overwritten by the next
@@ -253,7 +254,7 @@ class TrtRunner:
         engine,
         *,
         profile: int = 0,
-        cuda_graph: bool = False,
+        cuda_graph: bool = True,
         device_outputs: bool = False,
         copy_outputs: bool = True,
         pinned_inputs: bool | str = "auto",
@@ -426,11 +427,10 @@ class TrtRunner:
                 )
         if self.cuda_graph and self.shape_input_specs:
             names = [s.name for s in self.shape_input_specs]
-            warnings.warn(
-                f"cuda_graph=True: this engine has shape-tensor input(s) {names}, whose values TensorRT reads on the "
-                f"host while enqueueing, so a captured graph would replay stale values; running without CUDA graphs",
-                RuntimeWarning,
-                stacklevel=4,
+            logger.info(
+                "Running without CUDA graphs: this engine has shape-tensor input(s) %s, whose values TensorRT reads "
+                "on the host while enqueueing, so a captured graph would replay stale values",
+                names,
             )
 
     @property

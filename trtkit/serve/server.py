@@ -111,31 +111,33 @@ class ServeSettings:
             raise UsageError(str(exc), field="tensorrt_options", accepted=", ".join(TENSORRT_OPTIONS)) from None
         if options and self.backend != "tensorrt":
             raise UsageError(
-                f"tensorrt_options are options of Triton's TensorRT backend (backend='tensorrt'), not of the "
+                f"tensorrt_options are options of Triton's TensorRT backend (the 'tensorrt' backend), not of the "
                 f"{self.backend!r} backend",
                 field="tensorrt_options",
             )
         if self.graph_batches not in GRAPH_BATCHES:
             raise UsageError(
-                f"graph_batches={self.graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}",
+                f"graph_batches {self.graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}",
                 field="graph_batches",
                 accepted=", ".join(GRAPH_BATCHES),
             )
         if self.graph_batches != "every" and self.backend != "tensorrt":
             raise UsageError(
-                f"graph_batches={self.graph_batches!r} chooses the CUDA graphs of Triton's TensorRT backend "
-                f"(backend='tensorrt'); the {self.backend!r} backend's runners capture one for every shape they meet",
+                f"graph_batches {self.graph_batches!r} chooses the CUDA graphs of Triton's TensorRT backend "
+                f"(the 'tensorrt' backend); the {self.backend!r} backend's runners capture one for every shape they "
+                "meet",
                 field="graph_batches",
             )
         if self.backend not in BACKENDS:
             raise UsageError(
-                f"backend={self.backend!r}: give one of {', '.join(BACKENDS)}",
+                f"backend {self.backend!r}: give one of {', '.join(BACKENDS)}",
                 field="backend",
                 accepted=", ".join(BACKENDS),
             )
         if self.triton_backends and self.backend != "tensorrt":
             raise UsageError(
-                f"triton_backends is Triton's TensorRT backend's folder, for backend='tensorrt', not {self.backend!r}",
+                f"triton_backends is Triton's TensorRT backend's folder, for the 'tensorrt' backend, not "
+                f"{self.backend!r}",
                 field="triton_backends",
             )
         if self.grpc_allocation_pool is not None and int(self.grpc_allocation_pool) < 1:
@@ -361,8 +363,8 @@ class Server:
         self.load_s = time.monotonic() - started
         if self.failures and (self.settings.strict or not self.models):
             listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
-            why = "strict=True: every engine must load" if self.models or self.settings.strict else "nothing to serve"
-            raise ServeError(f"{why}; could not load {listed}")
+            why = "strict: every engine must load" if self.models or self.settings.strict else "nothing to serve"
+            raise ServeError(f"{why}; could not load {listed}", field="strict" if self.settings.strict else None)
 
     def _start_triton(self, backend, env: dict, keywords: dict) -> None:
         """The backend's model repository written here, served by the wheel's tritonserver."""
@@ -382,8 +384,11 @@ class Server:
             logger.warning("Not serving '%s': %s", model.engine, failed[model.name])
         if failed and (self.settings.strict or not self.models):
             listed = "; ".join(f"'{f.engine}': {f.reason}" for f in self.failures)
-            why = "strict=True: every engine must load" if self.settings.strict else "nothing to serve"
-            raise ServeError(f"{why}; could not load {listed}{log_tail(self.log_file)}")
+            why = "strict: every engine must load" if self.settings.strict else "nothing to serve"
+            raise ServeError(
+                f"{why}; could not load {listed}{log_tail(self.log_file)}",
+                field="strict" if self.settings.strict else None,
+            )
 
     def urls(self) -> dict:
         s = self.settings
