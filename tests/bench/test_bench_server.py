@@ -72,7 +72,7 @@ SERVER = ["bench", "--server", "127.0.0.1:1", "--model", "m"]
     ([*SERVER, "--duration-s", "0"], "--duration-s must be 1 ms or more, not 0"),
     ([*SERVER, "--shared-memory", "posix"], "--shared-memory posix: give one of none, system, cuda"),
     ([*SERVER, "--streaming"],
-     "--streaming needs gRPC (Triton streams inference over gRPC only); add --grpc or leave --streaming off"),
+     "--streaming needs gRPC (Triton streams inference over gRPC only): ask for gRPC, or leave --streaming off"),
     (["bench", "--server", "host:port", "--model", "m"], "server 'host:port': give HOST:PORT, e.g. localhost:8000"),
 ])
 def test_refused_before_any_load(args, says, capsys, fake_pa):

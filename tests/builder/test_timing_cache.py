@@ -116,9 +116,9 @@ def test_a_default_cache_of_other_provenance_is_replaced_not_used(cache_root, fa
 def test_a_named_cache_of_other_provenance_is_an_error_and_kept_unless_reset(tmp_path, fake_trt):
     path = tmp_path / "t.cache"
     _plant_foreign_cache(path)
-    with pytest.raises(BuildError, match="was written for GPU Other GPU .*timing_cache_reset=True") as info:
+    with pytest.raises(BuildError, match="was written for GPU Other GPU .*pass timing_cache_reset to replace it") as info:
         build(_model(), BuildConfig(timing_cache=str(path)), trt=fake_trt)
-    assert info.value.field == "timing_cache" and _entries(path) == {"timed on another GPU"}
+    assert info.value.field == "timing_cache_reset" and _entries(path) == {"timed on another GPU"}
     result = build(_model(), BuildConfig(timing_cache=str(path), timing_cache_reset=True), trt=fake_trt)
     assert result.manifest.timing_cache == {"path": str(path), "default": False, "status": "replaced"}
     assert "timed on another GPU" not in _entries(path)
@@ -137,11 +137,11 @@ def test_no_timing_cache_writes_none(cache_root, tmp_path, capsys, fake_gpu):  #
     code, out, err = run_cli(["build", str(model), "--no-isolate", "--no-timing-cache"], capsys)
     assert code == 0, err
     assert not cache_root.exists() and "timing cache" not in out
-    assert read_manifest(tmp_path / "m.engine").timing_cache is None
+    assert read_manifest(tmp_path / "m.fp32.engine").timing_cache is None
     code, out, err = run_cli(["build", str(model), "--no-isolate"], capsys)
     assert code == 0, err
     path = _only_cache(cache_root / "timing")
-    assert path.name.startswith("fake-gpu-sm90-trt8.6.0") and read_manifest(tmp_path / "m.engine").timing_cache[
+    assert path.name.startswith("fake-gpu-sm90-trt8.6.0") and read_manifest(tmp_path / "m.fp32.engine").timing_cache[
         "path"] == str(path)
     assert "timing cache" in out and "created" in out
 

@@ -64,7 +64,7 @@ class LoadSettings:
         """Raises UsageError for settings perf_analyzer could not run."""
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
             raise UsageError(
-                f"concurrency={','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. (1, 8, 64)",
+                f"concurrency {','.join(map(str, self.concurrency))}: give levels of 1 or more, e.g. 1,8,64",
                 field="concurrency",
                 accepted="levels of 1 or more",
             )
@@ -76,7 +76,7 @@ class LoadSettings:
             )
         if self.shared_memory not in SHARED_MEMORY:
             raise UsageError(
-                f"shared_memory={self.shared_memory!r}: give one of {', '.join(SHARED_MEMORY)}",
+                f"shared_memory {self.shared_memory}: give one of {', '.join(SHARED_MEMORY)}",
                 field="shared_memory",
                 accepted=", ".join(SHARED_MEMORY),
             )
@@ -248,7 +248,7 @@ def measure_level(binary: str, url: str, model: str, concurrency: int, settings:
             if "stable measurement" in why:  # perf_analyzer's own advice names its flag, not trtkit's
                 why = (
                     f"its {MAX_WINDOWS} windows of {settings.duration_s:g} s never agreed within 10%; longer "
-                    f"windows steady it (try duration_s={2 * settings.duration_s:g})"
+                    f"windows steady it (try windows of {2 * settings.duration_s:g} s)"
                 )
             return LoadResult(concurrency, error=f"{exc}: {why}")
 

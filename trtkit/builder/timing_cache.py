@@ -130,8 +130,8 @@ class TimingCacheFile:
     def _refuse(self, why: str) -> None:
         if not self.reset:
             raise BuildError(
-                f"Timing cache '{self.path}' {why}; delete it, give another path, or replace it with a new cache: "
-                "timing_cache_reset",
+                f"Timing cache '{self.path}' {why}; delete it, give another path, or pass timing_cache_reset to "
+                "replace it with a new cache",
                 field="timing_cache_reset",
                 accepted="a timing cache file of this GPU and TensorRT, or a new path",
             )
