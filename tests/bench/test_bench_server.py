@@ -158,7 +158,7 @@ def test_a_level_perf_analyzer_cannot_measure_says_why_and_the_next_still_runs(f
     out = " ".join(capsys.readouterr().out.split())
     assert "concurrency 8: perf_analyzer exited 99: " in out and "failed to connect to all addresses" in out
     assert ("concurrency 64: perf_analyzer exited 2: its 10 windows of 2 s never agreed within 10%; longer "
-            "windows steady it (try --duration-s 4)") in out
+            "windows steady it (try windows of 4 s)") in out
     assert "concurrency 1:" not in out and "concurrency 128:" not in out
 
 
