@@ -27,17 +27,18 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     from trtkit.builder.prepare import prepare
-    from trtkit.errors import ModelError
+    from trtkit.builder.sanitize import saved_files
+    from trtkit.model import model_files
 
-    if Path(args.output).resolve() == Path(args.model).resolve():
-        raise ModelError(f"Refusing to overwrite the input model '{args.model}'; give another -o path")
+    options.check_files(args, {"output": saved_files(args.output)}, model_files(args.model))
     trt = None
     if args.tensorrt == "installed":
         from trtkit._lazy import tensorrt
 
         trt = tensorrt()
-    prepared = prepare(args.model, fold_constants=args.fold_constants, trt=trt)
-    saved = prepared.save(args.output)
+    with console.status(f"preparing {Path(args.model).name}") as status:
+        prepared = prepare(args.model, fold_constants=args.fold_constants, trt=trt, on_progress=status.update)
+        saved = prepared.save(args.output)
     console.print(rewrite_table(prepared))
     label = prepared.target.label if prepared.target is not None else "the assumed parser"
     console.print(f"{len(prepared.applied)} rewrite(s) applied for {label}; saved {saved}")
@@ -53,7 +54,7 @@ def run(args, console) -> int:
 
 def rewrite_table(prepared):
     """A rich table: one row per rewrite (what, where, why, status)."""
-    rows = [(r.rewrite, r.where, r.what, r.why, r.status) for r in prepared.rewrites]
+    rows = [(r.rewrite, r.where, r.what, options.cli_words(r.why), r.status) for r in prepared.rewrites]
     if not rows:
         rows = [("-", "-", "nothing to change", "-", "-")]
     return render.table(f"{prepared.loaded.name}: rewrites", ["rewrite", "where", "what", "why", "status"], rows)
