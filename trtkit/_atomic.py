@@ -144,7 +144,9 @@ def check_folder(path, *, field: str | None = None) -> None:
     path = Path(path)
     check_name_length(path, field=field)
     if path.exists() and not path.is_dir():
-        raise UsageError(f"'{path}' is a file; give a folder", field=field, accepted="a folder path")
+        raise UsageError(
+            f"'{path}' is a file; give a folder (it is created if missing)", field=field, accepted="a folder path"
+        )
     existing = next(p for p in (path, *path.absolute().parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise WriteError(f"Cannot write in '{path}': folder '{existing}' is not writable", field=field)
@@ -163,7 +165,7 @@ def check_name_length(path, *, field: str | None = None) -> None:
         if size > limit and name != path.anchor:
             raise UsageError(
                 f"Cannot use '{path}': the name '{name[:40]}...' is {size} bytes long, over this filesystem's limit "
-                f"of {limit} bytes a name; give a shorter name",
+                f"of {limit} bytes per name; give a shorter name",
                 field=field,
                 accepted=f"names of at most {limit} bytes",
             )

@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     path = Path(args.path)
-    options.check_files(args, {}, {"path": args.path})
+    options.check_files(args, {}, {"model" if _is_onnx(path) else "engine": args.path})
     if _is_onnx(path):
         return _inspect_onnx(args, console, path)
     if args.check:
@@ -38,9 +38,7 @@ def run(args, console) -> int:
 
 
 def _is_onnx(path: Path) -> bool:
-    if path.suffix.lower() == ".onnx":
-        return True
-    return False
+    return path.suffix.lower() == ".onnx"
 
 
 def _inspect_onnx(args, console, path: Path) -> int:

@@ -456,6 +456,7 @@ FLAGS = {
     "rtol": "--rtol",
     "min_cosine": "--min-cosine",
     "min_top1": "--min-top1",
+    "output_dir": "--output-dir",
     "workspace": "--workspace",
     "verbose": "--verbose",
     # bench --server, serve and export
