@@ -294,3 +294,16 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, m
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o700)
+
+
+def test_streamed_outputs_get_the_umask_mode_too(tmp_path):
+    """A file written as it goes (JSON lines of a pipeline) is renamed into place with open()'s mode, not mkstemp's."""
+    from trtkit.pipeline.sinks import JsonLinesSink
+
+    old = os.umask(0o022)
+    try:
+        sink = JsonLinesSink(tmp_path / "r.jsonl")
+        sink.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.jsonl").stat().st_mode) == 0o644

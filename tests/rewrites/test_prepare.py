@@ -69,3 +69,13 @@ def test_saving_over_the_input_model_is_refused(tmp_path):
     with pytest.raises(UsageError, match="is the same file as model") as info:
         prepare(path).save(path)
     assert info.value.field == "path"
+
+
+def test_prepare_tells_each_step_as_it_starts():
+    from tests.sanitize.sanitize_models import constant_of_shape_conv
+
+    lines: list = []
+    prepare(constant_of_shape_conv(), on_progress=lines.append)
+    assert lines[0] == "compatibility rewrites"
+    assert lines[1] == "folding constants: round 1, 0 node(s) folded so far"
+    assert len(lines) >= 3 and lines[-1].startswith("folding constants: round ")
