@@ -153,40 +153,30 @@ def check_folder(path, *, field: str | None = None) -> None:
 
 
 def check_name_length(path, *, field: str | None = None) -> None:
-    """Refuse a path the filesystem would refuse as too long (``ENAMETOOLONG``), before anything looks at it.
+    """Refuse a name longer than its filesystem takes (NAME_MAX), before anything looks at the path (``ENAMETOOLONG``
+    otherwise, from the first ``stat``).
 
     Raises:
-        UsageError: one name in ``path`` is over the filesystem's limit (NAME_MAX), or the whole path over PATH_MAX.
+        UsageError: naming the path and the limit.
     """
-    path = Path(path)
-    limit = _limit(path, "PC_NAME_MAX", 255)
-    for name in path.parts:
-        size = len(os.fsencode(name))
-        if size > limit and name != path.anchor:
+    limit = _name_max(Path(path))
+    for name in Path(path).parts:
+        if len(os.fsencode(name)) > limit:
             raise UsageError(
-                f"Cannot use '{path}': the name '{name[:40]}...' is {size} bytes long, over this filesystem's limit "
-                f"of {limit} bytes per name; give a shorter name",
+                f"Cannot use '{path}': the name '{name[:40]}...' is {len(os.fsencode(name))} bytes long, over this "
+                f"filesystem's limit of {limit} bytes per name; give a shorter name",
                 field=field,
                 accepted=f"names of at most {limit} bytes",
             )
-    size, limit = len(os.fsencode(os.path.abspath(path))), _limit(path, "PC_PATH_MAX", 4096)
-    if size >= limit:
-        raise UsageError(
-            f"Cannot use '{path}': the path is {size} bytes long, over this system's limit of {limit - 1} bytes; "
-            "give a shorter path",
-            field=field,
-            accepted=f"paths of under {limit} bytes",
-        )
 
 
-def _limit(path: Path, name: str, default: int) -> int:
-    """``os.pathconf`` of the nearest existing folder above ``path`` (``default`` where the system does not say)."""
-    for folder in Path(os.path.abspath(path)).parents:
+def _name_max(path: Path) -> int:
+    for folder in Path(os.path.abspath(path)).parents:  # the nearest existing folder's filesystem
         try:
-            return os.pathconf(folder, name)
+            return os.pathconf(folder, "PC_NAME_MAX")
         except (OSError, ValueError):
             continue
-    return default
+    return 255
 
 
 def check_outputs(outputs: dict, inputs: dict | None = None) -> None:

@@ -152,26 +152,15 @@ def check_external_data(proto, folder: Path, where: str) -> None:
         )
     for tensor in proto.graph.initializer:
         entries = {e.key: e.value for e in tensor.external_data}
-        if "location" not in entries:
+        if "location" not in entries or "length" not in entries:  # onnx writes both
             continue
         size = (folder / entries["location"]).stat().st_size
-        end = int(entries.get("offset", 0) or 0) + int(entries.get("length", 0) or _nbytes(tensor))
+        end = int(entries.get("offset") or 0) + int(entries["length"])
         if end > size:
             raise ModelError(
                 f"{where}: tensor '{tensor.name}' needs bytes up to {end} of its external data file "
                 f"'{entries['location']}', which has {size}; the file is truncated: copy it again beside the model"
             )
-
-
-def _nbytes(tensor) -> int:
-    import numpy as np
-    from onnx import helper
-
-    try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):
-        return 0
-    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
 
 
 def _load_path(path: Path, external_data: bool = True):

@@ -13,6 +13,7 @@ model's path. :meth:`PreparedModel.save` writes the weights next to a copy saved
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,10 +128,7 @@ class PreparedModel:
         source = self.loaded.path
         proto = self.proto
         if has_external_data(proto):
-            import onnx
-
-            proto = onnx.ModelProto()
-            proto.CopyFrom(self.proto)
+            proto = copy.deepcopy(self.proto)
             folder = Path(source).parent if source is not None else Path(".")
             load_external_data(proto, folder, f"'{source or self.loaded.name}'")
             return save_model(proto, path, external=True)

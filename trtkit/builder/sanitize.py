@@ -14,6 +14,7 @@ and values larger than ``size_threshold`` (folding would only grow the file).
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import warnings
 from collections import Counter
@@ -153,7 +154,7 @@ def save_model(model, path, *, external: bool = False) -> Path:
         if not large:
             return write_bytes_atomic(path, model.SerializeToString())
         if not external:  # the weights are moved out of the proto: the caller's model stays as it was
-            model = _copy(model)
+            model = copy.deepcopy(model)
         data = saved_files(path)[1]
         for tensor in model.graph.initializer:  # (onnx.save's own conversion looks for the data file in the cwd)
             if tensor.HasField("raw_data") and len(tensor.raw_data) >= (0 if external else 1024):
@@ -165,14 +166,6 @@ def save_model(model, path, *, external: bool = False) -> Path:
     except (OSError, ValueError, TrtkitError) as exc:
         raise ModelError(f"Cannot write the sanitized model to '{path}': {exc}") from exc
     return path
-
-
-def _copy(model):
-    import onnx
-
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    return copy
 
 
 def saved_files(path) -> list:
@@ -195,7 +188,7 @@ def _constant_initializers(model):
     kept = [value for value in model.graph.input if value.name not in initializers]
     if len(kept) == len(model.graph.input):
         return model
-    model = _copy(model)
+    model = copy.deepcopy(model)
     del model.graph.input[:]
     model.graph.input.extend(kept)
     model.ir_version = max(model.ir_version, 4)
