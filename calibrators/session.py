@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from calibrators.cache import CalibrationTable, Provenance, load_cache, write_cache
@@ -83,12 +84,7 @@ def prepare(
         CalibrationError: no settings, neither data nor cache, a cache that does not match (lists differences), or a
             sample that does not fit the model (names the file).
     """
-    if settings is None or (settings.source is None and not settings.cache_path):
-        raise CalibrationError(
-            "INT8 needs calibration data: give an image folder or .npy/.npz files, and optionally a calibration "
-            "cache, or a Q/DQ model.",
-            field="calibration.source",
-        )
+    check_settings(settings)
     preprocess = Preprocess(**_preprocess_kwargs(settings.preprocess))
     source = open_source(settings.source, loaded_model.proto, preprocess) if settings.source is not None else None
     if source is not None and spec is not None:
@@ -109,11 +105,29 @@ def prepare(
         # Without data only the model, TensorRT and algorithm can be compared.
         fields = None if source is not None else WITHOUT_DATA_FIELDS
         cached = load_cache(settings.cache_path, provenance, force=settings.force, fields=fields)
-    if cached is None and source is None:
-        raise CalibrationError(
-            f"Calibration cache '{settings.cache_path}' does not exist and no calibration data was given (--calib DIR)."
-        )
     return CalibrationSession(settings, source, batch_size, provenance, cached, spec)
+
+
+def check_settings(settings, loaded_model=None) -> None:
+    """What a CPU can tell of calibration settings before any work: there is data or a cache to calibrate from,
+    and a data folder (given ``loaded_model``) holds files of a kind it takes for that model. Reads no sample.
+
+    Raises:
+        CalibrationError: no settings, neither data nor an existing cache, or a folder with no usable files.
+    """
+    if settings is None or (settings.source is None and not settings.cache_path):
+        raise CalibrationError(
+            "INT8 needs calibration data: give an image folder or .npy/.npz files, and optionally a calibration "
+            "cache, or a Q/DQ model.",
+            field="calibration.source",
+        )
+    if settings.source is None and not Path(settings.cache_path).exists():
+        raise CalibrationError(
+            f"Calibration cache '{settings.cache_path}' does not exist and no calibration data was given.",
+            field="calibration.source",
+        )
+    if loaded_model is not None and isinstance(settings.source, (str, Path)):
+        open_source(settings.source, loaded_model.proto, Preprocess(**_preprocess_kwargs(settings.preprocess)))
 
 
 def _preprocess_kwargs(data: dict | None) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import zipfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -53,6 +54,8 @@ def list_files(
     """
     if not folder.is_dir():
         raise error(f"{missing} '{folder}' does not exist or is not a folder.")
+    if not os.access(folder, os.R_OK | os.X_OK):  # rglob would see an empty folder
+        raise error(f"{missing} '{folder}' cannot be read (permission denied); give a folder this user can read.")
     everything = sorted(p for p in folder.rglob("*") if p.is_file())
     chosen = [p for p in everything if p.suffix.lower() in extensions]
     if not chosen:

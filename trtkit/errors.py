@@ -148,6 +148,13 @@ class PipelineError(TrtkitError):
         self.frame = frame
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, whole (a message is never cut mid-sentence), else the name of
+    its class: how another library's multi-line error (onnx's checker, its converter) is quoted in one of ours."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
 class TrtkitInternalError(Exception):
     """A bug in trtkit itself, not a problem with the user's input."""
 

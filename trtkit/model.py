@@ -8,10 +8,11 @@ needs a model's input shapes reads them here.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtkit.errors import DependencyError, ModelError
+from trtkit.errors import DependencyError, ModelError, first_line
 
 if TYPE_CHECKING:
     import onnx
@@ -99,27 +100,79 @@ def external_data_files(proto) -> list:
     return files
 
 
+def model_files(model, field: str = "model") -> dict:
+    """``{field: path, "<field>'s external data": [paths]}``: the files reading ``model`` opens, for the output
+    checks (:func:`trtkit._atomic.check_outputs`): the model's own file, and each external data file its
+    initializers name (``location``). A file that does not read as ONNX names only itself (reading it fails later,
+    with its own message); a model given as bytes or a proto names nothing.
+    """
+    if isinstance(model, LoadedModel):
+        path, proto = model.path, model.proto
+    elif isinstance(model, (str, os.PathLike)):
+        path, proto = Path(model), None
+    else:
+        return {}
+    if path is None:
+        return {}
+    if proto is None:
+        try:
+            proto = _decode(path.read_bytes(), f"'{path}'")
+        except (OSError, ModelError):
+            return {field: path}
+    return {field: path, f"{field}'s external data": [path.parent / name for name in external_data_files(proto)]}
+
+
+def load_external_data(proto, folder: Path, where: str) -> None:
+    """Read ``proto``'s external weights from ``folder`` into it.
+
+    Raises:
+        ModelError: a data file is missing, or shorter than a tensor stored in it needs (truncated): names the
+            tensor and the file.
+    """
+    import onnx
+
+    check_external_data(proto, folder, where)  # onnx's own message names the tensor but not the file
+    try:
+        onnx.load_external_data_for_model(proto, str(folder))
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise ModelError(f"{where}: cannot read its external data ({exc}); keep the data files beside it") from exc
+
+
+def check_external_data(proto, folder: Path, where: str) -> None:
+    """Every external data file ``proto`` names is in ``folder`` and long enough for each tensor stored in it.
+
+    Raises:
+        ModelError: naming the missing file, or the tensor and the file too short to hold it.
+    """
+    missing = [name for name in external_data_files(proto) if not (folder / name).is_file()]
+    if missing:
+        raise ModelError(
+            f"{where}: its external data file(s) {', '.join(repr(m) for m in missing)} are missing; "
+            f"keep them in '{folder}' beside the model"
+        )
+    for tensor in proto.graph.initializer:
+        entries = {e.key: e.value for e in tensor.external_data}
+        if "location" not in entries or "length" not in entries:  # onnx writes both
+            continue
+        size = (folder / entries["location"]).stat().st_size
+        end = int(entries.get("offset") or 0) + int(entries["length"])
+        if end > size:
+            raise ModelError(
+                f"{where}: tensor '{tensor.name}' needs bytes up to {end} of its external data file "
+                f"'{entries['location']}', which has {size}; the file is truncated: copy it again beside the model"
+            )
+
+
 def _load_path(path: Path, external_data: bool = True):
     if not path.exists():
         raise ModelError(f"ONNX model '{path}' does not exist")
     if path.is_dir():
         raise ModelError(f"'{path}' is a folder; give the path of an .onnx file")
     proto = _decode(path.read_bytes(), f"'{path}'")
-    missing = [name for name in external_data_files(proto) if not (path.parent / name).is_file()]
-    if missing:
-        raise ModelError(
-            f"'{path}': its external data file(s) {', '.join(repr(m) for m in missing)} are missing; "
-            f"keep them in '{path.parent}' beside the model"
-        )
-    if not external_data:
-        return proto
-    import onnx
-
-    try:
-        if has_external_data(proto):
-            onnx.load_external_data_for_model(proto, str(path.parent))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        raise ModelError(f"'{path}': cannot read its external data ({exc}); keep the data files beside it") from exc
+    if external_data and has_external_data(proto):
+        load_external_data(proto, path.parent, f"'{path}'")
+    else:
+        check_external_data(proto, path.parent, f"'{path}'")
     return proto
 
 
@@ -149,8 +202,7 @@ def _check_structure(loaded: LoadedModel, where: str, check: bool) -> None:
         try:
             onnx.checker.check_model(loaded.data)  # the bytes the model's users read too: serialized once
         except (onnx.checker.ValidationError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"{where} fails ONNX's checker: {first}") from exc
+            raise ModelError(f"{where} fails ONNX's checker: {first_line(exc)}") from exc
 
 
 def value_dims(value) -> list:

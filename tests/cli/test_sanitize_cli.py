@@ -41,7 +41,7 @@ def test_sanitize_refuses_to_overwrite_its_input(tmp_path, capsys):
     onnx.save(placeholder_dims_model(), str(src))
     before = src.read_bytes()
     assert main(["sanitize", str(src), "-o", str(src)]) == 2
-    assert f"-o/--output '{src}' is the input model, which is never overwritten" in capsys.readouterr().err
+    assert "--output" in (err := capsys.readouterr().err) and "is the same file as model" in err
     assert src.read_bytes() == before
 
 

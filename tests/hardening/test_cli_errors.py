@@ -52,6 +52,19 @@ def files(tmp_path):
     (["parity", "{t}/m.onnx", "{t}/e.engine", "--value-range", "5,1"], 2, "LOW must be below HIGH"),
     (["bench", "{t}/e.engine", "--streams", "0"], 2, "--streams must be an integer >= 1"),
     (["run", "{t}/e.engine", "--iterations", "-5"], 2, "must be at least 1"),
+    # what the model and the calibration settings tell, on a CPU
+    (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8"], 1, "--calib: INT8 needs calibration data"),
+    (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib", "{t}/folder"], 1,
+     "Calibration folder '{t}/folder' has no image files"),
+    (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib-cache", "{t}/nope.cache"], 1,
+     "Calibration cache '{t}/nope.cache' does not exist and no calibration data was given"),
+    (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib", "{t}/folder", "--int8-mode", "calibrator",
+      "--calib-algo", "percentile"], 1, "TensorRT has no percentile calibrator; use --int8-mode 'qdq'"),
+    (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--add-nms"], 1,
+     "--add-nms needs one output (N, 4 + classes, anchors) as YOLOv8 exports it; found output 'y' (N, 4, 1, 1)"),
+    (["build", "{t}/m.onnx", "--shapes", "x:2x3x8x8", "--add-nms", "--no-isolate"], 1, "--add-nms needs one output"),
+    (["parity", "{t}/m.onnx", "{t}/e.engine", "--atol", "-1"], 2, "Tolerance --atol must be >= 0, got -1.0"),
+    (["parity", "{t}/m.onnx", "{t}/e.engine", "--metric-threshold", "y:-0.5"], 2, "must be >= 0, got -0.5"),
 ])
 def test_checked_before_tensorrt_is_needed(files, capsys, no_tensorrt, argv, code, message):
     argv = [a.format(t=files) for a in argv]
@@ -83,7 +96,7 @@ SHAPES = "x:1x3x8x8,2x3x8x8,4x3x8x8"
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["sanitize", "{t}/m.onnx", "-o", "{t}/m.onnx"], "-o/--output '{t}/m.onnx' is the input model"),
+    (["sanitize", "{t}/m.onnx", "-o", "{t}/m.onnx"], "is the same file as model"),
     (["build", "{t}/m.onnx", "--shapes", SHAPES, "--int8", "--calib", "{t}/folder", "--calib-preprocess", "bogus"],
      "--calib-preprocess item 'bogus' is not KEY=VALUE with a key of: size=HxW"),
     (["build", "{t}/m.onnx", "--shapes", SHAPES, "--int8", "--calib", "{t}/folder", "--calib-preprocess",
@@ -177,3 +190,30 @@ def test_batch_is_refused_naming_the_input_and_its_other_dynamic_axis(tmp_path, 
     assert code == 1 and "--batch sets the first axis only, and input 'x' (dims ['N', 3, 'H', 8]) has dynamic " \
                          "axis 2; give its shapes in full, e.g. 'x:1x3x1x8,8x3x8x8,8x3x8x8'" in err, err
     assert not list(tmp_path.glob("*.engine"))
+
+
+def test_a_calibration_folder_that_cannot_be_read_says_so_before_tensorrt(files, capsys, no_tensorrt, monkeypatch):
+    import os
+    from pathlib import Path
+
+    folder = files / "folder"
+    np.save(folder / "a.npy", np.zeros((1, 3, 8, 8), np.float32))
+    real_access = os.access  # root reads any folder: make this one unreadable as far as the check can tell
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == folder else real_access(p, mode))
+    code, _, err = run_cli(["build", str(files / "m.onnx"), "--shapes", "x:1x3x8x8", "--int8", "--calib",
+                            str(folder)], capsys)
+    assert code == 1 and f"'{folder}' cannot be read (permission denied)" in err, err
+
+
+def test_a_qdq_model_needs_no_calibration_data(tmp_path, capsys, no_tensorrt):
+    from onnx import TensorProto, helper, numpy_helper
+
+    scale = numpy_helper.from_array(np.array(0.02, np.float32), "scale")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "scale"], ["y"], name="dq")]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [scale])
+    model = tmp_path / "q.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    code, _, err = run_cli(["build", str(model), "--int8", "--no-isolate"], capsys)
+    assert code == 1 and "TensorRT's Python package is not installed" in err, err  # no check refused it first

@@ -1,18 +1,22 @@
 """Beyond issue 14's list: random option combinations and damaged files for every subcommand (seeded, time-boxed).
 
 Every run must end in exit 0, 1 or 2, never with a traceback, and an error (exit 2, or exit 1 with an ``error:``
-line) must leave every file as it was: nothing created or changed. (Exit 1 is also a verdict — parity's FAIL, doctor
+line) must leave every file as it was: nothing created or changed. Whatever the exit, the files a run reads (its
+model or engine, and a model's external data file) are never changed: outputs include those files, names over the
+filesystem's limit and a folder that cannot be written. (Exit 1 is also a verdict — parity's FAIL, doctor
 finding a problem — whose report is written.) Runs on the fake TensorRT and CUDA backends, so builds, runs and
 benchmarks succeed
 where the arguments are right.
 """
 
 import hashlib
+import os
 import random
 import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from tests import models
@@ -22,6 +26,8 @@ from trtkit.cli import main as cli_main
 SEED = 14
 BUDGET_S = 15.0
 SHAPES = "x:1x3x8x8,2x3x8x8,4x3x8x8"
+DATA = {"ext.onnx": "ext.weights", "trunc.onnx": "trunc.weights"}  # models with external data, and their data file
+LONG = "L" * 260  # a name over NAME_MAX (255)
 
 
 def _work(root: Path, capsys) -> dict:
@@ -30,6 +36,12 @@ def _work(root: Path, capsys) -> dict:
              "npy.onnx": b"\x93NUMPY garbage", "garbage.cache": b"\x00\x01\xff garbage", "junk.npz": b"PK\x03\x04 no"}
     for name, data in files.items():
         (root / name).write_bytes(data)
+    for name, data in DATA.items():
+        onnx.save(models.tiny_conv(), str(root / name), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=data, size_threshold=0)
+    (root / "trunc.weights").write_bytes((root / "trunc.weights").read_bytes()[:64])
+    (root / "ro").mkdir()
+    (root / "ro").chmod(0o500)
     (root / "folder.onnx").mkdir()
     (root / "calib").mkdir()
     np.save(root / "calib" / "a.npy", np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32))
@@ -43,13 +55,14 @@ def _work(root: Path, capsys) -> dict:
     (root / "out").mkdir()
     capsys.readouterr()
     return {"onnx": ["good.onnx", "truncated.onnx", "empty.onnx", "npy.onnx", "folder.onnx", "missing.onnx",
-                     "good.engine"],
+                     "good.engine", "ext.onnx", "ext.onnx", "trunc.onnx"],
             "engine": ["good.engine", "truncated.engine", "empty.engine", "good.onnx", "folder.onnx", "missing.engine"]}
 
 
 def _output(rng, root: Path) -> str:
     return rng.choice([f"out/new{rng.randrange(1000)}.bin", "good.onnx", "good.engine", "folder.onnx", "",
-                       "missing/x.bin", "x.npy", "calib"])
+                       "missing/x.bin", "x.npy", "calib", "ext.weights", "ext.weights", "trunc.weights", "ro/x.bin",
+                       LONG, f"out/{LONG}/x.bin", "out/" + "e" * 245 + ".engine"])
 
 
 def _options(rng, command: str, root: Path) -> list:
@@ -79,7 +92,7 @@ def _options(rng, command: str, root: Path) -> list:
         "doctor": [["--json", None]],
         # (no --output-dir: it names a work folder the demo fills as it goes)
         "demo": [["--batch", rng.choice(["0", "8", "-1"])], ["--iterations", rng.choice(["0", "2"])],
-                 ["--json", None], ["--output-dir", rng.choice(["", "x.npy"])]],
+                 ["--json", None], ["--output-dir", rng.choice(["", "x.npy", "ro", "ro/new", LONG])]],
         "export": [["--name", rng.choice(["m", "", "a/b"])], ["--instances", rng.choice(["0", "1", "-2"])],
                    ["--gpus", rng.choice(["0", "x", ""])], ["--max-queue-delay-us", "-1"], ["--force"],
                    ["--triton-version", rng.choice(["24.01", "nope"])], ["--json", None]],
@@ -99,7 +112,8 @@ def _options(rng, command: str, root: Path) -> list:
     return chosen
 
 
-def _argv(rng, command: str, files: dict, root: Path) -> list:
+def _argv(rng, command: str, files: dict, root: Path) -> tuple:
+    """``(argv, the files the run reads)``."""
     positional = {"build": [rng.choice(files["onnx"])], "run": [rng.choice(files["engine"])],
                   "bench": [rng.choice(files["engine"] + ["good.onnx"])], "inspect": [rng.choice(files["onnx"])],
                   "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": [],
@@ -107,21 +121,22 @@ def _argv(rng, command: str, files: dict, root: Path) -> list:
                   "serve": [rng.choice(files["engine"][1:])], "sanitize": [rng.choice(files["onnx"])],
                   "eval": [rng.choice(["detection", "classification"]), rng.choice(files["engine"]), "--images",
                            rng.choice(["calib", "folder.onnx", "missing", "x.npy"])]}
-    if rng.random() < 0.2:  # now and then a run that should succeed, so the invariant is seen from both sides
+    succeed = rng.random() < 0.2  # now and then a run that should succeed, so the invariant is seen from both sides
+    if succeed:
         positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],
                       "run": ["good.engine"], "bench": ["good.engine"], "inspect": ["good.onnx"],
                       "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"],
                       "export": ["triton", "good.engine", "--repo", f"out/repo{rng.randrange(1000)}"],
                       "serve": ["empty.engine"], "sanitize": ["good.onnx", "-o", f"out/s{rng.randrange(1000)}.onnx"],
                       "eval": ["classification", "good.engine", "--images", "calib"]}
-        argv = [command, *positional[command]]
-    else:
-        argv = [command, *positional[command], *_options(rng, command, root)]
+    argv = [command, *positional[command], *([] if succeed else _options(rng, command, root))]
+    reads = {a for a in positional[command] if a in files["onnx"] + files["engine"] and (root / a).is_file()}
+    reads |= {DATA[a] for a in reads if a in DATA}
     if command == "bench":
         argv += ["--iterations", "2", "--warmup-ms", "0", "--cache-dir", "out/cache"]
     if command == "build" and "--no-isolate" not in argv:
         argv.append("--no-isolate")
-    return [a if a.startswith("-") or a in cli_main.COMMANDS or not a else str(root / a) for a in argv]
+    return [a if a.startswith("-") or a in cli_main.COMMANDS or not a else str(root / a) for a in argv], sorted(reads)
 
 
 def _snapshot(root: Path) -> dict:
@@ -134,26 +149,30 @@ def test_cli_fuzz(tmp_path, capsys, fake_gpu, monkeypatch):  # noqa: F811
     monkeypatch.chdir(tmp_path)
     files = _work(tmp_path, capsys)
     monkeypatch.setenv("TRTKIT_CACHE_DIR", str(tmp_path / "out" / "cache"))  # the timing caches too
+    if os.geteuid() == 0:  # root may write anyway: make the folder read-only as far as the checks can tell
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == tmp_path / "ro" else real_access(p, m))
     rng = random.Random(SEED)
     commands = sorted(cli_main.COMMANDS)
     started, runs, codes = time.monotonic(), 0, {}
     while time.monotonic() - started < BUDGET_S or runs < len(commands):
         command = commands[runs % len(commands)]
-        argv = _argv(rng, command, files, tmp_path)
+        argv, reads = _argv(rng, command, files, tmp_path)
         before = _snapshot(tmp_path)
         try:
             code = cli_main.main(argv)
         except BaseException as exc:  # noqa: BLE001 - anything escaping main is a traceback for the user
             pytest.fail(f"trtkit {' '.join(argv)} raised {type(exc).__name__}: {exc}")
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         runs += 1
         codes[code] = codes.get(code, 0) + 1
         assert code in (0, 1, 2), (argv, code, err)
         assert "Traceback" not in err, (argv, err)
-        if code != 0:
-            assert err.strip(), (argv, "failed without saying why")
+        if code != 0:  # an error says why on stderr; a verdict (parity's FAIL) is the report itself
+            assert err.strip() or (code == 1 and "FAIL" in out), (argv, "failed without saying why")
+        after = _snapshot(tmp_path)
+        assert {r: after.get(r) for r in reads} == {r: before[r] for r in reads}, (argv, err, "an input changed")
         if code == 2 or "error:" in err:  # an error (not a verdict such as parity's FAIL): nothing written
-            after = _snapshot(tmp_path)
             assert after == before, (argv, err, set(after.items()) ^ set(before.items()))
     print(f"cli fuzz: {runs} runs in {time.monotonic() - started:.1f} s, exit codes {dict(sorted(codes.items()))}")
     assert runs >= 50 and {0, 1, 2} <= set(codes), codes  # the budget reached successes and both kinds of error

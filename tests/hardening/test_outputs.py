@@ -6,13 +6,16 @@ import os
 import stat
 from pathlib import Path
 
+import onnx
 import pytest
 
+from tests import models
 from tests.hardening import run_cli
 from tests.runtime.fakes import fake_gpu  # noqa: F401 - fixture
 from trtkit import _atomic
 from trtkit.builder.api import build
 from trtkit.builder.config import BuildConfig
+from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import parse_shapes
 from trtkit.cli.options import flag_message
 from trtkit.errors import BuildError, UsageError, WriteError
@@ -179,3 +182,130 @@ def test_a_timing_cache_that_is_a_folder_is_a_clear_error(model, tmp_path, capsy
     folder.mkdir()
     code, _, err = _build(model, capsys, "-o", str(tmp_path / "m.engine"), "--timing-cache", str(folder))
     assert code == 2 and "--timing-cache" in err and "is a folder" in err and "Traceback" not in err, err
+
+
+# --- a model's external data files are inputs too; names the filesystem refuses; folders that cannot be written ---
+
+
+def _external_model(folder: Path, data: str = "ext.weights") -> Path:
+    """tiny_conv with its weights in ``data`` beside it (as exporters write models over 2 GB)."""
+    path = folder / "ext.onnx"
+    onnx.save(models.tiny_conv(), str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data,
+              size_threshold=0)
+    return path
+
+
+EXT_SHAPES = "x:1x3x8x8,2x3x8x8,4x3x8x8"
+
+
+@pytest.mark.parametrize("argv", [
+    ["sanitize", "ext.onnx", "-o", "ext.weights"],
+    ["sanitize", "ext.onnx", "-o", "out.onnx", "--json", "link"],
+    ["build", "ext.onnx", "--shapes", EXT_SHAPES, "-o", "ext.weights"],
+    ["build", "ext.onnx", "--shapes", EXT_SHAPES, "-o", "hard"],
+    ["build", "ext.onnx", "--shapes", EXT_SHAPES, "-o", "m.engine", "--json", "link"],
+    ["build", "ext.onnx", "--shapes", EXT_SHAPES, "-o", "m.engine", "--save-sanitized", "ext.weights"],
+    ["build", "ext.onnx", "--shapes", EXT_SHAPES, "-o", "m.engine", "--timing-cache", "./ext.weights"],
+    ["inspect", "ext.onnx", "--json", "ext.weights"],
+])
+def test_no_output_may_be_a_file_the_model_reads(tmp_path, capsys, fake_gpu, monkeypatch, argv):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    _external_model(tmp_path)
+    (tmp_path / "link").symlink_to("ext.weights")
+    os.link(tmp_path / "ext.weights", tmp_path / "hard")
+    before = _snapshot(tmp_path)
+    code, _, err = run_cli([*argv, *(["--no-isolate"] if argv[0] == "build" else [])], capsys)
+    assert code == 2 and "is the same file as model's external data" in err and err.count("\n") == 1, err
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_saved_models_weights_file_is_checked_too(tmp_path, capsys, fake_gpu, monkeypatch):  # noqa: F811
+    """`-o s.onnx` writes the weights of a model with external data to s.onnx.data: here, the model's own."""
+    monkeypatch.chdir(tmp_path)
+    _external_model(tmp_path, data="s.onnx.data")
+    before = _snapshot(tmp_path)
+    for argv in (["sanitize", "ext.onnx", "-o", "s.onnx"],
+                 ["build", "ext.onnx", "--shapes", EXT_SHAPES, "--no-isolate", "--save-sanitized", "s.onnx"]):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and "'s.onnx.data' is the same file as model's external data" in err, err
+    assert _snapshot(tmp_path) == before
+    with pytest.raises(UsageError, match="same file as model's external data") as info:
+        prepare(tmp_path / "ext.onnx").save(tmp_path / "s.onnx")
+    assert info.value.field == "path"
+    with pytest.raises(UsageError, match="same file as model's external data") as info:
+        build(str(tmp_path / "ext.onnx"), BuildConfig(profiles=[parse_shapes(EXT_SHAPES)]),
+              output=tmp_path / "s.onnx.data", trt=fake_gpu[0])
+    assert info.value.field == "output"
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_a_saved_models_weights_get_the_umask_mode_and_are_replaced_whole(tmp_path, capsys, umask):
+    model = _external_model(tmp_path)
+    old = os.umask(umask)
+    try:
+        for _ in range(2):  # the second save replaces the first's files (onnx itself would append to the weights)
+            code, _, err = run_cli(["sanitize", str(model), "-o", str(tmp_path / "s.onnx")], capsys)
+            assert code == 0, err
+    finally:
+        os.umask(old)
+    for name in ("s.onnx", "s.onnx.data"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name
+    assert (tmp_path / "s.onnx.data").stat().st_size == (tmp_path / "ext.weights").stat().st_size
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+    onnx.checker.check_model(onnx.load(str(tmp_path / "s.onnx")))
+
+
+def test_a_truncated_external_data_file_is_one_line_naming_tensor_and_file(tmp_path, capsys):
+    model = _external_model(tmp_path)
+    data = tmp_path / "ext.weights"
+    data.write_bytes(data.read_bytes()[:100])
+    before = _snapshot(tmp_path)
+    for argv in (["sanitize", str(model), "-o", str(tmp_path / "s.onnx")],
+                 ["build", str(model), "--shapes", EXT_SHAPES, "--no-isolate"]):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert "tensor 'w'" in err and "'ext.weights'" in err and "truncated" in err, err
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("flags", [["-o", "e" * 240 + ".engine"], ["-o", "m.engine", "--json", "j" * 256],
+                                   ["-o", "m.engine", "--timing-cache", "d" * 300 + "/t.cache"]])
+def test_a_name_over_the_filesystems_limit_is_one_line_before_the_build(tmp_path, capsys, fake_gpu,  # noqa: F811
+                                                                         monkeypatch, flags):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.onnx").write_bytes(MODEL.read_bytes())
+    code, _, err = _build(tmp_path / "m.onnx", capsys, *flags)
+    assert code == 2 and "limit of 255 bytes per name" in err and err.count("\n") == 1, err
+    assert ("manifest" in err) == flags[1].startswith("e")  # the derived <engine>.manifest.json is the long one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked else real_access(p, mode))
+    try:
+        for folder in (locked, locked / "new"):
+            code, _, err = run_cli(["demo", "--output-dir", str(folder)], capsys)
+            assert code == 1 and "--output-dir" in err and "not writable" in err and err.count("\n") == 1, err
+        code, _, err = run_cli(["demo", "--output-dir", str(tmp_path / ("x" * 300))], capsys)
+        assert code == 2 and "limit of 255 bytes per name" in err, err
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_streamed_outputs_get_the_umask_mode_too(tmp_path):
+    """A file written as it goes (JSON lines of a pipeline) is renamed into place with open()'s mode, not mkstemp's."""
+    from trtkit.pipeline.sinks import JsonLinesSink
+
+    old = os.umask(0o022)
+    try:
+        sink = JsonLinesSink(tmp_path / "r.jsonl")
+        sink.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.jsonl").stat().st_mode) == 0o644

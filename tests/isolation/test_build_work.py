@@ -39,13 +39,16 @@ WORKER = ["worker_process_start", "worker_imports_done", "build_modules_imported
           "builder_created", "worker_ready", "call_received", "build_started", "model_loaded", "builder_ready",
           "prepared", "parsed", "configured", "built", "serialized", "detail_done"]
 
+# what trtkit imports, beyond what this interpreter imported before it (cuda-bindings 12 installs a .pth file that
+# imports the `cuda` package at every start-up: not trtkit's doing)
 _SCRIPT = textwrap.dedent("""
     import json, sys
+    before = set(sys.modules)
     from trtkit.cli.main import main
     for name in ("a", "b"):
         code = main(["build", sys.argv[1], "-o", name + ".engine", "--shapes", sys.argv[2], "--json", name + ".json"])
         assert code == 0, code
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorrt", "cuda", "onnx_graphsurgeon"))
+    heavy = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("tensorrt", "cuda", "onnx_graphsurgeon"))
     print(json.dumps(heavy))
 """)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import isolation_children as children
 import onnx
@@ -80,3 +81,30 @@ def test_parse_error_in_child_comes_back_as_parse_error(monkeypatch):
     with pytest.raises(ParseError, match=f"node 'odd' \\({op}\\)") as info:
         build_isolated(model)
     assert info.value.errors and info.value.errors[0].node_name == "odd"
+
+
+def test_a_warning_the_build_worker_logs_reaches_the_callers_log(tmp_path, monkeypatch, capsys, caplog):
+    """A default (isolated) build warns as an in-process build does: on the CLI's stderr, and as a record on the
+    library caller's ``trtkit`` logger."""
+    from trtkit.builder import worker
+    from trtkit.builder.config import BuildConfig
+    from trtkit.cli.main import main
+
+    monkeypatch.setattr(isolate, "DEFAULT_TRT_FACTORY", functools.partial(children.fake_trt, "8.6.0"))
+    worker.shutdown()
+    model, cache = tmp_path / "m.onnx", tmp_path / "t.cache"
+    onnx.save(_attention_like_model(17), model)
+    warning = f"Timing cache '{cache}' does not load (not a TensorRT timing cache, or one TensorRT cannot read); "\
+              "replacing it with a new one"
+    try:
+        cache.write_bytes(b"\x00not a timing cache")
+        code = main(["build", str(model), "-o", str(tmp_path / "m.engine"), "--timing-cache", str(cache),
+                     "--timing-cache-reset"])
+        err = capsys.readouterr().err
+        assert code == 0 and "".join(warning.split()) in "".join(err.split()), err  # rich wraps long lines
+        cache.write_bytes(b"\x00not a timing cache")
+        with caplog.at_level(logging.WARNING, logger="trtkit"):
+            build(str(model), BuildConfig(timing_cache=str(cache), timing_cache_reset=True))
+        assert [r.getMessage() for r in caplog.records if r.name == "trtkit"] == [warning]
+    finally:
+        worker.shutdown()

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.models import _model
 from tests.rewrites.test_rewrites import placeholder_dims_model
 from trtkit.builder.prepare import prepare
-from trtkit.errors import ModelError
+from trtkit.errors import ModelError, UsageError
 
 
 def external_data_model(tmp_path):
@@ -66,5 +66,16 @@ def test_a_missing_external_data_file_is_named(tmp_path):
 def test_saving_over_the_input_model_is_refused(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(placeholder_dims_model(), str(path))
-    with pytest.raises(ModelError, match="Refusing to overwrite the input model"):
+    with pytest.raises(UsageError, match="is the same file as model") as info:
         prepare(path).save(path)
+    assert info.value.field == "path"
+
+
+def test_prepare_tells_each_step_as_it_starts():
+    from tests.sanitize.sanitize_models import constant_of_shape_conv
+
+    lines: list = []
+    prepare(constant_of_shape_conv(), on_progress=lines.append)
+    assert lines[0] == "compatibility rewrites"
+    assert lines[1] == "folding constants: round 1, 0 node(s) folded so far"
+    assert len(lines) >= 3 and lines[-1].startswith("folding constants: round ")

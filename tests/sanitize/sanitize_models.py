@@ -155,3 +155,22 @@ def shape_derived_scale(opset=17):
         helper.make_node("Mul", ["x", "scale"], ["y"], name="mul0"),
     ]
     return _model(nodes, [x], [y], opset=opset, name="shape_scale")
+
+
+def ir3_initializers_as_inputs():
+    """An IR version 3 model (as the onnx wheel's old model zoo files are): every initializer is also a graph input,
+    and the Conv's weights come from a ConstantOfShape, so folding has work to do."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])
+    bias = numpy_helper.from_array(np.array([0.5, -0.25], np.float32), "b")
+    shape = numpy_helper.from_array(np.array([2, 2, 1, 1], np.int64), "w_shape")
+    nodes = [
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="w_fill",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv0"),
+    ]
+    as_inputs = [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2]),
+                 helper.make_tensor_value_info("w_shape", TensorProto.INT64, [4])]
+    model = _model(nodes, [x, *as_inputs], [y], [bias, shape], opset=9, name="ir3")
+    model.ir_version = 3
+    return model

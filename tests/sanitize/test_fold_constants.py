@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -139,3 +141,66 @@ def test_keeps_opset_and_metadata():
     folded, _ = fold_constants(model)
     assert [(o.domain, o.version) for o in folded.opset_import] == [("", 19)]
     assert folded.producer_name == "exporter" and folded.ir_version == model.ir_version
+
+
+def test_an_ir3_model_whose_initializers_are_inputs_folds_and_stays_valid():
+    model = models.ir3_initializers_as_inputs()
+    onnx.checker.check_model(model)
+    folded, report = fold_constants(model)
+    assert report.changed and _ops(folded) == ["Conv"]
+    onnx.checker.check_model(folded)  # IR 4 or later: initializers need not be inputs, and are not
+    assert folded.ir_version >= 4 and [v.name for v in folded.graph.input] == ["x"]
+    _assert_same_outputs(model, folded)
+    assert len(model.graph.input) == 3 and model.ir_version == 3  # the given model is left as it was
+
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"  # IR version 3 models
+light = pytest.mark.skipif(not LIGHT.is_dir(), reason="this onnx wheel ships no backend test data")
+
+
+@light
+@pytest.mark.parametrize("name", sorted(p.stem for p in LIGHT.glob("light_*.onnx")) or ["none"])
+def test_the_onnx_wheels_ir3_models_fold(name):
+    model = onnx.load(LIGHT / f"{name}.onnx")
+    assert model.ir_version < 4
+    # values over 1 MiB stay computed: the large fully connected weights would only make the test slow
+    folded, report = fold_constants(model, size_threshold=1 << 20)
+    assert report.changed and not report.notes, report.notes
+    onnx.checker.check_model(folded)
+
+
+@light
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_shufflenet"])
+def test_the_onnx_wheels_ir3_models_build_folded(name, fake_trt, tmp_path, capsys):
+    from trtkit.builder.builder import build_serialized
+    from trtkit.cli.main import main
+
+    result = build_serialized(LIGHT / f"{name}.onnx", trt=fake_trt)
+    (fold,) = [r for r in result.manifest.prepare["rewrites"] if r["rewrite"] == "fold-constants"]
+    assert result.engine and fold["status"] == "applied", fold
+    assert main(["sanitize", str(LIGHT / f"{name}.onnx"), "-o", str(tmp_path / "s.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "trtkit bug" not in out and "applied" in out
+    onnx.checker.check_model(onnx.load(tmp_path / "s.onnx"))
+
+
+def test_a_failed_fold_names_the_cli_flag_and_keeps_the_checkers_whole_line(tmp_path, monkeypatch, capsys):
+    from trtkit.cli.main import main
+
+    line = "Node (w_fill) has input size 1 not in range [min=1, max=1]. Bad node spec for node. Name: w_fill"
+    real_check = onnx.checker.check_model
+
+    def refuse_folded(model, *args, **kwargs):
+        if isinstance(model, onnx.ModelProto) and "w_fill" not in {n.name for n in model.graph.node}:
+            raise onnx.checker.ValidationError(f"{line}\n\n==> Context: more detail")
+        return real_check(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.checker, "check_model", refuse_folded)
+    with pytest.raises(ModelError) as info:
+        fold_constants(models.constant_of_shape_conv())
+    assert info.value.field == "fold_constants" and line in str(info.value)
+    onnx.save(models.constant_of_shape_conv(), tmp_path / "m.onnx")
+    assert main(["sanitize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "s.onnx")]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "build without constant folding" in out and "fold_constants=False" not in out, out
+    assert "[min=1, max=1]" in out, out

@@ -15,9 +15,11 @@ from trtkit.builder.config import BuildConfig
 from trtkit.builder.crash_report import model_crash_context
 from trtkit.builder.progress import BuildProgress
 from trtkit.builder.result import BuildResult
+from trtkit.builder.sanitize import saved_files
 from trtkit.errors import UsageError
 from trtkit.log import logger
 from trtkit.manifest import manifest_path
+from trtkit.model import model_files
 
 
 def build(
@@ -158,22 +160,29 @@ def _check_uint8_profiles(proto, profiles: list) -> None:
 
 def check_inputs(model, config: BuildConfig):
     """What can be checked without TensorRT, checked before it is needed, so every mistake of this kind is named
-    at once rather than after "TensorRT is not installed": the model reads as ONNX, the profiles fit its inputs,
-    the calibration folder and cache are not missing or of the wrong kind. Returns the loaded model.
+    at once rather than after "TensorRT is not installed": the model reads as ONNX (its external data complete),
+    its head fits ``add_nms``, the profiles fit its inputs, INT8 has calibration data or a cache (or a Q/DQ model),
+    a calibration folder holds files it can use, and the INT8 mode has the algorithm asked for. Returns the loaded
+    model.
 
     Raises:
-        ModelError, ProfileError, CalibrationError, UsageError: what is wrong, named.
+        ModelError, ProfileError, CalibrationError, UnsupportedError, UsageError: what is wrong, named.
     """
+    from calibrators.session import check_settings
+    from trtkit.builder.precision import check_int8_mode, has_qdq
     from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
     from trtkit.errors import CalibrationError
     from trtkit.model import load_model, model_inputs
 
     loaded = load_model(model, check=False, external_data=False)  # the graph is enough; weights stay on disk
+    if config.add_nms is not None:
+        from trtkit.detection.nms_plugin import head_layout
+
+        head_layout(loaded.proto, unknown_ok=True)  # dims that only folding fixes are checked once folded
     if config.input_uint8_nhwc:
         _check_uint8_profiles(loaded.proto, config.profiles)
-    elif config.add_nms is None and not may_have_shape_inputs(loaded.proto):
-        # with NMS, the prepare step's check of the head's layout speaks first; a shape-tensor input's entry holds
-        # values, known as such only once TensorRT has parsed the model
+    elif not may_have_shape_inputs(loaded.proto):
+        # a shape-tensor input's entry holds values, known as such only once TensorRT has parsed the model
         resolve_profiles(model_inputs(loaded.proto), config.profiles)
     calibration = config.calibration
     if calibration is not None and isinstance(calibration.source, (str, Path)):
@@ -189,27 +198,31 @@ def check_inputs(model, config: BuildConfig):
             f"calibration.cache_path '{calibration.cache_path}' is a folder; give a file path",
             field="calibration.cache_path",
         )
+    if config.precision == "int8" and not has_qdq(loaded.proto):
+        check_int8_mode(config.int8_mode, calibration.algorithm if calibration else None)
+        check_settings(calibration, loaded)
     return loaded
 
 
 def output_files(config: BuildConfig, output=None) -> dict:
-    """``{field: path}`` of every file a build with ``config`` writes (``None`` where it writes none)."""
+    """``{field: path or paths}`` of every file a build with ``config`` writes (``None`` where it writes none)."""
     calibration = config.calibration
     return {
         "output": output,
         "manifest": manifest_path(output) if output not in (None, "") else None,
         "timing_cache": config.timing_cache,
         "save_qdq_onnx": config.save_qdq_onnx,
-        "save_prepared": config.save_prepared,
+        "save_prepared": saved_files(config.save_prepared) if config.save_prepared else None,
         "calibration.cache_path": calibration.cache_path if calibration else None,
     }
 
 
 def input_files(model, config: BuildConfig) -> dict:
-    """``{field: path}`` of the files a build reads (the model when given as a path, the calibration data)."""
+    """``{field: path or paths}`` of the files a build reads: the model and its external data files
+    (:func:`trtkit.model.model_files`), the calibration data."""
     calibration = config.calibration
     return {
-        "model": model if isinstance(model, (str, Path)) else None,
+        **model_files(model),
         "calibration.source": calibration.source if calibration else None,
         **{f"plugins[{i}]": p for i, p in enumerate(config.plugins)},
     }

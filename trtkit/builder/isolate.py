@@ -14,11 +14,14 @@ child imports only trtkit and the module of the callable. POSIX only (TensorRT's
 Protocol: the parent writes one pickled ``(sys.path, func, args, kwargs, options)`` frame to the child's stdin and
 keeps stdin open (the child exits when it closes: the parent is gone); the child writes frames
 ``("event", dict)``, then ``("result", value)`` or ``("error", exception, traceback_text)`` to a dedicated pipe.
-The child's stdout and stderr (TensorRT writes there too) go to the parent as ``{"kind": "output"}`` events.
+The child's stdout and stderr (TensorRT writes there too) go to the parent as ``{"kind": "output"}`` events; what
+the child logs to trtkit's logger (and Python's warnings) as ``{"kind": "record"}`` events, which the parent logs
+again to its own logger of that name: a warning of the child reaches the caller's log as if it had run here.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import select
@@ -71,6 +74,35 @@ def emit(event: dict) -> None:
 def log_sink(severity: str, message: str) -> None:
     """Picklable ``on_log`` for code run in the child: emits ``{"kind": "log", "severity", "message"}``."""
     emit({"kind": "log", "severity": str(severity), "message": str(message)})
+
+
+class _RecordSink(logging.Handler):
+    """Sends each log record of the child to the parent as a ``record`` event (see :func:`forward_logs`)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        emit({"kind": "record", "name": record.name, "level": record.levelno, "message": record.getMessage()})
+
+
+def forward_logs() -> None:
+    """In a child: send what trtkit's logger (and Python's warnings) record to the parent instead of this process's
+    stderr; the parent logs each record again (:func:`deliver`)."""
+    logging.captureWarnings(True)
+    for name in ("trtkit", "py.warnings"):
+        child_logger = logging.getLogger(name)
+        child_logger.addHandler(_RecordSink())
+        child_logger.propagate = False
+
+
+def deliver(event: dict, tracker: Tracker, on_event) -> None:
+    """An event of a child, in the parent: seen by the crash tracker, a log record logged again here, then passed to
+    ``on_event``."""
+    tracker.see(event)
+    if event.get("kind") == "record":
+        logging.getLogger(str(event.get("name", "trtkit"))).log(
+            int(event.get("level", logging.WARNING)), "%s", event.get("message", "")
+        )
+    if on_event is not None:
+        on_event(event)
 
 
 def phase_sink(*args) -> None:
@@ -126,6 +158,7 @@ def _child_main(channel_fd: int) -> None:
     import faulthandler
 
     faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
+    forward_logs()
     stdin = sys.stdin.buffer
     (size,) = HEADER.unpack(read_exact(stdin, HEADER.size))
     data = read_exact(stdin, size)
@@ -320,9 +353,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
                 if reader is lines:
                     item = ("event", {"kind": "output", "line": item})
                 if item[0] == "event":
-                    tracker.see(item[1])
-                    if on_event is not None:
-                        on_event(item[1])
+                    deliver(item[1], tracker, on_event)
                 else:
                     answer = item
         if deadline is not None and time.monotonic() >= deadline and answer is None:
@@ -331,9 +362,7 @@ def _pump(proc, read_fd: int, tracker: Tracker, on_event, timeout):
         if answer is not None and read_fd not in open_fds:
             break
     for line in lines.flush():
-        tracker.see({"kind": "output", "line": line})
-        if on_event is not None:
-            on_event({"kind": "output", "line": line})
+        deliver({"kind": "output", "line": line}, tracker, on_event)
     return answer
 
 

@@ -201,13 +201,22 @@ def resolve_int8_mode(caps, mode: str, algorithm: str | None = None) -> str:
             f"{_version(caps)} does not have; they exist in TensorRT 8.6 to 10.x. Use int8_mode 'qdq'.",
             field="int8_mode",
         )
+    check_int8_mode(mode, algorithm)
+    return mode
+
+
+def check_int8_mode(mode: str, algorithm: str | None) -> None:
+    """``int8_mode`` against the calibration algorithm, whatever the TensorRT (checked before it is looked for).
+
+    Raises:
+        UnsupportedError: TensorRT's calibrator asked for with an algorithm it does not have (percentile, mse).
+    """
     if mode == "calibrator" and algorithm in ("percentile", "mse"):
         raise UnsupportedError(
             f"TensorRT has no {algorithm} calibrator; use int8_mode 'qdq' with the {algorithm} algorithm, or the "
             "entropy or minmax algorithm.",
             field="int8_mode",
         )
-    return mode
 
 
 def _int8_flags(caps) -> tuple:

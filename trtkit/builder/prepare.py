@@ -13,13 +13,21 @@ model's path. :meth:`PreparedModel.save` writes the weights next to a copy saved
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, after_folding_steps, apply_rewrites
 from trtkit.errors import ModelError
-from trtkit.model import LoadedModel, external_data_files, has_external_data, load_model
+from trtkit.model import (
+    LoadedModel,
+    external_data_files,
+    has_external_data,
+    load_external_data,
+    load_model,
+    model_files,
+)
 
 _FOLD_WHY = "TensorRT's parser wants weights and static shapes as initializers, not computed at run time"
 
@@ -110,21 +118,19 @@ class PreparedModel:
         """Write the prepared model; external weights go to ``<name>.data`` beside it.
 
         Raises:
-            ModelError: ``path`` is the model this was prepared from, or cannot be written.
+            UsageError: ``path`` (or its ``.data``) is the model this was prepared from or one of its data files.
+            ModelError: a data file is missing or truncated, or ``path`` cannot be written.
         """
-        from trtkit.builder.sanitize import save_model
+        from trtkit._atomic import check_outputs
+        from trtkit.builder.sanitize import save_model, saved_files
 
-        path = Path(path)
+        check_outputs({"path": saved_files(path)}, model_files(self.loaded))
         source = self.loaded.path
-        if source is not None and path.resolve() == Path(source).resolve():
-            raise ModelError(f"Refusing to overwrite the input model '{source}'; give another output path")
         proto = self.proto
         if has_external_data(proto):
-            import onnx
-
-            proto = onnx.ModelProto()
-            proto.CopyFrom(self.proto)
-            onnx.load_external_data_for_model(proto, str(Path(source).parent if source is not None else Path(".")))
+            proto = copy.deepcopy(self.proto)
+            folder = Path(source).parent if source is not None else Path(".")
+            load_external_data(proto, folder, f"'{source or self.loaded.name}'")
             return save_model(proto, path, external=True)
         return save_model(proto, path)
 
@@ -138,6 +144,7 @@ def prepare(
     trt=None,
     nms=None,
     input_uint8_nhwc: bool = False,
+    on_progress=None,
 ) -> PreparedModel:
     """Prepare an ONNX model for TensorRT's parser: compatibility rewrites, then constant folding.
 
@@ -153,6 +160,7 @@ def prepare(
             head, last (after folding, which cannot evaluate a plugin op).
         input_uint8_nhwc: make the one image input ``(N, H, W, 3)`` uint8, cast, scaled by 1/255 and transposed to
             the model's ``(N, 3, H, W)`` float inside the graph (:mod:`trtkit.builder.image_input`).
+        on_progress: called with one line of text as each step starts (the rewrites, each round of folding).
 
     Returns:
         A :class:`PreparedModel`; ``.rewrites`` names what was done, skipped and failed.
@@ -175,12 +183,15 @@ def prepare(
     _check.boolean("sanitize", sanitize)
     _check.boolean("fold_constants", fold_constants)
     _check.boolean("input_uint8_nhwc", input_uint8_nhwc)
+    _check.callable_("on_progress", on_progress)
     if nms is not None and type(nms).__name__ != "NmsOptions":
         _check.fail("nms", nms, "a trtkit.detection.NmsOptions or None")
     target = target or (ParserTarget.from_trt(trt) if trt is not None else ParserTarget.assumed())
     source = load_model(model, check=False, external_data=False)
     proto, rewrites = source.proto, []
+    say = on_progress or (lambda text: None)
     if sanitize:
+        say("compatibility rewrites")
         proto, rewrites = apply_rewrites(proto, target)
     external = has_external_data(proto)
     if external:
@@ -205,7 +216,7 @@ def prepare(
             )
         )
     elif fold_constants:
-        proto, fold, rewrites = _fold(proto, rewrites)
+        proto, fold, rewrites = _fold(proto, rewrites, say)
     if sanitize:  # after folding, which evaluates the opset's own forms and can make their inputs constants
         proto, late = apply_rewrites(proto, target, steps=after_folding_steps())
         rewrites = [*rewrites, *late]
@@ -236,12 +247,12 @@ def _append_nms(proto, options, rewrites: list):
     return nmsed, [*rewrites, Rewrite("add-nms", head, what, "asked for: the engine returns final detections")]
 
 
-def _fold(proto, rewrites: list):
+def _fold(proto, rewrites: list, on_progress):
     from trtkit.builder.sanitize import fold_constants
     from trtkit.errors import TrtkitError
 
     try:
-        folded, fold = fold_constants(proto)
+        folded, fold = fold_constants(proto, on_progress=on_progress)
     except TrtkitError as exc:  # a failed fold is named and the model kept as it was
         return proto, None, [*rewrites, Rewrite("fold-constants", "model", "not folded", str(exc), "failed")]
     if fold.changed:

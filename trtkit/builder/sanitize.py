@@ -14,13 +14,15 @@ and values larger than ``size_threshold`` (folding would only grow the file).
 
 from __future__ import annotations
 
+import copy
+import tempfile
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit._atomic import write_bytes_atomic
-from trtkit.errors import ModelError, TrtkitError
+from trtkit._atomic import replace_files, write_bytes_atomic
+from trtkit.errors import ModelError, TrtkitError, first_line
 from trtkit.model import load_model
 
 NEVER_FOLD = frozenset(
@@ -95,13 +97,17 @@ class FoldReport:
         }
 
 
-def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD):
+def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD, on_progress=None):
     """Fold constant subgraphs of an ONNX model into initializers and remove dead nodes.
+
+    Initializers that are also listed as graph inputs (every initializer of an IR version 3 model) are constants, as
+    TensorRT's parser takes them: the folded model no longer lists them as inputs (and is IR version 4 or later).
 
     Args:
         model: ONNX path, bytes, ``onnx.ModelProto`` or :class:`~trtkit.model.LoadedModel`.
         size_threshold: largest value (bytes) turned into an initializer; larger ones stay computed
             (``None``: no limit).
+        on_progress: called with one line of text as each folding round starts (a fold can take minutes).
 
     Returns:
         ``(model_proto, report)``: the folded ``onnx.ModelProto`` (the input model itself when nothing changed)
@@ -113,13 +119,15 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
     """
     original = load_model(model, check=False).proto
     report = FoldReport(nodes_before=len(original.graph.node), nodes_after=len(original.graph.node))
-    current = original
-    for _ in range(_MAX_ROUNDS):
+    current = start = _constant_initializers(original)
+    for round_ in range(1, _MAX_ROUNDS + 1):
+        if on_progress is not None:
+            on_progress(f"folding constants: round {round_}, {len(report.folded)} node(s) folded so far")
         folded = _fold_round(_infer_shapes(current, report), report, size_threshold)
         if folded is None:
             break
         current = folded
-    if current is original:
+    if current is start:
         return original, report
     report.nodes_after = len(current.graph.node)
     _check(current)
@@ -127,7 +135,9 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
 
 
 def save_model(model, path, *, external: bool = False) -> Path:
-    """Write an ONNX model (``--save-sanitized``); models over 2 GB keep their weights in ``<name>.data`` beside it.
+    """Write an ONNX model (``--save-sanitized``); models over 2 GB keep their weights in ``<name>.data`` beside it
+    (:func:`saved_files`). Both are written as trtkit writes every file (:mod:`trtkit._atomic`): staged beside the
+    target and renamed into place, with the mode ``open()`` would give them.
 
     Args:
         external: write the weights to ``<name>.data`` whatever the size (models that came with external data).
@@ -136,24 +146,31 @@ def save_model(model, path, *, external: bool = False) -> Path:
         ModelError: the file cannot be written.
     """
     import onnx
+    from onnx.external_data_helper import set_external_data
 
     path = Path(path)
     large = external or (model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True)
     try:
-        if large:
-            onnx.save(
-                model,
-                str(path),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=path.name + ".data",
-                size_threshold=0 if external else 1024,
-            )
-        else:  # whole or not at all, with the umask's mode (trtkit/_atomic.py)
-            write_bytes_atomic(path, model.SerializeToString())
+        if not large:
+            return write_bytes_atomic(path, model.SerializeToString())
+        if not external:  # the weights are moved out of the proto: the caller's model stays as it was
+            model = copy.deepcopy(model)
+        data = saved_files(path)[1]
+        for tensor in model.graph.initializer:  # (onnx.save's own conversion looks for the data file in the cwd)
+            if tensor.HasField("raw_data") and len(tensor.raw_data) >= (0 if external else 1024):
+                set_external_data(tensor, data.name)
+        with tempfile.TemporaryDirectory(prefix=".trtkit-", dir=path.parent) as staging:
+            onnx.save(model, str(Path(staging) / path.name))  # writes the weights to <staging>/<name>.data
+            staged = {Path(staging) / data.name: data, Path(staging) / path.name: path}
+            replace_files({tmp: target for tmp, target in staged.items() if tmp.exists()})
     except (OSError, ValueError, TrtkitError) as exc:
         raise ModelError(f"Cannot write the sanitized model to '{path}': {exc}") from exc
     return path
+
+
+def saved_files(path) -> list:
+    """The files :func:`save_model` may write for ``path``: the model, and its weights' ``<name>.data``."""
+    return [path, Path(path).with_name(Path(path).name + ".data")] if Path(path).name else [path]
 
 
 def _has_bytesize(model) -> bool:
@@ -164,13 +181,27 @@ def _has_bytesize(model) -> bool:
         return False
 
 
+def _constant_initializers(model):
+    """``model``, or a copy whose graph inputs no longer list its initializers (IR version raised to 4, the first
+    where an initializer need not be an input)."""
+    initializers = {t.name for t in model.graph.initializer}
+    kept = [value for value in model.graph.input if value.name not in initializers]
+    if len(kept) == len(model.graph.input):
+        return model
+    model = copy.deepcopy(model)
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.ir_version = max(model.ir_version, 4)
+    return model
+
+
 def _infer_shapes(model, report: FoldReport):
     import onnx
 
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # inference is a help, not a requirement: fold what is constant anyway
-        note = f"shape inference failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        note = f"shape inference failed ({first_line(exc)})"
         if note not in report.notes:
             report.notes.append(note)
         return model
@@ -224,8 +255,7 @@ def _try_fold(node, values: dict, opsets: dict, graph_outputs: set, report: Fold
     try:
         results = _evaluate(node, values, opsets)
     except Exception as exc:  # the reference evaluator lacks an op or rejects it: leave the node to TensorRT
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        _skip(report, node, f"evaluation failed: {reason}")
+        _skip(report, node, f"evaluation failed: {first_line(exc)}")
         return None
     too_big = [n for n, v in results.items() if size_threshold is not None and v.nbytes > size_threshold]
     if too_big:
@@ -384,8 +414,9 @@ def _check(model) -> None:
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(
-            f"Constant folding produced a model that fails ONNX's checker ({first}); this is a trtkit bug, please "
-            "report it, and build with fold_constants=False meanwhile."
+            f"Constant folding produced a model that fails ONNX's checker ({first_line(exc)}); this is a trtkit bug, "
+            "please report it, and build without constant folding meanwhile.",
+            field="fold_constants",
+            accepted="off until the bug is fixed",
         ) from exc

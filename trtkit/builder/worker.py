@@ -52,6 +52,7 @@ def serve(channel_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop us (Ctrl-C reaches both)
     faulthandler.enable()  # a crash prints the Python stack to stderr, which the parent keeps
     isolate.child_channel_fd = channel_fd
+    isolate.forward_logs()
     calls: queue.Queue = queue.Queue()
     # reading stdin in a thread: EOF (the parent is gone) ends the worker even in the middle of a call
     threading.Thread(target=_read_calls, args=(sys.stdin.buffer, calls), daemon=True).start()
@@ -214,10 +215,10 @@ class Worker:
                 if not open_fds[fd].fill():
                     del open_fds[fd]
             for line in lines.take():
-                _deliver({"kind": "output", "line": line}, tracker, on_event)
+                isolate.deliver({"kind": "output", "line": line}, tracker, on_event)
             for item in frames.take():
                 if item[0] == "event":
-                    _deliver(item[1], tracker, on_event)
+                    isolate.deliver(item[1], tracker, on_event)
                 else:  # the answer: what the worker printed before it is in the pipe already
                     self._drain(tracker, on_event)
                     return item
@@ -225,14 +226,14 @@ class Worker:
                 self.stop()
                 raise timeout_error(timeout, tracker)
         for line in lines.flush():
-            _deliver({"kind": "output", "line": line}, tracker, on_event)
+            isolate.deliver({"kind": "output", "line": line}, tracker, on_event)
         return None
 
     def _drain(self, tracker: Tracker, on_event) -> None:
         while select.select([self._lines.fd], [], [], 0)[0] and self._lines.fill():
             pass
         for line in self._lines.take():
-            _deliver({"kind": "output", "line": line}, tracker, on_event)
+            isolate.deliver({"kind": "output", "line": line}, tracker, on_event)
 
     def _crashed(self, tracker: Tracker, crash_context):
         from trtkit.builder.crash_report import crash_error
@@ -240,12 +241,6 @@ class Worker:
         returncode = self.proc.wait()
         self.stop()
         raise crash_error(tracker.crash_info(returncode, isolate.crash_details(crash_context)))
-
-
-def _deliver(event: dict, tracker: Tracker, on_event) -> None:
-    tracker.see(event)
-    if on_event is not None:
-        on_event(event)
 
 
 def _debug_event(event: dict) -> None:

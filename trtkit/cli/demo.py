@@ -80,6 +80,7 @@ def _layers(counts: dict | None) -> str:
 
 def _check_arguments(args) -> None:
     """Bad options are named before anything is built or written."""
+    from trtkit._atomic import check_folder
     from trtkit.demo import MAX_BATCH
     from trtkit.errors import UsageError
 
@@ -89,8 +90,8 @@ def _check_arguments(args) -> None:
         raise UsageError(f"--iterations {args.iterations}: give at least 1")
     if args.output_dir is not None and not args.output_dir:
         raise UsageError("--output-dir is empty; give a folder (it is created if missing)")
-    if args.output_dir and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
-        raise UsageError(f"--output-dir '{args.output_dir}' is a file; give a folder (it is created if missing)")
+    if args.output_dir:
+        check_folder(args.output_dir, field="output_dir")
     options.check_files(args, {}, {})
 
 

@@ -35,7 +35,7 @@ def run(args, console) -> int:
         raise UsageError(f"{flag}; '{path}' is an ONNX model: give the engine built from it")
     if args.check and not onnx:
         raise UsageError("--check inspects ONNX models; give the .onnx file the engine was built from")
-    options.check_files(args, {}, {"path": args.path})
+    options.check_files(args, {}, {"model" if onnx else "engine": args.path})
     return _inspect_onnx(args, console, path) if onnx else _inspect_engine(args, console, path)
 
 

@@ -539,6 +539,11 @@ FLAGS = {
     "fold_constants": "--fold-constants",
     "force": "--force",
     "strict": "--strict",
+    "atol": "--atol",
+    "rtol": "--rtol",
+    "min_cosine": "--min-cosine",
+    "min_top1": "--min-top1",
+    "output_dir": "--output-dir",
     "workspace": "--workspace",
     "verbose": "--verbose",
     # bench --server, serve and export
@@ -584,11 +589,15 @@ def flag_message(exc) -> str:
 
 
 def check_files(args, outputs: dict, inputs: dict) -> None:
-    """Every file the command writes (``--json`` included) checked before any work: see
-    :func:`trtkit._atomic.check_outputs`."""
+    """Every file the command writes (``--json`` included) checked before any work against every file it reads, an
+    ``.onnx`` input's external data files included: see :func:`trtkit._atomic.check_outputs`."""
     from trtkit._atomic import check_outputs
+    from trtkit.model import model_files
 
     json_path = getattr(args, "json", None)
+    models = [(f, p) for f, p in inputs.items() if isinstance(p, str) and p.lower().endswith(".onnx")]
+    for field, path in models:
+        inputs = {**inputs, **model_files(path, field)}
     check_outputs({**outputs, "json": None if json_path == "-" else json_path}, inputs)
 
 

@@ -34,12 +34,15 @@ def table(title: str, columns: list, rows: list):
     return t
 
 
-def _cell(value) -> str:
+def _cell(value):
+    """The cell's text, never read as rich markup (a message quoting ``[min=1, max=1]`` keeps its brackets)."""
+    from rich.text import Text
+
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return Text(str(value))
 
 
 def shape_str(shape) -> str:

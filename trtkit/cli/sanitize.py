@@ -27,19 +27,18 @@ def add_arguments(parser) -> None:
 
 def run(args, console) -> int:
     from trtkit.builder.prepare import prepare
-    from trtkit.errors import UsageError
+    from trtkit.builder.sanitize import saved_files
+    from trtkit.model import model_files
 
-    if Path(args.output).resolve() == Path(args.model).resolve():
-        raise UsageError(
-            f"-o/--output '{args.output}' is the input model, which is never overwritten; give another path"
-        )
+    options.check_files(args, {"output": saved_files(args.output)}, model_files(args.model))
     trt = None
     if args.tensorrt == "installed":
         from trtkit._lazy import tensorrt
 
         trt = tensorrt()
-    prepared = prepare(args.model, fold_constants=args.fold_constants, trt=trt)
-    saved = prepared.save(args.output)
+    with console.status(f"preparing {Path(args.model).name}") as status:
+        prepared = prepare(args.model, fold_constants=args.fold_constants, trt=trt, on_progress=status.update)
+        saved = prepared.save(args.output)
     console.print(rewrite_table(prepared))
     label = prepared.target.label if prepared.target is not None else "the assumed parser"
     console.print(f"{len(prepared.applied)} rewrite(s) applied for {label}; saved {saved}")

@@ -54,36 +54,52 @@ class NmsOptions:
         _check.integer("max_detections", self.max_detections, low=1)
 
 
-def head_layout(graph) -> tuple:
-    """The ``(batch, 4 + classes, anchors)`` dims of a graphsurgeon graph's only output.
+def head_layout(proto, *, unknown_ok: bool = False) -> tuple:
+    """The ``(batch, 4 + classes, anchors)`` dims of an ONNX model's only output (ONNX shape inference fixing the
+    dims its declaration leaves symbolic).
+
+    Args:
+        unknown_ok: return the dims of a head whose class and anchor dims no inference here fixes, rather than
+            refusing it (the check before any work: folding constants may fix them later).
 
     Raises:
         ModelError: the outputs are not one YOLOv8 head (the message says what was found).
     """
-    found = ", ".join(f"'{t.name}' {_shape_text(t.shape)}" for t in graph.outputs)
+    from trtkit.model import value_dims
+
+    outputs = [(o.name, value_dims(o) if o.type.tensor_type.HasField("shape") else None) for o in proto.graph.output]
+    if len(outputs) == 1:
+        outputs = [(outputs[0][0], inferred_output_shape(proto, outputs[0][1]))]
+    found = ", ".join(f"'{name}' {_shape_text(shape)}" for name, shape in outputs)
     expected = "one output (N, 4 + classes, anchors) as YOLOv8 exports it"
-    if any(node.op == PLUGIN_OP for node in graph.nodes):
+    if any(node.op_type == PLUGIN_OP for node in proto.graph.node):
         raise ModelError(
             f"The model already ends in {PLUGIN_OP} (outputs {found}); it needs no add_nms.", field="add_nms"
         )
-    if len(graph.outputs) != 1:
-        raise ModelError(f"add_nms needs {expected}; the model has {len(graph.outputs)} outputs: {found}.")
-    shape = graph.outputs[0].shape
+    if len(outputs) != 1:
+        raise ModelError(f"add_nms needs {expected}; the model has {len(outputs)} outputs: {found}.", field="add_nms")
+    shape = outputs[0][1]
     if shape is None or len(shape) != 3:
-        raise ModelError(f"add_nms needs {expected}; found output {found}.")
+        raise ModelError(f"add_nms needs {expected}; found output {found}.", field="add_nms")
     channels, anchors = shape[1], shape[2]
     if isinstance(channels, int) and channels < 5:
-        raise ModelError(f"add_nms needs {expected} with a second dimension of at least 5; found output {found}.")
+        raise ModelError(
+            f"add_nms needs {expected} with a second dimension of at least 5; found output {found}.", field="add_nms"
+        )
     if not isinstance(channels, int) and not (isinstance(anchors, int) and anchors > 4 + MAX_CLASSES):
+        if unknown_ok:
+            return tuple(shape)
         raise ModelError(
             f"add_nms needs {expected}; found output {found}, whose dimensions ONNX shape inference cannot fix, "
-            "so its layout cannot be checked. Export the model with static class and anchor dimensions."
+            "so its layout cannot be checked. Export the model with static class and anchor dimensions.",
+            field="add_nms",
         )
     if looks_transposed(channels, anchors):
         raise ModelError(
             f"add_nms needs {expected}; found output {found}, which looks like (N, anchors, 4 + classes) (more "
             f"than {MAX_CLASSES} classes otherwise). "
-            "Export the model with the head transposed (YOLOv8's layout), or transpose it in the graph."
+            "Export the model with the head transposed (YOLOv8's layout), or transpose it in the graph.",
+            field="add_nms",
         )
     return tuple(shape)
 
@@ -106,10 +122,8 @@ def add_nms(model, options: NmsOptions | None = None):
 
     options = options or NmsOptions()
     proto = load_model(model, check=False).proto
+    batch, channels, anchors = head_layout(proto)
     graph = gs.import_onnx(proto)
-    if len(graph.outputs) == 1:
-        graph.outputs[0].shape = inferred_output_shape(proto, graph.outputs[0].shape)
-    batch, channels, anchors = head_layout(graph)
     head = graph.outputs[0]
     classes = channels - 4 if isinstance(channels, int) else "classes"
     dtype = head.dtype if head.dtype is not None else np.float32

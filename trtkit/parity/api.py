@@ -14,6 +14,7 @@ import numpy as np
 
 from trtkit._atomic import check_outputs, write_bytes_atomic
 from trtkit.errors import InputError, UsageError
+from trtkit.model import model_files
 from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
 from trtkit.parity.engine import describe_engine, open_engine
@@ -90,10 +91,14 @@ def compare_engine_to_onnx(
             the report's verdict.
     """
     # before minutes of work, not after
-    check_outputs({"save_arrays": save_arrays}, {"onnx_model": onnx_model, "engine": engine})
+    check_outputs({"save_arrays": save_arrays}, {**model_files(onnx_model, "onnx_model"), "engine": engine})
     model = load_model(onnx_model)
     specs = inputs_mod.input_specs(model)
     _check_output_names(model, metric_threshold)
+    # the values are checked before TensorRT is looked for (the precision, which may come from the engine, is not)
+    tolerance_for(
+        None, max_error_ratio=metric_threshold, atol=atol, rtol=rtol, min_cosine=min_cosine, min_top1=min_top1
+    )
     notes: list[str] = []
     with open_engine(engine, profile_index=profile_index, runner_options=runner_options) as session:
         tol = tolerance or tolerance_for(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
-from trtkit.errors import TrtkitError
+from trtkit.errors import TrtkitError, UsageError
 from trtkit.manifest import as_manifest
 
 # Allowed max |out - ref| / max |ref| per precision. fp32 (TF32 off) and tf32 are issue 2's targets (1e-4, 2e-3);
@@ -119,15 +119,18 @@ def tolerance_for(
 
 
 def _validate(tol: Tolerance) -> None:
-    values = [(name, getattr(tol, name)) for name in ("max_error_ratio", "atol", "rtol")]
-    values += [(f"max_error_ratio of '{output}'", ratio) for output, ratio in tol.per_output]
-    for name, value in values:
+    values = [(name, name, getattr(tol, name)) for name in ("atol", "rtol")]
+    values += [("max_error_ratio", "metric_threshold", tol.max_error_ratio)]
+    values += [(f"max_error_ratio of '{output}'", "metric_threshold", ratio) for output, ratio in tol.per_output]
+    for name, field, value in values:
         if value is not None and not value >= 0:
-            raise TrtkitError(f"Tolerance {name} must be >= 0, got {value}.")
+            raise UsageError(f"Tolerance {name} must be >= 0, got {value}.", field=field, accepted="a number >= 0")
     for name in ("min_cosine", "min_top1"):
         value = getattr(tol, name)
         if value is not None and not -1.0 <= value <= 1.0:
-            raise TrtkitError(f"Tolerance {name} must be between -1 and 1 (cosine) or 0 and 1 (top-1), got {value}.")
+            raise UsageError(
+                f"Tolerance {name} must be between -1 and 1 (cosine) or 0 and 1 (top-1), got {value}.", field=name
+            )
 
 
 def precision_from_manifest(manifest) -> str | None:

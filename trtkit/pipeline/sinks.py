@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit._atomic import replace_files
 from trtkit.errors import InputError, TrtkitError
 
 
@@ -133,7 +134,7 @@ class JsonLinesSink:
         self.path = Path(path)
         check_writable(self.path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.partial-", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name[:64]}.partial-", dir=folder)
         self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "w", encoding="utf-8")
 
@@ -148,7 +149,7 @@ class JsonLinesSink:
         os.fsync(self._file.fileno())
         self._file.close()
         self._file = None
-        os.replace(self._tmp, self.path)
+        replace_files({self._tmp: self.path})  # with the mode open() would give it
 
     def discard(self) -> None:
         if self._file is not None:

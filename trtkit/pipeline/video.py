@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from trtkit._atomic import replace_files
 from trtkit.errors import DependencyError, InputError, TrtkitError
 from trtkit.pipeline.stats import SkippedFrame
 
@@ -330,7 +331,7 @@ class VideoWriter:
         check_writable(self.path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.partial-", suffix=self.path.suffix, dir=folder)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem[:64]}.partial-", suffix=self.path.suffix, dir=folder)
         except OSError as exc:
             raise TrtkitError(f"Cannot write '{self.path}': {exc.strerror or exc}") from exc
         os.close(fd)
@@ -385,7 +386,7 @@ class VideoWriter:
         if not self.frames:
             self._tmp.unlink(missing_ok=True)
             return self.path
-        os.replace(self._tmp, self.path)
+        replace_files({self._tmp: self.path})  # with the mode open() would give it
         return self.path
 
     def discard(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from trtkit.builder.rewrites import attributes, castlike, decompose, dims, functions, int64_io, narrow_io, opset
 from trtkit.builder.rewrites.base import APPLIED, FAILED, SKIPPED, ParserTarget, Rewrite, main_opset
+from trtkit.errors import first_line
 
 __all__ = [
     "APPLIED",
@@ -54,8 +55,7 @@ def apply_rewrites(proto, target: ParserTarget, steps=None) -> tuple:
         try:
             changes = step(work, target)
         except Exception as exc:  # noqa: BLE001 - a failing rewrite is named and skipped, never fatal by itself
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            report.append(Rewrite(name, "model", "not applied: the rewrite raised", first[:300], FAILED))
+            report.append(Rewrite(name, "model", "not applied: the rewrite raised", first_line(exc), FAILED))
             work = None
             continue
         report += changes

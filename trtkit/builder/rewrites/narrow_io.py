@@ -22,6 +22,7 @@ fit the engine's type (a UINT32 above 2**31-1 on an INT32 engine) naming the ten
 from __future__ import annotations
 
 from trtkit.builder.rewrites.base import SKIPPED, Rewrite, value_types
+from trtkit.errors import first_line
 
 MODEL_DTYPES = ("int8", "int16", "uint16", "uint32", "uint64")
 # the Rewrite name of each: the dtype it is for, like int64-io and float64-io
@@ -85,8 +86,7 @@ def _refusal(proto) -> str | None:
     try:
         onnx.checker.check_model(proto, full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker's and inference's own error types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"onnx's checker refuses the retyped model ({first[:200]})"
+        return f"onnx's checker refuses the retyped model ({first_line(exc)})"
     return None
 
 

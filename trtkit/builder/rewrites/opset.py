@@ -9,6 +9,7 @@ that onnx's checker refuses where it took the original is not used: the original
 from __future__ import annotations
 
 from trtkit.builder.rewrites.base import FAILED, Rewrite, main_opset
+from trtkit.errors import first_line
 
 
 def rewrite(proto, target) -> list:
@@ -32,8 +33,7 @@ def _convert(proto, opset: int, to: int, why: str, advice: str) -> Rewrite:
     try:
         converted = onnx.version_converter.convert_version(proto, to)
     except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError or its own assertion types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        what = f"could not convert opset {opset} to {to} with onnx's version converter ({first[:200]}); {advice}"
+        what = f"could not convert opset {opset} to {to} with onnx's version converter ({first_line(exc)}); {advice}"
         return Rewrite("opset", "model", what, why, FAILED)
     invalid = _newly_invalid(proto, converted)
     if invalid:
@@ -59,9 +59,9 @@ def _newly_invalid(original, converted) -> str | None:
         onnx.checker.check_model(converted)
         return None
     except Exception as exc:  # noqa: BLE001 - onnx raises ValidationError or its C++ types
-        problem = " ".join(str(exc).split())
+        problem = first_line(exc)
     try:
         onnx.checker.check_model(original)
     except Exception:  # noqa: BLE001 - the model was not valid to begin with: nothing to compare with
         return None
-    return problem[:200]
+    return problem
