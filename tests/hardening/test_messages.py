@@ -138,3 +138,11 @@ def test_doctor_command_matches_the_readme():
         assert f'pip install -e ".[dev]" "cuda-python{spec}"' in line, line
     assert cuda_python_command(12) == "`pip install --force-reinstall 'cuda-python>=12.6,<13'`"
     assert "CUDA 12 or 13" in cuda_python_command(11)
+
+
+def test_a_field_inside_a_path_is_left_as_it_is():
+    from trtkit.cli.options import flag_message
+    from trtkit.errors import UsageError
+
+    error = UsageError("output '/data/output/m.engine' is a folder; give a file path", field="output")
+    assert flag_message(error) == "--output '/data/output/m.engine' is a folder; give a file path"

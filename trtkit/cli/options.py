@@ -582,7 +582,7 @@ def flag_message(exc) -> str:
     if not isinstance(field, str) or field not in FLAGS:
         return text
     flag = FLAGS[field]
-    pattern = re.compile(rf"(?<![\w.'-]){re.escape(field)}(?![\w'])")
+    pattern = re.compile(rf"(?<![\w.'/-]){re.escape(field)}(?![\w'/])")
     if pattern.search(text):
         return pattern.sub(flag, text)
     return text if flag in text else f"{flag}: {text}"
