@@ -174,8 +174,3 @@ def compute_amaxes(histograms, algorithm: str, percentile: float = 99.99) -> dic
     """amax of every tensor of a :class:`~calibrators.histogram.HistogramSet` (or a ``{name: Histogram}`` dict)."""
     tensors = getattr(histograms, "tensors", histograms)
     return {name: compute_amax(hist, algorithm, percentile) for name, hist in tensors.items()}
-
-
-def amax_to_scale(amax: float) -> float:
-    """INT8 scale of a symmetric range: ``amax / 127``."""
-    return float(amax) / 127.0

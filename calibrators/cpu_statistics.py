@@ -2,9 +2,8 @@
 
 :func:`collect_histograms_cpu` gives what :func:`calibrators.statistics.collect_histograms` gives (one
 :class:`~calibrators.histogram.HistogramSet` over the calibration batches, in the plan's tensor order) where no GPU
-is at hand: to make a Q/DQ model on a CPU machine, or to compare calibration recipes there by scoring the Q/DQ model
-itself in ONNX Runtime (``scripts/qdq_proxy.py``). ONNX Runtime is optional (``pip install 'trtkit[eval]'``) and
-imported on first use; graph optimizations are off, so the marked tensors are the ones the graph names.
+is at hand. ONNX Runtime is optional (``pip install 'trtkit[eval]'``) and imported on first use; graph optimizations
+are off, so the marked tensors are the ones the graph names.
 """
 
 from __future__ import annotations

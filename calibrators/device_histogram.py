@@ -1,11 +1,10 @@
 """Calibration histograms computed on the GPU, where the activations already are.
 
-Copying every activation of every calibration batch to the host and binning it there makes calibration CPU-bound
-(ResNet-50: about 10 M values per image). Here two small CUDA kernels (``kernels/histogram.cu``, shipped as PTX and
-JIT-compiled by the driver) do the work on the device: per batch, one finds each tensor's max ``|x|``, the host grows
-each :class:`~calibrators.histogram.Histogram`'s range to it, and the other bins the tensor at that range. Only the
-maxima and the bin counts (8 bytes a bin) travel to the host, where they join the same host histograms the CPU path
-fills, with the same binning, bit for bit.
+Copying every activation of every calibration batch to the host and binning it there makes calibration CPU-bound.
+Here two small CUDA kernels (``kernels/histogram.cu``, shipped as PTX) do it on the device: per batch, one finds each
+tensor's max ``|x|``, the host grows each :class:`~calibrators.histogram.Histogram`'s range to it, and the other bins
+the tensor at that range. Only the maxima and the bin counts travel to the host, where they join the host histograms
+with the CPU path's binning, bit for bit.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ _BLOCK = 1 << 16  # elements per step: the scratch buffers stay in cache, where 
 
 def _bin_counts(flat: np.ndarray, scale: np.float32, bins: int) -> np.ndarray:
     """Counts of ``min(int(|x| * scale), bins - 1)`` for finite ``x`` with ``|x| * scale <= bins`` (the caller drops
-    non-finite values and grows the range first), computed block by block in reused buffers. The clamp is done on
-    int32 indices: converting to int32 and clamping there costs a third of clamping floats and converting to intp."""
+    non-finite values and grows the range first), computed block by block in reused buffers (clamped as int32
+    indices, the cheapest place to clamp)."""
     scratch = np.empty(min(_BLOCK, flat.size), dtype=np.float32)
     index = np.empty(scratch.size, dtype=np.int32)
     counts = np.zeros(bins, dtype=np.int64)
@@ -55,10 +55,6 @@ class Histogram:
     @property
     def bin_width(self) -> float:
         return self.range / self.bins
-
-    def edges(self) -> np.ndarray:
-        """Bin edges, ``bins + 1`` values from 0 to ``range``."""
-        return np.linspace(0.0, self.range, self.bins + 1)
 
     def update(self, values: np.ndarray) -> None:
         """Add the absolute values of ``values`` (any shape, any float dtype)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 CALIB_ALGORITHMS = ("entropy", "minmax", "percentile", "mse")
 HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 # ``algorithm=None``: the path's own default. TensorRT's calibrators have entropy and min-max only; for the Q/DQ
-# model trtkit makes, MSE kept the sample detector's mAP closest to FP32 (scripts/qdq_proxy.py, docs/performance.md).
+# model trtkit makes, MSE keeps a detector's accuracy closest to FP32.
 DEFAULT_ALGORITHMS = {"calibrator": "entropy", "qdq": "mse"}
 
 

@@ -81,14 +81,9 @@ class Capabilities:
 
     version: tuple[int, ...]
     builder_flags: frozenset[str]
-    tactic_sources: frozenset[str]
     network_flags: frozenset[str]
     has_calibrators: bool
     has_minmax_calibrator: bool
-    has_device_memory_v2: bool
-    has_platform_fast_precision: bool
-    has_supports_model_v2: bool
-    has_execution_context_strategy: bool
 
     @property
     def fp16_flag(self) -> bool:
@@ -99,17 +94,8 @@ class Capabilities:
         return "INT8" in self.builder_flags
 
     @property
-    def bf16_flag(self) -> bool:
-        return "BF16" in self.builder_flags
-
-    @property
     def strongly_typed(self) -> bool:
         return "STRONGLY_TYPED" in self.network_flags
-
-    @property
-    def always_strongly_typed(self) -> bool:
-        """True where the network is strongly typed whatever flags are given (TensorRT 11)."""
-        return self.strongly_typed and not self.fp16_flag and not self.int8_flag
 
 
 def capabilities(trt) -> Capabilities:
@@ -117,14 +103,9 @@ def capabilities(trt) -> Capabilities:
     return Capabilities(
         version=version(trt),
         builder_flags=frozenset(_members(trt.BuilderFlag)),
-        tactic_sources=frozenset(_members(trt.TacticSource)),
         network_flags=frozenset(_members(trt.NetworkDefinitionCreationFlag)),
         has_calibrators=hasattr(trt, "IInt8EntropyCalibrator2"),
         has_minmax_calibrator=hasattr(trt, "IInt8MinMaxCalibrator"),
-        has_device_memory_v2=hasattr(trt.ICudaEngine, "device_memory_size_v2"),
-        has_platform_fast_precision=hasattr(trt.Builder, "platform_has_fast_fp16"),
-        has_supports_model_v2=hasattr(trt.OnnxParser, "supports_model_v2"),
-        has_execution_context_strategy=hasattr(trt, "ExecutionContextAllocationStrategy"),
     )
 
 
@@ -155,8 +136,6 @@ def network_flags(trt, *, strongly_typed: bool = False) -> int:
 
 
 # --- builder config ------------------------------------------------------------------------------------------------
-
-TRT_OWN_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 
 
 def tactic_source_mask(trt, names) -> int:
@@ -226,15 +205,6 @@ def set_hardware_compatibility(trt, config, level: str) -> None:
 
 def set_profiling_verbosity(trt, config, name: str) -> None:
     config.profiling_verbosity = getattr(trt.ProfilingVerbosity, name)
-
-
-def platform_has_fast(builder, precision: str) -> bool | None:
-    """``builder.platform_has_fast_<precision>``, or ``None`` where TensorRT no longer reports it (11)."""
-    attr = f"platform_has_fast_{precision.lower()}"
-    try:
-        return bool(getattr(builder, attr))
-    except AttributeError:
-        return None
 
 
 # --- parser --------------------------------------------------------------------------------------------------------
@@ -409,14 +379,6 @@ def contexts_share_profiles(trt) -> bool:
     return preview is None or "PROFILE_SHARING_0806" not in _members(preview)
 
 
-def allow_host_code(runtime, allow: bool) -> None:
-    """Allow version-compatible plans with embedded host code to load (off unless asked)."""
-    if hasattr(runtime, "engine_host_code_allowed"):
-        runtime.engine_host_code_allowed = bool(allow)
-    elif allow:
-        raise UnsupportedError("Loading version-compatible engines needs TensorRT 8.6 or later.")
-
-
 @dataclass
 class InspectedLayer:
     name: str
@@ -451,14 +413,6 @@ def inspector_layers(engine_info_json: str) -> list[InspectedLayer]:
             )
         )
     return layers
-
-
-def inspector_io_names(engine_info_json: str) -> list[str]:
-    """I/O tensor names: ``"Bindings"`` (8.6, 10) or ``"I/O Tensors"`` objects (11)."""
-    data = json.loads(engine_info_json, strict=False)  # TensorRT 8.6 leaves control characters in names
-    if "I/O Tensors" in data:
-        return [t["Name"] if isinstance(t, dict) else str(t) for t in data["I/O Tensors"]]
-    return [str(b) for b in data.get("Bindings", [])]
 
 
 def _layer_precision(item: dict) -> str:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from trtkit import __version__
-from trtkit._atomic import write_text_atomic
 from trtkit._device import device_info, package_version
 from trtkit.errors import EngineError
 
@@ -249,13 +248,6 @@ def read_manifest(engine_path) -> Manifest | None:
         return Manifest.from_json(data)
     except EngineError as exc:
         raise EngineError(f"Manifest '{path}': {exc}") from exc
-
-
-def write_manifest(engine_path, manifest: Manifest) -> Path:
-    """Write ``manifest`` beside ``engine_path`` (atomically); returns the manifest's path."""
-    path = manifest_path(engine_path)
-    write_text_atomic(path, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
-    return path
 
 
 def environment(trt=None) -> Environment:

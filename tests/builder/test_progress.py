@@ -37,7 +37,6 @@ def test_recorded_86_log_gives_layers_cache_hits_and_an_eta():
     last = events[-1]
     assert (last.layers_done, last.timed, last.cached, last.eta_s) == (4, 3, 1, 0.0)  # /conv2/Conv: cache
     assert last.line() == "build 2.0 s: 4/4 layers (3 timed, 1 cached), ETA 0 s"
-    assert last.fraction == 1.0
 
 
 def test_events_before_tensorrt_says_anything_have_no_counts():

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from calibrators.algorithms import (
-    amax_to_scale,
     compute_amax,
     entropy_amax,
     entropy_divergences,
@@ -99,7 +98,6 @@ def test_compute_amax_by_name_and_unknown_name():
     hs = HistogramSet(bins=2048)
     hs.update({"x": np.array([1.0, -2.0, 0.5])})
     assert compute_amax(hs["x"], "minmax") == 2.0
-    assert amax_to_scale(127.0) == 1.0
     with pytest.raises(CalibrationError, match="Unknown calibration algorithm 'kl'; use one of: entropy"):
         compute_amax(hs["x"], "kl")
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from trtkit.detection.pillow_resample import PRECISION_BITS, coefficients, resample
+from tests.fakes.pillow_integer import resample
+from trtkit.detection.pillow_resample import PRECISION_BITS, coefficients
 from trtkit.detection.resize import cached_pass_order, pass_order
 from trtkit.errors import InputError
 

@@ -647,7 +647,7 @@ class FakeHistogramKernels:
 class FakeLetterboxKernels:
     """numpy stand-ins for the kernels of ``trtkit/runtime/kernels/letterbox.cu``, queued on the stream like a
     launch. They read the taps from "device" memory and run Pillow's integer arithmetic
-    (:func:`trtkit.detection.pillow_resample.resample_axis`), so a wrong table, size or offset shows in the pixels;
+    (:func:`tests.fakes.pillow_integer.resample_axis`), so a wrong table, size or offset shows in the pixels;
     a launch whose grid does not cover its output is an error, as the GPU would leave pixels unwritten.
 
     Attributes:
@@ -679,7 +679,7 @@ class FakeLetterboxKernels:
         self.launches.append((name, grid))
 
     def resample_pass(self, src, src_cols, dst, rows, cols, taps, ksize, horizontal, grid, stream) -> None:
-        from trtkit.detection.pillow_resample import resample_axis
+        from tests.fakes.pillow_integer import resample_axis
 
         length = cols if horizontal else rows
         src_rows = rows if horizontal else None
@@ -696,7 +696,7 @@ class FakeLetterboxKernels:
     def letterbox_finish(
         self, tmp, tmp_cols, taps, ksize, horizontal, region, out_hw, pad_value, out, fmt, scale, grid, stream
     ) -> None:
-        from trtkit.detection.pillow_resample import resample_axis
+        from tests.fakes.pillow_integer import resample_axis
 
         new_w, new_h, pad_x, pad_y = region
         out_h, out_w = out_hw

@@ -11,7 +11,7 @@ from tests import models
 from trtkit.errors import EngineError, InputError, ProfileError
 from trtkit.parity import OnnxReference, compare_engine_to_onnx
 from trtkit.parity.engine import runner_profile
-from trtkit.parity.polygraphy_compat import make_polygraphy_runner, polygraphy_verdicts
+from trtkit.parity.polygraphy_compat import polygraphy_verdicts
 from trtkit.runtime.engine import TensorSpec
 
 PROFILE = {"x": ((1, 3, 8, 8), (3, 3, 8, 8), (8, 3, 8, 8))}
@@ -137,20 +137,6 @@ def test_polygraphy_verdicts_directly():
     a = {"y": np.array([1.0, 2.0, 3.0], np.float32)}
     b = {"y": np.array([1.0, 2.0, 3.1], np.float32)}
     assert polygraphy_verdicts([a, a], [b, a], atol=0.05, rtol=0.0) == {(0, "y"): False, (1, "y"): True}
-
-
-def test_polygraphy_runner_wrapper_runs_in_polygraphys_comparator():
-    from polygraphy.comparator import Comparator
-
-    model = models.tiny_conv(dynamic_batch=False)
-    ref = OnnxReference(model)
-    from trtkit.parity.inputs import input_specs
-
-    specs = input_specs(model)
-    runners = [make_polygraphy_runner(ref, specs, name="a"), make_polygraphy_runner(ref, specs, name="b")]
-    results = Comparator.run(runners)
-    accuracy = Comparator.compare_accuracy(results)
-    assert bool(accuracy)
 
 
 def test_report_json_schema():

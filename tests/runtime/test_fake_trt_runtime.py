@@ -49,7 +49,6 @@ def test_inspector_json_matches_the_version(fake_trt_any):
     major = int(fake_trt_any.__version__.split(".")[0])
     engine = engine_for(fake_trt_any, ["FP16"] if major < 11 else [])
     info = engine.create_engine_inspector().get_engine_information(fake_trt_any.LayerInformationFormat.JSON)
-    assert compat.inspector_io_names(info) == ["x", "y"]
     layers = compat.inspector_layers(info)
     assert [layer.layer_type for layer in layers] == ["Conv", "Relu", "GlobalAveragePool"]
     assert ("I/O Tensors" in json.loads(info)) == (major >= 11)

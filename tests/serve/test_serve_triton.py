@@ -236,7 +236,7 @@ def test_inputs_through_system_shared_memory(tmp_path, engines):
     (["--tensorrt-options", "eager_batching"], 2, "--tensorrt-options are options of Triton's TensorRT backend "
                                                   "(--backend tensorrt), not of the 'python' backend"),
     (["--backend", "tensorrt", "--tensorrt-options", "output_copy_stream"], 2,
-     "output_copy_stream is left out: with it the H200 run's server"),
+     "output_copy_stream is left out: with it Triton 2.51's TensorRT backend"),
 ])
 def test_refusals_before_serving(tmp_path, engines, extra, code, says):
     good, junk = engines

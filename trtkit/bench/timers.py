@@ -1,8 +1,6 @@
-"""Timers: CUDA events for GPU-side times (H2D, compute, D2H), ``perf_counter`` for host-side enqueue time."""
+"""CUDA events for the GPU-side times of a query (H2D, compute, D2H)."""
 
 from __future__ import annotations
-
-import time
 
 
 class EventSlot:
@@ -35,14 +33,3 @@ class EventSlot:
     def destroy(self) -> None:
         for event in (self.start, self.h2d, self.compute, self.end):
             self.cuda.event_destroy(event)
-
-
-class HostTimer:
-    """Milliseconds of host time around a block: ``with HostTimer() as t: ...; t.ms``."""
-
-    def __enter__(self) -> "HostTimer":
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.ms = (time.perf_counter() - self._t0) * 1e3

@@ -62,13 +62,12 @@ class BuildConfig:
         precision_constraints: ``none`` (TensorRT keeps FP32 where faster), ``prefer`` or ``obey``: set the math
             layers to the asked precision (see :mod:`trtkit.builder.constraints`).
         qdq_keep_heads: with ``int8_mode=qdq``, keep the final compute layers (detection heads, the classifier) in
-            higher precision (the default; docs/performance.md says why); False quantizes them too.
+            higher precision, where INT8 costs the most accuracy (the default); False quantizes them too.
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         qdq_residual_activations: with ``int8_mode=qdq``, quantize the skip input of residual adds whose other input
             is a quantized convolution through its activation (SiLU, ReLU, ...), not only a bare convolution
             (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``). On by default, with the next
-            two (docs/performance.md has the measurements: faster on a YOLO-style detector, the same plan on
-            ResNet-50).
+            two: faster on YOLO-style detectors, the same plan on ResNet-like models.
         qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
             with one scale for them and the output (``QdqOptions.concat_shared_scale``). On by default.
         qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add

@@ -53,20 +53,17 @@ _TERMINATE_GRACE_S = 5.0
 
 child_channel_fd: int | None = None
 _channel_lock = threading.Lock()
-_local_sink: Callable[[dict], None] | None = None
 
 
 def emit(event: dict) -> None:
     """Send an event to the parent's ``on_event`` callback.
 
-    In a child started by :func:`run_isolated` the event travels through the pipe; in a plain process it goes to the
-    sink installed by :func:`local_events`, or nowhere. Never raises (it is called from TensorRT's logger).
+    In a child started by :func:`run_isolated` the event travels through the pipe; in a plain process it goes nowhere.
+    Never raises (it is called from TensorRT's logger).
     """
     try:
         if child_channel_fd is not None:
             send(child_channel_fd, ("event", dict(event)))
-        elif _local_sink is not None:
-            _local_sink(dict(event))
     except Exception:  # an event lost is better than an exception inside TensorRT's callback
         pass
 
@@ -108,23 +105,6 @@ def deliver(event: dict, tracker: Tracker, on_event) -> None:
 def phase_sink(*args) -> None:
     """Picklable ``on_phase`` for code run in the child: emits ``{"kind": "phase", "name", "args"}``."""
     emit({"kind": "phase", "name": str(args[0]) if args else "", "args": list(args)})
-
-
-class local_events:
-    """Context manager routing :func:`emit` to ``sink`` in this process (for in-process runs of child code)."""
-
-    def __init__(self, sink: Callable[[dict], None] | None):
-        self.sink, self._previous = sink, None
-
-    def __enter__(self):
-        global _local_sink
-        self._previous, _local_sink = _local_sink, self.sink
-        return self
-
-    def __exit__(self, *exc):
-        global _local_sink
-        _local_sink = self._previous
-        return False
 
 
 def send(fd: int, message) -> None:

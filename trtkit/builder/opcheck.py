@@ -19,7 +19,7 @@ from trtkit.builder.isolate import ChildLog, phase_sink, run_isolated
 from trtkit.builder.op_support import max_documented_opset, op_table, table_status
 from trtkit.builder.rewrites.dims import describe_ambiguity
 from trtkit.builder.sanitize import fold_constants
-from trtkit.errors import DependencyError, IsolationError, ModelError, TrtkitError
+from trtkit.errors import DependencyError, IsolationError, TrtkitError
 from trtkit.log import make_trt_logger
 from trtkit.model import load_model
 
@@ -111,20 +111,6 @@ class CheckReport:
 
     def _bad_ops(self) -> str:
         return ", ".join(r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED))
-
-
-def require_supported(report: CheckReport) -> CheckReport:
-    """Return ``report`` if nothing is known to be unsupported, else raise.
-
-    Raises:
-        ModelError: the parser cannot import some nodes (or crashed); the message names them, the report is
-            attached as ``.report``.
-    """
-    if report.ok:
-        return report
-    error = ModelError(report.failure_message())
-    error.report = report
-    raise error
 
 
 def preflight(

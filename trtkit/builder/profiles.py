@@ -47,9 +47,6 @@ class InputShape:
                 _check.fail(name, value, "a shape: a tuple of ints, e.g. (1, 3, 224, 224)")
             object.__setattr__(self, name, tuple(value))
 
-    def contains(self, shape: Shape) -> bool:
-        return len(shape) == len(self.min) and all(lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max))
-
     def to_json(self) -> dict:
         return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
 

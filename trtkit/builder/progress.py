@@ -56,12 +56,6 @@ class ProgressEvent:
     eta_s: float | None = None
     layer: str | None = None
 
-    @property
-    def fraction(self) -> float | None:
-        if not self.layers_total or self.layers_done is None:
-            return None
-        return min(1.0, self.layers_done / self.layers_total)
-
     def to_json(self) -> dict:
         return asdict(self)
 

@@ -5,8 +5,7 @@ input pixel it reads and a row of weights (a triangle filter widened by the scal
 turned into fixed point with 22 fraction bits); each output value is ``clip8((2**21 + sum(w * x)) >> 22)``, and the
 first pass's output is rounded to uint8 before the second reads it. :func:`coefficients` computes those tables with
 the same float64 operations in the same order as Pillow's ``precompute_coeffs`` and ``normalize_coeffs_8bpc``
-(``src/libImaging/Resample.c``), so they are Pillow's integers exactly; :func:`resample` is the integer arithmetic
-in numpy (the reference a kernel is checked against, and the tests' proof that the tables are Pillow's).
+(``src/libImaging/Resample.c``), so they are Pillow's integers exactly.
 
 Which pass Pillow runs first is found by :func:`trtkit.detection.resize.cached_pass_order`.
 """
@@ -67,26 +66,3 @@ def coefficients(in_size: int, out_size: int) -> Taps:
     fixed = taps * float(1 << PRECISION_BITS)
     weights = np.trunc(np.where(taps < 0, fixed - 0.5, fixed + 0.5)).astype(np.int32)
     return Taps(xmin.astype(np.int32), np.maximum(xmax, 0).astype(np.int32), weights)
-
-
-def resample_axis(pixels: np.ndarray, taps: Taps, axis: int) -> np.ndarray:
-    """One pass over ``axis`` (0: rows, 1: columns) of an ``(H, W, C)`` uint8 array, in Pillow's integer
-    arithmetic."""
-    moved = np.moveaxis(pixels, axis, 0).astype(np.int64)
-    acc = np.full((len(taps.first),) + moved.shape[1:], 1 << (PRECISION_BITS - 1), np.int64)
-    for k in range(taps.ksize):
-        index = np.minimum(taps.first + k, moved.shape[0] - 1)
-        weight = np.where(k < taps.lengths, taps.weights[:, k], 0).astype(np.int64)
-        acc += moved[index] * weight.reshape((-1,) + (1,) * (moved.ndim - 1))
-    out = np.clip(acc >> PRECISION_BITS, 0, 255).astype(np.uint8)
-    return np.moveaxis(out, 0, axis)
-
-
-def resample(pixels: np.ndarray, size: tuple[int, int], order: str = "hv") -> np.ndarray:
-    """``(H, W, 3)`` uint8 resized to ``size = (width, height)`` as Pillow's bilinear ``resize`` does, passes in
-    ``order`` (``"hv"``: columns first, then rows; ``"vh"``: the other way)."""
-    height, width = pixels.shape[:2]
-    horizontal, vertical = coefficients(width, size[0]), coefficients(height, size[1])
-    if order == "vh":
-        return resample_axis(resample_axis(pixels, vertical, 0), horizontal, 1)
-    return resample_axis(resample_axis(pixels, horizontal, 1), vertical, 0)

@@ -8,8 +8,7 @@ with ``max_batch_size`` = the profile's largest batch, and dims without that dim
 dimension is served unbatched (``max_batch_size: 0``, full dims).
 
 Triton's TensorRT backend loads a plan only with the TensorRT it was built with: :data:`TRITON_TENSORRT` says which
-Triton releases carry which TensorRT (where a source says so; docs/triton.md lists them), and
-:func:`triton_releases_for` which ones can load a given engine.
+Triton releases carry which TensorRT, and :func:`triton_releases_for` which ones can load a given engine.
 """
 
 from __future__ import annotations
@@ -310,10 +309,8 @@ GRAPH_BATCHES = ("every", "triton")
 
 
 def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | None:
-    """The batch sizes to capture CUDA graphs for (``graph_spec``), or None for the backend's own choice.
-
-    With the backend's choice most of the dynamic batcher's batches run without a graph; docs/performance.md
-    (Serving) has what that cost on the H200.
+    """The batch sizes to capture CUDA graphs for (``graph_spec``), or None for the backend's own choice (with which
+    most of the dynamic batcher's batches run without a graph).
 
     Raises:
         TrtkitError: ``graph_batches`` is not one of :data:`GRAPH_BATCHES`.
@@ -338,8 +335,8 @@ TENSORRT_SERVER_OPTIONS = ("blocking",)
 TENSORRT_OPTIONS = TENSORRT_CONFIG_OPTIONS + TENSORRT_SERVER_OPTIONS
 # options the backend has that trtkit does not write, and why
 TENSORRT_REFUSED = {
-    "output_copy_stream": "with it the H200 run's server (Triton 2.51's TensorRT backend, TensorRT 8.6, CUDA graphs "
-    "for every batch size) answered no request for 60 s and then could not stop; docs/performance.md, Serving",
+    "output_copy_stream": "with it Triton 2.51's TensorRT backend (TensorRT 8.6, CUDA graphs for every batch size) "
+    "stopped answering requests and then could not stop",
 }
 
 

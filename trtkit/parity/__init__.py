@@ -7,7 +7,7 @@
 Modules: ``inputs`` (shapes within a profile, random or loaded feeds), ``reference`` (the ONNX model on CPU),
 ``metrics`` (per-output numbers), ``tolerance`` (defaults per precision), ``compare`` (verdicts with reasons),
 ``report`` (``ParityReport`` and its JSON), ``engine`` (the engine side), ``polygraphy_compat`` (Polygraphy's
-comparator as a cross-check, and a runner wrapper), ``api`` (``compare_engine_to_onnx``).
+comparator as a cross-check), ``api`` (``compare_engine_to_onnx``).
 """
 
 from __future__ import annotations

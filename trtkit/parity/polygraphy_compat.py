@@ -1,4 +1,4 @@
-"""Bridges to Polygraphy: its element-wise verdict as a cross-check, and a runner wrapper for its Comparator.
+"""Polygraphy's element-wise verdict as a cross-check of trtkit's own.
 
 trtkit's verdicts are its own (:mod:`trtkit.parity.compare`); when an atol/rtol check is on, Polygraphy's
 ``Comparator.compare_accuracy`` with its simple compare function is run on the same arrays, so a user who trusts
@@ -9,7 +9,7 @@ trtkit's verdicts are its own (:mod:`trtkit.parity.compare`); when an atol/rtol 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -84,46 +84,3 @@ def _quiet():
         return
     with verbosity(G_LOGGER.CRITICAL):
         yield
-
-
-def make_polygraphy_runner(infer: Callable, specs: Iterable, *, name: str = ENGINE_RUNNER):
-    """Wrap a ``feed -> outputs`` callable (a trtkit engine or :class:`OnnxReference`) as a Polygraphy runner.
-
-    Lets a trtkit engine take part in Polygraphy's own tooling, e.g.
-    ``Comparator.run([make_polygraphy_runner(engine, specs), OnnxrtRunner(...)])``.
-
-    Args:
-        infer: callable taking {name: array} and returning {name: array}.
-        specs: the inputs' :class:`trtkit.parity.inputs.InputSpec` (for the runner's input metadata).
-        name: the runner's name in Polygraphy's reports.
-
-    Returns:
-        An instance of a ``polygraphy.backend.base.BaseRunner`` subclass.
-    """
-    from polygraphy.backend.base import BaseRunner
-    from polygraphy.common import TensorMetadata
-
-    specs = list(specs)
-
-    class CallableRunner(BaseRunner):
-        def activate_impl(self):
-            pass
-
-        def deactivate_impl(self):
-            pass
-
-        def get_input_metadata_impl(self):
-            meta = TensorMetadata()
-            for spec in specs:
-                meta.add(spec.name, spec.dtype, [d if isinstance(d, int) else -1 for d in spec.dims])
-            return meta
-
-        def infer_impl(self, feed_dict):
-            import time
-
-            start = time.perf_counter()
-            outputs = dict(infer(dict(feed_dict)))
-            self.inference_time = time.perf_counter() - start
-            return outputs
-
-    return CallableRunner(name=name)

@@ -10,15 +10,8 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
 - On a residual ``Add`` whose one input is a quantized convolution's only output (through a BatchNormalization
   of it alone, which TensorRT folds into the convolution), the *other* (skip) input is quantized too, so the
   convolution can fuse with the add (conv + add + relu in INT8).
-- Optional (:class:`QdqOptions`, off by default until measured): ``residual_through_activation`` counts a
-  convolution followed by its pointwise activation (ReLU, SiLU as ``x * Sigmoid(x)``, ...) as fusable with a residual
-  add, so the skip input of such an add is quantized too; ``concat_shared_scale`` quantizes every input of a Concat
-  whose output is quantized with one scale shared by the inputs and the output (the largest amax), and the input of
-  a Resize/MaxPool feeding it in that scale too, so the Concat and the Resize/MaxPool run in INT8 without a
-  requantization; ``quantize_add_inputs`` (with ``residual_through_activation``) quantizes the activation's output
-  at such an add as well: TensorRT fuses a residual into a convolution before its activation (``act(conv + skip)``),
-  not after it (``act(conv) + skip``), so the add is a pointwise layer of its own, which runs in INT8 only when both
-  its inputs are quantized (the Q/DQ pair on each input of a bottleneck's add that NVIDIA's YOLO QAT recipes use).
+- For YOLO-style backbones (:class:`QdqOptions`; ``trtkit build`` turns them on): residual adds behind a
+  convolution's activation, Concats in one shared scale, and both inputs of such adds.
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
   than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
   compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
@@ -81,10 +74,12 @@ class QdqOptions:
         residual_through_activation: with ``quantize_residual``, an add's input made by a quantized convolution
             through a pointwise activation alone (Relu, LeakyRelu, Clip, SiLU ``x * Sigmoid(x)``, HardSwish) counts
             as the convolution's output: the other (skip) input is quantized.
-        concat_shared_scale: quantize the activation inputs of every Concat whose output is quantized, all of them
-            and the output with one scale (:attr:`QdqPlan.scale_groups`).
+        concat_shared_scale: quantize the activation inputs of every Concat whose output is quantized (and the input
+            of a Resize/MaxPool feeding it), all with the output's one scale (:attr:`QdqPlan.scale_groups`), so they
+            run in INT8 without a requantization.
         quantize_add_inputs: with ``residual_through_activation``, also quantize the add's input that a convolution
-            makes through its activation (both inputs of the add quantized).
+            makes through its activation: TensorRT fuses a residual only before an activation, so such an add is a
+            pointwise layer of its own, in INT8 only when both its inputs are.
     """
 
     per_channel: bool = True

@@ -15,16 +15,14 @@ import numpy as np
 
 from trtkit.errors import InputError
 
-# Host copies at least this large are split over threads (numpy releases the GIL while copying): one core's copy
-# bandwidth makes a large batch's copy a good part of a call. Below this size handing the pieces to threads costs
-# more than it saves (docs/performance.md has the measurements).
+# Host copies at least this large are split over threads (numpy releases the GIL while copying); below it, handing
+# the pieces to threads costs more than it saves.
 PARALLEL_COPY_BYTES = 8 << 20
 _POOL = None  # (ThreadPoolExecutor, its number of threads), made on first use
 _POOL_LOCK = threading.Lock()
 
 
-# Threads used for large copies: 4 (more did not copy faster: memory bandwidth, not cores, is the limit); none on
-# machines with fewer than 8 cores.
+# Threads used for large copies (memory bandwidth, not cores, is the limit); none on machines with fewer than 8 cores.
 COPY_THREADS = 4 if (os.cpu_count() or 1) >= 8 else 0
 
 

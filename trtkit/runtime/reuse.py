@@ -1,25 +1,22 @@
 """Numpy inputs passed to :meth:`TrtRunner.infer` call after call, page-locked where they are.
 
-A numpy input is normally copied into the runner's pinned buffer, then transferred from there: the copy is most of
-what a numpy call costs beyond the GPU's own time (docs/performance.md). An application that refills one
-preprocessing buffer per frame passes the same array every call; the second time a runner sees that array, it
-page-locks the array's memory in place (``cudaHostRegister``) and from then on the transfer reads it where it is,
-inside the CUDA graph: no host copy at all.
+A numpy input is normally copied into the runner's pinned buffer, then transferred from there. An application that
+refills one preprocessing buffer per frame passes the same array every call: the second time a runner sees that
+array, it page-locks it in place (``cudaHostRegister``) and the transfer reads it where it is, inside the CUDA graph,
+with no host copy.
 
 Safety rests on three rules:
 
 - The array is page-locked only while it lives: a weak reference's callback, which numpy runs before it frees the
   memory, unregisters it. The runner keeps no array alive.
 - Only synchronous :meth:`~TrtRunner.infer` reads from an array in place (the caller holds it and is blocked until the
-  transfer is done); ``infer_async`` copies, so its caller may refill the array at once, as before.
+  transfer is done); ``infer_async`` copies, so its caller may refill the array at once.
 - Every registration has its own serial number, part of the key of the graphs that read from it, so a graph made for
   an array that has died is never replayed for another array that happens to live at the same address.
 
-Arrays below :data:`MIN_BYTES` (a copy costs nothing there), non-contiguous ones, and ones CUDA refuses to register
-(read-only mappings, a range overlapping another registration) are simply copied as before. Page-locking an array and
-capturing a graph for it costs far more than one copy, so an application whose arrays die young (say, each frame's
-array given to two calls) would pay that every frame: after :data:`MAX_SHORT_LIVED` arrays released within
-:data:`SHORT_LIVED_CALLS` calls, the runner stops page-locking new arrays and copies them all.
+Arrays below :data:`MIN_BYTES`, non-contiguous ones, and ones CUDA refuses to register are copied. Page-locking an
+array and capturing a graph for it costs far more than one copy, so after :data:`MAX_SHORT_LIVED` arrays released
+within :data:`SHORT_LIVED_CALLS` calls the runner stops page-locking new arrays.
 """
 
 from __future__ import annotations
@@ -67,14 +64,9 @@ class ReusedInputs:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda` (``host_register`` / ``host_unregister``).
     """
 
-    def __init__(
-        self, cuda, *, max_arrays: int | None = None, max_bytes: int | None = None, min_bytes: int | None = None
-    ):
+    def __init__(self, cuda):
         self.cuda = cuda
-        # None: the module's limits as they are now (read here, so a test may lower them)
-        self.max_arrays = MAX_ARRAYS if max_arrays is None else max_arrays
-        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-        self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
+        self.max_arrays, self.max_bytes, self.min_bytes = MAX_ARRAYS, MAX_BYTES, MIN_BYTES  # the limits as they are now
         self._locked: dict[int, Locked] = {}  # id(array) -> its registration
         self._recent: dict[int, tuple] = {}  # id(array) -> (array, call) seen in one call
         self._refused: dict[int, weakref.ref] = {}  # id(array) -> array CUDA would not register (not retried)

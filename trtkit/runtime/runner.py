@@ -17,16 +17,10 @@ up to ``MAX_ADDRESS_GRAPHS``; past that new addresses are copied on the device).
 come back as :class:`DeviceArray` views of the runner's buffers. Filling the views from :meth:`TrtRunner.host_inputs`
 in place and passing them back skips the host copy of numpy inputs too.
 
-Shape-tensor inputs (``TensorSpec.is_shape_tensor``: an INT32/INT64 input whose values become a shape, such as the
-``shape`` of Expand or Reshape) are not device buffers: TensorRT reads their values on the host when it computes
-output shapes and when it enqueues. The runner keeps them apart from :attr:`TrtRunner.input_specs`, in
-:attr:`TrtRunner.shape_input_specs`; ``infer`` takes them as numpy arrays in the same feed, checks their values against
-the profile's, writes them into host memory the runner owns (bound once with ``set_tensor_address``, re-bound when the
-values change) and recomputes the output shapes when they change. Device arrays are refused for them. Such engines
-run without CUDA graphs (an INFO log line says so): a captured graph replays the values it was
-captured with, since TensorRT consumed them on the host while enqueueing, and the replay shortcuts look only at the
-device inputs; keying graphs by the values too would put host values in every shortcut's key for engines where a
-graph saves little (their work depends on host values on every call).
+Shape-tensor inputs (``TensorSpec.is_shape_tensor``: an INT32/INT64 input whose values become a shape) live on the
+host, where TensorRT reads them: they are listed in :attr:`TrtRunner.shape_input_specs`, given as numpy arrays in the
+same feed, checked against the profile's values and written into host memory the runner owns. Such engines run
+without CUDA graphs, since a graph would replay the values it was captured with.
 
 Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
 parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
@@ -67,15 +61,13 @@ logger = logging.getLogger("trtkit")
 # Graphs keyed by the addresses of device-resident inputs, per runner, before such inputs get copied instead.
 MAX_ADDRESS_GRAPHS = 8
 
-# (id(engine), profile) of the contexts runners hold, where contexts cannot share a profile (TensorRT 8.6): a second
-# context asked of an engine whose only profile is in use crashed TensorRT 8.6.0 (segmentation fault in
-# create_execution_context), so it is refused before TensorRT is asked.
+# (id(engine), profile) of the contexts runners hold, where contexts cannot share a profile (TensorRT 8.6, which
+# crashes creating a second context on a profile in use): such a context is refused before TensorRT is asked.
 _PROFILES_IN_USE: set = set()
 
-# With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory: the driver's
-# staged transfer of pageable memory overlaps its host copy with the DMA, where a copy into the pinned buffer first
-# does one after the other (docs/performance.md has the measurement). Smaller ones are copied into the pinned
-# buffer, so their transfer sits inside the CUDA graph.
+# With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory (the driver's
+# staged transfer overlaps its host copy with the DMA); smaller ones are copied into the pinned buffer, so their
+# transfer sits inside the CUDA graph.
 DIRECT_INPUT_BYTES = 1 << 20
 
 
@@ -405,8 +397,7 @@ class TrtRunner:
 
     def _check_shape_tensors(self) -> None:
         """Refuse shape-tensor outputs (TensorRT writes them to host memory) and shape-tensor inputs whose profile
-        values TensorRT does not report in full; warn that graphs are off for engines with shape-tensor inputs (the
-        module docstring says why)."""
+        values TensorRT does not report in full; say that graphs are off for engines with shape-tensor inputs."""
         host_outputs = [s.name for s in self.output_specs if self.engine.is_shape_inference_io(s.name)]
         if host_outputs:
             raise UnsupportedError(
@@ -672,8 +663,7 @@ class TrtRunner:
             )
 
     def graphs(self) -> dict[GraphKey, CudaGraph]:
-        """The CUDA graphs this runner holds, by key (for benchmarks that time a replay by hand; they stay the
-        runner's, valid until it closes or drops them)."""
+        """The CUDA graphs this runner holds, by key (still the runner's: valid until it closes or drops them)."""
         with self._lock:
             return self._graphs.graphs()
 
@@ -936,7 +926,7 @@ class TrtRunner:
             bucket = self._bucket(tuple(array.shape for array, _ in prepared))
             return {spec.name: view for spec, view in zip(self.input_specs, bucket.in_views)}
 
-    # --- pieces for benchmarks: stage once, then time the copies and the engine separately ------------------------
+    # --- pieces for trtkit bench: stage once, then time the copies and the engine separately ---------------------
 
     def stage(self, feed: Mapping) -> tuple:
         """Validate ``feed``, set its shapes and copy host inputs into the pinned buffers; nothing is enqueued.

@@ -72,8 +72,7 @@ class ServeSettings:
         tensorrt_options: with ``backend="tensorrt"``: the backend's latency options to turn on, any of
             ``busy_wait_events``, ``eager_batching`` (its model configuration's, see
             :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
-            its own); none by default (Triton's defaults). docs/performance.md (Serving) has what each did on the
-            H200.
+            its own); none by default (Triton's defaults).
         preferred_batch_sizes: the batch sizes the dynamic batcher sends as soon as it has that many requests queued;
             with fewer than the smallest it waits up to ``max_queue_delay_us`` for more (None: the profile's opt and
             largest batch, within ``max_batch``). All sizes from 8 to the largest make a batcher that sends
