@@ -144,7 +144,7 @@ def for_onnxruntime(proto):
     import onnx
     from onnx import numpy_helper
 
-    from trtkit.builder.rewrites.attributes import REDUCE_AXES_AT_18
+    from trtkit.quant.opset import REDUCE_AXES_AT_18
 
     if _opset(proto) < 18:
         return proto

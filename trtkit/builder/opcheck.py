@@ -195,11 +195,8 @@ def query_parser(trt, model_bytes: bytes, path, op_types) -> dict:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
     trt = trt or tensorrt()
-    # VERBOSE so that, in a child, the node being imported reaches the parent before any crash
-    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=ChildLog("WARNING"))
-    builder = _create_builder(trt, logger)
-    network = builder.create_network(compat.network_flags(trt))
-    return _ask(trt, trt.OnnxParser(network, logger), model_bytes, path, op_types)
+    network, parser = _network_and_parser(trt)
+    return _ask(trt, parser, model_bytes, path, op_types)
 
 
 def check_with_parser(loaded, trt, parser) -> CheckReport:
@@ -231,9 +228,7 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
         DependencyError: TensorRT is missing or CUDA cannot be initialized.
     """
     trt = trt or tensorrt()
-    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=ChildLog("WARNING"))
-    network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
-    parser = trt.OnnxParser(network, logger)
+    network, parser = _network_and_parser(trt)
     parsed = bool(parser.parse(model_bytes, path) if path else parser.parse(model_bytes))
     return {
         "parsed": parsed,
@@ -241,6 +236,14 @@ def parse_only(model_bytes: bytes, path: str | None = None, trt=None) -> dict:
         "trt": compat.version_string(trt),
         "layers": int(network.num_layers),
     }
+
+
+def _network_and_parser(trt) -> tuple:
+    """An empty network and its ONNX parser, logging at VERBOSE so that, in a child, the node being imported reaches
+    the parent before any crash."""
+    logger = make_trt_logger(trt, min_severity="VERBOSE", sink=ChildLog("WARNING"))
+    network = _create_builder(trt, logger).create_network(compat.network_flags(trt))
+    return network, trt.OnnxParser(network, logger)
 
 
 def _create_builder(trt, logger):

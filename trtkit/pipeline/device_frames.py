@@ -381,11 +381,9 @@ class DeviceFramePreprocess:
         return self._meta(geometry), picture
 
     def _from_host(self, image, out) -> tuple:
-        array = np.asarray(image)
-        if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-            raise InputError(
-                f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
-            )
+        from trtkit.pipeline.preprocess import rgb_picture
+
+        array = rgb_picture(image)
         lane = self._free.get()
         try:
             geometry = lane.letterbox.into_host(array, out.ptr)

@@ -19,6 +19,16 @@ from trtkit.errors import InputError
 FLOAT_DTYPES = ("float32", "float16")
 
 
+def rgb_picture(image) -> np.ndarray:
+    """``image`` as an array; :class:`~trtkit.errors.InputError` unless it is an HxWx3 uint8 RGB picture."""
+    array = np.asarray(image)
+    if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
+        raise InputError(
+            f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
+        )
+    return array
+
+
 @dataclass(frozen=True)
 class ImageInput:
     """An engine input that takes images: ``(N, C, H, W)`` with C of 1 or 3, a float dtype, N from the profile.
@@ -141,11 +151,7 @@ class ImagePreprocess:
 
         from calibrators.preprocess import letterbox_geometry
 
-        array = np.asarray(image)
-        if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-            raise InputError(
-                f"Preprocessing expects an HxWx3 uint8 RGB picture, got shape {array.shape} dtype {array.dtype}"
-            )
+        array = rgb_picture(image)
         if out.shape != self.shape or out.dtype != np.dtype(self.target.dtype):
             raise InputError(
                 f"The sample buffer is {out.shape} {out.dtype}; input '{self.target.name}' takes "

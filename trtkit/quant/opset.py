@@ -13,7 +13,8 @@ import numpy as np
 from trtkit.errors import ModelError
 
 TARGET = 19
-_AXES_TO_INPUT = frozenset(
+# the Reduce ops whose ``axes`` opset 18 moved from an attribute to an input
+REDUCE_AXES_AT_18 = frozenset(
     {
         "ReduceL1",
         "ReduceL2",
@@ -50,7 +51,7 @@ def upgrade_opset(model, target: int = TARGET):
     if any(n.op_type in ("If", "Loop", "Scan") for n in out.graph.node):
         raise ModelError(f"Cannot raise opset {current} to {target}: the model has If/Loop/Scan subgraphs.")
     for node in out.graph.node:
-        if node.op_type in _AXES_TO_INPUT:
+        if node.op_type in REDUCE_AXES_AT_18:
             _axes_to_input(out.graph, node)
     for entry in out.opset_import:
         if entry.domain in ("", "ai.onnx"):

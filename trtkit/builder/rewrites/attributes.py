@@ -11,20 +11,7 @@ back in the opset-17 form; others are named and left.
 from __future__ import annotations
 
 from trtkit.builder.rewrites.base import SKIPPED, Rewrite, main_opset
-
-REDUCE_AXES_AT_18 = frozenset(
-    {
-        "ReduceMean",
-        "ReduceMax",
-        "ReduceMin",
-        "ReduceProd",
-        "ReduceL1",
-        "ReduceL2",
-        "ReduceLogSum",
-        "ReduceLogSumExp",
-        "ReduceSumSquare",
-    }
-)
+from trtkit.quant.opset import REDUCE_AXES_AT_18
 
 
 def rewrite(proto, target) -> list:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from trtkit.builder.rewrites.attributes import REDUCE_AXES_AT_18
 from trtkit.builder.rewrites.base import main_opset, value_types
+from trtkit.quant.opset import REDUCE_AXES_AT_18
 
 
 @dataclass(frozen=True)
