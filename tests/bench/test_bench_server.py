@@ -70,7 +70,7 @@ SERVER = ["bench", "--server", "127.0.0.1:1", "--model", "m"]
     ([*SERVER, "--iterations", "0"], "--iterations must be 1 or more, not 0"),
     ([*SERVER, "--batch", "0"], "--batch must be 1 or more, not 0"),
     ([*SERVER, "--duration-s", "0"], "--duration-s must be 1 ms or more, not 0"),
-    ([*SERVER, "--shared-memory", "posix"], "--shared-memory posix: give one of none, system, cuda"),
+    ([*SERVER, "--shared-memory", "posix"], "--shared-memory must be one of 'none', 'system', 'cuda', not 'posix'"),
     ([*SERVER, "--streaming"],
      "--streaming needs gRPC (Triton streams inference over gRPC only): ask for gRPC, or leave --streaming off"),
     (["bench", "--server", "host:port", "--model", "m"], "server 'host:port': give HOST:PORT, e.g. localhost:8000"),

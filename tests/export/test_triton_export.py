@@ -64,7 +64,7 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_a_wrong_choic
     result = tx.write_repository(engine, tmp_path / "repo", graph_batches="triton", trt=make_fake_trt("8.6.0"))
     config = parse_config(result.config)
     assert config.optimization.cuda.graphs is True and list(config.optimization.cuda.graph_spec) == []
-    with pytest.raises(TrtkitError, match=r"graph_batches 'all': give one of every, triton"):
+    with pytest.raises(TrtkitError, match=r"graph_batches must be one of 'every', 'triton', not 'all'"):
         tx.write_repository(engine, tmp_path / "other", graph_batches="all", trt=make_fake_trt("8.6.0"))
     assert not (tmp_path / "other").exists()  # refused before anything was written
 

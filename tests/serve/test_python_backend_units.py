@@ -34,7 +34,7 @@ def test_the_python_backend_is_the_default_and_a_bad_backend_is_refused(engine):
     model = load_model(engine, settings, trt=make_fake_trt("8.6.0"))
     assert settings.backend == "python" and model.devices == [0, 0, 1, 1]
     assert (model.max_batch, model.preferred_batch_sizes) == (3, (2, 3))
-    with pytest.raises(UsageError, match="backend 'stub': give one of python, tensorrt"):
+    with pytest.raises(UsageError, match="backend must be one of 'python', 'tensorrt', not 'stub'"):
         ServeSettings(backend="stub").check()
 
 

@@ -75,7 +75,7 @@ def test_graph_batches_triton_leaves_the_graphs_to_the_backend_and_goes_with_the
     with pytest.raises(UsageError, match=r"graph_batches 'triton' chooses the CUDA graphs of Triton's TensorRT "
                                          r"backend \(the 'tensorrt' backend\); the 'python' backend's runners capture"):
         ServeSettings(backend="python", graph_batches="triton").check()
-    with pytest.raises(UsageError, match=r"graph_batches 'some': give one of every, triton"):
+    with pytest.raises(UsageError, match=r"graph_batches must be one of 'every', 'triton', not 'some'"):
         ServeSettings(backend="tensorrt", graph_batches="some").check()
 
 

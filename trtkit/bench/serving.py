@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from trtkit import _check
 from trtkit.errors import DependencyError, ServeError, UsageError
 
 ENV = "PERF_ANALYZER"
@@ -74,12 +75,7 @@ class LoadSettings:
                 field="streaming",
                 accepted="with gRPC",
             )
-        if self.shared_memory not in SHARED_MEMORY:
-            raise UsageError(
-                f"shared_memory {self.shared_memory}: give one of {', '.join(SHARED_MEMORY)}",
-                field="shared_memory",
-                accepted=", ".join(SHARED_MEMORY),
-            )
+        _check.choice("shared_memory", self.shared_memory, SHARED_MEMORY)
         for name, ok, accepted in (
             ("batch", int(self.batch) >= 1, "1 or more"),
             ("duration_s", self.duration_s * 1000 >= 1, "1 ms or more"),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit import _check
 from trtkit._atomic import write_bytes_atomic, write_text_atomic
 from trtkit._version_compat import version_parts
 from trtkit.errors import ProfileError, TrtkitError
@@ -313,12 +314,9 @@ def graph_batch_sizes(max_batch: int, graph_batches: str = "every") -> tuple | N
     most of the dynamic batcher's batches run without a graph).
 
     Raises:
-        TrtkitError: ``graph_batches`` is not one of :data:`GRAPH_BATCHES`.
+        UsageError: ``graph_batches`` is not one of :data:`GRAPH_BATCHES`.
     """
-    if graph_batches not in GRAPH_BATCHES:
-        raise TrtkitError(
-            f"graph_batches {graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}", field="graph_batches"
-        )
+    _check.choice("graph_batches", graph_batches, GRAPH_BATCHES)
     return tuple(range(1, int(max_batch) + 1)) if graph_batches == "every" and max_batch > 0 else None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtkit import _check
 from trtkit.errors import ProfileError, ServeError, TrtkitError, TrtkitInternalError, UsageError
 from trtkit.export.triton import GRAPH_BATCHES, TENSORRT_OPTIONS, preferred_batch_sizes, tensorrt_options
 from trtkit.serve.logs import log_tail
@@ -114,12 +115,7 @@ class ServeSettings:
                 f"{self.backend!r} backend",
                 field="tensorrt_options",
             )
-        if self.graph_batches not in GRAPH_BATCHES:
-            raise UsageError(
-                f"graph_batches {self.graph_batches!r}: give one of {', '.join(GRAPH_BATCHES)}",
-                field="graph_batches",
-                accepted=", ".join(GRAPH_BATCHES),
-            )
+        _check.choice("graph_batches", self.graph_batches, GRAPH_BATCHES)
         if self.graph_batches != "every" and self.backend != "tensorrt":
             raise UsageError(
                 f"graph_batches {self.graph_batches!r} chooses the CUDA graphs of Triton's TensorRT backend "
@@ -127,12 +123,7 @@ class ServeSettings:
                 "meet",
                 field="graph_batches",
             )
-        if self.backend not in BACKENDS:
-            raise UsageError(
-                f"backend {self.backend!r}: give one of {', '.join(BACKENDS)}",
-                field="backend",
-                accepted=", ".join(BACKENDS),
-            )
+        _check.choice("backend", self.backend, BACKENDS)
         if self.triton_backends and self.backend != "tensorrt":
             raise UsageError(
                 f"triton_backends is Triton's TensorRT backend's folder, for the 'tensorrt' backend, not "
