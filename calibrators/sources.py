@@ -248,14 +248,13 @@ def open_source(data, model=None, settings: Preprocess | None = None):
     return ImageFolderSource(folder, name, settings, input_shape=shape)
 
 
-def batches(source, batch_size: int, max_samples: int | None = None, *, drop_last: bool = True):
-    """Re-chunk a source into feed dicts of exactly ``batch_size`` samples.
+def batches(source, batch_size: int, max_samples: int | None = None):
+    """Re-chunk a source into feed dicts of exactly ``batch_size`` samples (a last partial batch is dropped).
 
     Args:
         source: iterable of feed dicts with a leading batch axis.
         batch_size: samples per yielded batch.
         max_samples: stop after this many samples (``None``: all).
-        drop_last: drop a final partial batch (TensorRT's calibrator needs the fixed shape); otherwise yield it.
 
     Yields:
         feed dicts with contiguous arrays.
@@ -281,10 +280,7 @@ def batches(source, batch_size: int, max_samples: int | None = None, *, drop_las
             held -= batch_size
             produced += 1
             yield out
-    if held and not drop_last:
-        produced += 1
-        yield {name: np.ascontiguousarray(np.concatenate(parts)) for name, parts in pending.items()}
-    elif held:
+    if held:
         logger.info("Calibration: dropped the last %d sample(s), fewer than a batch of %d.", held, batch_size)
     if produced == 0:
         raise CalibrationError(

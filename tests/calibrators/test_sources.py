@@ -110,8 +110,8 @@ def test_batches_rechunk_cap_and_drop_the_remainder():
     out = list(batches(IterableSource(feeds), 4))
     assert [b["x"].shape for b in out] == [(4, 2), (4, 2)]
     assert out[0]["x"][:, 0].tolist() == [0, 0, 0, 1]
-    capped = list(batches(IterableSource(feeds), 2, max_samples=5, drop_last=False))
-    assert [b["x"].shape[0] for b in capped] == [2, 2, 1]
+    capped = list(batches(IterableSource(feeds), 2, max_samples=5))
+    assert [b["x"].shape[0] for b in capped] == [2, 2]
 
 
 def test_too_little_data_and_bad_items_are_explained():

@@ -52,10 +52,8 @@ def abort():
     os.abort()
 
 
-def blow_up_memory():
-    hoard = []
-    while True:
-        hoard.append(bytearray(32 << 20))
+def run_out_of_memory():
+    raise MemoryError("no room for the hoard")
 
 
 def sigkill_self():

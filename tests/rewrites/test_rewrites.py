@@ -337,7 +337,7 @@ def test_the_op_check_report_flags_ambiguous_dimension_names():
     from tests.fakes.fake_trt import make_fake_trt
     from trtkit.builder.opcheck import preflight
 
-    report = preflight(placeholder_dims_model(), trt=make_fake_trt(), fold_hint=False)
+    report = preflight(placeholder_dims_model(), trt=make_fake_trt())
     assert any("a[0], a[1], b[0]" in note and "TensorRT would treat them as equal" in note for note in report.notes)
 
 

@@ -145,9 +145,8 @@ def _child_main(channel_fd: int) -> None:
     child_channel_fd = channel_fd
     threading.Thread(target=_exit_when_parent_goes, args=(stdin,), daemon=True).start()
     try:
-        func, args, kwargs, options = unpickle_payload(data)
+        func, args, kwargs, _ = unpickle_payload(data)
         del data
-        _apply_limits(options)
         message = ("result", func(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         message = error_message(exc)
@@ -170,14 +169,6 @@ def _exit_when_parent_goes(stdin) -> None:
     except OSError:
         pass
     os._exit(70)  # the parent died or gave up on us: stop building for nobody
-
-
-def _apply_limits(options: dict) -> None:
-    limit = options.get("memory_limit")
-    if limit:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
 
 
 def error_message(exc: BaseException):
@@ -211,7 +202,6 @@ def run_isolated(
     *args,
     on_event: Callable[[dict], None] | None = None,
     timeout: float | None = None,
-    memory_limit: int | None = None,
     crash_context=None,
     **kwargs,
 ):
@@ -224,8 +214,6 @@ def run_isolated(
         on_event: called in this process, in order, with each event dict the child emits, plus
             ``{"kind": "output", "line": ...}`` for each line the child writes to stdout/stderr.
         timeout: seconds before the child is stopped and :class:`IsolationError` raised (``None``: no limit).
-        memory_limit: address-space limit for the child in bytes (``RLIMIT_AS``). Not for CUDA work: CUDA reserves
-            far more address space than it uses.
         crash_context: dict, or callable returning one, used only to word a crash: ``model`` (a label),
             ``opset``, ``trt_version``, ``what`` (e.g. "the build").
 
@@ -240,8 +228,7 @@ def run_isolated(
             the child is chained as the cause).
         KeyboardInterrupt: Ctrl-C; the child is stopped first.
     """
-    options = {"memory_limit": memory_limit}
-    payload = make_payload(func, args, kwargs, options)
+    payload = make_payload(func, args, kwargs, {})
     tracker = Tracker()
     read_fd, write_fd = channel_pipe()
     proc: subprocess.Popen | None = None

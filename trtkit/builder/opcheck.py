@@ -113,9 +113,7 @@ class CheckReport:
         return ", ".join(r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED))
 
 
-def preflight(
-    model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600, fold_hint: bool = True
-) -> CheckReport:
+def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600) -> CheckReport:
     """Check a model's ops against the installed TensorRT's ONNX parser.
 
     Args:
@@ -125,7 +123,6 @@ def preflight(
         isolate: ask in a child process (default); ``False`` asks in this process.
         trt_factory: picklable callable returning the ``tensorrt`` module to use in the child (tests).
         timeout: seconds before the child is stopped.
-        fold_hint: also try constant folding (on a copy) and add a note when it would change the model.
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is False when a node is unsupported or the parser crashed.
@@ -135,8 +132,7 @@ def preflight(
     """
     loaded = load_model(model, check=False)
     report = _static_report(loaded)
-    if fold_hint:
-        _fold_note(report, loaded)
+    _fold_note(report, loaded)  # constant folding tried on a copy: a note when it would change the model
     path = str(loaded.path) if loaded.path else None
     try:
         if trt is not None or not isolate:

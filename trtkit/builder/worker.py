@@ -144,7 +144,7 @@ class Worker:
 
     def call(self, func, *args, on_event=None, timeout: float | None = None, crash_context=None, marks=None, **kwargs):
         """Run ``func(*args, **kwargs)`` in the worker; same arguments, result and errors as
-        :func:`~trtkit.builder.isolate.run_isolated` (without ``memory_limit``: a limit would outlive the call).
+        :func:`~trtkit.builder.isolate.run_isolated`.
 
         ``marks``: a dict that gets this side's :mod:`~trtkit.builder.timeline` marks (``worker_spawned`` once per
         worker, ``call_sent``, ``result_received``).

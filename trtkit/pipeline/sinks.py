@@ -72,7 +72,7 @@ class ImageFolderSink:
 
     name = "write"
 
-    def __init__(self, folder, ext: str = ".png"):
+    def __init__(self, folder):
         from trtkit._atomic import check_writable
 
         self.folder = Path(folder)
@@ -83,7 +83,6 @@ class ImageFolderSink:
             self.folder.mkdir()
         elif not os.access(self.folder, os.W_OK):
             raise TrtkitError(f"Cannot write into '{self.folder}': the folder is not writable")
-        self.ext = ext
 
     def write(self, frame) -> None:
         from PIL import Image
@@ -94,7 +93,7 @@ class ImageFolderSink:
         stem = name.with_suffix("").as_posix().replace("/", "_") if name.suffix else f"{frame.index:06d}"
         buf = io.BytesIO()
         Image.fromarray(np.asarray(frame.image, dtype=np.uint8)).save(buf, format="PNG")
-        write_bytes_atomic(self.folder / f"{stem}{self.ext}", buf.getvalue())
+        write_bytes_atomic(self.folder / f"{stem}.png", buf.getvalue())
 
     def close(self) -> None:
         pass
