@@ -9,8 +9,7 @@ and so parity, the CLI and a rebuild (``trtkit parity --localize``) know the eng
 
 On disk it is ``<engine>.manifest.json``; :data:`FORMAT` is written into it and :meth:`Manifest.from_json` reads
 every format up to it (a manifest without ``format`` is format 1). Keys this version does not know are kept in
-``extra`` and written back. ``manifest["build"]`` still gives the JSON form of a section, for callers that read the
-dict this used to be.
+``extra`` and written back.
 """
 
 from __future__ import annotations
@@ -209,13 +208,6 @@ class Manifest:
             format=version,
             extra={k: v for k, v in data.items() if k not in known},
         )
-
-    def __getitem__(self, key: str):
-        """The JSON form of one top-level key (``manifest["build"]["precision_plan"]``), as the dict used to give."""
-        return self.to_json()[key]
-
-    def get(self, key: str, default=None):
-        return self.to_json().get(key, default)
 
 
 def as_manifest(manifest) -> Manifest | None:

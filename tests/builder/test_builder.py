@@ -34,7 +34,7 @@ def test_build_writes_engine_manifest_and_timing_cache(tmp_path, fake_trt):
     assert manifest["environment"]["tensorrt"] == "8.6.0"
     assert manifest["build"]["profiles"][0]["x"]["max"] == [4, 3, 8, 8]
     assert manifest["build"]["tactic_sources"] == ["EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS"]
-    assert manifest["model"]["sha256"] == result.manifest["model"]["sha256"]
+    assert manifest["model"]["sha256"] == result.manifest.to_json()["model"]["sha256"]
     assert (tmp_path / "t.cache").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.engine", "m.engine.manifest.json", "t.cache",
                                                           "t.cache.json", "t.cache.lock"]
@@ -42,7 +42,7 @@ def test_build_writes_engine_manifest_and_timing_cache(tmp_path, fake_trt):
 
 def test_fp16_flag_is_set_where_it_exists(fake_trt):
     result = build_serialized(models.tiny_conv(), BuildConfig(precision="fp16", profiles=PROFILE), trt=fake_trt)
-    assert result.manifest["build"]["precision_plan"]["flags"] == ["FP16"]
+    assert result.manifest.to_json()["build"]["precision_plan"]["flags"] == ["FP16"]
 
 
 def test_parse_failure_lists_node_and_op(tmp_path):
@@ -156,7 +156,7 @@ def test_model_with_external_data(tmp_path, fake_trt):
               size_threshold=0)
     assert (tmp_path / "ext.data").exists()
     result = build(path, BuildConfig(profiles=PROFILE), trt=fake_trt)
-    assert result.manifest["model"]["name"] == "ext.onnx"
+    assert result.manifest.to_json()["model"]["name"] == "ext.onnx"
     (tmp_path / "ext.data").unlink()
     with pytest.raises(ModelError, match="external data"):
         build(path, BuildConfig(profiles=PROFILE), trt=fake_trt)

@@ -40,9 +40,9 @@ def test_fp16_flag_build_sets_only_the_convolutions_to_half(monkeypatch, mode, f
     conv = [name for name, dt in seen["layers"].items() if dt is not None]
     assert conv and all(seen["layers"][n] == trt.DataType.HALF for n in conv)
     assert any(dt is None for dt in seen["layers"].values())  # the ReLU is left to TensorRT
-    notes = " ".join(result.manifest["build"]["precision_plan"]["notes"])
+    notes = " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
     assert f"precision constraints ({mode}): {len(conv)} convolution/matrix multiply layer(s) set to FP16" in notes
-    assert result.manifest["build"]["precision_constraints"] == mode
+    assert result.manifest.to_json()["build"]["precision_constraints"] == mode
 
 
 def test_int8_calibrator_build_sets_int8(monkeypatch):

@@ -83,7 +83,7 @@ def test_the_explicit_path_bins_on_the_gpu_and_gets_the_cpu_scales(tmp_path):
                              profiles=[parse_shapes("images:1x1x8x8,64x1x8x8,64x1x8x8")],
                              tactic_sources=GPU_TACTIC_SOURCES)
         result = build_serialized(str(DATA / "digits_cnn.onnx"), config)
-        notes[where] = " ".join(result.manifest["build"]["precision_plan"]["notes"])
+        notes[where] = " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
         caches[where] = cache.read_text()
     assert "s (GPU)):" in notes["gpu"] and "s (CPU)):" in notes["cpu"], notes
     assert caches["gpu"] == caches["cpu"]

@@ -94,7 +94,7 @@ def test_fp32_baseline(fp32):
 def test_fp16_paths_build_run_and_show_fp16(work, holdout, fp32, mode):
     result = build_serialized(str(MODEL), config(work, precision="fp16", fp16_mode=mode,
                                                  precision_constraints="prefer"))
-    notes = " ".join(result.manifest["build"]["precision_plan"]["notes"])
+    notes = " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
     assert ("cast by trtkit" in notes) == (mode == "cast")
     assert "precision constraints (prefer)" in notes
     assert layers(result, "FP16") >= 1, result.precision_report
@@ -132,7 +132,7 @@ def test_int8_calibrator_builds_runs_shows_int8_and_reuses_its_cache(work, holdo
     assert top1(first.engine, *holdout) >= fp32[1] - 0.02
     if algorithm == "entropy":  # the cache is read back instead of calibrating again
         again = build_serialized(str(MODEL), config(work, **options))
-        assert "calibration cache reused" in " ".join(again.manifest["build"]["precision_plan"]["notes"])
+        assert "calibration cache reused" in " ".join(again.manifest.to_json()["build"]["precision_plan"]["notes"])
         assert layers(again, "INT8") >= 1
 
 
@@ -158,7 +158,7 @@ def test_a_tensorrt_calibrator_cache_drives_the_qdq_path(work, holdout, fp32, ca
     settings = CalibrationSettings(source=str(calib_dir), cache_path=str(native))
     build_serialized(str(MODEL), config(work, precision="int8", int8_mode="calibrator", calibration=settings))
     reused = build_serialized(str(MODEL), config(work, precision="int8", int8_mode="qdq", calibration=settings))
-    assert "from calibration cache" in " ".join(reused.manifest["build"]["precision_plan"]["notes"])
+    assert "from calibration cache" in " ".join(reused.manifest.to_json()["build"]["precision_plan"]["notes"])
     assert layers(reused, "INT8") >= 1, reused.precision_report
     assert top1(reused.engine, *holdout) >= fp32[1] - 0.02
 

@@ -45,7 +45,7 @@ def test_placeholder_dimension_names_build_once_renamed(tmp_path):
 def test_int64_io_round_trips_through_an_int32_engine(tmp_path):
     engine = tmp_path / "ids.engine"
     result = build(int64_model(), _config(), output=engine)
-    assert result.manifest["prepare"]["original_dtypes"] == {"ids": "int64", "best": "int64"}
+    assert result.manifest.to_json()["prepare"]["original_dtypes"] == {"ids": "int64", "best": "int64"}
     ids = np.array([[1, 5, 2], [7, 0, 3]], dtype=np.int64)
     with TrtRunner(engine) as runner:
         out = runner.infer({"ids": ids})["best"]
@@ -73,7 +73,7 @@ def test_an_opset_18_function_op_builds_expanded():
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [scale], opset=18)
     result = build(model, _config())
-    done = {r["rewrite"] for r in result.manifest["prepare"]["rewrites"] if r["status"] == "applied"}
+    done = {r["rewrite"] for r in result.manifest.to_json()["prepare"]["rewrites"] if r["status"] == "applied"}
     assert "opset" in done  # 8.6 documents opsets up to 17
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
     with TrtRunner(result.engine) as runner:

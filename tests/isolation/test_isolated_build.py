@@ -57,7 +57,7 @@ def test_isolated_build_streams_phases_and_logs(monkeypatch):
     model = _attention_like_model(17)
     result = build_isolated(model, on_phase=phases.append, on_log=lambda s, m: logs.append((s, m)),
                             log_severity="VERBOSE")
-    assert result.engine and result.manifest["model"]["opset"] == 17
+    assert result.engine and result.manifest.to_json()["model"]["opset"] == 17
     assert phases == ["prepare", "parse", "configure", "build", "inspect"]  # the op check only after a failed parse
     assert ("VERBOSE", "Parsing node: /attn/Where [Where]") in logs
 

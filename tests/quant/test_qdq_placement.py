@@ -149,7 +149,7 @@ def test_kept_layers_are_pinned_to_fp16_with_the_prefer_flag(monkeypatch, fake_g
     # conv_out is the head (kept): the one layer set, to HALF; the quantized convolutions are left to their Q/DQ
     assert {n: p for n, p in seen["layers"].items() if p is not None} == {"conv_out": trt.DataType.HALF}
     assert {"PREFER_PRECISION_CONSTRAINTS", "INT8", "FP16"} <= seen["flags"]
-    notes = " ".join(result.manifest["build"]["precision_plan"]["notes"])
+    notes = " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
     assert "kept layers pinned to FP16 (prefer): 1 of 1 found in the network" in notes
 
 
@@ -161,7 +161,7 @@ def test_without_the_option_no_layer_is_pinned(monkeypatch, fake_gpu):  # noqa: 
     result = build_serialized(silu_residual(), _config(), trt=trt)
     assert all(p is None for p in seen["layers"].values())
     assert "PREFER_PRECISION_CONSTRAINTS" not in seen["flags"]
-    assert "pinned" not in " ".join(result.manifest["build"]["precision_plan"]["notes"])
+    assert "pinned" not in " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
 
 
 def test_placement_options_reach_the_plan_from_the_build_config(fake_gpu):  # noqa: F811 - fixture

@@ -67,7 +67,7 @@ def test_placeholder_dims_get_one_name_per_axis_and_the_fake_build_then_succeeds
     # and the build's own prepare step does the same by default
     config.sanitize = True
     result = build(placeholder_dims_model(), config, trt=fake_trt.make_fake_trt())
-    assert [r["rewrite"] for r in result.manifest["prepare"]["rewrites"]] == ["symbolic-dims"] * 3
+    assert [r["rewrite"] for r in result.manifest.to_json()["prepare"]["rewrites"]] == ["symbolic-dims"] * 3
 
 
 @pytest.mark.parametrize("placeholder", ["?", "-1", "None", "", "unk__42"])
@@ -252,7 +252,7 @@ def test_an_opset_below_the_parsers_range_is_converted_up_and_the_fake_build_the
     trt = make_fake_trt()
     path = tmp_path / "linear.engine"
     result = build(model, BuildConfig(profiling_verbosity="NONE"), output=path, trt=trt)
-    assert "opset" in [r["rewrite"] for r in result.manifest["prepare"]["rewrites"]]
+    assert "opset" in [r["rewrite"] for r in result.manifest.to_json()["prepare"]["rewrites"]]
     with TrtRunner(path, trt=trt, cuda=Cuda(FakeCudart())) as runner:
         got = runner.infer({"x": x})["y"]
     np.testing.assert_allclose(got, expected, rtol=1e-6)
