@@ -239,28 +239,6 @@ def test_the_fill_before_the_first_frame_out_is_told_apart_from_the_steady_rate(
     assert nothing.first_out_s is None and nothing.steady_fps is None and nothing.to_json()["steady_fps"] is None
 
 
-def test_the_sinks_wait_for_late_frames_and_their_close_are_told_apart_from_their_writes():
-    def stalls_once():  # frames 0-9, a 0.25 s stall upstream, then the rest
-        for i, picture in enumerate(pictures(20)):
-            if i == 10:
-                time.sleep(0.25)
-            yield picture
-
-    class FlushingSink(RecordingSink):
-        def close(self):  # an encoder flushing the frames it still holds
-            time.sleep(0.2)
-
-    report = Pipeline(ArraySource(stalls_once()), [Stage("pass", lambda f: None)], [FlushingSink()]).run()
-    # the stall (0.25 s) counts as the sinks' wait and the flush (0.2 s) as their close, each apart from the other
-    # (lower bounds only, with room for the clock's grain: a loaded machine only makes the run longer)
-    assert report.frames_out == 20 and 0.2 <= report.sink_wait_s < report.elapsed_s
-    assert report.sink_close_s >= 0.15 and report.sink_wait_s + report.sink_close_s <= report.elapsed_s + 0.01
-    data = report.to_json()
-    assert data["sink_wait_s"] == round(report.sink_wait_s, 4) and data["sink_close_s"] >= 0.15
-    quick = Pipeline(ArraySource(pictures(5)), [Stage("pass", lambda f: None)]).run()
-    assert quick.sink_close_s is not None and quick.sink_wait_s < report.sink_wait_s
-
-
 def test_batch_plan_refuses_impossible_sizes():
     with pytest.raises(InputError, match="min_batch <= max_batch"):
         BatchPlan("x", max_batch=2, min_batch=4)
@@ -353,8 +331,7 @@ def test_gpu_timeline_merges_overlapping_batches_and_finds_the_idle_time():
         timeline.collect(pair)
     timeline.collect(timeline.end(1, timeline.begin(1)))
     data = timeline.to_json(elapsed_s=0.024)
-    assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0,
-                    "idle_gaps": {"count": 1, "median_ms": 4, "max_ms": 4, "over_1ms_pct_of_idle": 100.0}}
+    assert data == {"batches": 3, "busy_pct": 33.33, "idle_between_batches_pct": 33.33, "avg_ms_per_batch": 3.0}
     timeline.close()
     assert cuda.destroyed == cuda.created  # events are reused, then all destroyed
 

@@ -71,8 +71,6 @@ class Pipeline:
         self._clock = Clock()
         self.frames_in = self.frames_out = 0
         self._first_out: tuple | None = None  # (seconds from the start, frames) once the first group is written
-        self._sink_wait_s = 0.0  # the sinks' wait for frames after the first group (a stage before them was late)
-        self._sink_close_s: float | None = None  # closing the sinks (an encoder's flush of the frames it holds)
         self._cpu: CpuMeter | None = None  # made with the threads, when the run starts
         self._build()
 
@@ -211,10 +209,7 @@ class Pipeline:
         inp, frame = self.channels[-1], None
         try:
             while True:
-                waited = time.perf_counter()
                 item = inp.get_many(MAX_GROUP)
-                if self._first_out is not None:  # after the fill: the sinks waited for frames
-                    self._sink_wait_s += time.perf_counter() - waited
                 if item is END:
                     break
                 t0 = time.perf_counter()
@@ -229,10 +224,8 @@ class Pipeline:
             frame = None
             if self._cpu is not None:  # an encoder's threads end as it closes: their CPU time is read before
                 self._cpu.sample()
-            closing = time.perf_counter()
             for sink in self.sinks:
                 sink.close()
-            self._sink_close_s = time.perf_counter() - closing
         except Aborted:
             return
         except BaseException as exc:  # noqa: BLE001 - reported naming the stage and frame
@@ -260,8 +253,6 @@ class Pipeline:
             gpu=infer.gpu.to_json(elapsed) if infer and infer.gpu else None,
             first_out_s=self._first_out[0] if self._first_out else None,
             first_out_frames=self._first_out[1] if self._first_out else 0,
-            sink_wait_s=self._sink_wait_s,
-            sink_close_s=self._sink_close_s,
             cpu=self._cpu.by_stage(elapsed) if self._cpu is not None else None,
         )
 

@@ -170,9 +170,7 @@ class GpuTimeline:
 
     def to_json(self, elapsed_s: float) -> dict:
         """``busy_pct`` of the run's wall time, ``idle_between_batches_pct`` of the time from the first batch's start
-        to the last one's end, milliseconds of GPU time per batch, and ``idle_gaps``: how that idle time is spread
-        (the gaps between batches: their count, median and longest, and the share of the idle time in gaps over
-        1 ms)."""
+        to the last one's end, and milliseconds of GPU time per batch."""
         merged: list = []
         for a, b in sorted(self._intervals):
             if merged and a <= merged[-1][1]:
@@ -181,24 +179,12 @@ class GpuTimeline:
                 merged.append([a, b])
         busy = sum(b - a for a, b in merged)
         span = merged[-1][1] - merged[0][0] if merged else 0.0
-        gaps = sorted(b[0] - a[1] for a, b in zip(merged, merged[1:]))
         return {
             "batches": len(self._intervals),
             "busy_pct": round(100.0 * busy / (1e3 * elapsed_s), 2) if elapsed_s > 0 else None,
             "idle_between_batches_pct": round(100.0 * (span - busy) / span, 2) if span > 0 else None,
             "avg_ms_per_batch": round(sum(b - a for a, b in self._intervals) / len(self._intervals), 4)
             if self._intervals
-            else None,
-            # many short gaps: a cost paid per batch; a few long ones: the GPU waited for frames
-            "idle_gaps": {
-                "count": len(gaps),
-                "median_ms": round(gaps[len(gaps) // 2], 4),
-                "max_ms": round(gaps[-1], 4),
-                "over_1ms_pct_of_idle": round(100.0 * sum(g for g in gaps if g > 1.0) / sum(gaps), 1)
-                if sum(gaps) > 0
-                else 0.0,
-            }
-            if gaps
             else None,
         }
 
@@ -231,10 +217,6 @@ class PipelineReport:
     gpu: dict | None = None  # GpuTimeline.to_json() where the inference stage ran on runners
     first_out_s: float | None = None  # from the start to the first frames through the sinks (the pipeline's fill)
     first_out_frames: int = 0  # how many frames that first group held
-    # where the sinks' time went besides writing: waiting for frames once the first were out (a stage before them
-    # was late), and closing (an encoder's flush of the frames it still held); elapsed = fill + writes + these
-    sink_wait_s: float = 0.0
-    sink_close_s: float | None = None
     # CPU seconds and cores of each stage's threads, the threads its libraries started included
     # (trtkit.pipeline.threads.CpuMeter.by_stage); None where the OS has no per-thread counters
     cpu: dict | None = None
@@ -266,8 +248,6 @@ class PipelineReport:
             "fps": round(self.fps, 3),
             "first_out_s": None if self.first_out_s is None else round(self.first_out_s, 4),
             "steady_fps": None if self.steady_fps is None else round(self.steady_fps, 3),
-            "sink_wait_s": round(self.sink_wait_s, 4),
-            "sink_close_s": None if self.sink_close_s is None else round(self.sink_close_s, 4),
             "batch": self.batch,
             "stages": {n: s.to_json() for n, s in self.stages.items()},
             "queues": self.queues,
