@@ -1,26 +1,20 @@
 """A warm worker: one long-lived child process that runs isolated calls one after another.
 
-:func:`~trtkit.builder.isolate.run_isolated` starts a fresh interpreter for every call, which then imports trtkit,
-numpy, onnx and tensorrt and creates a CUDA context, every time. A :class:`Worker` pays for that once. It can be
-given a warm-up call (for builds: import the build's modules and tensorrt, create a builder, so CUDA is initialized)
-that runs as soon as the worker starts, while this process goes on with its own work; then it runs call after call.
+:func:`~trtkit.builder.isolate.run_isolated` starts a fresh interpreter for every call, which imports tensorrt and
+creates a CUDA context each time; a :class:`Worker` pays for that once, with a warm-up call (for builds: the imports
+and a builder) that runs as soon as it starts, while this process goes on with its own work.
 
-Crash containment is the same as :func:`~trtkit.builder.isolate.run_isolated`'s: a call that kills the worker raises
-:class:`~trtkit.errors.IsolationError` here (signal, ONNX node, phase, from the same
-:mod:`~trtkit.builder.crash_report`), and that worker is never used again. A call that times out, is interrupted
-(Ctrl-C) or runs out of memory stops its worker. An exception the call raises comes back as itself and leaves the
-worker in use.
+Crash containment is :func:`~trtkit.builder.isolate.run_isolated`'s: a call that kills the worker raises
+:class:`~trtkit.errors.IsolationError` here, and that worker is never used again; a timeout, Ctrl-C or running out of
+memory stops it. An exception the call raises comes back as itself and leaves the worker in use.
 
 The process keeps at most one idle worker (:func:`acquire` / :func:`release`): a build takes it, or starts a new one
-when it is busy in another thread, dead, was started by another process (after ``fork``) or with other environment
-variables than this process has now; a finished build gives it back. Each call runs in this process's current
-folder. The idle worker exits when this process exits (its stdin closes). :func:`stats` counts workers started and
-calls run, for the curious.
+when it is busy, dead, was started by another process (after ``fork``) or with other environment variables; a
+finished build gives it back. Each call runs in this process's current folder; the idle worker exits with this
+process (its stdin closes).
 
-Protocol (the child side is :func:`serve`): the parent writes one frame per call to the worker's stdin, each the same
-``(sys.path, func, args, kwargs, options)`` payload as a one-shot child's; the worker answers each with the same
-``("event", ...)`` frames and one ``("result", ...)`` or ``("error", ...)`` frame on its channel pipe, having
-flushed its stdout and stderr first, so every line it printed for a call reaches that call's ``on_event``.
+Protocol (the child side is :func:`serve`): a one-shot child's payload and answer frames, one call after another; the
+worker flushes its stdout and stderr before each answer, so every line it printed reaches that call's ``on_event``.
 """
 
 from __future__ import annotations
@@ -111,7 +105,6 @@ class Worker:
     def __init__(self, warmup: tuple | None = None):
         self.pid_of_parent = os.getpid()
         self.environment = dict(os.environ)  # the child's, fixed at its start
-        self.calls = 0
         self._read_fd, write_fd = isolate.channel_pipe()
         try:
             self.proc = isolate.start_child(write_fd, entry="trtkit.builder.worker:serve")
@@ -165,7 +158,6 @@ class Worker:
                     return self._crashed(tracker, crash_context)
             self._write(payload)
             marks["call_sent"] = timeline.now()
-            self.calls += 1
             answer = self._pump(tracker, on_event, deadline, timeout)
             marks["result_received"] = timeline.now()
             if answer is None:
@@ -252,7 +244,6 @@ def _debug_event(event: dict) -> None:
 
 _lock = threading.Lock()
 _idle: Worker | None = None
-_stats = {"started": 0, "reused": 0}
 
 
 def acquire(warmup: tuple | None = None) -> Worker:
@@ -261,11 +252,9 @@ def acquire(warmup: tuple | None = None) -> Worker:
     with _lock:
         worker, _idle = _idle, None
     if worker is not None and worker.usable:
-        _stats["reused"] += 1
         return worker
     if worker is not None:
         worker.stop()
-    _stats["started"] += 1
     return Worker(warmup)
 
 
@@ -290,7 +279,6 @@ def prestart(warmup: tuple | None = None) -> None:
         old, _idle = _idle, None
     if old is not None:
         old.stop()
-    _stats["started"] += 1
     release(Worker(warmup))
 
 
@@ -301,11 +289,6 @@ def shutdown() -> None:
         worker, _idle = _idle, None
     if worker is not None:
         worker.stop()
-
-
-def stats() -> dict:
-    """``{"started": workers started, "reused": calls that found a warm worker}`` in this process."""
-    return dict(_stats)
 
 
 def run(func, *args, warmup: tuple | None = None, **kwargs):

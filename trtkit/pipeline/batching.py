@@ -298,7 +298,6 @@ class InferStage:
         self._fail = fail
         self._pending: deque = deque()
         self._working: list = []  # the frames of the batch being started or collected (named in errors)
-        self.batches = 0
         self._runners = _runners_of(infer)
         self._fill_pool: ThreadPoolExecutor | None = None
         self._device = DeviceBatches(plan)
@@ -409,7 +408,6 @@ class InferStage:
             batch = rows if rows is not None else stack_samples(frames, self.plan)
             handle, events = self.infer.infer_async({name: batch}), None
         self._pending.append((handle, frames, time.perf_counter() - t0, events))
-        self.batches += 1
 
     def _start_on(self, runner, frames: list, on_device: bool) -> tuple:
         """Start ``frames`` on ``runner``; returns its handle and GPU timeline events (or None)."""
