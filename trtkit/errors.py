@@ -4,11 +4,9 @@ Every error meant for the user derives from :class:`TrtkitError`; the CLI prints
 for a :class:`UsageError` (the arguments are wrong), 1 for any other. Bugs in trtkit itself raise
 :class:`TrtkitInternalError` so they are never mistaken for bad input.
 
-An error about one argument carries a machine-readable hint: ``field`` (the argument's name in the Python API, e.g.
-``workspace_bytes`` or ``calibration.batch_size``) and ``accepted`` (what it accepts, in words). A message names that
-argument, where it speaks of it, by its Python name (``precision_constraints 'obey' needs an FP16, BF16 or INT8
-build``), other arguments in words, and never a command-line flag: the CLI writes the name as its flag, or puts the
-flag first where the message does not name it (``--timing-cache: Timing cache 't' does not load``)::
+An error about one argument carries ``field`` (its Python API name, e.g. ``calibration.batch_size``) and ``accepted``
+(what it accepts, in words). Messages name arguments by their Python names, never by a command-line flag: the CLI
+writes the name as its flag, or puts the flag first where the message does not name it::
 
     TrtkitError
     ├── UsageError             an argument has the wrong type or value, or two arguments conflict (CLI exit 2)

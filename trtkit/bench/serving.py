@@ -1,17 +1,13 @@
 """Load on a running Triton server (``trtkit bench --server URL --model NAME``), sent by NVIDIA's perf_analyzer.
 
-perf_analyzer, the load generator Triton ships, runs once per concurrency level: ``concurrency`` requests in flight
-of ``batch`` rows each, random inputs of the model's own shapes and types (from the server's model metadata), over
-HTTP or gRPC (a call per request, or with ``streaming`` one bidirectional gRPC stream), the inputs and outputs in
-the requests or in shared memory (``"system"``, or ``"cuda"``: device memory shared by CUDA IPC; both need the server
-on this host). It measures windows of ``duration_s`` until three in a row agree within 10% (at most
-:data:`MAX_WINDOWS`), or with ``iterations`` one window of exactly that many requests, and writes its figures as CSV
-(``-f``): :func:`parse_csv` reads them into a :class:`LoadResult`. A level that perf_analyzer could not measure (it
-failed, or its windows never agreed) carries why in ``error``, and the next level still runs.
+perf_analyzer, the load generator Triton ships, runs once per concurrency level with random inputs of the model's
+shapes and types, over HTTP or gRPC, the tensors in the requests or in shared memory (``"system"`` or ``"cuda"``: the
+server on this host). It measures windows of ``duration_s`` until three in a row agree within 10% (at most
+:data:`MAX_WINDOWS`), or one window of ``iterations`` requests, and writes CSV that :func:`parse_csv` reads into a
+:class:`LoadResult`; a level it could not measure carries why in ``error``, and the next level still runs.
 
-The binary: ``$PERF_ANALYZER`` where set, else the perf-analyzer wheel's (``pip install "trtkit[serve]"``; its
-wheels are built for glibc 2.38 and later, and on an older system pip installs an empty placeholder release), else
-``perf_analyzer`` on ``PATH`` (NVIDIA's Triton SDK container has one).
+The binary: ``$PERF_ANALYZER``, else the perf-analyzer wheel's (``pip install "trtkit[serve]"``; glibc 2.38 and later:
+elsewhere pip installs an empty placeholder), else ``perf_analyzer`` on ``PATH`` (NVIDIA's Triton SDK container).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Precision constraints: make TensorRT run the math layers in the asked precision, not merely allow it.
 
-``BuilderFlag.FP16``/``INT8`` only *allow* a lower precision: TensorRT times each layer and keeps FP32 wherever that
-is faster, so a small model built with ``--fp16`` or with an INT8 calibrator may run entirely in FP32/TF32, and
-trtkit's precision report says so. ``prefer`` sets the precision of
-every convolution / matrix multiply layer and ``PREFER_PRECISION_CONSTRAINTS`` (TensorRT follows them where it has
-an implementation and warns where it has none); ``obey`` sets ``OBEY_PRECISION_CONSTRAINTS`` (the build fails where
-it has none).
+``BuilderFlag.FP16``/``INT8`` only *allow* a lower precision: TensorRT times each layer and keeps FP32 wherever that is
+faster, so a small model built with ``--fp16`` or with an INT8 calibrator may run entirely in FP32/TF32, and trtkit's
+precision report says so. ``prefer`` sets the precision of every convolution / matrix multiply layer and
+``PREFER_PRECISION_CONSTRAINTS`` (TensorRT follows them where it has an implementation and warns where it has none);
+``obey`` sets ``OBEY_PRECISION_CONSTRAINTS`` (the build fails where it has none).
 
 Only for builds where TensorRT picks the precisions (the FP16/BF16 flag, the INT8 calibrator): a strongly typed
 network takes its types from the model, and Q/DQ nodes already fix where INT8 runs.

@@ -1,10 +1,9 @@
 """``input_uint8_nhwc``: the image normalization moved into the engine, so it takes the decoded pixels themselves.
 
 An image model's input is usually ``(N, 3, H, W)`` float in 0..1, which the CPU makes from ``(N, H, W, 3)`` uint8
-pixels: a cast, a scale and a transpose over every value, and a host-to-device copy four times the size of the
-pixels. Prepended to the graph instead (``Cast`` to the input's float type, ``Mul`` by ``1/255``, ``Transpose`` to
-NCHW), that work runs on the GPU and the engine takes ``(N, H, W, 3)`` uint8 under the input's own name.
-TensorRT takes UINT8 network inputs when they feed a Cast (8.6 and later).
+pixels: a cast, a scale and a transpose over every value, and a host-to-device copy four times the pixels' size.
+Prepended to the graph instead (``Cast``, ``Mul`` by ``1/255``, ``Transpose`` to NCHW), that work runs on the GPU and
+the engine takes ``(N, H, W, 3)`` uint8 under the input's own name (TensorRT takes UINT8 inputs that feed a Cast).
 
 The arithmetic is the CPU's: ``float32(x) * float32(1/255)``, so the engine sees the values
 :class:`trtkit.detection.Letterbox` computes on the CPU for a float input.

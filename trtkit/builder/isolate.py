@@ -1,22 +1,17 @@
 """Run work in a child process, so a crash inside TensorRT raises an error here instead of killing this process.
 
-TensorRT's ONNX parser can segfault on valid models (TensorRT 8.6 on attention subgraphs expanded into primitive
-ops, for example); a segfault cannot be caught in Python. :func:`run_isolated` runs a picklable callable in a fresh
-Python interpreter and returns its result; events the child emits (TensorRT log lines, build phases) stream to the
-parent as they happen. If the child dies by a signal, the parent raises :class:`~trtkit.errors.IsolationError` naming
-the signal and, from TensorRT's VERBOSE log (``Parsing node: <name> [<OpType>]``), the ONNX node being imported.
+TensorRT's ONNX parser can segfault on valid models, which Python cannot catch. :func:`run_isolated` runs a picklable
+callable in a fresh interpreter and returns its result, streaming the child's events (TensorRT log lines, build
+phases) as they happen; if the child dies by a signal, :class:`~trtkit.errors.IsolationError` names it and, from
+TensorRT's VERBOSE log, the ONNX node being imported.
 
-Why a fresh interpreter (``subprocess`` + exec) rather than ``multiprocessing``: forking a process that may hold a
-CUDA context is unsafe, and ``multiprocessing``'s ``spawn``/``forkserver`` re-import the caller's ``__main__`` module
-in the child, which re-runs the top-level code of scripts without an ``if __name__ == "__main__"`` guard. Here the
-child imports only trtkit and the module of the callable. POSIX only (TensorRT's Linux builds).
+A fresh interpreter rather than ``multiprocessing``: forking a process that may hold a CUDA context is unsafe, and
+``spawn``/``forkserver`` re-import the caller's ``__main__``, re-running unguarded scripts. POSIX only.
 
 Protocol: the parent writes one pickled ``(sys.path, func, args, kwargs, options)`` frame to the child's stdin and
-keeps stdin open (the child exits when it closes: the parent is gone); the child writes frames
-``("event", dict)``, then ``("result", value)`` or ``("error", exception, traceback_text)`` to a dedicated pipe.
-The child's stdout and stderr (TensorRT writes there too) go to the parent as ``{"kind": "output"}`` events; what
-the child logs to trtkit's logger (and Python's warnings) as ``{"kind": "record"}`` events, which the parent logs
-again to its own logger of that name: a warning of the child reaches the caller's log as if it had run here.
+keeps it open (the child exits when it closes); the child writes ``("event", dict)`` frames, then ``("result",
+value)`` or ``("error", exception, traceback_text)``, to a dedicated pipe. Its stdout and stderr come as ``output``
+events, and what it logs to trtkit's logger as ``record`` events that the parent logs again, as if it had run here.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Proof of precision: how many layers, and what share of the FLOPs, an engine runs in each precision.
 
-Read from the engine inspector's JSON (``ProfilingVerbosity.DETAILED``; layers through
-:func:`trtkit._version_compat.inspector_layers`). A layer's precision is the data type its math runs in: for
-convolutions and matrix multiplies the type of their input (an INT8 convolution reads ``Int8`` and may write
-``Float``), for other layers the type of their output. ``Float`` layers whose kernel is a TF32 kernel (``tf32`` in
-the tactic name) count as TF32. Engines with dynamic shapes report ``"N/A due to dynamic shapes"`` as formats on
-TensorRT 8.6 (even with an execution context); then the kernel name (``i8i8``, ``f16f16``, ``tf32``) and, for
-convolutions and matrix multiplies, the weights' type stand in, and layers with neither count as ``unknown``. FLOPs
-are estimated from the inspector's dimensions and weight counts (2 per multiply-add; dynamic dimensions count as 1,
-which keeps the shares right because every layer shares the batch).
-
-Called by :func:`trtkit.builder.builder.build_serialized` as ``analyze(engine_info_json, requested)``; keep that
-signature and ``PrecisionReport.to_json()`` / ``PrecisionReport.check(require)``.
+Read from the engine inspector's JSON (``ProfilingVerbosity.DETAILED``). A layer's precision is the data type its math
+runs in: for convolutions and matrix multiplies the type of their input (an INT8 convolution may write ``Float``),
+for other layers that of their output; ``Float`` layers with a TF32 kernel count as TF32. Where TensorRT 8.6 reports
+no formats (dynamic shapes), the kernel name (``i8i8``, ``f16f16``, ``tf32``) and the weights' type stand in, and
+layers with neither count as ``unknown``. FLOPs are estimated from the inspector's dimensions and weight counts (2 per
+multiply-add; dynamic dimensions count as 1, which keeps the shares right since every layer shares the batch).
 """
 
 from __future__ import annotations

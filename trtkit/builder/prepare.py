@@ -2,13 +2,12 @@
 
 Load once -> compatibility rewrites (:mod:`trtkit.builder.rewrites`) -> constant folding
 (:mod:`trtkit.builder.sanitize`) -> the rewrites that want folded constants (opset-17 attribute forms). Every entry
-point that builds (``trtkit.build``, ``trtkit build``, ``trtkit bench model.onnx``, ``trtkit parity --localize``, the
-demo) goes through it, so one ONNX model gives one engine whichever way it is built; ``trtkit sanitize`` shows and
-saves what it does.
+point that builds goes through it, so one ONNX model gives one engine whichever way it is built; ``trtkit sanitize``
+shows and saves what it does.
 
-Models with external data (over 2 GB) are loaded without their weights: the rewrites touch only the graph, the
-prepared model keeps pointing at the original data files, and TensorRT's parser reads them beside the original
-model's path. :meth:`PreparedModel.save` writes the weights next to a copy saved elsewhere.
+Models with external data (over 2 GB) are loaded without their weights: the rewrites touch only the graph, and
+TensorRT's parser reads the original data files beside the original model's path. :meth:`PreparedModel.save` writes the
+weights next to a copy saved elsewhere.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Progress of a long build, counted from TensorRT's builder log (its own progress monitor reports little of it).
 
-At VERBOSE, TensorRT 8.6 logs the layer count once the graph is optimized (``After concat removal: N layers``),
-then, for each layer it chooses kernels for, ``=============== Computing costs for <layer>`` followed by one
-``--------------- Timing Runner: <layer> (<runner>)`` per implementation it times. A layer whose costs come without any
-timing runner was answered by the timing cache (or had one candidate): it costs no GPU time. :class:`BuildProgress`
-turns those lines into :class:`ProgressEvent` s with an ETA from the rate of layers so far; ``Formats and tactics
-selection completed`` (else ``After reformat layers``, else the end of the build phase) ends the count, the layers
-the log did not name counted as answered without timing. A log without ``Computing costs`` lines is counted by the
-layers its timing runners name.
+At VERBOSE, TensorRT 8.6 logs the layer count once the graph is optimized (``After concat removal: N layers``), then,
+for each layer it chooses kernels for, ``Computing costs for <layer>`` followed by one ``Timing Runner: <layer>
+(<runner>)`` per implementation it times; a layer with no timing runner was answered by the timing cache.
+:class:`BuildProgress` turns those lines into :class:`ProgressEvent` s with an ETA from the rate so far; ``Formats and
+tactics selection completed`` (else ``After reformat layers``, else the end of the build phase) ends the count, the
+layers the log did not name counted as cached. A log without ``Computing costs`` lines is counted by the layers its
+timing runners name.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Where a build's wall time goes: named marks from the calling process and the build worker, on one clock.
 
-A mark is a ``time.monotonic()`` value. On Linux that clock (``CLOCK_MONOTONIC``) is shared by every process of the
-machine, so the worker's marks and the caller's line up without any exchange of clocks. :func:`relative` turns the
-marks into seconds since the calling process started (read from ``/proc/self/stat``), which is what the manifest's
-``timings_s`` holds: a fresh ``trtkit build``'s interpreter start and imports included.
+A mark is a ``time.monotonic()`` value; on Linux every process shares that clock, so the worker's marks and the
+caller's line up. :func:`relative` turns them into seconds since the calling process started (``/proc/self/stat``),
+what the manifest's ``timings_s`` holds: a ``trtkit build``'s interpreter start and imports included.
 
 Marks of an isolated build, in the order they usually happen (the worker's start overlaps the caller's checks):
 ``process_start``, ``build_called``, ``worker_spawned``, ``inputs_checked``, ``worker_process_start``,

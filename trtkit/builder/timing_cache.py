@@ -2,16 +2,14 @@
 each layer it timed, so the next build of a like layer skips timing it).
 
 By default every build uses one cache per GPU model, compute capability and TensorRT version, in ``timing`` under
-the user's cache folder (:func:`trtkit.builder.cache.user_cache_dir`), e.g. ``nvidia-h200-sm90-trt10.9.0.cache``;
-``BuildConfig(timing_cache=FILE)`` names another file and ``use_timing_cache=False`` builds without one. The file
-is TensorRT's own format (trtexec's ``--timingCacheFile`` reads it). Beside it:
+the user's cache folder (e.g. ``nvidia-h200-sm90-trt10.9.0.cache``); ``BuildConfig(timing_cache=FILE)`` names another
+and ``use_timing_cache=False`` builds without one. The file is TensorRT's own format (trtexec reads it). Beside it:
 
 - ``<file>.json``, its provenance (GPU name, compute capability, TensorRT version): a cache written for another GPU
   or TensorRT is not used. A default cache of other provenance, or one that does not load, is replaced with a
   warning; a file the user named is an error unless ``timing_cache_reset``.
-- ``<file>.lock``, the lock of the update: after a successful build, under an exclusive ``flock``, the file as it is
-  then is loaded, combined with this build's cache (``ITimingCache.combine``) and both files are written atomically,
-  so concurrent builds, in any process, all land. Reading needs no lock (files are only ever replaced whole).
+- ``<file>.lock``: after a successful build, under an exclusive ``flock``, the file as it is then is combined with this
+  build's cache and both files are written atomically, so concurrent builds all land (reading needs no lock).
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Pillow's bilinear resize of one image spread over threads, with the very pixels of one ``Image.resize`` call.
 
-Pillow resizes in two separable passes and releases the GIL in each. A horizontal pass computes every output row
-from one input row, a vertical pass every output column from one column; so a pass can be cut into bands (of rows
-for the horizontal pass, of columns for the vertical one), each band one plain ``resize`` call of its own that
-changes one size only, and the result is exactly the whole pass's. Which pass Pillow runs first depends on its
-version and on the sizes, and the two orders round differently, so the order is found once per pair of sizes by
-resizing a random image of that size both ways (:func:`pass_order`); a pair whose order cannot be told is resized in
-one call. Cutting the output rows of a two-pass call instead (``resize(box=...)``) would recompute the filter
-positions in floating point from each band's start, which need not round to the same coefficients.
+Pillow resizes in two separable passes and releases the GIL in each. A horizontal pass computes every output row from
+one input row, a vertical pass every output column from one column, so a pass can be cut into bands, each one plain
+``resize`` call that changes one size only, with exactly the whole pass's result. Which pass Pillow runs first depends
+on its version and the sizes, and the two orders round differently: the order is found once per pair of sizes by
+resizing a random image both ways (:func:`pass_order`), and a pair whose order cannot be told is resized in one call.
+(``resize(box=...)`` bands of a two-pass call would recompute the filter positions from each band's start, which need
+not round alike.)
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ runners bind those rows where they are. The model input never visits the host; o
     pre = DeviceFramePreprocess(cuda, target, kernels)
     meta, picture = pre.letterbox_into(owned[0], ring_row)   # the sample in the row, the picture on the host
 
-Memory comes from :class:`SlotPool` s: a slot goes back to its pool when the last reference to the array over it
-goes (a frame leaving the pipeline), so the pool holds as many slots as frames are in flight, whatever the queues'
-sizes, and the same slots serve a run of any length.
+Memory comes from :class:`SlotPool` s: a slot goes back to its pool when its array is garbage (a frame leaving the
+pipeline), so a pool holds as many slots as frames are in flight, for a run of any length.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One video over several NVDEC decoders at once, frames still in order.
 
-One PyNvVideoCodec decoder keeps one of the GPU's NVDEC engines busy at a time; a GPU has several (the H200 seven).
+One PyNvVideoCodec decoder keeps one of the GPU's NVDEC engines busy at a time, and a GPU has several.
 :class:`SplitNvdecReader` cuts the file at keyframes into chunks of whole GOPs, gives the chunks to ``decoders``
 :class:`~trtkit.pipeline.video.NvdecReader` s in turn, each on a thread of its own, and yields the frames in their
 order:
@@ -8,10 +8,9 @@ order:
     reader = SplitNvdecReader("in.mp4", decoders=2, device_memory=True)
     for frame in reader: ...          # frame 0, 1, 2, ... whichever decoder decoded it
 
-Each decoder runs ahead of the reader by at most ``ahead`` frames (a bounded queue): that many frames per decoder
-can wait in memory (device memory with ``device_memory``: ``ahead x width x height x 3`` bytes each), and a
-decoder gains on the others only while its chunk fits there, so ``ahead`` of about a chunk is what makes two
-decoders twice as fast. Keyframes come from PyAV's demuxer (packets only, nothing decoded).
+Each decoder runs ahead of the reader by at most ``ahead`` frames (a bounded queue, ``ahead x width x height x 3``
+bytes per decoder), and gains on the others only while its chunk fits there: ``ahead`` should be about a chunk.
+Keyframes come from PyAV's demuxer (packets only, nothing decoded).
 """
 
 from __future__ import annotations

@@ -4,12 +4,10 @@
     body = os_thread(work, "tk1-preprocess", meter)    # names the thread, runs work(), tells the meter as it ends
     meter.sample(); ...; meter.by_stage(elapsed_s)
 
-Linux keeps a name and CPU counters per thread, and a thread a library starts (FFmpeg's decoder threads, libx264's
-encoder threads) takes its name from the thread that started it. So a stage's thread that
-names itself before it opens a decoder or an encoder also names that library's threads, and its CPU time in
-``/proc/self/task`` can be added up per stage with them: the cores each stage really keeps busy. FFmpeg names the
-threads of its frame-threaded decoders itself (``av:h264:df0``): those count under the stage that decodes. Elsewhere
-(macOS, Windows) names and the meter are left alone: :meth:`CpuMeter.by_stage` gives None.
+Linux keeps a name and CPU counters per thread, and a thread a library starts (FFmpeg's decoders, libx264) takes its
+name from the thread that started it; so a stage's thread named before it opens a decoder or encoder names theirs
+too, and ``/proc/self/task`` gives the cores each stage really keeps busy (FFmpeg's own ``av:h264:df0`` threads count
+under the stage that decodes). Elsewhere (macOS, Windows) :meth:`CpuMeter.by_stage` gives None.
 """
 
 from __future__ import annotations

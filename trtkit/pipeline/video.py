@@ -146,9 +146,9 @@ class NvdecReader:
 
     The decoder always decodes into device memory, on the stream of a
     :class:`~trtkit.pipeline.device_frames.DeviceFrames`, which copies every frame at once into memory trtkit owns
-    (the decoder reuses its own surfaces; and PyNvVideoCodec 2.2's host-memory frames, the H200 showed, hold other
-    frames' pixels by the time they are read). Where a decoder does not take that stream, each batch's copies wait
-    for the whole GPU (``info()["frames_ready_by"]`` says which).
+    (the decoder reuses its own surfaces, and PyNvVideoCodec's host-memory frames can hold other frames' pixels by
+    the time they are read). Where a decoder does not take that stream, each batch's copies wait for the whole GPU
+    (``info()["frames_ready_by"]`` says which).
 
     Args:
         path: the video file (a seekable container: MP4, MKV, AVI, MOV).
@@ -292,13 +292,9 @@ def check_encoder(codec: str) -> None:
 
 
 def rgb_frame(av, image: np.ndarray):
-    """A PyAV ``rgb24`` frame over ``image`` (HxWx3 uint8, C-contiguous) without copying it: the encoder converts it
-    to its pixel format (a new frame) before encoding, so ``image`` is read once, in that conversion.
-
-    ``VideoFrame.from_ndarray`` would first copy the whole picture row by row while holding the GIL (a 1080p frame
-    is 6 MB), which every other thread of a pipeline then waits for; ``from_numpy_buffer`` wraps the array.
-    PyAV without it: ``from_ndarray``.
-    """
+    """A PyAV ``rgb24`` frame over ``image`` (HxWx3 uint8, C-contiguous) without copying it (``from_numpy_buffer``):
+    ``from_ndarray``, used where PyAV lacks it, copies the picture holding the GIL, which a pipeline's other threads
+    then wait for."""
     wrap = getattr(av.VideoFrame, "from_numpy_buffer", None)
     if wrap is None:
         return av.VideoFrame.from_ndarray(image, format="rgb24")

@@ -8,13 +8,10 @@ be in the model itself. This converter:
 - keeps ops that overflow or lose too much in FP16 in FP32 (the block list: large reductions, ``Pow``, ``Exp``,
   normalizations, NMS, ...), with ``Cast`` nodes around them, and keeps the inputs ONNX requires to be FP32 (the
   ``scales`` of ``Resize``);
-- keeps shape arithmetic (anything computed only from ``Shape``/``Size``) in FP32, where FP16 would round sizes
-  above 2048;
-- optionally keeps the graph inputs and outputs FP32 (``keep_io_types``), casting at the boundary, so callers feed
-  and read the same arrays as before.
+- keeps shape arithmetic (computed only from ``Shape``/``Size``) in FP32, where FP16 would round sizes above 2048;
+- optionally keeps the graph inputs and outputs FP32 (``keep_io_types``), casting at the boundary.
 
-Nothing is dropped silently: the returned :class:`Conversion` lists every node kept in FP32 and every clipped
-initializer, and both are logged through ``logging.getLogger("trtkit")``.
+The returned :class:`Conversion` lists (and logs) every node kept in FP32 and every clipped initializer.
 """
 
 from __future__ import annotations

@@ -3,29 +3,23 @@
     with TrtRunner("model.engine") as runner:
         outputs = runner.infer({"images": x})          # dict of numpy arrays
 
-On entry the runner creates its execution context, a non-blocking stream, device buffers sized for the profile's max
-shapes and pinned host buffers, and binds the tensor addresses once; on exit it frees them (``__del__`` only warns).
-A call validates every input (name, dtype, shape within the profile) before anything is enqueued, sets input shapes
-only when they change, copies host inputs into the pinned buffers, enqueues H2D copies + ``execute_async_v3`` + D2H
-copies (or replays the CUDA graph captured for that shape), and synchronizes once. A numpy array passed to ``infer``
-again (one preprocessing buffer refilled every frame) is page-locked where it is and sent from there, skipping the
-host copy (:mod:`trtkit.runtime.reuse`).
+On entry the runner creates its context, a stream, device and pinned host buffers sized for the profile's max shapes,
+and binds the tensor addresses once; on exit it frees them (``__del__`` only warns). A call validates every input
+before anything is enqueued, sets input shapes only when they change, then enqueues H2D copies, the engine and D2H
+copies (or replays the CUDA graph captured for that shape) and synchronizes once. A numpy array passed again is
+page-locked where it is and sent from there (:mod:`trtkit.runtime.reuse`).
 
-Device-resident inputs (anything exposing ``__cuda_array_interface__``: CuPy arrays, torch CUDA tensors) are used
-where they are, without a host round trip or a copy (with CUDA graphs, each set of input addresses gets its own graph,
-up to ``MAX_ADDRESS_GRAPHS``; past that new addresses are copied on the device). With ``device_outputs=True`` outputs
-come back as :class:`DeviceArray` views of the runner's buffers. Filling the views from :meth:`TrtRunner.host_inputs`
-in place and passing them back skips the host copy of numpy inputs too.
+Device-resident inputs (``__cuda_array_interface__``: CuPy, torch CUDA tensors) are used where they are (with CUDA
+graphs, each set of input addresses gets its own graph, up to ``MAX_ADDRESS_GRAPHS``; past that they are copied on
+the device). With ``device_outputs=True`` outputs come back as :class:`DeviceArray` views of the runner's buffers.
 
 Shape-tensor inputs (``TensorSpec.is_shape_tensor``: an INT32/INT64 input whose values become a shape) live on the
 host, where TensorRT reads them: they are listed in :attr:`TrtRunner.shape_input_specs`, given as numpy arrays in the
 same feed, checked against the profile's values and written into host memory the runner owns. Such engines run
 without CUDA graphs, since a graph would replay the values it was captured with.
 
-Thread safety: calls on one runner are serialized by a lock, so sharing one runner between threads is safe but not
-parallel. For parallel work give each thread (or stream) its own runner; runners may share one loaded engine where
-the TensorRT version lets contexts share a profile (10+), else give each its own engine by passing the engine path or
-bytes.
+Thread safety: a lock serializes calls on one runner (safe, not parallel). For parallel work give each thread its own
+runner; runners share one loaded engine where contexts can share a profile (TensorRT 10+), else pass each the path.
 """
 
 from __future__ import annotations

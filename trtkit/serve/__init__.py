@@ -4,12 +4,10 @@
     with Server(["resnet50.engine"], settings) as server:     # Triton ready; models loaded, or named where not
         server.wait()                                         # until SIGTERM/SIGINT or stop(); drains, then exits
 
-pytriton (``pip install "trtkit[serve]"``) ships the ``tritonserver`` binary and its Python backend
-(:mod:`trtkit.serve.tritonserver` runs it on a model repository trtkit writes). Each model instance is one
-:class:`~trtkit.runtime.runner.TrtRunner` (CUDA graphs, its own stream) on its GPU inside Triton's Python backend
-(:mod:`trtkit.serve.python_backend`, the default), or the engine on Triton's own TensorRT backend
-(:mod:`trtkit.serve.tensorrt_backend`), with Triton's dynamic batcher in front. :mod:`trtkit.serve.ports` names a
-port that is already taken.
+pytriton (``pip install "trtkit[serve]"``) ships the ``tritonserver`` binary and its Python backend. Each model instance
+is a :class:`~trtkit.runtime.runner.TrtRunner` inside Triton's Python backend (:mod:`trtkit.serve.python_backend`, the
+default), or the engine on Triton's TensorRT backend (:mod:`trtkit.serve.tensorrt_backend`), with Triton's dynamic
+batcher in front.
 """
 
 from trtkit.serve.server import LoadFailure, Server, ServeSettings

@@ -6,16 +6,11 @@ parameters); :class:`~trtkit.serve.tritonserver.TritonProcess` runs the pytriton
 Triton starts one backend stub process per instance, and each stub holds its runner: a batch goes from Triton to its
 stub and back, nowhere else.
 
-The stub, built per Python minor version, loads ``libpython3.X.so.1.0`` and then this interpreter's standard library.
-The library must be this interpreter's own. When the dynamic loader finds another one first (a pyenv Python 3.11.7 on
-a system whose ``/usr/lib`` has Debian's 3.11.2), the stub runs 3.11.2's C core under 3.11.7's standard library and
-fails in ``initialize`` (``'_thread.RLock' object has no attribute '_recursion_count'``, the first 3.11.7 library call
-into a C function 3.11.2 lacks). When it finds none, the model never becomes ready. :func:`backend_environment` puts
-this interpreter's library folder first on ``LD_LIBRARY_PATH`` for the server's process.
-
-pytriton's stubs are also built against numpy 1 (nvidia-pytriton 0.7.0 declares ``numpy<2.0.0``). Under numpy 2 a
-stub reads every output array's item size as 0, so Triton answers each request, over HTTP and gRPC alike, with the
-right shape and no data (tritonclient: ``cannot reshape array of size 0``). :func:`check_numpy` refuses to start then.
+The stub loads ``libpython3.X.so.1.0``, which must be this interpreter's own (another patch release's C core under
+this standard library fails in ``initialize``; none at all, and the model never becomes ready):
+:func:`backend_environment` puts this interpreter's library folder first on ``LD_LIBRARY_PATH`` for the server.
+pytriton's stubs are built against numpy 1; under numpy 2 they answer every request with no data, so
+:func:`check_numpy` refuses to start then.
 """
 
 from __future__ import annotations

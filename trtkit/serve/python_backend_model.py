@@ -1,13 +1,10 @@
 """The Triton Python-backend model of ``trtkit serve --backend python``: one TrtRunner in each backend stub process.
 
-:mod:`trtkit.serve.python_backend` copies this file into a generated model repository as ``<model>/1/model.py``;
-Triton's Python backend starts one stub process per model instance, and the stub runs :class:`TritonPythonModel`
-there. Each instance loads the engine named by the model's ``engine`` parameter into one
-:class:`~trtkit.runtime.runner.TrtRunner` on its GPU (``devices``: the GPU of each instance, in instance order). The
-dynamic batcher's requests reach :meth:`TritonPythonModel.execute` as one list; their inputs are read in place from
-Triton's shared memory, joined into the runner's pinned input buffers (:func:`trtkit.serve.batching.run_requests`) and
-each request gets its rows of the outputs back. Requests and answers go between Triton and the stub only, with no hop
-to another process.
+:mod:`trtkit.serve.python_backend` copies this file into a model repository as ``<model>/1/model.py``; Triton's
+Python backend runs :class:`TritonPythonModel` in one stub process per instance, which loads the ``engine`` parameter
+into a :class:`~trtkit.runtime.runner.TrtRunner` on its GPU (``devices``: each instance's, in order). The dynamic
+batcher's requests reach :meth:`TritonPythonModel.execute` as one list; their inputs are joined into the runner's
+pinned input buffers (:func:`trtkit.serve.batching.run_requests`) and each request gets its rows of the outputs.
 
 ``TRTKIT_SERVE_STUB_PRELUDE`` (environment), when set, names a Python file each stub runs before it loads the engine
 (tests put the fake TensorRT and fake CUDA in place there).

@@ -1,12 +1,10 @@
 """``trtkit serve --backend tensorrt``: the engines on Triton's own TensorRT backend, no Python in the request path.
 
 The pytriton wheel ships ``tritonserver`` with the Python backend only. Given a folder that holds Triton's TensorRT
-backend (``tensorrt/libtriton_tensorrt.so``, built for the Triton release of that wheel and this environment's
-TensorRT: ``scripts/build_triton_trt_backend.sh``), :func:`write_repository` writes each engine as a
-``platform: "tensorrt_plan"`` model (the config of ``trtkit export triton``, with the batch limit and instances asked
-for), and :class:`~trtkit.serve.tritonserver.TritonProcess` runs the wheel's ``tritonserver`` on it with that backend
-beside the wheel's own. The backend loads the engines with this environment's TensorRT libraries (put on
-``LD_LIBRARY_PATH``), the ones trtkit built them with.
+backend (``tensorrt/libtriton_tensorrt.so``, built for that wheel's Triton and this environment's TensorRT:
+``scripts/build_triton_trt_backend.sh``), :func:`write_repository` writes each engine as a ``platform: "tensorrt_plan"``
+model (``trtkit export triton``'s config), and :class:`~trtkit.serve.tritonserver.TritonProcess` runs ``tritonserver``
+with that backend, which loads the engines with this environment's TensorRT libraries (on ``LD_LIBRARY_PATH``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``CastLike`` on parsers without it: a ``Cast`` to the element type its second input has.
 
-``CastLike(x, target)`` (opset 15) casts ``x`` to ``target``'s element type; torch.onnx's dynamo exporter writes it,
-and ONNX's own function bodies use it (the expanded ``AffineGrid``, for one). TensorRT 8.6's parser has no importer for
-it. Where the target's element type is known (an initializer, a graph input, a declared value, or onnx shape
-inference), the node becomes ``Cast(x, to=<that type>)``, which means the same: the target's values were never read.
-Nodes inside functions that :mod:`~trtkit.builder.rewrites.functions` expanded are in the graph by the time this runs,
-those in ``If``/``Loop``/``Scan`` bodies too (the expanded ``AffineGrid`` has them in an ``If``): a node in a subgraph
-is named ``<index of the node holding it>/<index in the subgraph>``.
+``CastLike(x, target)`` (opset 15) casts ``x`` to ``target``'s element type; torch.onnx's dynamo exporter and ONNX's own
+function bodies write it, and TensorRT 8.6's parser has no importer for it. Where the target's element type is known (an
+initializer, a graph input, a declared value, or shape inference), the node becomes ``Cast(x, to=<that type>)``, which
+means the same. Nodes in ``If``/``Loop``/``Scan`` bodies are rewritten too, named ``<index of the node holding
+it>/<index in the subgraph>``.
 """
 
 from __future__ import annotations

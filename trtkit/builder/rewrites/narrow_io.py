@@ -1,11 +1,10 @@
 """Narrow and unsigned integer graph inputs/outputs no TensorRT engine takes: the engine's INT32 along their path.
 
-No TensorRT from 8.6 to 11.4 has INT16, UINT16, UINT32 or UINT64 tensors (``trt.DataType``), and an INT8 network
-input or output needs Q/DQ; the parser refuses such a graph input, and since it cannot ``Cast`` to those types
-either, Casts at the boundary alone (as :mod:`~trtkit.builder.rewrites.int64_io` adds) would leave the graph
-unparsable. So every tensor of such a type, the graph's inputs and outputs, what is computed from them, initializers,
-``Constant`` values and ``Cast`` results, becomes the engine type that holds it: INT32, or INT64 for UINT32/UINT64
-where the engine has INT64 I/O. That is done only where every op on the path gives the same values in the wider type:
+No TensorRT from 8.6 to 11.4 has INT16, UINT16, UINT32 or UINT64 tensors, and an INT8 network input or output needs
+Q/DQ; since the parser cannot ``Cast`` to those types either, Casts at the boundary alone would leave the graph
+unparsable. So every tensor of such a type (I/O, what is computed from it, initializers, ``Constant`` values, ``Cast``
+results) becomes the engine type that holds it: INT32, or INT64 for UINT32/UINT64 where the engine has INT64 I/O.
+That is done only where every op on the path gives the same values in the wider type:
 
 - exact ops (data movement, ``Max``/``Min``, comparisons, ``Where``, ``Clip``, ``Div``/``Mod``, ``ReduceMax``/
   ``ReduceMin``, ``ArgMax``/``ArgMin``, ``TopK``, ``Cast``, ``Pow``'s exponent);
@@ -13,10 +12,9 @@ where the engine has INT64 I/O. That is done only where every op on the path giv
   value may flow only through other modular or data-movement ops to a graph output, where the runner's conversion
   back to the model's dtype takes that modulus; and only where the engine type is at least as wide as the model's.
 
-The rewritten model must pass onnx's checker with strict shape inference, or the model is left as it was (skipped,
-naming why). UINT8 is left alone: every TensorRT takes UINT8 I/O. The manifest keeps the model's dtypes
-(:func:`~trtkit.builder.rewrites.int64_io.original_dtypes`), and the runner converts, refusing a value that does not
-fit the engine's type (a UINT32 above 2**31-1 on an INT32 engine) naming the tensor.
+The rewritten model must pass onnx's checker with strict shape inference, or it is left as it was (skipped, saying
+why). UINT8 is left alone (every TensorRT takes it). The manifest keeps the model's dtypes, and the runner converts,
+refusing (naming the tensor) a value that does not fit the engine's type.
 """
 
 from __future__ import annotations

@@ -13,14 +13,13 @@ inputs and attributes that came later. For most ops that is harmless; for these 
 - ``GridSample`` (opset 20): the modes were renamed (``linear``, ``cubic``); an opset-16 parser does not know them.
 - ``AveragePool`` (opset 19): ``dilations`` are ignored.
 
-And one difference of TensorRT's own (measured on 8.6, so only for parsers of opset 17 and below): a pool with
-``ceil_mode=1`` whose last window would start in the right padding. ONNX (like PyTorch) drops that window; TensorRT
-rounds the output size up without that rule, so the engine's output has another shape.
+And one difference of TensorRT 8.6's own (parsers of opset 17 and below): a pool with ``ceil_mode=1`` whose last
+window would start in the right padding. ONNX (like PyTorch) drops that window; TensorRT rounds the output size up
+without that rule, so the engine's output has another shape.
 
 Constant ``axes`` inputs are put back as attributes by :mod:`trtkit.builder.rewrites.attributes` before this runs;
-what is left is what no rewrite can express in the parser's opset. The ONNX backend test data showed each of these
-as a silent mismatch through TensorRT 8.6 (``scripts/onnx_backend_suite.py``); :func:`find` names them so the build
-refuses them with the node, the op and what to change.
+what is left is what no rewrite can express in the parser's opset: :func:`find` names each so the build refuses it
+with the node, the op and what to change.
 """
 
 from __future__ import annotations
