@@ -69,9 +69,7 @@ def add_arguments(parser) -> None:
         help="where engines built from ONNX are cached (default: engines/ under $TRTKIT_CACHE_DIR, else "
         "$XDG_CACHE_HOME/trtkit or ~/.cache/trtkit)",
     )
-    g.add_argument(
-        "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
-    )
+    options.add_ignore_manifest_option(g)
     options.add_plugin_option(g)
     from trtkit.cli.bench_server import add_server_options
 

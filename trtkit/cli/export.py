@@ -19,36 +19,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--name", help="model name (default: the engine file's stem)")
     p.add_argument("--instances", type=int, default=1, metavar="N", help="instances per GPU (default 1)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices for the instances, e.g. 0,1 (default: all)")
-    p.add_argument(
-        "--max-queue-delay-us",
-        type=int,
-        default=100,
-        metavar="US",
-        help="dynamic batcher's longest wait for a fuller batch (default 100)",
-    )
-    p.add_argument(
-        "--preferred-batch",
-        type=options.batch_sizes,
-        metavar="LIST",
-        help="batch sizes the dynamic batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size "
-        "from 8); below the smallest it waits up to --max-queue-delay-us (default: the profile's opt and largest)",
-    )
     options.add_cuda_graph_option(p)
-    p.add_argument(
-        "--graph-batches",
-        choices=("every", "triton"),
-        default="every",
-        help="capture a CUDA graph for every batch size up to the profile's largest (default), or leave it to the "
-        "TensorRT backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
-    )
-    p.add_argument(
-        "--tensorrt-options",
-        metavar="LIST",
-        default="",
-        help="the TensorRT backend's latency options to set, comma-separated: busy_wait_events (spin on CUDA "
-        "events), eager_batching (the next batch's inputs copied while one computes), gather_kernel (a batch's "
-        "inputs gathered by one kernel); none by default",
-    )
+    options.add_triton_model_options(p)
     p.add_argument(
         "--triton-version",
         metavar="V",

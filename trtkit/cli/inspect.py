@@ -17,11 +17,7 @@ def add_arguments(parser) -> None:
         help="ONNX only: list every op with its support by the installed TensorRT's parser",
     )
     parser.add_argument("--layers", action="store_true", help="engine only: list every layer with its precision")
-    parser.add_argument(
-        "--ignore-manifest",
-        action="store_true",
-        help="load an engine even if its manifest names another TensorRT or GPU",
-    )
+    options.add_ignore_manifest_option(parser)
     options.add_json_option(parser)
 
 

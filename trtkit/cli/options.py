@@ -268,6 +268,42 @@ def add_build_options(parser, shapes_help: str = _PROFILE_HELP, batch: bool = Fa
     )
 
 
+def add_triton_model_options(group, *, serving: bool = False) -> None:
+    """The dynamic batcher's and the TensorRT backend's options of ``trtkit export triton`` and ``trtkit serve``."""
+    group.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=100,
+        metavar="US",
+        help="the dynamic batcher's longest wait for a fuller batch (default 100)",
+    )
+    group.add_argument(
+        "--preferred-batch",
+        type=batch_sizes,
+        metavar="LIST",
+        help="batch sizes the dynamic batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size "
+        "from 8); with fewer queued than the smallest it waits up to --max-queue-delay-us (default: the profile's "
+        "opt and largest batch)",
+    )
+    only = "with --backend tensorrt: " if serving else ""
+    group.add_argument(
+        "--graph-batches",
+        choices=("every", "triton"),
+        default="every",
+        help=f"{only}capture a CUDA graph for every batch size up to the largest (default), or leave it to Triton's "
+        "TensorRT backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
+    )
+    blocking = ", blocking (each instance on a thread of its own)" if serving else ""
+    group.add_argument(
+        "--tensorrt-options",
+        metavar="LIST",
+        default="",
+        help=f"{only}the TensorRT backend's latency options to turn on, comma-separated: busy_wait_events (spin on "
+        "CUDA events), eager_batching (the next batch's inputs copied while one computes), gather_kernel (a "
+        f"batch's inputs gathered by one kernel){blocking}; none by default",
+    )
+
+
 def add_plugin_option(parser) -> None:
     """``--plugin-lib PATH`` (repeatable): plugin libraries to load, as trtexec's ``--staticPlugins``."""
     parser.add_argument(
@@ -599,6 +635,12 @@ def check_files(args, outputs: dict, inputs: dict) -> None:
     for field, path in models:
         inputs = {**inputs, **model_files(path, field)}
     check_outputs({**outputs, "json": None if json_path == "-" else json_path}, inputs)
+
+
+def add_ignore_manifest_option(parser) -> None:
+    parser.add_argument(
+        "--ignore-manifest", action="store_true", help="load an engine whose manifest names another TensorRT or GPU"
+    )
 
 
 def add_json_option(parser) -> None:

@@ -46,11 +46,7 @@ def add_arguments(parser) -> None:
         metavar="LOW,HIGH",
         help="range of random float inputs (default -1,1), e.g. 0,255 for a model taking raw pixels",
     )
-    g.add_argument(
-        "--ignore-manifest",
-        action="store_true",
-        help="load the engine even if its manifest names another TensorRT or GPU",
-    )
+    options.add_ignore_manifest_option(g)
     options.add_cuda_graph_option(g)
     g.add_argument(
         "--reference",

@@ -12,6 +12,7 @@ import numpy as np
 from trtkit.cli.options import (
     RUN_SHAPES_HELP,
     add_cuda_graph_option,
+    add_ignore_manifest_option,
     add_json_option,
     add_plugin_option,
     add_profile_index_option,
@@ -43,9 +44,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     parser.add_argument("--save-outputs", metavar="FILE.npz", help="save the outputs to an .npz file")
-    parser.add_argument(
-        "--ignore-manifest", action="store_true", help="run an engine whose manifest names another TensorRT or GPU"
-    )
+    add_ignore_manifest_option(parser)
     add_plugin_option(parser)
     add_json_option(parser)
     add_pipeline_arguments(parser)

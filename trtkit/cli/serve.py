@@ -25,21 +25,6 @@ def add_arguments(parser) -> None:
         metavar="B",
         help="largest batch the dynamic batcher forms (default: the profile's largest)",
     )
-    g.add_argument(
-        "--max-queue-delay-us",
-        type=int,
-        default=100,
-        metavar="US",
-        help="longest wait for a fuller batch (default 100)",
-    )
-    g.add_argument(
-        "--preferred-batch",
-        type=options.batch_sizes,
-        metavar="LIST",
-        help="batch sizes the batcher sends as soon as it has them queued, e.g. 16,32 or 8-32 (every size from 8); "
-        "with fewer queued than the smallest it waits up to --max-queue-delay-us (default: the profile's opt and "
-        "largest batch)",
-    )
     g.add_argument("--gpus", default="0", metavar="LIST", help="GPUs that get instances, e.g. 0,1 (default 0)")
     g.add_argument("--host", default="127.0.0.1", help="address every endpoint binds (default 127.0.0.1)")
     g.add_argument("--http-port", type=int, default=8000, metavar="PORT", help="HTTP port (default 8000)")
@@ -76,21 +61,7 @@ def add_arguments(parser) -> None:
         help="with --backend tensorrt: the folder holding tensorrt/libtriton_tensorrt.so, Triton's TensorRT backend "
         "for the pytriton wheel's Triton and this TensorRT (scripts/build_triton_trt_backend.sh builds it)",
     )
-    g.add_argument(
-        "--graph-batches",
-        choices=("every", "triton"),
-        default="every",
-        help="with --backend tensorrt: capture a CUDA graph for every batch size up to --max-batch (default), or "
-        "leave it to Triton's backend (batch 1, the preferred sizes and the largest; other sizes run without one)",
-    )
-    g.add_argument(
-        "--tensorrt-options",
-        metavar="LIST",
-        default="",
-        help="with --backend tensorrt: the backend's latency options to turn on, comma-separated: busy_wait_events "
-        "(spin on CUDA events), eager_batching (the next batch's inputs copied while one computes), gather_kernel "
-        "(a batch's inputs gathered by one kernel), blocking (each instance on a thread of its own); none by default",
-    )
+    options.add_triton_model_options(g, serving=True)
     g.add_argument(
         "--grpc-allocation-pool",
         type=int,
