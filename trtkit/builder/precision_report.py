@@ -20,8 +20,8 @@ from trtkit.errors import BuildError
 logger = logging.getLogger("trtkit")
 
 PRECISIONS = ("INT8", "FP8", "FP16", "BF16", "TF32", "FP32", "INT32", "BOOL", "unknown", "none")
-# Layers that do no math (constants, reformats, no-ops; 97 of ResNet-50's 151 layers on TensorRT 8.6): precision
-# "none" and no FLOPs when their formats are not reported, rather than "unknown".
+# Layers that do no math (constants, reformats, no-ops; most of a CNN's layers on TensorRT 8.6): precision "none" and
+# no FLOPs when their formats are not reported, rather than "unknown".
 _NO_MATH = frozenset({"constant", "reformat", "myelinreformat", "noop"})
 _FULL = ("FP32", "TF32")
 # Substrings of "Format/Datatype" (full "Row major linear FP16 format" or short "Half") → precision, checked in order.

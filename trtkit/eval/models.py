@@ -75,7 +75,7 @@ class Model:
         """
         from trtkit.detection import Letterbox
 
-        # float batches are made in float32 whatever the input's float type (``infer`` casts), as they always were
+        # float batches are made in float32 whatever the input's float type (``infer`` casts)
         dtype = np.uint8 if self.layout == "NHWC" else np.float32
         return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, threads=threads)
 

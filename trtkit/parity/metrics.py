@@ -1,8 +1,8 @@
 """Per-output error metrics between an engine's output and the ONNX model's reference output (pure numpy).
 
-The headline metric is the one issue 2 states its targets in: the largest absolute error divided by the largest
-absolute reference value (``error_ratio``). It does not depend on the output's scale, which makes one threshold per
-precision meaningful for logits, feature maps and boxes alike; an absolute ``atol`` does not.
+The headline metric is the largest absolute error divided by the largest absolute reference value (``error_ratio``).
+It does not depend on the output's scale, which makes one threshold per precision meaningful for logits, feature maps
+and boxes alike; an absolute ``atol`` does not.
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ from typing import Mapping
 from trtkit.errors import TrtkitError, UsageError
 from trtkit.manifest import as_manifest
 
-# Allowed max |out - ref| / max |ref| per precision. fp32 (TF32 off) and tf32 are issue 2's targets (1e-4, 2e-3);
-# fp16 has a 10-bit mantissa (eps 9.8e-4) and errors accumulate over layers; bf16 has 7 bits (eps 7.8e-3); int8
-# spends 8 bits on the whole range of a tensor.
+# Allowed max |out - ref| / max |ref| per precision (fp32: TF32 off). fp16 has a 10-bit mantissa (eps 9.8e-4) and
+# errors accumulate over layers; bf16 has 7 bits (eps 7.8e-3); int8 spends 8 bits on the whole range of a tensor.
 DEFAULT_ERROR_RATIO = {
     "fp32": 1e-4,
     "tf32": 2e-3,
@@ -31,7 +30,7 @@ class Tolerance:
 
     Attributes:
         precision: the precision the defaults were taken from ("fp32", "tf32", "fp16", "bf16", "int8").
-        max_error_ratio: allowed max |out - ref| / max |ref| (the issue-2 metric).
+        max_error_ratio: allowed max |out - ref| / max |ref|.
         atol, rtol: optional element-wise check, Polygraphy's rule: an element fails when its error exceeds both
             ``atol`` and ``rtol * |ref|``. Off when both are None; a missing one counts as 0.
         min_cosine: optional lower bound on the cosine similarity.

@@ -68,7 +68,7 @@ class ParserTarget:
     max_opset: int | None
     int64_io: bool
     supports_op: Callable | None = field(compare=False, repr=False, default=None)
-    min_opset: int | None = MIN_PARSER_OPSET  # after supports_op: keeps positional construction as it was
+    min_opset: int | None = MIN_PARSER_OPSET
     data_types: frozenset | None = None
 
     def supported(self, op_type: str, opset: int) -> bool:
