@@ -42,9 +42,7 @@ def build(
         output: where to write the engine (its manifest goes beside it as ``<output>.manifest.json``); nothing is
             written when ``None``. Files are written only after a successful build, atomically.
         isolate: parse and build in a child process, so a crash inside TensorRT raises an error here instead of
-            killing this process. The child is a warm worker (:mod:`trtkit.builder.worker`) that this process
-            reuses for its next isolated build: tensorrt is imported and CUDA initialized there once, not in this
-            process; a worker that crashed or timed out is replaced.
+            killing this process (a warm worker reused by the next isolated build: :mod:`trtkit.builder.worker`).
         trt: the ``tensorrt`` module (tests pass a fake; implies ``isolate=False``).
         on_log: receives ``(severity, message)`` for TensorRT's log lines.
         on_phase: receives the name of each build phase as it starts.
@@ -276,11 +274,9 @@ def build_isolated(
 ):
     """:func:`~trtkit.builder.builder.build_serialized` in a child process; same arguments, same result.
 
-    The child is this process's warm build worker (:mod:`trtkit.builder.worker`): started, with tensorrt imported and
-    a builder created, by the first isolated build, and reused by the next ones; one that crashed, timed out or was
-    interrupted is replaced by a new one. The child always listens to TensorRT at VERBOSE, so the parent knows which
-    ONNX node the parser was importing if it crashes; ``on_log`` still receives only lines at ``log_severity`` and
-    above.
+    The child is this process's warm build worker (:mod:`trtkit.builder.worker`), replaced when it crashed, timed out
+    or was interrupted. It listens to TensorRT at VERBOSE, so a crash names the ONNX node being imported; ``on_log``
+    still receives only lines at ``log_severity`` and above.
 
     Args:
         model: ONNX path, bytes or ``onnx.ModelProto`` (sent to the child; a path is cheapest).

@@ -28,14 +28,9 @@ from trtkit.errors import ProfileError, TrtkitError
 
 logger = logging.getLogger("trtkit")
 
-# Triton container release -> (Triton server version, TensorRT version it ships, or None where trtkit has no source).
-# Every row, and the source of each TensorRT version, is listed in docs/triton.md. The server versions are the
-# TRITON_VERSION file of each release branch (rYY.MM) of github.com/triton-inference-server/server. A TensorRT version
-# is here only where a source names it for that release's nvcr.io/nvidia/tritonserver:YY.MM-py3 container: the
-# release notes in that repository (docs/introduction/release_notes.md), a maintainer or a Triton error message in an
-# issue thread, or a cloud's copy of NVIDIA's container table. None: not verified; check_triton_version says so. The
-# TensorRT versions are written as the source gives them (four parts where it gives the build number: Triton 23.04 and
-# 23.05 carry 8.6.1.2 and refuse plans from 8.6.1.6).
+# Triton container release -> (Triton server version, the TensorRT it ships, or None where no source names it:
+# check_triton_version says so). docs/triton.md gives each row's source. TensorRT versions are written as the source
+# gives them (with the build number where it does: Triton 23.04 and 23.05 carry 8.6.1.2 and refuse 8.6.1.6 plans).
 TRITON_TENSORRT = {
     "22.02": ("2.19.0", "8.2.3"),
     "22.03": ("2.20.0", "8.2.3"),

@@ -141,8 +141,7 @@ class GraphCache:
       forgets failures and shortcuts, and unregisters every page-locked array. :meth:`page_lock` switched off
       unregisters the arrays and drops what read them.
 
-    Calls look keys up with the plain tuples equal to them (a NamedTuple is a tuple: same hash, same equality),
-    which saves a constructor call on every call; a key is made a NamedTuple when an entry is stored.
+    Calls look keys up with the plain tuples equal to them (no constructor call per call); stored keys are NamedTuples.
 
     Args:
         cuda: a :class:`~trtkit.runtime.cuda.Cuda`.

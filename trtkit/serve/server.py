@@ -56,31 +56,26 @@ class ServeSettings:
         cuda_graph: replay each batch shape from a CUDA graph.
         exit_timeout_s: how long stopping waits for requests in flight.
         log_file: where Triton's own log goes (default: a file in a temporary folder, quoted on failures).
-        shared_memory: open Triton's shared-memory protocol to clients (``trtkit bench --shared-memory system``:
-            requests carry a region's name, not their inputs). It is closed by default (with the other administrative
-            endpoints, behind a token made up per server); opened, any client that reaches the ports can have the
-            server map shared memory of this host, so keep ``host`` on loopback then.
-        backend: where the engines run. ``"python"`` (default): each instance a runner inside its own stub process
-            of Triton's Python backend (:mod:`trtkit.serve.python_backend`); ``"tensorrt"``: Triton's own TensorRT
-            backend (:mod:`trtkit.serve.tensorrt_backend`; no Python in the request path, the engines as ``trtkit
-            export triton`` writes them), from the folder ``triton_backends``.
+        shared_memory: open Triton's shared-memory protocol to clients (closed by default, behind a token made up
+            per server): any client that reaches the ports can then have the server map this host's shared memory,
+            so keep ``host`` on loopback.
+        backend: where the engines run: ``"python"`` (default), a runner in each instance's stub process of Triton's
+            Python backend; ``"tensorrt"``, Triton's own TensorRT backend from the folder ``triton_backends`` (no
+            Python in the request path).
         triton_backends: with ``backend="tensorrt"``: a folder holding ``tensorrt/libtriton_tensorrt.so``, Triton's
             TensorRT backend built for the pytriton wheel's Triton and this environment's TensorRT.
         graph_batches: with ``backend="tensorrt"`` and ``cuda_graph``: ``"every"`` (default) captures a CUDA graph
-            for every batch size up to the largest, as the runners of the other backends do for every shape they
-            meet; ``"triton"`` leaves it to the backend (batch 1, the preferred sizes and the largest; the dynamic
-            batcher's other sizes then run without a graph).
+            for every batch size up to the largest; ``"triton"`` leaves it to the backend (batch 1, the preferred
+            sizes and the largest).
         tensorrt_options: with ``backend="tensorrt"``: the backend's latency options to turn on, any of
             ``busy_wait_events``, ``eager_batching`` (its model configuration's, see
             :data:`~trtkit.export.triton.TENSORRT_CONFIG_OPTIONS`) and ``blocking`` (each instance on a thread of
             its own); none by default (Triton's defaults).
         preferred_batch_sizes: the batch sizes the dynamic batcher sends as soon as it has that many requests queued;
             with fewer than the smallest it waits up to ``max_queue_delay_us`` for more (None: the profile's opt and
-            largest batch, within ``max_batch``). All sizes from 8 to the largest make a batcher that sends
-            whatever is queued once 8 are, and waits for 8 otherwise.
-        grpc_allocation_pool: Triton's ``--grpc-infer-allocation-pool-size``, how many gRPC request/response states
-            its front end keeps for reuse (None: Triton's own, 8); a request in flight beyond that many makes and
-            frees its own.
+            largest batch, within ``max_batch``).
+        grpc_allocation_pool: Triton's ``--grpc-infer-allocation-pool-size``, the gRPC request states its front end
+            keeps for reuse (None: Triton's own, 8).
     """
 
     instances: int = 1
