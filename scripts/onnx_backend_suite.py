@@ -323,7 +323,7 @@ def run_trtkit(model_path: Path, inputs: dict, trt, cuda, clock: PhaseClock | No
     clock.start("load")
     result = trtkit.build(str(model_path), config, on_phase=clock.start)
     clock.start("write")
-    save(result, engine, config)
+    save(result, engine)
     clock.start("open")
     with trtkit.TrtRunner(engine, trt=trt, cuda=cuda) as runner:
         clock.start("infer")
