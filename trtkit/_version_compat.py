@@ -52,6 +52,13 @@ def version_string(trt) -> str:
     return str(getattr(trt, "__version__", "unknown"))
 
 
+def timing_cache_shared_across_builds(trt) -> bool:
+    """Whether one timing cache serves builds of other models and settings. TensorRT 8.x cannot read another
+    build's Myelin timings from a cache (it logs "Myelin error from unknown graph" and builds without the cache), so
+    there a cache is kept per build."""
+    return version(trt) >= (10,)
+
+
 def enum_name(value) -> str:
     """The member name of a TensorRT enum value (``"FLOAT"``), whatever the binding's style.
 

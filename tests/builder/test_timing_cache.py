@@ -51,17 +51,30 @@ def _entries(path: Path) -> set:
     return set(json.loads(path.read_bytes())["entries"])
 
 
-def test_a_default_build_creates_the_cache_and_the_next_build_loads_it(cache_root, fake_trt):
-    first = build(_model(), trt=fake_trt)
+def test_a_default_build_creates_the_cache_and_the_next_build_loads_it(cache_root):
+    trt = make_fake_trt("10.8.0")  # TensorRT 10 and later share one cache between models
+    first = build(_model(), trt=trt)
     path = _only_cache(cache_root / "timing")
-    assert path.name.endswith("-trt8.6.0.cache")
+    assert path.name.endswith("-trt10.8.0.cache")
     assert first.manifest.timing_cache == {"path": str(path), "default": True, "status": "created"}
-    assert json.loads(path.with_name(path.name + ".json").read_text())["tensorrt"] == "8.6.0"
+    assert json.loads(path.with_name(path.name + ".json").read_text())["tensorrt"] == "10.8.0"
     learnt = _entries(path)
     assert learnt
-    second = build(_model(channels=6), trt=fake_trt)
+    second = build(_model(channels=6), trt=trt)
     assert second.manifest.timing_cache["status"] == "hit"
     assert learnt < _entries(path)  # the second build's layers were merged in, the first's kept
+
+
+def test_on_tensorrt_8_the_default_cache_is_kept_per_model_and_settings(cache_root, fake_trt):
+    first = build(_model(), trt=fake_trt)
+    path = _only_cache(cache_root / "timing")
+    assert first.manifest.timing_cache["status"] == "created" and "-trt8.6.0-" in path.name
+    again = build(_model(), BuildConfig(save_prepared=None), trt=fake_trt)
+    assert again.manifest.timing_cache == {"path": str(path), "default": True, "status": "hit"}
+    other_model = build(_model(channels=6), trt=fake_trt).manifest.timing_cache
+    other_settings = build(_model(), BuildConfig(precision="fp16"), trt=fake_trt).manifest.timing_cache
+    assert other_model["status"] == other_settings["status"] == "created"
+    assert len({path.name, Path(other_model["path"]).name, Path(other_settings["path"]).name}) == 3
 
 
 def test_an_isolated_build_writes_the_default_cache_in_the_build_worker(cache_root, tmp_path, monkeypatch):
@@ -79,11 +92,12 @@ _BUILDS = (
     "from tests.fakes.fake_trt import make_fake_trt\n"
     "from trtkit.builder.api import build\n"
     "for c in sys.argv[1:]:\n"
-    "    build(models.tiny_conv(dynamic_batch=False, channels=int(c)), trt=make_fake_trt('8.6.0'))\n"
+    "    build(models.tiny_conv(dynamic_batch=False, channels=int(c)), trt=make_fake_trt('10.8.0'))\n"
 )
 
 
-def test_concurrent_builds_in_two_processes_all_land_and_the_cache_loads(cache_root, tmp_path, monkeypatch, fake_trt):
+def test_concurrent_builds_in_two_processes_all_land_and_the_cache_loads(cache_root, tmp_path, monkeypatch):
+    fake_trt = make_fake_trt("10.8.0")  # one cache for every model
     env = {**__import__("os").environ, "TRTKIT_CACHE_DIR": str(cache_root)}
     halves = (["1", "2", "3", "4", "5"], ["6", "7", "8", "9", "10"])
     procs = [subprocess.Popen([sys.executable, "-c", _BUILDS, *h], cwd=REPO, env=env) for h in halves]

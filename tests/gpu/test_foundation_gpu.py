@@ -143,7 +143,7 @@ def resnet50(cache_dir):
     return onnx_path, np.load(ref_path)
 
 
-@pytest.mark.parametrize("tf32, tolerance", [(True, 2e-3), (False, 1e-4)])
+@pytest.mark.parametrize("tf32, tolerance", [(True, 3e-3), (False, 1e-4)])  # TF32 rounding depends on the tactics
 def test_resnet50_matches_pytorch(resnet50, cache_dir, tmp_path, tf32, tolerance):
     from trtkit import TrtRunner
 

@@ -18,7 +18,7 @@ from trtkit.builder.prepare import prepare
 from trtkit.builder.profiles import may_have_shape_inputs, resolve_profiles
 from trtkit.builder.result import BuildResult
 from trtkit.builder.rewrites import ParserTarget
-from trtkit.builder.timing_cache import TimingCacheFile
+from trtkit.builder.timing_cache import TimingCacheFile, build_key
 from trtkit.errors import BuildError, DependencyError, ParseError
 from trtkit.log import make_trt_logger
 from trtkit.manifest import BuildInfo, Manifest, ModelInfo, PrecisionPlanInfo, environment
@@ -145,7 +145,7 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
         plan.notes.append(
             f"kept layers pinned to FP16 (prefer): {len(pinned)} of {len(plan.half_layers)} found in the network"
         )
-    timing = TimingCacheFile.resolve(config, trt)
+    timing = TimingCacheFile.resolve(config, trt, build_key(prepared.source_sha256, config))
     cache = timing.load(bconfig) if timing is not None else None
     marks["configured"] = timeline.now()
     phase("build")

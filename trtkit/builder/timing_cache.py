@@ -2,8 +2,10 @@
 each layer it timed, so the next build of a like layer skips timing it).
 
 By default every build uses one cache per GPU model, compute capability and TensorRT version, in ``timing`` under
-the user's cache folder (e.g. ``nvidia-h200-sm90-trt10.9.0.cache``); ``BuildConfig(timing_cache=FILE)`` names another
-and ``use_timing_cache=False`` builds without one. The file is TensorRT's own format (trtexec reads it). Beside it:
+the user's cache folder (e.g. ``nvidia-h200-sm90-trt10.9.0.cache``); on TensorRT 8.x, which cannot read another
+build's Myelin timings, one per model and build settings (``...-trt8.6.0-<build key>.cache``).
+``BuildConfig(timing_cache=FILE)`` names another and ``use_timing_cache=False`` builds without one. The file is
+TensorRT's own format (trtexec reads it). Beside it:
 
 - ``<file>.json``, its provenance (GPU name, compute capability, TensorRT version): a cache written for another GPU
   or TensorRT is not used. A default cache of other provenance, or one that does not load, is replaced with a
@@ -47,8 +49,9 @@ class TimingCacheFile:
     status: str = ""
 
     @classmethod
-    def resolve(cls, config, trt) -> TimingCacheFile | None:
-        """The file a build with ``config`` uses (``None``: ``use_timing_cache=False``)."""
+    def resolve(cls, config, trt, build_key: str = "") -> TimingCacheFile | None:
+        """The file a build with ``config`` uses (``None``: ``use_timing_cache=False``); ``build_key`` names the
+        model and settings where TensorRT keeps a cache per build."""
         if not config.use_timing_cache:
             return None
         from trtkit._device import device_info
@@ -61,7 +64,8 @@ class TimingCacheFile:
         }
         if config.timing_cache:
             return cls(Path(config.timing_cache), False, config.timing_cache_reset, provenance)
-        return cls(default_path(provenance), True, True, provenance)
+        key = "" if compat.timing_cache_shared_across_builds(trt) else build_key
+        return cls(default_path(provenance, key), True, True, provenance)
 
     @property
     def sidecar(self) -> Path:
@@ -143,11 +147,23 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trtkit"
 
 
-def default_path(provenance: dict) -> Path:
-    """The default cache of a GPU and TensorRT: ``<user cache folder>/timing/<gpu>-sm<cc>-trt<version>.cache``."""
+def default_path(provenance: dict, build_key: str = "") -> Path:
+    """The default cache of a GPU and TensorRT: ``<user cache folder>/timing/<gpu>-sm<cc>-trt<version>.cache``
+    (``...-<build_key>.cache`` where one is given)."""
     gpu = re.sub(r"[^a-z0-9.]+", "-", (provenance["gpu"] or "unknown-gpu").lower()).strip("-")
     cc = (provenance["compute_capability"] or "unknown").replace(".", "")
-    return user_cache_dir() / "timing" / f"{gpu}-sm{cc}-trt{provenance['tensorrt']}.cache"
+    key = f"-{build_key}" if build_key else ""
+    return user_cache_dir() / "timing" / f"{gpu}-sm{cc}-trt{provenance['tensorrt']}{key}.cache"
+
+
+def build_key(model_sha256: str, config) -> str:
+    """A short name for one model built with one set of settings (the timing cache's own settings left out)."""
+    import hashlib
+
+    kept_out = ("timing_cache", "timing_cache_reset", "use_timing_cache", "save_qdq_onnx", "save_prepared", "check")
+    settings = {k: v for k, v in config.to_json().items() if k not in kept_out}
+    text = json.dumps([model_sha256, settings], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _describe(provenance) -> str:
