@@ -54,7 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from timing import timed  # noqa: E402 - shared with torch_anchor.py
+from timing import run_stamp, timed  # noqa: E402 - shared with torch_anchor.py
 
 TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 INPUT, OUTPUT = "images", "logits"
@@ -725,7 +725,7 @@ def main() -> int:
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
     errors = Errors()
-    results: dict = {"gpu": None, "tensorrt": None, "batches": args.batches,
+    results: dict = {**run_stamp(), "gpu": None, "tensorrt": None, "batches": args.batches,
                      **{str(b): {key: None for key in KEYS} for b in args.batches}, "extra": {}}
     workdir = Path(tempfile.mkdtemp(prefix="trtkit-anchors-"))
     onnx_path = Path(args.onnx) if args.onnx else cache / "resnet50.onnx"  # the name the GPU tests use too

@@ -3,8 +3,17 @@ under the GPU host's PyTorch Python, where trtkit is not installed."""
 
 from __future__ import annotations
 
+import datetime
+import shlex
 import statistics
+import sys
 import time
+
+
+def run_stamp() -> dict:
+    """When and how this run was made, for the results file (the docs show both under each table)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"date": now, "command": "python " + shlex.join(sys.argv)}
 
 
 def timed(fn, *, warmup_s: float = 0.3, budget_s: float = 1.5, min_calls: int = 30, max_calls: int = 5000) -> float:
