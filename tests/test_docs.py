@@ -136,8 +136,6 @@ def test_every_help_text_tells_no_history(reference):
     assert {"trtkit build", "trtkit eval detection", "trtkit export triton"} <= set(texts)
     found = {prog: history_in(text) for prog, text in texts.items()}
     found = {prog: hits for prog, hits in found.items() if hits}
-    if found and all("--use-profile" in hit for hits in found.values() for hit in hits):
-        pytest.xfail("--use-profile's help calls it the option's older name; the alias goes with the CLI's cleanup")
     assert found == {}
 
 
