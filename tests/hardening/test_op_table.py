@@ -61,11 +61,15 @@ def test_inspect_check_without_tensorrt_says_the_check_did_not_happen(tmp_path, 
     _lazy.import_module.cache_clear()
     model = tmp_path / "m.onnx"
     model.write_bytes(models.tiny_conv().SerializeToString())
-    code = cli_main.main(["inspect", str(model), "--check"])
+    code = cli_main.main(["inspect", str(model), "--check", "--json", str(tmp_path / "check.json")])
     out = capsys.readouterr()
     _lazy.import_module.cache_clear()
     assert code == 1 and "the op check did not happen" in out.err and out.err.count("\n") == 1
-    assert "listed" in out.out and "8.6" in out.out and "the check did not happen" in out.out
+    assert "listed" in out.out and "8.6" in out.out and "published operator lists" in out.out
+    assert "not installed" not in out.out  # the reason is said once, on stderr
+    assert all(len(line) <= 160 for line in out.out.splitlines()) and "Conv" in out.out
+    written = json.loads((tmp_path / "check.json").read_text())["check"]
+    assert written["queried"] is False and "not installed" in written["not_asked"]
     report = opcheck.preflight(str(model), isolate=False)
     assert report.queried is False and report.to_json()["listed"]["Conv"] == {"8.6": True, "10.1": True}
     assert cli_main.main(["inspect", str(model)]) == 0  # without --check nothing is missing

@@ -145,7 +145,6 @@ def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeou
     except Exception as exc:  # noqa: BLE001 - the check advises; it must not block a build by failing itself
         kind = "" if isinstance(exc, DependencyError) else f"{type(exc).__name__}: "
         report.not_asked = f"{kind}{exc}"
-        report.notes.append(f"TensorRT could not be asked ({kind}{exc}); only onnx-tensorrt's operator lists are shown")
         return report
     _apply_answer(report, loaded.proto, answer)
     return report

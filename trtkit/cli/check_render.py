@@ -82,10 +82,7 @@ def _verdict(report) -> str:
     if report.ok and report.queried:
         return "[green]every op is supported by this TensorRT's parser[/green]"
     if report.ok:
-        return (
-            "[yellow]the check did not happen: TensorRT could not be asked; the 'listed' columns are "
-            "onnx-tensorrt's published operator lists, not this machine's parser[/yellow]"
-        )
+        return "[yellow]the 'listed' columns are onnx-tensorrt's published operator lists, not this machine's parser"
     return (
         "[red]this TensorRT cannot parse the model as is[/red]: try --fold-constants, re-exporting at a lower "
         "opset, or a newer TensorRT"

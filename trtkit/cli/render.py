@@ -7,11 +7,17 @@ import os
 import sys
 from pathlib import Path
 
+PLAIN_WIDTH = 160  # the console's width when writing to a file or pipe
+
 
 def make_console(*, stderr: bool = False, file=None, width: int | None = None):
-    """A rich Console; respects ``NO_COLOR`` and plain output when not a terminal."""
+    """A rich Console; respects ``NO_COLOR`` and plain output when not a terminal, where tables are not wrapped at
+    80 columns (``COLUMNS`` still sets the width)."""
     from rich.console import Console
 
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    if width is None and "COLUMNS" not in os.environ and not getattr(stream, "isatty", lambda: False)():
+        width = PLAIN_WIDTH
     return Console(
         file=file,
         stderr=stderr and file is None,
