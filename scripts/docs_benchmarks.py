@@ -291,8 +291,8 @@ def detector_rows(data: dict, name=label) -> list:
 def render_detection(data: dict, prov: Provenance) -> list:
     nms = (("images", "images"), ("boxes paired", "boxes_compared"), ("only in the plugin's", "only_plugin"),
            ("only in numpy's", "only_numpy"), ("min IoU", "min_iou"), ("mean IoU", "mean_iou"))
-    latency = (("input", "input"), ("letterbox", "letterbox"), ("resize threads", "pre_threads"), ("pre ms", "pre_ms"),
-               ("infer ms", "infer_ms"), ("post ms", "post_ms"), ("total ms", "total_ms"),
+    latency = (("input", "input"), ("letterbox", "letterbox"), ("pre ms", "pre_ms"), ("infer ms", "infer_ms"),
+               ("post ms", "post_ms"), ("total ms", "total_ms"),
                ("engine alone (`TrtRunner.infer`) ms", "engine_e2e_ms"))
     samples = [(s.get("engine"), s) for k, s in sorted(data.items()) if k.startswith("sample_latency")]
     what = (f"`{Path(str(data.get('model', ''))).name}` on the generated validation images, scored with "
