@@ -73,9 +73,6 @@ class BuildConfig:
         qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add
             runs as an INT8 pointwise layer (``QdqOptions.quantize_add_inputs``). ``None`` (the default): the
             value of ``qdq_residual_activations``.
-        qdq_kept_fp16: with ``int8_mode=qdq`` and the FP16 flag (TensorRT < 11, not strongly typed), pin the
-            convolutions/matmuls the Q/DQ plan kept out of INT8 to FP16 (``PREFER_PRECISION_CONSTRAINTS``) instead
-            of leaving TensorRT free to run them in FP32/TF32.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
         sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
         fold_constants: fold constant subgraphs into initializers before parsing.
@@ -113,7 +110,6 @@ class BuildConfig:
     qdq_residual_activations: bool = True
     qdq_concat_shared_scale: bool = True
     qdq_add_inputs: bool | None = None
-    qdq_kept_fp16: bool = False
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
     sanitize: bool = True
@@ -159,7 +155,6 @@ class BuildConfig:
             "qdq_residual_activations",
             "qdq_concat_shared_scale",
             "qdq_add_inputs",
-            "qdq_kept_fp16",
         ):
             _check.boolean(name, getattr(self, name))
         _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)

@@ -50,7 +50,6 @@ class PrecisionPlan:
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
         notes: what was decided, for the build summary and manifest.
         calibration: facts about calibration for the manifest (path, algorithm, samples, cache reuse).
-        half_layers: names of math layers to pin to FP16 (the layers a Q/DQ plan kept, with ``qdq_kept_fp16``).
     """
 
     model: object
@@ -59,7 +58,6 @@ class PrecisionPlan:
     calibrator: object = None
     notes: list = field(default_factory=list)
     calibration: dict = field(default_factory=dict)
-    half_layers: tuple = ()
 
     def finish(self) -> None:
         """Call after ``build_serialized_network``: re-raises an error recorded by the calibrator, frees its buffers."""
@@ -248,7 +246,6 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
         for name, used in (
             ("the excluded nodes", bool(config.qdq_exclude)),
             ("the quantized heads", not config.qdq_keep_heads),
-            ("FP16 for the layers kept out of INT8", config.qdq_kept_fp16),
         )
         if used
     ]
@@ -303,8 +300,6 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         _save_model(qdq, config.save_qdq_onnx)
     plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
-    if config.qdq_kept_fp16 and "FP16" in plan.flags and not plan.strongly_typed:
-        plan.half_layers = tuple(result.plan.skipped)
     return plan
 
 

@@ -156,12 +156,6 @@ def add_precision_options(parser) -> None:
         help="--int8-mode qdq: quantize Concat inputs with one scale shared with the Concat's output; on by default",
     )
     g.add_argument(
-        "--qdq-kept-fp16",
-        dest="qdq_kept_fp16",
-        action="store_true",
-        help="--int8-mode qdq with the FP16 flag: pin the layers kept out of INT8 to FP16 (not FP32/TF32)",
-    )
-    g.add_argument(
         "--qdq-exclude",
         metavar="NODES",
         default="",
@@ -407,7 +401,6 @@ def check_option_use(args) -> None:
             ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
             ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
             *_placement_given(args),
-            ("--qdq-kept-fp16", bool(getattr(args, "qdq_kept_fp16", False))),
         )
         if used
     ]
@@ -487,7 +480,6 @@ def config_from_args(args) -> BuildConfig:
             for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs")
             if (value := getattr(args, dest, None)) is not None
         },
-        qdq_kept_fp16=getattr(args, "qdq_kept_fp16", False),
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
     )
