@@ -230,7 +230,6 @@ def _check_calibration(self: CalibrationSettings) -> None:
     _check.path("calibration.cache_path", self.cache_path, optional=True)
     if self.algorithm is not None:
         _check.choice("calibration.algorithm", self.algorithm, CALIB_ALGORITHMS)
-    self.percentile = _check.number("calibration.percentile", self.percentile, high=100, above=0)
     _check.integer("calibration.max_samples", self.max_samples, low=1, optional=True)
     _check.integer("calibration.batch_size", self.batch_size, low=1, optional=True)
     _check.boolean("calibration.force", self.force)

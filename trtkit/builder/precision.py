@@ -188,7 +188,7 @@ def resolve_int8_mode(caps, mode: str, algorithm: str | None = None) -> str:
     the calibrator's default, entropy), else Q/DQ.
 
     Raises:
-        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for percentile or mse.
+        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for mse.
     """
     native = caps.has_calibrators and caps.int8_flag and (algorithm != "minmax" or caps.has_minmax_calibrator)
     if mode == "auto":
@@ -207,9 +207,9 @@ def check_int8_mode(mode: str, algorithm: str | None) -> None:
     """``int8_mode`` against the calibration algorithm, whatever the TensorRT (checked before it is looked for).
 
     Raises:
-        UnsupportedError: TensorRT's calibrator asked for with an algorithm it does not have (percentile, mse).
+        UnsupportedError: TensorRT's calibrator asked for with an algorithm it does not have (mse).
     """
-    if mode == "calibrator" and algorithm in ("percentile", "mse"):
+    if mode == "calibrator" and algorithm == "mse":
         raise UnsupportedError(
             f"TensorRT has no {algorithm} calibrator; use int8_mode 'qdq' with the {algorithm} algorithm, or the "
             "entropy or minmax algorithm.",

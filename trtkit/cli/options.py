@@ -173,16 +173,7 @@ def add_calibration_options(parser) -> None:
         "--calib-algo",
         choices=CALIB_ALGORITHMS,
         default=None,
-        help="default: entropy with TensorRT's calibrator, mse for the Q/DQ model trtkit makes (percentile and mse: "
-        "Q/DQ only)",
-    )
-    g.add_argument(
-        "--calib-percentile",
-        type=float,
-        default=99.99,
-        metavar="P",
-        help="--calib-algo percentile: the percentile of each tensor's |values| taken as its range "
-        "(0 < P <= 100; default 99.99)",
+        help="default: entropy with TensorRT's calibrator, mse for the Q/DQ model trtkit makes (mse: Q/DQ only)",
     )
     g.add_argument(
         "--calib-histograms",
@@ -354,7 +345,6 @@ def batch_sizes(text: str) -> tuple:
 # calibration options (dest -> default) that only matter with --calib or --calib-cache
 _CALIB_DEFAULTS = {
     "calib_algo": None,
-    "calib_percentile": 99.99,
     "calib_histograms": "auto",
     "calib_max_samples": None,
     "calib_batch": None,
@@ -441,7 +431,6 @@ def config_from_args(args) -> BuildConfig:
             source=args.calib,
             cache_path=args.calib_cache,
             algorithm=args.calib_algo,
-            percentile=args.calib_percentile,
             max_samples=args.calib_max_samples,
             batch_size=args.calib_batch,
             force=args.calib_cache_force,
@@ -542,7 +531,6 @@ FLAGS = {
     "calibration.source": "--calib",
     "calibration.cache_path": "--calib-cache",
     "calibration.algorithm": "--calib-algo",
-    "calibration.percentile": "--calib-percentile",
     "calibration.max_samples": "--calib-max-samples",
     "calibration.batch_size": "--calib-batch",
     "calibration.preprocess": "--calib-preprocess",
