@@ -47,11 +47,9 @@ def placements() -> dict:
         "default": base,
         "heads": replace(base, keep_output_layers=False),
         "per_tensor": replace(base, per_channel=False),
-        "input": replace(base, keep_input_layers=True),
         "concat": replace(base, keep_concat_outputs=True),
         "depth2": replace(base, output_depth=2),
         "depth3": replace(base, output_depth=3),
-        "input_concat": replace(base, keep_input_layers=True, keep_concat_outputs=True),
         "all": replace(base, residual_through_activation=True, concat_shared_scale=True),
         "all_add": replace(base, residual_through_activation=True, concat_shared_scale=True, quantize_add_inputs=True),
     }
