@@ -150,9 +150,9 @@ def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_defau
     with pytest.raises(UnsupportedError, match=r"placement settings \(the quantized heads\) need Q/DQ "
                                                r"nodes.*use int8_mode 'qdq'"):
         plan_precision(trt, load_model(silu_residual()), config, capabilities(trt))
-    config = _config()  # residual activations, shared Concat scales, add inputs: on, and ignored by the calibrator
-    config.int8_mode = "calibrator"
-    assert config.qdq_residual_activations and config.qdq_concat_shared_scale and config.qdq_add_inputs
+    config = _config()  # residual activations (add inputs with them), shared Concat scales: on, and ignored by the
+    config.int8_mode = "calibrator"  # calibrator
+    assert config.qdq_residual_activations and config.qdq_concat_shared_scale
     assert plan_precision(trt, load_model(silu_residual()), config, capabilities(trt)).calibrator is not None
 
 
@@ -184,19 +184,7 @@ def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_lea
     assert len(union.residual) == 10 and len(set(union.scale_groups.values())) == 2
 
 
-def test_add_inputs_follow_residual_activations_and_alone_are_refused_naming_both():
-    from trtkit.builder.config import BuildConfig
-    from trtkit.errors import UsageError
-
-    assert BuildConfig(precision="int8").qdq_add_inputs is True  # the defaults: both on
-    assert BuildConfig(precision="int8", qdq_residual_activations=False).qdq_add_inputs is False
-    with pytest.raises(UsageError, match="qdq_add_inputs does nothing without the residual-activation placement"):
-        BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=False)
-
-
 @pytest.mark.parametrize("argv, message", [
-    (["--int8", "--int8-mode", "qdq", "--no-qdq-residual-activations", "--qdq-add-inputs"],
-     "--qdq-add-inputs does nothing without the residual-activation placement"),
     (["--int8", "--int8-mode", "calibrator", "--calib-cache", "c.cache", "--no-qdq-concat-shared-scale"],
      r"--no-qdq-concat-shared-scale place\(s\) Q/DQ nodes, which --int8-mode calibrator does not make"),
     (["--fp16", "--qdq-residual-activations"], "--qdq-residual-activations applies only to --int8"),

@@ -310,7 +310,7 @@ def qdq_options(config) -> QdqOptions:
         exclude_nodes=frozenset(config.qdq_exclude),
         residual_through_activation=config.qdq_residual_activations,
         concat_shared_scale=config.qdq_concat_shared_scale,
-        quantize_add_inputs=config.qdq_add_inputs,
+        quantize_add_inputs=config.qdq_residual_activations,
     )
 
 

@@ -137,16 +137,8 @@ def add_precision_options(parser) -> None:
         dest="qdq_residual_activations",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="--int8-mode qdq: also quantize the skip input of residual adds fed by a convolution through its "
-        "activation (SiLU, ReLU); on by default",
-    )
-    g.add_argument(
-        "--qdq-add-inputs",
-        dest="qdq_add_inputs",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--int8-mode qdq with --qdq-residual-activations: quantize both inputs of those residual adds (the add "
-        "then runs in INT8); on wherever --qdq-residual-activations is",
+        help="--int8-mode qdq: also quantize both inputs of residual adds fed by a convolution through its "
+        "activation (SiLU, ReLU; the add then runs in INT8); on by default",
     )
     g.add_argument(
         "--qdq-concat-shared-scale",
@@ -410,7 +402,7 @@ def check_option_use(args) -> None:
 def _placement_given(args) -> tuple:
     """``(--flag or --no-flag, given)`` for the Q/DQ placement switches that default to on (None: not given)."""
     found = []
-    for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs"):
+    for dest in ("qdq_residual_activations", "qdq_concat_shared_scale"):
         value = getattr(args, dest, None)
         flag = "--" + dest.replace("_", "-")
         found.append((flag if value is not False else flag.replace("--", "--no-", 1), value is not None))
@@ -466,7 +458,7 @@ def config_from_args(args) -> BuildConfig:
         qdq_keep_heads=args.qdq_keep_heads,
         **{
             dest: value
-            for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs")
+            for dest in ("qdq_residual_activations", "qdq_concat_shared_scale")
             if (value := getattr(args, dest, None)) is not None
         },
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
@@ -551,7 +543,6 @@ FLAGS = {
     "on_log": "--verbose",
     "require_precision": "--require-precision",
     "strongly_typed": "--strongly-typed",
-    "qdq_add_inputs": "--qdq-add-inputs",
     "fold_constants": "--fold-constants",
     "force": "--force",
     "strict": "--strict",
