@@ -46,7 +46,6 @@ def placements() -> dict:
     return {
         "default": base,
         "heads": replace(base, keep_output_layers=False),
-        "per_tensor": replace(base, per_channel=False),
         "concat": replace(base, keep_concat_outputs=True),
         "depth2": replace(base, output_depth=2),
         "depth3": replace(base, output_depth=3),

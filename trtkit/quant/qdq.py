@@ -56,7 +56,6 @@ class QdqOptions:
     """Settings of :func:`plan_qdq`.
 
     Attributes:
-        per_channel: per-channel weight scales for convolutions (else per-tensor).
         per_channel_matmul: per-channel weight scales for Gemm/MatMul too (along N).
         quantize_residual: quantize the skip input of residual adds.
         keep_output_layers: keep the final compute layers (heads) in higher precision.
@@ -78,7 +77,6 @@ class QdqOptions:
             pointwise layer of its own, in INT8 only when both its inputs are.
     """
 
-    per_channel: bool = True
     per_channel_matmul: bool = False
     quantize_residual: bool = True
     keep_output_layers: bool = True
@@ -271,7 +269,7 @@ def _plan_compute(g: _Graph, node, options: QdqOptions, plan: QdqPlan) -> None:
         if not name:
             continue
         if g.is_weight(name):
-            per_channel = options.per_channel_matmul if node.op_type in ("Gemm", "MatMul") else options.per_channel
+            per_channel = options.per_channel_matmul or node.op_type not in ("Gemm", "MatMul")
             axis = _weight_axis(g, node, name) if per_channel else None
             plan.weights[(node.name, index)] = WeightQuant(name, axis)
         else:
