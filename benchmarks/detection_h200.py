@@ -15,9 +15,8 @@
    end-to-end latency: on that engine (float NCHW input, numpy decode: ``sample_latency_plain`` with the numpy
    letterbox, ``sample_latency_plain_gpu_letterbox`` with the GPU one) and on the fast engine built in the same call
    with ``--input-uint8-nhwc --add-nms`` against that engine's own e2e latency (``sample_latency``: the GPU
-   letterbox where its kernels load, the JSON says which ran and why; ``sample_latency_cpu_letterbox`` and
-   ``sample_latency_pre_threads4``: the numpy letterbox, with one and four resize threads), with how far their
-   detections agree.
+   letterbox where its kernels load, the JSON says which ran and why; ``sample_latency_cpu_letterbox``: the numpy
+   letterbox), with how far their detections agree.
 
 Every measurement is guarded: a failure is recorded under ``errors`` and the rest goes on; parts past ``--budget``
 seconds are skipped (recorded). Engines and data stay under ``--work``; only the JSON and the caches go to ``--out``.
@@ -217,8 +216,8 @@ def decoded_val_arrays(data: Path, images: int = 300) -> list:
     return arrays
 
 
-def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads: int = 1,
-                   letterbox: str = "auto", comparator: tuple | None = None) -> list:
+def sample_latency(run, key: str, engine: Path, arrays: list, what: str, letterbox: str = "auto",
+                   comparator: tuple | None = None) -> list:
     """The sample's Detector (as ``detect.py`` runs it: CUDA graph, output views, the letterbox where ``letterbox``
     says) at batch 1 on decoded images against an engine's e2e latency alone (``trtkit bench``; ``comparator``:
     ``(ms, what)``, default the plain FP16 engine's); returns the detections of each image."""
@@ -227,7 +226,7 @@ def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads
     from trtkit.eval.models import open_model
 
     with open_model(str(engine), runner_options=RUNNER_OPTIONS) as model:
-        detector = Detector(model, threads=threads, letterbox=letterbox)
+        detector = Detector(model, letterbox=letterbox)
         try:
             for array in arrays:  # warm-up: every image size's resize pass order (and taps) found once, graphs made
                 detector([array])
@@ -244,7 +243,7 @@ def sample_latency(run, key: str, engine: Path, arrays: list, what: str, threads
     run.result[key] = {
         "engine": engine.name, "images": len(arrays), "input": f"{model.layout} {np.dtype(model.input_dtype)}",
         "letterbox": where, "letterbox_reason": detector.letterbox_reason,
-        "pre_threads": threads, "pre_ms": round(parts["pre"], 4), "infer_ms": round(parts["infer"], 4),
+        "pre_ms": round(parts["pre"], 4), "infer_ms": round(parts["infer"], 4),
         "post_ms": round(parts["post"], 4), "total_ms": round(total, 4), "engine_e2e_ms": e2e,
         "ratio": round(total / e2e, 3) if e2e else None,
         "ratio_vs_fp16_e2e": round(total / fp16_e2e, 3) if fp16_e2e else None,
@@ -270,8 +269,8 @@ def build_fast(run, model: Path, engines: Path, cache: Path, data: Path, opt_lev
 
 def fast_path(run, fp16_engine: Path, fast_engine: Path | None, data: Path, seconds: float) -> None:
     """The sample on the plain FP16 engine (float NCHW in, numpy decode; numpy and GPU letterbox) and on the fast
-    engine (GPU letterbox where it loads: ``sample_latency``, against the fast engine's own e2e; numpy letterbox with
-    one and four resize threads); the fast engine's own e2e latency; how far their detections agree."""
+    engine (GPU letterbox where it loads: ``sample_latency``, against the fast engine's own e2e; numpy letterbox); the
+    fast engine's own e2e latency; how far their detections agree."""
     arrays = decoded_val_arrays(data)
     plain_what = "the plain FP16 engine (float NCHW input, numpy decode and NMS)"
     plain = sample_latency(run, "sample_latency_plain", fp16_engine, arrays, plain_what, letterbox="cpu")
@@ -292,8 +291,6 @@ def fast_path(run, fp16_engine: Path, fast_engine: Path | None, data: Path, seco
                                 comparator=comparator)
     fast = run.guard("sample_latency/gpu_letterbox",
                      lambda: sample_latency(run, "sample_latency", fast_engine, arrays, what, comparator=comparator))
-    sample_latency(run, "sample_latency_pre_threads4", fast_engine, arrays, what, threads=4, letterbox="cpu",
-                   comparator=comparator)
     compared, ious, only_fast, only_plain = pair_detections(numpy_fast if fast is None else fast, plain)
     run.result["sample_fast_vs_plain"] = {
         "images": len(arrays), "boxes_compared": compared, "only_fast": only_fast, "only_plain": only_plain,

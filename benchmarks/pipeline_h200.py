@@ -488,8 +488,7 @@ def detection_pipeline(video: Path, work: Path, runner_args: dict, sizes: Sizes,
     build_s = time.perf_counter() - t0
     source = VideoSource(video, decoder="pyav")
     report = run_engine(engine, source, sinks=[VideoSink(work / "detections.mp4", fps=source.fps)],
-                        processing=detection_processing(), pre_workers=sizes.pre_workers, post_workers=2,
-                        **runner_args)
+                        processing=detection_processing(), pre_workers=sizes.pre_workers, **runner_args)
     data = report.to_json()
     return {"build_s": round(build_s, 1), "e2e_fps": data["fps"], "frames_out": data["frames_out"],
             "slowest_stage": data["slowest_stage"], "stages": data["stages"], "gpu": data["gpu"]}

@@ -16,15 +16,14 @@ out unless noted:
   and batch (like ``floor_compute_ms``, the engine with no copies around it; the figure with copies in between, where
   they share the GPU's memory and L2 with it, is ``extra.bench_gpu_compute_with_transfers_ms``).
 
-All latency anchors of a batch are open at once and measured in interleaved rounds, so drift over the run (GPU
-clocks, temperature) does not favour whichever anchor ran last. Every anchor is given the same input array call
-after call (each its own copy of it): trtkit's default runner page-locks that array in place on its second call and
-sends it from there (``pin_reused_inputs``); ``trtkit_graph_copy_ms`` is the same runner copying every input into its
-pinned buffer, as it does for arrays not passed again. Extra rows show where time goes: the trtkit runner with inputs
-copied through pinned memory or sent straight from pageable memory, outputs as views, inputs written in place
-(``host_inputs``), the hand-written loop in graphs (input page-locked in place; pageable input; device buffers only),
-a ``RunnerPool`` of two graph runners (throughput), and ``breakdown_us``: one call's steps (input copy, launch, sync,
-output copy) by hand.
+All latency anchors of a batch are open at once and measured in interleaved rounds, so drift over the run (GPU clocks,
+temperature) does not favour whichever anchor ran last. Every anchor is given the same input array call after call (each
+its own copy of it): trtkit's default runner page-locks that array in place on its second call and sends it from there
+(``pin_reused_inputs``); ``trtkit_graph_copy_ms`` is the same runner without that, as for arrays not passed again
+(copied into its pinned buffer below 1 MiB, sent from pageable memory from 1 MiB). Extra rows show where time goes: the
+trtkit runner with outputs as views and with inputs written in place (``host_inputs``), the hand-written loop in graphs
+(input page-locked in place; pageable input; device buffers only), a ``RunnerPool`` of two graph runners (throughput),
+and ``breakdown_us``: one call's steps (input copy, launch, sync, output copy) by hand.
 
 Then ``--leak-calls`` (100 000) calls through ``TrtRunner``: growth of device memory (cudaMemGetInfo) and host RSS.
 Writes ``benchmarks/results/runner-h200.json`` and a copy in ``--out``. Each anchor's failure is recorded in
@@ -242,12 +241,8 @@ def open_trtkit_anchors(stack: contextlib.ExitStack, anchors: Interleaved, engin
 
     anchors.add("trtkit_ms", lambda: runner(cuda_graph=False))
     anchors.add("trtkit_graph_ms", lambda: runner(cuda_graph=True))  # the defaults
-    # the copy routes, as for arrays not passed again: through the pinned buffer, or straight from pageable memory
+    # the copy route, as for arrays not passed again (through the pinned buffer, or straight from pageable memory)
     anchors.add("trtkit_graph_copy_ms", lambda: runner(cuda_graph=True, pin_reused_inputs=False))
-    anchors.add("trtkit_graph_pinned_copy_ms", lambda: runner(cuda_graph=True, pinned_inputs=True,
-                                                              pin_reused_inputs=False))
-    anchors.add("trtkit_graph_direct_ms", lambda: runner(cuda_graph=True, pinned_inputs=False,
-                                                         pin_reused_inputs=False))
     anchors.add("trtkit_graph_views_ms", lambda: runner(cuda_graph=True, copy_outputs=False))
 
     def pinned():
@@ -654,8 +649,7 @@ def targets(results: dict) -> dict:
 
 def print_table(results: dict) -> None:
     keys = KEYS + ("loop_graph_ms", "loop_graph_registered_ms", "loop_pageable_graph_ms", "loop_device_graph_ms",
-                   "trtkit_graph_copy_ms", "trtkit_graph_direct_ms", "trtkit_graph_pinned_copy_ms",
-                   "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
+                   "trtkit_graph_copy_ms", "trtkit_graph_views_ms", "trtkit_graph_pinned_ms",
                    "trtkit_async2_per_call_ms", "torch_eager_fp16_ms")
     print(f"{'ms':>28}" + "".join(f"{'batch ' + str(b):>12}" for b in results["batches"]))
     for key in keys:

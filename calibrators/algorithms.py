@@ -6,7 +6,6 @@
   least; amax = ``(i + 0.5) * bin_width``. All candidates are evaluated at once from prefix sums (no Python loop over
   candidates or elements).
 - ``minmax``: the exact largest ``|x|`` seen.
-- ``percentile``: the value below which the given percentage of ``|x|`` falls (interpolated inside its bin).
 - ``mse``: the amax that minimizes the expected squared quantization error over the histogram: values inside the
   range carry the rounding noise of a uniform quantizer (``step**2 / 12``), values beyond it their clipping error
   ``(|x| - amax)**2``; every bin edge is a candidate, all evaluated at once from prefix sums.
@@ -100,27 +99,6 @@ def minmax_amax(hist: Histogram) -> float:
     return max(float(hist.amax), _TINY_AMAX)
 
 
-def percentile_amax(hist: Histogram, percentile: float) -> float:
-    """amax = the ``percentile`` (0-100] of ``|x|``, interpolated linearly inside its bin.
-
-    Raises:
-        CalibrationError: ``percentile`` outside (0, 100].
-    """
-    if not 0.0 < percentile <= 100.0:
-        raise CalibrationError(f"Percentile must be in (0, 100]; got {percentile}.")
-    if hist.counts is None or hist.count == 0:
-        return _TINY_AMAX
-    if percentile == 100.0:
-        return minmax_amax(hist)
-    cdf = np.cumsum(hist.counts)
-    target = cdf[-1] * percentile / 100.0
-    idx = int(np.searchsorted(cdf, target, side="left"))
-    below = cdf[idx - 1] if idx > 0 else 0.0
-    inside = (target - below) / hist.counts[idx] if hist.counts[idx] > 0 else 1.0
-    value = (idx + inside) * hist.bin_width
-    return max(min(value, hist.amax), _TINY_AMAX)
-
-
 def mse_errors(counts: np.ndarray, bin_width: float, levels: int = QUANT_LEVELS - 1) -> tuple[np.ndarray, np.ndarray]:
     """Expected squared quantization error (summed over the histogram) for amax at every bin edge, vectorized.
 
@@ -153,7 +131,7 @@ def mse_amax(hist: Histogram) -> float:
     return max(min(float(amax[int(np.argmin(errors))]), hist.amax), _TINY_AMAX)
 
 
-def compute_amax(hist: Histogram, algorithm: str, percentile: float = 99.99) -> float:
+def compute_amax(hist: Histogram, algorithm: str) -> float:
     """amax of one tensor with the named algorithm.
 
     Raises:
@@ -163,14 +141,12 @@ def compute_amax(hist: Histogram, algorithm: str, percentile: float = 99.99) -> 
         return entropy_amax(hist)
     if algorithm == "minmax":
         return minmax_amax(hist)
-    if algorithm == "percentile":
-        return percentile_amax(hist, percentile)
     if algorithm == "mse":
         return mse_amax(hist)
     raise CalibrationError(f"Unknown calibration algorithm '{algorithm}'; use one of: {', '.join(ALGORITHMS)}.")
 
 
-def compute_amaxes(histograms, algorithm: str, percentile: float = 99.99) -> dict[str, float]:
+def compute_amaxes(histograms, algorithm: str) -> dict[str, float]:
     """amax of every tensor of a :class:`~calibrators.histogram.HistogramSet` (or a ``{name: Histogram}`` dict)."""
     tensors = getattr(histograms, "tensors", histograms)
-    return {name: compute_amax(hist, algorithm, percentile) for name, hist in tensors.items()}
+    return {name: compute_amax(hist, algorithm) for name, hist in tensors.items()}

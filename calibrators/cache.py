@@ -30,9 +30,6 @@ logger = logging.getLogger("trtkit")
 HEADER_ALGORITHMS = {
     "entropy": "EntropyCalibration2",
     "minmax": "MinMaxCalibration",
-    # TensorRT has no percentile calibrator; the scales are consumed by the Q/DQ path or replayed through the
-    # entropy calibrator, which accepts a cache with its own header.
-    "percentile": "EntropyCalibration2",
 }
 SIDECAR_SUFFIX = ".trtkit.json"
 PROVENANCE_FORMAT = 1
@@ -130,7 +127,6 @@ class Provenance:
     onnx_sha256: str
     tensorrt: str
     algorithm: str
-    percentile: float | None = None
     preprocess: dict | None = None
     data_digest: str | None = None
     batch_size: int | None = None
@@ -140,7 +136,7 @@ class Provenance:
     format: int = PROVENANCE_FORMAT
 
     # Fields that decide whether scales are still valid (samples is a result, not a setting).
-    COMPARED = ("onnx_sha256", "tensorrt", "algorithm", "percentile", "preprocess", "data_digest", "max_samples")
+    COMPARED = ("onnx_sha256", "tensorrt", "algorithm", "preprocess", "data_digest", "max_samples")
 
     def differences(self, other: "Provenance", fields=None) -> list[str]:
         """Human-readable differences between a stored provenance (self) and the current settings (other).

@@ -86,7 +86,7 @@ def make_qdq_model(
         trt, work, plan.activations, session, build_engine, where=session.settings.histograms
     )
     seconds = time.perf_counter() - started
-    amax = compute_amaxes(hists, session.algorithm, session.settings.percentile)
+    amax = compute_amaxes(hists, session.algorithm)
     session.save(table_from_amaxes(amax, compat.version(trt), session.algorithm), samples=samples)
     logger.info(
         "Calibration (%s): %d tensors from %d samples in %.1f s.", session.algorithm, len(amax), samples, seconds

@@ -19,7 +19,7 @@ from trtkit.errors import CalibrationError
 
 logger = logging.getLogger("trtkit")
 
-WITHOUT_DATA_FIELDS = ("onnx_sha256", "tensorrt", "algorithm", "percentile")
+WITHOUT_DATA_FIELDS = ("onnx_sha256", "tensorrt", "algorithm")
 
 
 @dataclass
@@ -94,7 +94,6 @@ def prepare(
         onnx_sha256=loaded_model.sha256,
         tensorrt=trt_version,
         algorithm=settings.algorithm,
-        percentile=float(settings.percentile) if settings.algorithm == "percentile" else None,
         preprocess=_effective_preprocess(source, preprocess),
         data_digest=source.identity() if source is not None else None,
         batch_size=batch_size,

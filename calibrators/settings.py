@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CALIB_ALGORITHMS = ("entropy", "minmax", "percentile", "mse")
+CALIB_ALGORITHMS = ("entropy", "minmax", "mse")
 HISTOGRAM_DEVICES = ("auto", "gpu", "cpu")
 # ``algorithm=None``: the path's own default. TensorRT's calibrators have entropy and min-max only; for the Q/DQ
 # model trtkit makes, MSE keeps a detector's accuracy closest to FP32.
@@ -22,10 +22,9 @@ class CalibrationSettings:
     Attributes:
         source: an image folder, a folder of .npy/.npz files, or an iterable of feed dicts.
         cache_path: calibration cache file (TensorRT text format) to reuse or write.
-        algorithm: ``entropy``, ``minmax``, ``percentile`` or ``mse`` (the last two: Q/DQ path only); ``None``
+        algorithm: ``entropy``, ``minmax`` or ``mse`` (the last: Q/DQ path only); ``None``
             (the default) takes the path's own default, ``DEFAULT_ALGORITHMS``: entropy for TensorRT's
             calibrator, mse for the Q/DQ model made by trtkit.
-        percentile: the percentile for ``percentile`` (e.g. 99.99).
         max_samples: cap on the number of samples used.
         batch_size: calibration batch size (default: the profile's opt batch).
         force: reuse a cache even when its provenance does not match.
@@ -38,7 +37,6 @@ class CalibrationSettings:
     source: object = None
     cache_path: str | None = None
     algorithm: str | None = None
-    percentile: float = 99.99
     max_samples: int | None = None
     batch_size: int | None = None
     force: bool = False

@@ -26,7 +26,7 @@ def calibrator_base(trt, algorithm: str):
 
     Raises:
         UnsupportedError: this TensorRT has no such calibrator (11), or the algorithm has no native calibrator
-            (percentile); the message says what to use instead.
+            (mse); the message says what to use instead.
     """
     if algorithm not in _BASES:
         raise UnsupportedError(

@@ -16,8 +16,8 @@ mAP of its TensorRT engine, and recipes (calibration algorithm, samples, placeme
     python scripts/make_detection_data.py DATA --train 512 --val 2000
     python scripts/qdq_proxy.py --data DATA --json proxy.json fp32 default:entropy heads:entropy default:mse
 
-A candidate is ``fp32`` or ``PLACEMENT:ALGORITHM`` (``percentile99.9`` for a percentile); ``--placements`` lists the
-placements. Results are appended to ``--json`` as they come (a run cut short keeps the rows it finished).
+A candidate is ``fp32`` or ``PLACEMENT:ALGORITHM``; ``--placements`` lists the placements. Results are appended to
+``--json`` as they come (a run cut short keeps the rows it finished).
 """
 
 from __future__ import annotations
@@ -46,25 +46,18 @@ def placements() -> dict:
     return {
         "default": base,
         "heads": replace(base, keep_output_layers=False),
-        "per_tensor": replace(base, per_channel=False),
-        "input": replace(base, keep_input_layers=True),
         "concat": replace(base, keep_concat_outputs=True),
         "depth2": replace(base, output_depth=2),
         "depth3": replace(base, output_depth=3),
-        "input_concat": replace(base, keep_input_layers=True, keep_concat_outputs=True),
         "all": replace(base, residual_through_activation=True, concat_shared_scale=True),
         "all_add": replace(base, residual_through_activation=True, concat_shared_scale=True, quantize_add_inputs=True),
     }
 
 
-def parse_candidate(text: str) -> tuple[str, str, float]:
-    """``placement:algorithm`` → ``(placement, algorithm, percentile)``."""
+def parse_candidate(text: str) -> tuple[str, str]:
+    """``placement:algorithm`` → ``(placement, algorithm)``."""
     placement, _, algorithm = text.partition(":")
-    percentile = 99.99
-    if algorithm.startswith("percentile") and algorithm != "percentile":
-        percentile = float(algorithm[len("percentile"):])
-        algorithm = "percentile"
-    return placement, algorithm or "entropy", percentile
+    return placement, algorithm or "entropy"
 
 
 def calibration_feeds(model, train: Path, samples: int):
@@ -102,7 +95,7 @@ def scorer(model, val):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("candidates", nargs="*", help="fp32 or PLACEMENT:ALGORITHM (e.g. default:percentile99.9)")
+    parser.add_argument("candidates", nargs="*", help="fp32 or PLACEMENT:ALGORITHM (e.g. default:mse)")
     parser.add_argument("--data", type=Path, help="make_detection_data.py's output (train/, val/, val.json)")
     parser.add_argument("--model", type=Path, default=MODEL)
     parser.add_argument("--calib", type=int, default=512, help="calibration images (the first of train/)")
@@ -134,9 +127,9 @@ def main(argv=None) -> int:
         if text == "fp32":
             metrics = score(model)
         else:
-            placement, algorithm, percentile = parse_candidate(text)
+            placement, algorithm = parse_candidate(text)
             plan = plans[placement]
-            amax = compute_amaxes({t: hists[t] for t in plan.activations}, algorithm, percentile)
+            amax = compute_amaxes({t: hists[t] for t in plan.activations}, algorithm)
             qdq, _ = insert_qdq(model, amax, plan, strict=True)
             metrics = score(qdq)
             row["plan"] = plan.summary()

@@ -37,7 +37,7 @@ COLUMNS = {
     "Strongly typed": "strongly_typed",
     "CUDA graphs": "cuda_graphs",
 }
-CALIBRATORS = ("entropy", "minmax", "percentile")
+CALIBRATORS = ("entropy", "minmax")
 
 
 def ci_versions() -> tuple:

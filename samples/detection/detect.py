@@ -35,12 +35,11 @@ RUNNER_OPTIONS = {"cuda_graph": True, "copy_outputs": False}
 class Detector:
     """Letterbox → model → decode → map back, for one batch of pillow images or RGB arrays; times each step."""
 
-    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, threads: int = 1,
-                 letterbox: str = "auto"):
+    def __init__(self, model, conf: float = 0.25, iou: float = 0.45, max_det: int = 100, letterbox: str = "auto"):
         self.model = model
         # on the GPU where it loads (into the engine's input, in its stream); else one numpy batch array, page-locked
-        # by the runner, each image resized by `threads` threads. `letterbox_reason`: why numpy, or None.
-        self.letterbox, self.letterbox_reason = model.pick_letterbox(letterbox, reuse=True, threads=threads)
+        # by the runner. `letterbox_reason`: why numpy, or None.
+        self.letterbox, self.letterbox_reason = model.pick_letterbox(letterbox, reuse=True)
         self.input_name = model.input_name
         self.decode = {"conf_threshold": conf, "iou_threshold": iou, "max_detections": max_det}
         self.times = {"pre": [], "infer": [], "post": []}
@@ -94,7 +93,7 @@ def run(args) -> int:
     names = class_names(args.names, args.model)
     skipped: list = []
     with open_model(str(args.model), runner_options=RUNNER_OPTIONS if args.cuda_graph else None) as model:
-        detector = Detector(model, args.conf, args.iou, args.max_det, args.pre_threads, args.letterbox)
+        detector = Detector(model, args.conf, args.iou, args.max_det, args.letterbox)
         print(f"letterbox: {detector.letterbox.where}"
               + (f" ({detector.letterbox_reason})" if detector.letterbox_reason else ""), file=sys.stderr)
         try:
@@ -124,8 +123,6 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="images per inference call (1)")
     parser.add_argument("--names", type=Path, help="class names: a text file, one a line, or a COCO JSON file")
     parser.add_argument("--timing", action="store_true", help="print median per-image pre/infer/post times")
-    parser.add_argument("--pre-threads", type=int, default=1, metavar="N",
-                        help="threads resizing each image (the same pixels as one; 1)")
     parser.add_argument("--letterbox", choices=("auto", "gpu", "cpu"), default="auto",
                         help="where the letterbox runs: on the GPU where its kernels load (auto), or always (gpu), "
                              "or in numpy (cpu)")

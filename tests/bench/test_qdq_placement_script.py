@@ -39,9 +39,8 @@ def test_every_variant_is_built_timed_profiled_and_scored_from_one_calibration(t
     assert json.loads((tmp_path / "results" / "qdq-placement-h200.json").read_text()) == data
     assert not data["errors"], data["errors"]
     rows = data["rows"]
-    assert set(rows) == {"fp16", "int8_qdq_union_add", "int8_qdq_union", "int8_qdq_add", "int8_qdq",
-                         "int8_qdq_residual", "int8_qdq_concat", "int8_qdq_kept_fp16", "int8_qdq_all",
-                         "int8_qdq_all_heads"}
+    assert set(rows) == {"fp16", "int8_qdq_union_add", "int8_qdq_add", "int8_qdq",
+                         "int8_qdq_residual", "int8_qdq_concat"}
     for key, row in rows.items():
         assert ROW_KEYS <= set(row), key
         assert row["b8_images_per_s"] > 0 and row["layers_b8"]["layers"], key
@@ -50,10 +49,7 @@ def test_every_variant_is_built_timed_profiled_and_scored_from_one_calibration(t
     # one calibration: the first union row runs it, every other Q/DQ row reads its cache
     assert "from 8 samples" in notes["int8_qdq_union_add"]
     assert all("from calibration cache" in notes[k] for k in rows if k not in ("fp16", "int8_qdq_union_add"))
-    assert "kept layers pinned to FP16" in notes["int8_qdq_kept_fp16"]
-    assert "pinned" not in notes["int8_qdq"]
-    assert rows["int8_qdq_residual"]["settings"] == {"qdq_residual_activations": True, "qdq_concat_shared_scale": False,
-                                                     "qdq_add_inputs": False}
+    assert rows["int8_qdq_residual"]["settings"] == {"qdq_residual_activations": True, "qdq_concat_shared_scale": False}
     assert set(data["vs_fp16"]) == set(rows) - {"fp16"}
     assert data["vs_fp16"]["int8_qdq"]["b8_images_per_s_vs_fp16"] > 0
 
@@ -67,16 +63,16 @@ def test_the_budget_skips_and_records_what_would_not_fit(tmp_path):
 
 
 def test_merge_keeps_the_earlier_rows_and_measures_the_asked_ones_again(tmp_path):
-    first = _run(tmp_path, "--rows", "fp16,int8_qdq_union")
+    first = _run(tmp_path, "--rows", "fp16,int8_qdq_union_add")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     earlier = tmp_path / "earlier.json"
     earlier.write_text((tmp_path / "out" / "qdq-placement-h200.json").read_text())
-    second = _run(tmp_path, "--rows", "int8_qdq_union,int8_qdq", "--merge", str(earlier))
+    second = _run(tmp_path, "--rows", "int8_qdq_union_add,int8_qdq", "--merge", str(earlier))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     data = json.loads((tmp_path / "out" / "qdq-placement-h200.json").read_text())
-    assert set(data["rows"]) == {"fp16", "int8_qdq_union", "int8_qdq"}
+    assert set(data["rows"]) == {"fp16", "int8_qdq_union_add", "int8_qdq"}
     assert data["rows"]["fp16"] == json.loads(earlier.read_text())["rows"]["fp16"]
     # the second call's union row read the first call's calibration cache
-    assert "from calibration cache" in " ".join(data["rows"]["int8_qdq_union"]["precision_notes"])
-    assert [c["rows"] for c in data["calls"]] == [["fp16", "int8_qdq_union"], ["int8_qdq_union", "int8_qdq"]]
+    assert "from calibration cache" in " ".join(data["rows"]["int8_qdq_union_add"]["precision_notes"])
+    assert [c["rows"] for c in data["calls"]] == [["fp16", "int8_qdq_union_add"], ["int8_qdq_union_add", "int8_qdq"]]
     assert data["vs_fp16"]["int8_qdq"]["b8_images_per_s_vs_fp16"] > 0

@@ -9,7 +9,6 @@ from calibrators.algorithms import (
     entropy_divergences,
     minmax_amax,
     mse_errors,
-    percentile_amax,
 )
 from calibrators.histogram import Histogram, HistogramSet
 from trtkit.errors import CalibrationError
@@ -83,15 +82,6 @@ def test_histogram_ignores_non_finite_values_and_handles_zeros():
     hist.update(np.array([0.0, 0.0, np.inf, np.nan]))
     assert hist.count == 2 and hist.range == 1.0
     assert minmax_amax(hist) > 0  # a zero tensor still gets a positive scale
-
-
-def test_percentile_interpolates_inside_its_bin():
-    hist = Histogram(bins=4)
-    hist.update(np.array([0.5, 1.5, 2.5, 3.5, 4.0]))  # range 4: counts [1, 1, 1, 2]
-    assert percentile_amax(hist, 40.0) == pytest.approx(2.0)  # 2 of 5 values: the top of bin 1
-    assert percentile_amax(hist, 100.0) == 4.0
-    with pytest.raises(CalibrationError, match=r"Percentile must be in \(0, 100\]"):
-        percentile_amax(hist, 0.0)
 
 
 def test_compute_amax_by_name_and_unknown_name():

@@ -8,8 +8,7 @@ import pytest
 from PIL import Image
 
 from tests.fakes.pillow_integer import resample
-from trtkit.detection.pillow_resample import PRECISION_BITS, coefficients
-from trtkit.detection.resize import cached_pass_order, pass_order
+from trtkit.detection.pillow_resample import PRECISION_BITS, cached_pass_order, coefficients, pass_order
 from trtkit.errors import InputError
 
 # (input w, h) -> (output w, h): the detection set's letterbox sizes, shrinking by large factors (more taps than

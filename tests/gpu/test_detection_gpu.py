@@ -90,7 +90,7 @@ def test_uint8_nhwc_engine_takes_pixels_and_finds_the_float_engines_detections(e
     found = {}
     for name, engine in (("float", engines[0]), ("uint8", fast)):
         with open_model(str(engine), runner_options=RUNNER_OPTIONS) as model:
-            detector = Detector(model, threads=2)
+            detector = Detector(model)
             found[name] = [detector([path])[0] for path in files] + [detector([path])[0] for path in files]
             detector.close()
     assert sum(len(d) for d in found["float"]) > 12

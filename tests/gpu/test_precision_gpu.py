@@ -138,7 +138,7 @@ def test_int8_calibrator_builds_runs_shows_int8_and_reuses_its_cache(work, holdo
 
 @pytest.mark.parametrize("algorithm", [
     pytest.param("entropy", marks=pytest.mark.proves("int8_qdq")),
-    pytest.param("percentile", marks=pytest.mark.proves("int8_qdq", "calibrator_percentile"))])
+    pytest.param("mse", marks=pytest.mark.proves("int8_qdq"))])
 def test_int8_qdq_builds_runs_shows_int8_and_saves_the_model(work, holdout, fp32, calib_dir, algorithm):
     cache, saved = work / f"digits.qdq.{algorithm}.cache", work / f"digits.qdq.{algorithm}.onnx"
     for path in (cache, Path(f"{cache}.trtkit.json"), saved):

@@ -59,7 +59,7 @@ def files(tmp_path):
     (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib-cache", "{t}/nope.cache"], 1,
      "Calibration cache '{t}/nope.cache' does not exist and no calibration data was given"),
     (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib", "{t}/folder", "--int8-mode", "calibrator",
-      "--calib-algo", "percentile"], 1, "TensorRT has no percentile calibrator; use --int8-mode 'qdq'"),
+      "--calib-algo", "mse"], 1, "TensorRT has no mse calibrator; use --int8-mode 'qdq'"),
     (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--add-nms"], 1,
      "--add-nms needs one output (N, 4 + classes, anchors) as YOLOv8 exports it; found output 'y' (N, 4, 1, 1)"),
     (["build", "{t}/m.onnx", "--shapes", "x:2x3x8x8", "--add-nms", "--no-isolate"], 1, "--add-nms needs one output"),

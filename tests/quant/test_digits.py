@@ -64,7 +64,7 @@ def test_fp16_cast_model_keeps_top1(digits, fp32_top1):
     assert abs(top1(convert_to_fp16(model).model, x, y) - fp32_top1) <= 0.002
 
 
-@pytest.mark.parametrize("algorithm", ["entropy", "minmax", "percentile"])
+@pytest.mark.parametrize("algorithm", ["entropy", "minmax", "mse"])
 def test_qdq_model_keeps_top1_within_one_point(digits, fp32_top1, calibrated, algorithm):
     model, x, y, _ = digits
     plan, hists = calibrated

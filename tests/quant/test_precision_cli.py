@@ -37,15 +37,15 @@ def _build(tmp_path, capsys, *extra):
 def test_int8_qdq_from_a_folder_writes_cache_and_model(tmp_path, capsys, fake_gpu):  # noqa: F811
     calib, cache, qdq = _calib_dir(tmp_path), tmp_path / "d.cache", tmp_path / "d.qdq.onnx"
     code, out, err, manifest = _build(tmp_path, capsys, "--int8", "--int8-mode", "qdq", "--calib", str(calib),
-                                      "--calib-cache", str(cache), "--calib-algo", "percentile",
+                                      "--calib-cache", str(cache), "--calib-algo", "mse",
                                       "--save-qdq-onnx", str(qdq))
     assert code == 0, err
     plan = manifest["build"]["precision_plan"]
     assert plan["flags"] == ["INT8", "FP16"]
-    assert "explicit Q/DQ made by trtkit from 64 samples (percentile, " in plan["notes"][0]
+    assert "explicit Q/DQ made by trtkit from 64 samples (mse, " in plan["notes"][0]
     assert cache.read_text().startswith("TRT-8600-EntropyCalibration2\n")
     provenance = json.loads(Path(f"{cache}.trtkit.json").read_text())
-    assert provenance["algorithm"] == "percentile" and provenance["percentile"] == 99.99
+    assert provenance["algorithm"] == "mse"
     assert sum(n.op_type == "QuantizeLinear" for n in onnx.load(str(qdq)).graph.node) == 4
     assert "explicit Q/DQ" in out
 

@@ -83,18 +83,18 @@ def test_fp16_plans_flag_and_cast():
 
 
 @pytest.mark.parametrize("version, algo, expected", [
-    ("8.6.0", "entropy", "calibrator"), ("8.6.0", "percentile", "qdq"), ("11.4.0", "entropy", "qdq")])
+    ("8.6.0", "entropy", "calibrator"), ("8.6.0", "mse", "qdq"), ("11.4.0", "entropy", "qdq")])
 def test_int8_auto_mode(version, algo, expected):
     trt = with_calibrators(make_fake_trt(version)) if version != "11.4.0" else make_fake_trt(version)
     assert resolve_int8_mode(capabilities(trt), "auto", algo) == expected
 
 
-def test_int8_calibrator_mode_missing_in_11_and_for_percentile():
+def test_int8_calibrator_mode_missing_in_11_and_for_mse():
     with pytest.raises(UnsupportedError, match="TensorRT 11.4.0 does not have; they exist in TensorRT 8.6 to 10.x. "
                                                "Use int8_mode 'qdq'"):
         resolve_int8_mode(capabilities(make_fake_trt("11.4.0")), "calibrator")
-    with pytest.raises(UnsupportedError, match="no percentile calibrator"):
-        resolve_int8_mode(capabilities(with_calibrators(make_fake_trt("8.6.0"))), "calibrator", "percentile")
+    with pytest.raises(UnsupportedError, match="no mse calibrator"):
+        resolve_int8_mode(capabilities(with_calibrators(make_fake_trt("8.6.0"))), "calibrator", "mse")
 
 
 def test_int8_without_data_or_cache_says_what_to_give():

@@ -84,10 +84,10 @@ def test_matmul_weights_per_channel_and_activation_pairs():
     assert plan_qdq(matmul_block()).skipped == {"mm_act": "final layer (head) kept in higher precision"}
 
 
-def test_options_exclude_and_per_tensor():
-    plan = plan_qdq(residual_cnn(), QdqOptions(per_channel=False, exclude_nodes=frozenset({"conv_a"})))
+def test_options_exclude():
+    plan = plan_qdq(residual_cnn(), QdqOptions(exclude_nodes=frozenset({"conv_a"})))
     assert plan.skipped["conv_a"] == "excluded by name"
-    assert all(w.axis is None for w in plan.weights.values())
+    assert all(w.axis == 0 for w in plan.weights.values())  # convolution weights per output channel
 
 
 def test_missing_amax_warns_or_raises(caplog):

@@ -1,5 +1,4 @@
-"""Q/DQ placement options for detectors (issue 15): residual adds behind an activation, Concats with one scale, and
-kept layers pinned to FP16 in the build."""
+"""Q/DQ placement options for detectors (issue 15): residual adds behind an activation, Concats with one scale."""
 
 import numpy as np
 import onnx
@@ -124,46 +123,6 @@ def _config(**options):
                        calibration=CalibrationSettings(source=_feeds(), algorithm="minmax"), **options)
 
 
-def _recording_pin(monkeypatch):
-    from trtkit.builder import constraints
-
-    seen = {}
-    real = constraints.pin_half
-
-    def pin_half(trt, network, bconfig, names):
-        pinned = real(trt, network, bconfig, names)
-        seen["layers"] = {network.get_layer(i).name: network.get_layer(i).precision for i in range(network.num_layers)}
-        seen["flags"] = {f.name for f in bconfig.flags}
-        return pinned
-
-    monkeypatch.setattr(constraints, "pin_half", pin_half)
-    return seen
-
-
-def test_kept_layers_are_pinned_to_fp16_with_the_prefer_flag(monkeypatch, fake_gpu):  # noqa: F811 - fixture
-    from trtkit.builder.builder import build_serialized
-
-    trt, _ = fake_gpu
-    seen = _recording_pin(monkeypatch)
-    result = build_serialized(silu_residual(), _config(qdq_kept_fp16=True), trt=trt)
-    # conv_out is the head (kept): the one layer set, to HALF; the quantized convolutions are left to their Q/DQ
-    assert {n: p for n, p in seen["layers"].items() if p is not None} == {"conv_out": trt.DataType.HALF}
-    assert {"PREFER_PRECISION_CONSTRAINTS", "INT8", "FP16"} <= seen["flags"]
-    notes = " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
-    assert "kept layers pinned to FP16 (prefer): 1 of 1 found in the network" in notes
-
-
-def test_without_the_option_no_layer_is_pinned(monkeypatch, fake_gpu):  # noqa: F811 - fixture
-    from trtkit.builder.builder import build_serialized
-
-    trt, _ = fake_gpu
-    seen = _recording_pin(monkeypatch)
-    result = build_serialized(silu_residual(), _config(), trt=trt)
-    assert all(p is None for p in seen["layers"].values())
-    assert "PREFER_PRECISION_CONSTRAINTS" not in seen["flags"]
-    assert "pinned" not in " ".join(result.manifest.to_json()["build"]["precision_plan"]["notes"])
-
-
 def test_placement_options_reach_the_plan_from_the_build_config(fake_gpu):  # noqa: F811 - fixture
     from trtkit._version_compat import capabilities
     from trtkit.builder.builder import statistics_engine_builder
@@ -175,7 +134,6 @@ def test_placement_options_reach_the_plan_from_the_build_config(fake_gpu):  # no
     plan = plan_precision(trt, load_model(silu_residual()), config, capabilities(trt),
                           build_statistics_engine=statistics_engine_builder(config, trt))
     assert "4 layer(s) quantized, 0 kept in higher precision, 1 residual add(s)" in plan.notes[0]
-    assert plan.half_layers == ()
 
 
 def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_default_ones_are_not():
@@ -187,14 +145,14 @@ def test_placement_options_on_a_calibrator_build_are_refused_and_the_on_by_defau
     from trtkit.model import load_model
 
     trt = with_calibrators(make_fake_trt("8.6.0"))
-    config = _config(qdq_kept_fp16=True)
+    config = _config(qdq_keep_heads=False)
     config.int8_mode = "calibrator"
-    with pytest.raises(UnsupportedError, match=r"placement settings \(FP16 for the layers kept out of INT8\) need Q/DQ "
+    with pytest.raises(UnsupportedError, match=r"placement settings \(the quantized heads\) need Q/DQ "
                                                r"nodes.*use int8_mode 'qdq'"):
         plan_precision(trt, load_model(silu_residual()), config, capabilities(trt))
-    config = _config()  # residual activations, shared Concat scales, add inputs: on, and ignored by the calibrator
-    config.int8_mode = "calibrator"
-    assert config.qdq_residual_activations and config.qdq_concat_shared_scale and config.qdq_add_inputs
+    config = _config()  # residual activations (add inputs with them), shared Concat scales: on, and ignored by the
+    config.int8_mode = "calibrator"  # calibrator
+    assert config.qdq_residual_activations and config.qdq_concat_shared_scale
     assert plan_precision(trt, load_model(silu_residual()), config, capabilities(trt)).calibrator is not None
 
 
@@ -226,19 +184,7 @@ def test_on_the_sample_detector_the_union_placement_covers_every_variant_and_lea
     assert len(union.residual) == 10 and len(set(union.scale_groups.values())) == 2
 
 
-def test_add_inputs_follow_residual_activations_and_alone_are_refused_naming_both():
-    from trtkit.builder.config import BuildConfig
-    from trtkit.errors import UsageError
-
-    assert BuildConfig(precision="int8").qdq_add_inputs is True  # the defaults: both on
-    assert BuildConfig(precision="int8", qdq_residual_activations=False).qdq_add_inputs is False
-    with pytest.raises(UsageError, match="qdq_add_inputs does nothing without the residual-activation placement"):
-        BuildConfig(precision="int8", int8_mode="qdq", qdq_add_inputs=True, qdq_residual_activations=False)
-
-
 @pytest.mark.parametrize("argv, message", [
-    (["--int8", "--int8-mode", "qdq", "--no-qdq-residual-activations", "--qdq-add-inputs"],
-     "--qdq-add-inputs does nothing without the residual-activation placement"),
     (["--int8", "--int8-mode", "calibrator", "--calib-cache", "c.cache", "--no-qdq-concat-shared-scale"],
      r"--no-qdq-concat-shared-scale place\(s\) Q/DQ nodes, which --int8-mode calibrator does not make"),
     (["--fp16", "--qdq-residual-activations"], "--qdq-residual-activations applies only to --int8"),

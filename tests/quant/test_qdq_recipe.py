@@ -1,4 +1,4 @@
-"""Q/DQ placement rules for YOLO-style detectors: head branches, the input layer, concat outputs, and the summary."""
+"""Q/DQ placement rules for YOLO-style detectors: head branches, concat outputs, and the summary."""
 
 import numpy as np
 import onnx
@@ -10,7 +10,7 @@ from trtkit.errors import UsageError
 from trtkit.quant.qdq import QdqOptions, insert_qdq, plan_qdq
 
 ALL_CONVS = ["stem_conv", "down_conv", "neck_conv", "box0_conv", "box_conv", "cls0_conv", "cls_conv"]
-BARE = dict(keep_input_layers=False, keep_concat_outputs=False)
+BARE = dict(keep_concat_outputs=False)
 DEFAULT_KEPT = ["box_conv", "cls_conv"]  # the final layers only: what the recipe comparison chose
 
 
@@ -69,29 +69,17 @@ def test_heads_quantized_ignores_depth():
     assert "box_conv" in plan.quantized
 
 
-def test_input_layer_and_concat_output_rules():
-    plan, kept = _kept(QdqOptions(output_depth=1, keep_input_layers=True, keep_concat_outputs=False))
-    assert kept == ["box_conv", "cls_conv", "stem_conv"]
-    assert "x" not in plan.activations  # nothing left reads the image in INT8
-    plan, kept = _kept(QdqOptions(output_depth=1, keep_input_layers=False, keep_concat_outputs=True))
+def test_concat_output_rule():
+    plan, kept = _kept(QdqOptions(output_depth=1, keep_concat_outputs=True))
     assert kept == ["box_conv", "cls_conv", "neck_conv"]
     assert "cat" not in plan.activations
 
 
-def test_input_rule_sees_through_non_compute_ops():
-    model = yolo_like()
-    cast = onnx.helper.make_node("Identity", ["x"], ["x_id"], name="identity")
-    model.graph.node.insert(0, cast)
-    model.graph.node[1].input[0] = "x_id"
-    plan = plan_qdq(model, QdqOptions(keep_input_layers=True))
-    assert "stem_conv" in plan.skipped
-
-
 def test_summary_counts_the_kept_layers_by_reason():
-    plan = plan_qdq(yolo_like(), QdqOptions(output_depth=2, keep_input_layers=True, keep_concat_outputs=True))
+    plan = plan_qdq(yolo_like(), QdqOptions(output_depth=2, keep_concat_outputs=True))
     text = plan.summary()
-    assert text.startswith("1 layer(s) quantized, 6 kept in higher precision (")
-    for part in ("1 input layer", "1 concat output", "2 head branch", "2 final layer"):
+    assert text.startswith("2 layer(s) quantized, 5 kept in higher precision (")
+    for part in ("1 concat output", "2 head branch", "2 final layer"):
         assert part in text
     assert plan_qdq(residual_cnn()).summary() == (
         "5 layer(s) quantized, 2 kept in higher precision (1 tiny, 1 final layer), 2 residual add(s)"

@@ -13,7 +13,7 @@ import pytest
 from tests import models
 from tests.fakes.fake_cuda import FakeCudart
 from tests.runtime.fakes import fake_engine_bytes
-from trtkit.errors import CudaError, EngineError, InputError, UsageError
+from trtkit.errors import CudaError, EngineError, InputError
 from trtkit.runtime import DeviceArray, TrtRunner
 from trtkit.runtime.cuda import Cuda
 
@@ -550,7 +550,8 @@ def test_inputs_transferred_straight_from_pageable_memory(env, graph, monkeypatc
 
     copies = []
     monkeypatch.setattr(runner_module, "copy_into", lambda dst, src: copies.append(src))
-    with runner(env, cuda_graph=graph, pinned_inputs=False) as r:
+    monkeypatch.setattr(runner_module, "DIRECT_INPUT_BYTES", 0)
+    with runner(env, cuda_graph=graph) as r:
         for batch, seed in [(2, 1), (2, 2), (4, 3), (2, 4)]:
             x = np.asfortranarray(rand(batch, seed)) if seed == 4 else rand(batch, seed)
             np.testing.assert_allclose(r.infer({"x": x})["y"], reference(np.ascontiguousarray(x)), rtol=1e-6)
@@ -563,7 +564,7 @@ def test_inputs_transferred_straight_from_pageable_memory(env, graph, monkeypatc
 
 
 @pytest.mark.parametrize("threshold, through_pinned", [(1 << 30, True), (0, False)])
-def test_auto_inputs_go_through_pinned_memory_below_the_direct_size_only(env, monkeypatch, threshold, through_pinned):
+def test_inputs_go_through_pinned_memory_below_the_direct_size_only(env, monkeypatch, threshold, through_pinned):
     from trtkit.runtime import runner as runner_module
 
     copies = []
@@ -571,16 +572,10 @@ def test_auto_inputs_go_through_pinned_memory_below_the_direct_size_only(env, mo
     monkeypatch.setattr(runner_module, "copy_into", lambda dst, src: (copies.append(src.shape), real_copy(dst, src)))
     monkeypatch.setattr(runner_module, "DIRECT_INPUT_BYTES", threshold)
     with runner(env, cuda_graph=True) as r:
-        assert r.pinned_inputs == "auto"
         for seed in (1, 2):
             x = rand(2, seed)
             np.testing.assert_allclose(r.infer({"x": x})["y"], reference(x), rtol=1e-6)
     assert copies == ([(2, 3, 8, 8)] * 2 if through_pinned else [])
-
-
-def test_pinned_inputs_takes_true_false_or_auto(env):
-    with pytest.raises(UsageError, match="pinned_inputs must be True, False or 'auto', not 'yes'"):
-        runner(env, pinned_inputs="yes")
 
 
 def test_device_outputs_are_the_same_views_each_call_in_a_fresh_dict(env):

@@ -2,7 +2,7 @@
 
 A GPU test declares what it proves with ``@pytest.mark.proves("fp16_flag", "cuda_graphs")`` (feature keys of
 ``scripts/support_matrix.py``: fp32, fp16_flag, fp16_cast, bf16, int8_calibrator, int8_qdq, strongly_typed,
-cuda_graphs, calibrator_entropy, calibrator_minmax, calibrator_percentile). With ``TRTKIT_GPU_RESULTS`` set,
+cuda_graphs, calibrator_entropy, calibrator_minmax). With ``TRTKIT_GPU_RESULTS`` set,
 ``pytest -m gpu`` writes::
 
     {"tensorrt_version": "8.6.0", "device": "NVIDIA H200", "features": {"fp32": true, ...}}
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 FEATURES = frozenset({"fp32", "fp16_flag", "fp16_cast", "bf16", "int8_calibrator", "int8_qdq", "strongly_typed",
-                      "cuda_graphs", "calibrator_entropy", "calibrator_minmax", "calibrator_percentile"})
+                      "cuda_graphs", "calibrator_entropy", "calibrator_minmax"})
 _OUTCOMES: dict = {}
 
 

@@ -61,8 +61,6 @@ class Refuse:
 # with an UnsupportedError naming this version and matching each regex (the versions that have it, what to use).
 OK = "ok"
 HAS_10 = r"\b10(\.x)?\b"
-# TensorRT has no native percentile calibrator: trtkit may refuse it anywhere, pointing to Q/DQ.
-NO_NATIVE = Refuse(("qdq",), names_version=False)
 BUILD_PATHS = {
     "fp32": {8: [OK], 10: [OK], 11: [OK]},
     "all-options": {8: [OK], 10: [OK], 11: [OK]},
@@ -73,7 +71,6 @@ BUILD_PATHS = {
     "int8": {8: [OK], 10: [OK], 11: [OK]},
     "int8_calibrator": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
     "int8_calibrator-minmax": {8: [OK], 10: [OK], 11: [(HAS_10, "qdq")]},
-    "int8_calibrator-percentile": {8: [OK, NO_NATIVE], 10: [OK, NO_NATIVE], 11: [(HAS_10, "qdq"), NO_NATIVE]},
     "int8_qdq": {8: [OK], 10: [OK], 11: [OK]},
     # precision constraints: layer precisions and PREFER/OBEY_PRECISION_CONSTRAINTS (flag paths only)
     "fp16_flag+prefer": {8: [OK], 10: [OK], 11: [(HAS_10, "cast")]},

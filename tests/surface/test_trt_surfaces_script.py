@@ -95,7 +95,7 @@ def test_matrix_cells_say_how_each_is_proven(tmp_path):
     results = {"8.6.1": _results("8.6.1", {"fp32": True, "fp16_flag": True, "calibrator_entropy": True,
                                            "calibrator_minmax": True}),
                "11.4.0.106": _results("11.4.0.106", {"fp32": True, "fp16_flag": False, "calibrator_entropy": False,
-                                                     "calibrator_minmax": False, "calibrator_percentile": False},
+                                                     "calibrator_minmax": False},
                                       failed=("build_int8_qdq",))}
     gpu = tmp_path / "h200.json"
     gpu.write_text(json.dumps({"tensorrt_version": "8.6.0", "device": "H200",

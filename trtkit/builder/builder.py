@@ -140,11 +140,6 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
             f"precision constraints ({config.precision_constraints}): {len(constrained)} convolution/"
             f"matrix multiply layer(s) set to {config.precision.upper()}"
         )
-    pinned = constraints.pin_half(trt, network, bconfig, plan.half_layers)
-    if plan.half_layers:
-        plan.notes.append(
-            f"kept layers pinned to FP16 (prefer): {len(pinned)} of {len(plan.half_layers)} found in the network"
-        )
     timing = TimingCacheFile.resolve(config, trt, build_key(prepared.source_sha256, config))
     cache = timing.load(bconfig) if timing is not None else None
     marks["configured"] = timeline.now()

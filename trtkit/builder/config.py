@@ -66,16 +66,11 @@ class BuildConfig:
         qdq_exclude: with ``int8_mode=qdq``, ONNX node names kept in higher precision.
         qdq_residual_activations: with ``int8_mode=qdq``, quantize the skip input of residual adds whose other input
             is a quantized convolution through its activation (SiLU, ReLU, ...), not only a bare convolution
-            (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``). On by default, with the next
-            two: faster on YOLO-style detectors, the same plan on ResNet-like models.
+            (:class:`~trtkit.quant.qdq.QdqOptions` ``residual_through_activation``), and its other input too, so the
+            add runs as an INT8 pointwise layer (``quantize_add_inputs``). On by default, with the next one: faster
+            on YOLO-style detectors, the same plan on ResNet-like models.
         qdq_concat_shared_scale: with ``int8_mode=qdq``, quantize the inputs of Concats whose output is quantized,
             with one scale for them and the output (``QdqOptions.concat_shared_scale``). On by default.
-        qdq_add_inputs: with ``qdq_residual_activations``, quantize both inputs of such residual adds, so the add
-            runs as an INT8 pointwise layer (``QdqOptions.quantize_add_inputs``). ``None`` (the default): the
-            value of ``qdq_residual_activations``.
-        qdq_kept_fp16: with ``int8_mode=qdq`` and the FP16 flag (TensorRT < 11, not strongly typed), pin the
-            convolutions/matmuls the Q/DQ plan kept out of INT8 to FP16 (``PREFER_PRECISION_CONSTRAINTS``) instead
-            of leaving TensorRT free to run them in FP32/TF32.
         max_aux_streams: limit on auxiliary streams TensorRT may use.
         sanitize: apply the compatibility rewrites (:mod:`trtkit.builder.rewrites`) before parsing.
         fold_constants: fold constant subgraphs into initializers before parsing.
@@ -112,8 +107,6 @@ class BuildConfig:
     qdq_exclude: tuple = ()
     qdq_residual_activations: bool = True
     qdq_concat_shared_scale: bool = True
-    qdq_add_inputs: bool | None = None
-    qdq_kept_fp16: bool = False
     max_aux_streams: int | None = None
     save_qdq_onnx: str | None = None
     sanitize: bool = True
@@ -149,8 +142,6 @@ class BuildConfig:
             "a level name such as 'AMPERE_PLUS'",
             optional=True,
         )
-        if self.qdq_add_inputs is None:
-            self.qdq_add_inputs = self.qdq_residual_activations
         for name in (
             "version_compatible",
             "strongly_typed",
@@ -158,8 +149,6 @@ class BuildConfig:
             "qdq_keep_heads",
             "qdq_residual_activations",
             "qdq_concat_shared_scale",
-            "qdq_add_inputs",
-            "qdq_kept_fp16",
         ):
             _check.boolean(name, getattr(self, name))
         _check.choice("precision_constraints", self.precision_constraints, CONSTRAINT_MODES)
@@ -179,12 +168,6 @@ class BuildConfig:
                 "calibrated engine without it",
                 field="input_uint8_nhwc",
                 accepted="False when calibration is set",
-            )
-        if self.qdq_add_inputs and not self.qdq_residual_activations:
-            raise UsageError(
-                "qdq_add_inputs does nothing without the residual-activation placement: it quantizes the other "
-                "input of the residual adds that placement finds; turn both on, or neither",
-                field="qdq_add_inputs",
             )
         for name in ("calibration", "save_qdq_onnx"):
             if getattr(self, name) is not None and self.precision != "int8":
@@ -235,7 +218,6 @@ def _check_calibration(self: CalibrationSettings) -> None:
     _check.path("calibration.cache_path", self.cache_path, optional=True)
     if self.algorithm is not None:
         _check.choice("calibration.algorithm", self.algorithm, CALIB_ALGORITHMS)
-    self.percentile = _check.number("calibration.percentile", self.percentile, high=100, above=0)
     _check.integer("calibration.max_samples", self.max_samples, low=1, optional=True)
     _check.integer("calibration.batch_size", self.batch_size, low=1, optional=True)
     _check.boolean("calibration.force", self.force)

@@ -71,25 +71,3 @@ def apply(trt, network, bconfig, precision: str, mode: str) -> list:
             layer.precision = data_type
             names.append(layer.name)
     return names
-
-
-def pin_half(trt, network, bconfig, names) -> list:
-    """Set the math layers named in ``names`` (the ONNX nodes a Q/DQ plan kept out of INT8) to FP16 with
-    ``PREFER_PRECISION_CONSTRAINTS``: with the FP16 flag TensorRT may still pick FP32/TF32 for a layer, and a layer
-    in FP32 between INT8/FP16 ones costs its own kernel and reformats.
-
-    Returns:
-        The names of the layers pinned.
-    """
-    wanted = set(names)
-    if not wanted:
-        return []
-    pinned = []
-    for i in range(network.num_layers):
-        layer = network.get_layer(i)
-        if layer.name in wanted and compat.enum_name(layer.type) in MATH_LAYERS:
-            layer.precision = trt.DataType.HALF
-            pinned.append(layer.name)
-    if pinned:
-        compat.set_builder_flag(trt, bconfig, _FLAGS["prefer"])
-    return pinned

@@ -50,7 +50,6 @@ class PrecisionPlan:
         calibrator: an ``IInt8Calibrator`` to attach, or ``None``.
         notes: what was decided, for the build summary and manifest.
         calibration: facts about calibration for the manifest (path, algorithm, samples, cache reuse).
-        half_layers: names of math layers to pin to FP16 (the layers a Q/DQ plan kept, with ``qdq_kept_fp16``).
     """
 
     model: object
@@ -59,7 +58,6 @@ class PrecisionPlan:
     calibrator: object = None
     notes: list = field(default_factory=list)
     calibration: dict = field(default_factory=dict)
-    half_layers: tuple = ()
 
     def finish(self) -> None:
         """Call after ``build_serialized_network``: re-raises an error recorded by the calibrator, frees its buffers."""
@@ -190,7 +188,7 @@ def resolve_int8_mode(caps, mode: str, algorithm: str | None = None) -> str:
     the calibrator's default, entropy), else Q/DQ.
 
     Raises:
-        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for percentile or mse.
+        UnsupportedError: calibrators asked for where they do not exist (TensorRT 11), or for mse.
     """
     native = caps.has_calibrators and caps.int8_flag and (algorithm != "minmax" or caps.has_minmax_calibrator)
     if mode == "auto":
@@ -209,9 +207,9 @@ def check_int8_mode(mode: str, algorithm: str | None) -> None:
     """``int8_mode`` against the calibration algorithm, whatever the TensorRT (checked before it is looked for).
 
     Raises:
-        UnsupportedError: TensorRT's calibrator asked for with an algorithm it does not have (percentile, mse).
+        UnsupportedError: TensorRT's calibrator asked for with an algorithm it does not have (mse).
     """
-    if mode == "calibrator" and algorithm in ("percentile", "mse"):
+    if mode == "calibrator" and algorithm == "mse":
         raise UnsupportedError(
             f"TensorRT has no {algorithm} calibrator; use int8_mode 'qdq' with the {algorithm} algorithm, or the "
             "entropy or minmax algorithm.",
@@ -248,7 +246,6 @@ def _plan_int8(trt, model, config, caps, build_statistics_engine) -> PrecisionPl
         for name, used in (
             ("the excluded nodes", bool(config.qdq_exclude)),
             ("the quantized heads", not config.qdq_keep_heads),
-            ("FP16 for the layers kept out of INT8", config.qdq_kept_fp16),
         )
         if used
     ]
@@ -303,8 +300,6 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         _save_model(qdq, config.save_qdq_onnx)
     plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
-    if config.qdq_kept_fp16 and "FP16" in plan.flags and not plan.strongly_typed:
-        plan.half_layers = tuple(result.plan.skipped)
     return plan
 
 
@@ -315,7 +310,7 @@ def qdq_options(config) -> QdqOptions:
         exclude_nodes=frozenset(config.qdq_exclude),
         residual_through_activation=config.qdq_residual_activations,
         concat_shared_scale=config.qdq_concat_shared_scale,
-        quantize_add_inputs=config.qdq_add_inputs,
+        quantize_add_inputs=config.qdq_residual_activations,
     )
 
 

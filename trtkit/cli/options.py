@@ -137,16 +137,8 @@ def add_precision_options(parser) -> None:
         dest="qdq_residual_activations",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="--int8-mode qdq: also quantize the skip input of residual adds fed by a convolution through its "
-        "activation (SiLU, ReLU); on by default",
-    )
-    g.add_argument(
-        "--qdq-add-inputs",
-        dest="qdq_add_inputs",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--int8-mode qdq with --qdq-residual-activations: quantize both inputs of those residual adds (the add "
-        "then runs in INT8); on wherever --qdq-residual-activations is",
+        help="--int8-mode qdq: also quantize both inputs of residual adds fed by a convolution through its "
+        "activation (SiLU, ReLU; the add then runs in INT8); on by default",
     )
     g.add_argument(
         "--qdq-concat-shared-scale",
@@ -154,12 +146,6 @@ def add_precision_options(parser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="--int8-mode qdq: quantize Concat inputs with one scale shared with the Concat's output; on by default",
-    )
-    g.add_argument(
-        "--qdq-kept-fp16",
-        dest="qdq_kept_fp16",
-        action="store_true",
-        help="--int8-mode qdq with the FP16 flag: pin the layers kept out of INT8 to FP16 (not FP32/TF32)",
     )
     g.add_argument(
         "--qdq-exclude",
@@ -179,16 +165,7 @@ def add_calibration_options(parser) -> None:
         "--calib-algo",
         choices=CALIB_ALGORITHMS,
         default=None,
-        help="default: entropy with TensorRT's calibrator, mse for the Q/DQ model trtkit makes (percentile and mse: "
-        "Q/DQ only)",
-    )
-    g.add_argument(
-        "--calib-percentile",
-        type=float,
-        default=99.99,
-        metavar="P",
-        help="--calib-algo percentile: the percentile of each tensor's |values| taken as its range "
-        "(0 < P <= 100; default 99.99)",
+        help="default: entropy with TensorRT's calibrator, mse for the Q/DQ model trtkit makes (mse: Q/DQ only)",
     )
     g.add_argument(
         "--calib-histograms",
@@ -360,7 +337,6 @@ def batch_sizes(text: str) -> tuple:
 # calibration options (dest -> default) that only matter with --calib or --calib-cache
 _CALIB_DEFAULTS = {
     "calib_algo": None,
-    "calib_percentile": 99.99,
     "calib_histograms": "auto",
     "calib_max_samples": None,
     "calib_batch": None,
@@ -407,7 +383,6 @@ def check_option_use(args) -> None:
             ("--qdq-exclude", bool(getattr(args, "qdq_exclude", ""))),
             ("--qdq-quantize-heads", getattr(args, "qdq_keep_heads", True) is False),
             *_placement_given(args),
-            ("--qdq-kept-fp16", bool(getattr(args, "qdq_kept_fp16", False))),
         )
         if used
     ]
@@ -427,7 +402,7 @@ def check_option_use(args) -> None:
 def _placement_given(args) -> tuple:
     """``(--flag or --no-flag, given)`` for the Q/DQ placement switches that default to on (None: not given)."""
     found = []
-    for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs"):
+    for dest in ("qdq_residual_activations", "qdq_concat_shared_scale"):
         value = getattr(args, dest, None)
         flag = "--" + dest.replace("_", "-")
         found.append((flag if value is not False else flag.replace("--", "--no-", 1), value is not None))
@@ -448,7 +423,6 @@ def config_from_args(args) -> BuildConfig:
             source=args.calib,
             cache_path=args.calib_cache,
             algorithm=args.calib_algo,
-            percentile=args.calib_percentile,
             max_samples=args.calib_max_samples,
             batch_size=args.calib_batch,
             force=args.calib_cache_force,
@@ -484,10 +458,9 @@ def config_from_args(args) -> BuildConfig:
         qdq_keep_heads=args.qdq_keep_heads,
         **{
             dest: value
-            for dest in ("qdq_residual_activations", "qdq_concat_shared_scale", "qdq_add_inputs")
+            for dest in ("qdq_residual_activations", "qdq_concat_shared_scale")
             if (value := getattr(args, dest, None)) is not None
         },
-        qdq_kept_fp16=getattr(args, "qdq_kept_fp16", False),
         qdq_exclude=tuple(n.strip() for n in args.qdq_exclude.split(",") if n.strip()),
         **prepare_settings(args),
     )
@@ -550,7 +523,6 @@ FLAGS = {
     "calibration.source": "--calib",
     "calibration.cache_path": "--calib-cache",
     "calibration.algorithm": "--calib-algo",
-    "calibration.percentile": "--calib-percentile",
     "calibration.max_samples": "--calib-max-samples",
     "calibration.batch_size": "--calib-batch",
     "calibration.preprocess": "--calib-preprocess",
@@ -571,7 +543,6 @@ FLAGS = {
     "on_log": "--verbose",
     "require_precision": "--require-precision",
     "strongly_typed": "--strongly-typed",
-    "qdq_add_inputs": "--qdq-add-inputs",
     "fold_constants": "--fold-constants",
     "force": "--force",
     "strict": "--strict",

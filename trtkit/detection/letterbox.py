@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.detection.resize import SplitResize
 from trtkit.errors import InputError
 from trtkit.images import IMAGE_EXTENSIONS
 
@@ -82,8 +81,6 @@ class Letterbox:
         reuse: fill the same batch array on every call of one batch size instead of a new one (the previous
             batch is overwritten). ``TrtRunner`` page-locks an input array it is given again and sends it from
             where it is, so a reused batch reaches the GPU with no extra host copy.
-        threads: threads resizing each image (:class:`~trtkit.detection.resize.SplitResize`: the same pixels as
-            one thread, sooner where cores are free); :meth:`close` stops them.
 
     ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns
     ``(batch, metas)``: the batch and one :class:`LetterboxMeta` per image. :meth:`for_input` picks the settings
@@ -101,7 +98,6 @@ class Letterbox:
         *,
         layout: str = "NCHW",
         reuse: bool = False,
-        threads: int = 1,
     ):
         self.size = (int(size[0]), int(size[1]))
         self.pad_value = pad_value
@@ -111,11 +107,10 @@ class Letterbox:
             raise InputError(f"Letterbox layout '{layout}' is not known; use one of: {', '.join(LAYOUTS)}.")
         self.layout = layout
         self.reuse = reuse
-        self._resize = SplitResize(threads)
         self._buffers: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
 
     @classmethod
-    def for_input(cls, shape, dtype=np.float32, *, reuse: bool = False, threads: int = 1) -> Letterbox:
+    def for_input(cls, shape, dtype=np.float32, *, reuse: bool = False) -> Letterbox:
         """The letterbox making batches of a model input of ``shape`` (``(N, 3, H, W)``, or ``(N, H, W, 3)`` when
         ``dtype`` is uint8: an engine built with ``input_uint8_nhwc``) and ``dtype``.
 
@@ -134,15 +129,10 @@ class Letterbox:
                 f"A {dtype} image input of shape {shape} is not {'(N, H, W, 3)' if nhwc else '(N, 3, H, W)'} with a "
                 "fixed height and width; the letterbox cannot fill it."
             )
-        return cls((int(hw[0]), int(hw[1])), dtype=dtype, layout=layout, reuse=reuse, threads=threads)
-
-    @property
-    def threads(self) -> int:
-        return self._resize.threads
+        return cls((int(hw[0]), int(hw[1])), dtype=dtype, layout=layout, reuse=reuse)
 
     def close(self) -> None:
-        """Stop the resize threads, if any (a later call starts them again)."""
-        self._resize.close()
+        """Nothing to free (the GPU letterbox's :meth:`close` frees its memory)."""
 
     @property
     def raw(self) -> bool:
@@ -177,7 +167,8 @@ class Letterbox:
         elif image.mode != "RGB":
             image = image.convert("RGB")
         meta, (new_w, new_h) = placement(image.width, image.height, self.size)
-        self._resize.into(image, (new_w, new_h), out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w])
+        resized = image if (new_w, new_h) == image.size else image.resize((new_w, new_h), Image.Resampling.BILINEAR)
+        out[meta.pad_y : meta.pad_y + new_h, meta.pad_x : meta.pad_x + new_w] = np.asarray(resized)
         return meta
 
     def to_batch(self, canvas: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

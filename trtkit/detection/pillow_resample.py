@@ -7,11 +7,13 @@ first pass's output is rounded to uint8 before the second reads it. :func:`coeff
 the same float64 operations in the same order as Pillow's ``precompute_coeffs`` and ``normalize_coeffs_8bpc``
 (``src/libImaging/Resample.c``), so they are Pillow's integers exactly.
 
-Which pass Pillow runs first is found by :func:`trtkit.detection.resize.cached_pass_order`.
+Which pass Pillow runs first depends on its version and the sizes, and the two orders round differently:
+:func:`pass_order` finds it by resizing a random image both ways.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -20,6 +22,8 @@ from trtkit.errors import InputError
 
 PRECISION_BITS = 22  # Pillow's: 32 - 8 bits of result - 2 bits of headroom
 SUPPORT = 1.0  # the bilinear (triangle) filter's support
+# size pairs whose pass order is remembered (video: one; a photo folder: a few dozen)
+MAX_ORDERS = 256
 
 
 class Taps(NamedTuple):
@@ -66,3 +70,25 @@ def coefficients(in_size: int, out_size: int) -> Taps:
     fixed = taps * float(1 << PRECISION_BITS)
     weights = np.trunc(np.where(taps < 0, fixed - 0.5, fixed + 0.5)).astype(np.int32)
     return Taps(xmin.astype(np.int32), np.maximum(xmax, 0).astype(np.int32), weights)
+
+
+@functools.lru_cache(maxsize=MAX_ORDERS)
+def cached_pass_order(in_size: tuple[int, int], out_size: tuple[int, int]) -> str:
+    """:func:`pass_order`, remembered for the last :data:`MAX_ORDERS` pairs of sizes."""
+    return pass_order(in_size, out_size)
+
+
+def pass_order(in_size: tuple[int, int], out_size: tuple[int, int]) -> str:
+    """Which pass this Pillow runs first resizing ``in_size`` to ``out_size`` (``(width, height)``, both changing):
+    ``"hv"``, ``"vh"``, or ``""`` when a random image of that size does not tell."""
+    from PIL import Image
+
+    (w, h), (nw, nh) = in_size, out_size
+    bilinear = Image.Resampling.BILINEAR
+    probe = Image.fromarray(np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8))
+    whole = np.asarray(probe.resize((nw, nh), bilinear))
+    if np.array_equal(np.asarray(probe.resize((nw, h), bilinear).resize((nw, nh), bilinear)), whole):
+        return "hv"
+    if np.array_equal(np.asarray(probe.resize((w, nh), bilinear).resize((nw, nh), bilinear)), whole):
+        return "vh"
+    return ""

@@ -67,7 +67,7 @@ class Model:
             )
         return int(hw[0]), int(hw[1])
 
-    def letterbox(self, *, reuse: bool = False, threads: int = 1):
+    def letterbox(self, *, reuse: bool = False):
         """A :class:`trtkit.detection.Letterbox` making this model's input batches (its layout and dtype).
 
         Raises:
@@ -77,16 +77,16 @@ class Model:
 
         # float batches are made in float32 whatever the input's float type (``infer`` casts)
         dtype = np.uint8 if self.layout == "NHWC" else np.float32
-        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, threads=threads)
+        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse)
 
-    def pick_letterbox(self, where: str = "auto", *, reuse: bool = False, threads: int = 1):
+    def pick_letterbox(self, where: str = "auto", *, reuse: bool = False):
         """The letterbox for this model's input and why it is that one: ``(letterbox, reason)``.
 
         Args:
             where: ``"gpu"``: :class:`trtkit.runtime.letterbox.DeviceLetterbox` (resize, pad and conversion on the
                 GPU, in the engine's stream; its batches are device arrays); ``"cpu"``: :meth:`letterbox` (numpy);
                 ``"auto"``: the GPU one where it can load, else the numpy one.
-            reuse, threads: for the numpy letterbox (:meth:`letterbox`).
+            reuse: for the numpy letterbox (:meth:`letterbox`).
 
         The chosen letterbox's ``where`` is ``"gpu"`` or ``"cpu"``; ``reason`` says why the numpy one was taken
         (``None`` for the GPU one).
@@ -109,7 +109,7 @@ class Model:
                     return gpu, None
             if where == "gpu":
                 raise InputError(f"The GPU letterbox cannot run for {self.description}: {reason}.")
-        return self.letterbox(reuse=reuse, threads=threads), reason
+        return self.letterbox(reuse=reuse), reason
 
 
 def is_onnx(target) -> bool:

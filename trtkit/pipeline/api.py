@@ -106,7 +106,6 @@ def run_engine(
     runners: int = 2,
     queue_size: int = 8,
     pre_workers: int = 2,
-    post_workers: int = 1,
     resize: str = "letterbox",
     preprocess: str = "auto",
     monitor=None,
@@ -123,7 +122,7 @@ def run_engine(
         max_wait_ms: how long a started batch waits for more frames.
         runners: runners in the :class:`~trtkit.runtime.pool.RunnerPool` (batches in flight).
         queue_size: capacity of each queue between stages, in frames.
-        pre_workers, post_workers: threads of the preprocess and postprocess stages.
+        pre_workers: threads of the preprocess stage.
         resize: ``letterbox`` or ``stretch`` for the default preprocessing.
         preprocess: where frames are preprocessed: ``auto`` (the GPU letterbox wherever the processing allows it
             and the kernels fill the input, for frames in device memory (NVDEC) and host pictures (uploaded once)
@@ -145,7 +144,7 @@ def run_engine(
 
     if preprocess not in PREPROCESS:
         raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
-    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, post_workers, resize, preprocess)
+    settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, resize, preprocess)
     try:
         return _run(
             RunnerPool(engine, size=settings.runners, **runner_args),
@@ -171,7 +170,6 @@ class Settings:
     runners: int
     queue_size: int
     pre_workers: int
-    post_workers: int
     resize: str
     preprocess: str = "auto"
 
@@ -194,7 +192,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
             stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:
-                    stages.append(Stage(name, fns[name], settings.post_workers))
+                    stages.append(Stage(name, fns[name]))
             report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
         finally:
             for owned in (ring, download, pre if getattr(pre, "device", False) else None):

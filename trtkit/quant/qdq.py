@@ -38,7 +38,6 @@ HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNor
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis) needs opset 13
 HEAD_REASON = "final layer (head) kept in higher precision"
 HEAD_BRANCH_REASON = "head branch (within output_depth of an output) kept in higher precision"
-INPUT_REASON = "reads a graph input (keep_input_layers)"
 CONCAT_REASON = "reads a Concat output (keep_concat_outputs)"
 # the first words of a skip reason → how PlanQdq.summary counts it
 SKIP_KINDS = {
@@ -46,7 +45,6 @@ SKIP_KINDS = {
     "tiny": "tiny",
     HEAD_REASON.split(" (")[0]: "final layer",
     HEAD_BRANCH_REASON.split(" (")[0]: "head branch",
-    INPUT_REASON.split(" (")[0]: "input layer",
     CONCAT_REASON.split(" (")[0]: "concat output",
     "fed by": "after softmax/normalization",
     "no activation input": "no activation input",
@@ -58,15 +56,12 @@ class QdqOptions:
     """Settings of :func:`plan_qdq`.
 
     Attributes:
-        per_channel: per-channel weight scales for convolutions (else per-tensor).
         per_channel_matmul: per-channel weight scales for Gemm/MatMul too (along N).
         quantize_residual: quantize the skip input of residual adds.
         keep_output_layers: keep the final compute layers (heads) in higher precision.
         output_depth: with ``keep_output_layers``, how many compute layers back from each output stay in higher
             precision: 1 keeps the final layers; 2 also the layer feeding each of them, and so on, each only while
             it feeds that one layer alone (a head branch stops below the feature its branches share).
-        keep_input_layers: keep the compute layers that read a graph input (the first convolution) in higher
-            precision.
         keep_concat_outputs: keep compute layers whose input is a Concat's output (the neck of a feature pyramid:
             an upsampled deep feature joined to a shallow one) in higher precision.
         min_weight_elements: convolutions/GEMMs with fewer weights stay in higher precision.
@@ -82,12 +77,10 @@ class QdqOptions:
             pointwise layer of its own, in INT8 only when both its inputs are.
     """
 
-    per_channel: bool = True
     per_channel_matmul: bool = False
     quantize_residual: bool = True
     keep_output_layers: bool = True
     output_depth: int = 1
-    keep_input_layers: bool = False
     keep_concat_outputs: bool = False
     min_weight_elements: int = 256
     exclude_nodes: frozenset = frozenset()
@@ -261,8 +254,6 @@ def _skip_reason(g: _Graph, node, options: QdqOptions, heads: dict) -> str | Non
         return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
     if node.name in heads:
         return HEAD_REASON if heads[node.name] == 1 else HEAD_BRANCH_REASON
-    if options.keep_input_layers and any(_reaches_input(g, i) for i in node.input[:1]):
-        return INPUT_REASON
     if options.keep_concat_outputs and any(g.producer_op(i) == "Concat" for i in node.input[:1]):
         return CONCAT_REASON
     fed_by = {op for i in node.input[:2] if (op := g.producer_op(i)) in HIGH_PRECISION_PRODUCERS}
@@ -278,7 +269,7 @@ def _plan_compute(g: _Graph, node, options: QdqOptions, plan: QdqPlan) -> None:
         if not name:
             continue
         if g.is_weight(name):
-            per_channel = options.per_channel_matmul if node.op_type in ("Gemm", "MatMul") else options.per_channel
+            per_channel = options.per_channel_matmul or node.op_type not in ("Gemm", "MatMul")
             axis = _weight_axis(g, node, name) if per_channel else None
             plan.weights[(node.name, index)] = WeightQuant(name, axis)
         else:
@@ -348,25 +339,6 @@ def _feeds_only(g: _Graph, node, layers) -> bool:
             else:
                 stack.extend(consumer.output)
     return len(found) == 1 and found <= set(layers)
-
-
-def _reaches_input(g: _Graph, tensor: str) -> bool:
-    """``tensor`` is a graph input, or made from one through non-compute nodes only (a Cast, a Transpose)."""
-    inputs = {i.name for i in g.graph.input} - g.inits.keys()
-    return bool(_sources(g, tensor) & inputs)
-
-
-def _sources(g: _Graph, tensor: str) -> set:
-    found, stack, seen = set(), [tensor], set()
-    while stack:
-        name = stack.pop()
-        node = g.producer.get(name)
-        if node is None:
-            found.add(name)
-        elif node.op_type not in COMPUTE_OPS and node.name not in seen:
-            seen.add(node.name)
-            stack.extend(_activations(g, node))
-    return found
 
 
 def _plan_residuals(g: _Graph, plan: QdqPlan, through_activation: bool = False, both: bool = False) -> None:

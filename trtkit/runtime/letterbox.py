@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trtkit.detection.letterbox import LetterboxMeta, placement, rgb_array
-from trtkit.detection.pillow_resample import Taps, coefficients
-from trtkit.detection.resize import cached_pass_order
+from trtkit.detection.pillow_resample import Taps, cached_pass_order, coefficients
 from trtkit.errors import InputError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer
 from trtkit.runtime.ptx import BLOCK, PtxModule, grid_for

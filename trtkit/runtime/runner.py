@@ -59,9 +59,9 @@ MAX_ADDRESS_GRAPHS = 8
 # crashes creating a second context on a profile in use): such a context is refused before TensorRT is asked.
 _PROFILES_IN_USE: set = set()
 
-# With ``pinned_inputs="auto"``, numpy inputs at least this large go straight from the caller's memory (the driver's
-# staged transfer overlaps its host copy with the DMA); smaller ones are copied into the pinned buffer, so their
-# transfer sits inside the CUDA graph.
+# Numpy inputs at least this large go straight from the caller's memory (the driver's staged transfer overlaps its
+# host copy with the DMA); smaller ones are copied into the pinned buffer, so their transfer sits inside the CUDA
+# graph.
 DIRECT_INPUT_BYTES = 1 << 20
 
 
@@ -168,10 +168,7 @@ class _Bucket:
         )
         self.device_views: dict | None = None  # output name -> DeviceArray, made on first use (the same every call)
         # per input: numpy data is copied into the pinned buffer (True) or sent from the caller's memory (False)
-        self.via_pinned = tuple(
-            runner.pinned_inputs is True or (runner.pinned_inputs == "auto" and n < DIRECT_INPUT_BYTES)
-            for n in self.in_nbytes
-        )
+        self.via_pinned = tuple(n < DIRECT_INPUT_BYTES for n in self.in_nbytes)
         # per input: sent from the runner's pinned buffer (a source, as TrtRunner._enqueue_body takes them)
         self.pinned_sources = tuple((0, buf.ptr) for buf in held.host_in)
 
@@ -218,10 +215,6 @@ class TrtRunner:
             the next call; copy them, e.g. with CuPy or torch, to keep them) instead of numpy arrays.
         copy_outputs: return fresh numpy arrays (True) or views into the pinned buffers, overwritten by the next
             call (False).
-        pinned_inputs: copy numpy inputs into the runner's pinned buffers and transfer them from there, inside the
-            CUDA graph (True); or transfer them straight from the caller's (pageable) memory, where the driver
-            overlaps its staging copy with the transfer, the graph then holding the engine and output copies (False);
-            ``"auto"`` (default): straight for inputs of :data:`DIRECT_INPUT_BYTES` or more, pinned below.
         pin_reused_inputs: page-lock a numpy input array (64 KiB or more, C-contiguous) in place the second time
             ``infer`` is given that very array, and transfer it from where it is from then on, with no copy into the
             pinned buffer (up to 8 arrays per runner, each only while it lives; see :mod:`trtkit.runtime.reuse`).
@@ -243,7 +236,6 @@ class TrtRunner:
         cuda_graph: bool = True,
         device_outputs: bool = False,
         copy_outputs: bool = True,
-        pinned_inputs: bool | str = "auto",
         pin_reused_inputs: bool = True,
         stream: int | None = None,
         check_manifest: bool = True,
@@ -270,9 +262,6 @@ class TrtRunner:
         self.cuda_graph = _check.boolean("cuda_graph", cuda_graph)
         self.device_outputs = _check.boolean("device_outputs", device_outputs)
         self.copy_outputs = _check.boolean("copy_outputs", copy_outputs)
-        if pinned_inputs not in (True, False, "auto") or not isinstance(pinned_inputs, (bool, str)):
-            _check.fail("pinned_inputs", pinned_inputs, "True, False or 'auto'")
-        self.pinned_inputs = pinned_inputs
         self._trt = trt
         self.cuda = cuda
         self.active = False
