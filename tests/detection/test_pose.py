@@ -48,6 +48,15 @@ def test_subpixel_centres_of_gaussians_far_closer_than_the_peak_cell(kind):
     assert refined.shape == (8, 5, 2) and confidence.shape == (8, 5) and confidence.min() > 0.5
 
 
+def test_float16_heatmaps_move_refined_keypoints_by_a_small_fraction_of_a_pixel():
+    rng = np.random.default_rng(2)
+    maps = gaussians(np.stack([rng.uniform(3, 60, (4, 8)), rng.uniform(3, 60, (4, 8))], -1), (64, 64), sigma=1.25,
+                     normalize=True)  # Lightning Pose's form: 64x64 softmax heatmaps of a 256x256 input
+    exact, _ = decode_heatmaps(maps, (256, 256))
+    rounded, _ = decode_heatmaps(maps.astype(np.float16), (256, 256))
+    assert np.linalg.norm(rounded - exact, axis=-1).max() < 0.05
+
+
 def test_confidence_is_high_for_one_peak_about_half_for_two_and_low_for_a_flat_map():
     one = gaussians(np.array([[[8.0, 8.0]]]), (16, 16), sigma=1.0)[0, 0]
     two = one + np.roll(one, 7, axis=1)

@@ -73,7 +73,8 @@ def _add_keypoint_arguments(sub, options) -> None:
         "--frames",
         type=options.positive_int,
         metavar="N",
-        help="compare on N frames (or images) spread evenly from the first to the last (default: 100, or all)",
+        help="compare on N frames (or images) spread evenly from the first to the last (default: every image; "
+        "100 frames of a video, or all it has)",
     )
     kp.add_argument(
         "--min-confidence",

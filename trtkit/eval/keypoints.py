@@ -20,7 +20,7 @@ from trtkit.detection.pose import decode_heatmaps, pose_keypoints, pose_layout, 
 from trtkit.errors import InputError, UsageError
 from trtkit.eval.models import open_model
 
-DEFAULT_FRAMES = 100  # sampled from a video (or a folder) when no count is given; all of them where there are fewer
+DEFAULT_FRAMES = 100  # sampled from a video when no count is given; all of them where there are fewer
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ def evaluate_keypoints(
         model, reference: engine files, ONNX models or :class:`~trtkit.eval.models.Model` s (the reference: the
             ONNX model the engine was built from, or an FP32 engine).
         images, video: an image folder or a video file (one of them).
-        frames: how many images or frames to compare, spread evenly from the first to the last (default: up to
-            :data:`DEFAULT_FRAMES`).
+        frames: how many images or frames to compare, spread evenly from the first to the last (default: every
+            image; up to :data:`DEFAULT_FRAMES` frames of a video).
         preprocess: how frames become inputs (default: a letterbox, RGB, 0..1); keypoints map back through it.
         min_confidence: the reference's confidence from which a keypoint counts as confident.
         refine: sub-pixel heatmap decoding (``False``: the peak cell).
@@ -117,7 +117,7 @@ def evaluate_keypoints(
             distances.append(d)
             confidences.append(c)
     if not distances:
-        raise InputError(f"No image of '{images}' could be read ({len(skipped)} skipped).")
+        raise InputError(f"No frame of '{images or video}' could be read ({len(skipped)} skipped).")
     d, c = np.concatenate(distances), np.concatenate(confidences)
     return KeypointDeviation(
         Deviation.of(d),
@@ -178,6 +178,8 @@ def evenly(total: int, count: int | None, what: str) -> np.ndarray:
     """
     if count is not None and count > total:
         raise InputError(f"{what}: {total}, fewer than the {count} asked to sample; sample {total} or fewer.")
+    if not total:
+        raise InputError(f"{what}: none to sample.")
     count = min(total, DEFAULT_FRAMES) if count is None else count
     return np.unique(np.linspace(0, total - 1, max(1, count)).round().astype(np.int64))
 
@@ -185,7 +187,7 @@ def evenly(total: int, count: int | None, what: str) -> np.ndarray:
 def _images(folder, count: int | None, skipped: list) -> list:
     files = list_images(folder)
     pictures = []
-    for i in evenly(len(files), count, f"Images in '{folder}'"):
+    for i in evenly(len(files), count or len(files), f"Images in '{folder}'"):
         try:
             pictures.append(open_image(files[i]))
         except ImageReadError as exc:
