@@ -117,3 +117,35 @@ def reshape_shape(*, size: int = 12):
                           helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])], [one],
                   name="reshape_shape")
+
+
+def constant_pose(output: np.ndarray, *, size: int = 32, name: str = "heatmaps"):
+    """A pose "model" whose output ``name`` is always ``output`` (``(1, K, H, W)`` heatmaps or a ``(1, 5 + 3K,
+    anchors)`` YOLOv8-pose head), repeated over the batch; input ``images`` (N, 3, size, size). For decoding,
+    drawing and mapping tests whose right answer is known from ``output``."""
+    output = np.asarray(output, np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["m"], name="mean", axes=[1, 2, 3], keepdims=0),
+        helper.make_node("Mul", ["m", "zero"], ["z"], name="zero_out"),
+        helper.make_node("Reshape", ["z", "col"], ["zs"], name="to_rank"),
+        helper.make_node("Add", ["zs", "constant"], [name], name="add_output"),
+    ]
+    inits = [numpy_helper.from_array(output, "constant"), numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([-1] + [1] * (output.ndim - 1), np.int64), "col")]
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
+                  [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", *output.shape[1:]])], inits,
+                  name="constant_pose")
+
+
+def pooled_heatmaps(*, size: int = 32, stride: int = 4, name: str = "heatmaps"):
+    """A heatmap pose model of 3 keypoints: images (N, 3, size, size) → ``name`` (N, 3, size / stride, size /
+    stride), keypoint k the mean of channel k over each stride x stride cell, so a bright spot of one colour is that
+    keypoint's peak."""
+    w = np.zeros((3, 3, stride, stride), np.float32)
+    for k in range(3):
+        w[k, k] = 1.0 / stride**2
+    nodes = [helper.make_node("Conv", ["images", "w"], [name], name="pool", strides=[stride, stride])]
+    cells = size // stride
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
+                  [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 3, cells, cells])],
+                  [numpy_helper.from_array(w, "w")], name="pooled_heatmaps")

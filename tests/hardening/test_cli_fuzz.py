@@ -98,7 +98,8 @@ def _options(rng, command: str, root: Path) -> list:
                    ["--triton-version", rng.choice(["24.01", "nope"])], ["--json", None]],
         "sanitize": [["-o", None], ["--no-fold-constants"], ["--tensorrt", rng.choice(["8.6", "installed"])],
                      ["--json", None]],
-        "eval": [["--coco", rng.choice(["junk.npz", "missing.json"])], ["--metric", "keypoint-px"],
+        "eval": [["--coco", rng.choice(["junk.npz", "missing.json"])], ["--frames", rng.choice(["0", "9"])],
+                 ["--min-confidence", "x"], ["--peak-cell"], ["--video", rng.choice(["missing.mp4", "good.onnx"])],
                  ["--reference", rng.choice(["good.onnx", "empty.onnx"])], ["--batch", rng.choice(["0", "2"])],
                  ["--min-map", "x"], ["--json", None], ["--max-px", "-1"]],
         # serve is only given what must fail (a valid engine would start a server that runs until stopped)
@@ -119,8 +120,8 @@ def _argv(rng, command: str, files: dict, root: Path) -> tuple:
                   "parity": [rng.choice(files["onnx"]), rng.choice(files["engine"])], "doctor": [], "demo": [],
                   "export": ["triton", rng.choice(files["engine"]), "--repo", _output(rng, root)],
                   "serve": [rng.choice(files["engine"][1:])], "sanitize": [rng.choice(files["onnx"])],
-                  "eval": [rng.choice(["detection", "classification"]), rng.choice(files["engine"]), "--images",
-                           rng.choice(["calib", "folder.onnx", "missing", "x.npy"])]}
+                  "eval": [rng.choice(["detection", "classification", "keypoints"]), rng.choice(files["engine"]),
+                           "--images", rng.choice(["calib", "folder.onnx", "missing", "x.npy"])]}
     succeed = rng.random() < 0.2  # now and then a run that should succeed, so the invariant is seen from both sides
     if succeed:
         positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],

@@ -17,15 +17,7 @@ def add_arguments(parser) -> None:
     )
     det.add_argument("model", help="engine file or ONNX model (an ONNX model is its own reference row)")
     det.add_argument("--images", required=True, metavar="DIR", help="folder of the annotated images")
-    det.add_argument("--coco", metavar="JSON", help="COCO annotations of those images (for --metric coco)")
-    det.add_argument(
-        "--metric",
-        choices=("coco", "keypoint-px"),
-        default="coco",
-        help="coco (default): mAP via pycocotools; keypoint-px: for pose models, how far the engine's "
-        "keypoints (heatmap peaks or YOLOv8-pose keypoints) are from --reference's, in pixels",
-    )
-    det.add_argument("--max-px", type=float, metavar="PX", help="--metric keypoint-px: exit 1 above this deviation")
+    det.add_argument("--coco", metavar="JSON", help="COCO annotations of those images")
     det.add_argument("--reference", metavar="ONNX", help="the ONNX model, scored as the reference row")
     det.add_argument("--batch", type=int, default=8, help="images per inference call (default 8)")
     det.add_argument("--conf", type=float, default=0.001, help="score threshold of the numpy decode (0.001)")
@@ -47,22 +39,66 @@ def add_arguments(parser) -> None:
     cls.add_argument("model", help="engine file or ONNX model")
     cls.add_argument("--images", required=True, metavar="DIR", help="DIR/<class>/*.jpg")
     cls.add_argument("--reference", metavar="ONNX", help="the ONNX model, scored as the reference row")
-    cls.add_argument(
-        "--preprocess",
-        metavar="SPEC",
-        default="",
-        help="as --calib-preprocess: resize=stretch|letterbox,color=RGB|BGR,scale=X,mean=a/b/c,"
-        "std=a/b/c (default: stretch, RGB, 0..1)",
-    )
+    _add_preprocess(cls, "stretch, RGB, 0..1")
     cls.add_argument("--batch", type=int, default=32, help="images per inference call (default 32)")
     cls.add_argument("--min-top1", type=float, metavar="POINTS", help="exit 1 if any row's top-1 is below this")
     options.add_json_option(cls)
+    _add_keypoint_arguments(sub, options)
+
+
+def _add_preprocess(parser, default: str) -> None:
+    parser.add_argument(
+        "--preprocess",
+        metavar="SPEC",
+        default="",
+        help=f"as --calib-preprocess: resize=stretch|letterbox,color=RGB|BGR,scale=X,mean=a/b/c,std=a/b/c "
+        f"(default: {default})",
+    )
+
+
+def _add_keypoint_arguments(sub, options) -> None:
+    kp = sub.add_parser(
+        "keypoints",
+        help="keypoint deviation of a pose model from its reference, in pixels of the frame",
+        description="How far a pose model's keypoints (heatmaps, decoded below the cell, or a YOLOv8-pose head) are "
+        "from the reference's on real images or video frames: max, mean and p99 in frame pixels, over all keypoints "
+        "and over those the reference is confident of.",
+    )
+    kp.add_argument("model", help="engine file or ONNX model")
+    source = kp.add_mutually_exclusive_group(required=True)
+    source.add_argument("--images", metavar="DIR", help="a folder of images")
+    source.add_argument("--video", metavar="FILE", help="a video file (frames decoded by PyAV)")
+    kp.add_argument("--reference", required=True, metavar="MODEL", help="the ONNX model or an FP32 engine")
+    kp.add_argument(
+        "--frames",
+        type=options.positive_int,
+        metavar="N",
+        help="compare on N frames (or images) spread evenly from the first to the last (default: every image; "
+        "100 frames of a video, or all it has)",
+    )
+    kp.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help="a keypoint is confident where the reference's confidence is at least P (default 0.5): for heatmaps "
+        "the share of the heatmap's mass near its peak, for YOLOv8-pose the keypoint's visibility",
+    )
+    kp.add_argument(
+        "--peak-cell", action="store_true", help="read heatmaps at the peak cell, without the sub-pixel refinement"
+    )
+    _add_preprocess(
+        kp, "letterbox, RGB, 0..1; Lightning Pose models: resize=stretch,mean=0.485/0.456/0.406,std=0.229/0.224/0.225"
+    )
+    kp.add_argument("--batch", type=int, default=8, help="frames per inference call (default 8)")
+    kp.add_argument("--max-px", type=float, metavar="PX", help="exit 1 if a confident keypoint deviates more")
+    options.add_json_option(kp)
 
 
 def run(args, console) -> int:
     if args.task == "classification":
         return run_classification(args, console)
-    if args.metric == "keypoint-px":
+    if args.task == "keypoints":
         return run_keypoints(args, console)
     return run_detection(args, console)
 
@@ -74,7 +110,7 @@ def run_detection(args, console, runner_options: dict | None = None) -> int:
     from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection, skipped_summary
 
     if not args.coco:
-        raise InputError("--metric coco needs the annotations: --coco val.json.")
+        raise InputError("eval detection needs the annotations: --coco val.json.")
     decode = DecodeSettings(args.conf, args.iou, args.max_det)
     with console.status("evaluating") as status:
         result = evaluate_detection(
@@ -151,27 +187,38 @@ def run_classification(args, console, runner_options: dict | None = None) -> int
 
 
 def run_keypoints(args, console, runner_options: dict | None = None) -> int:
+    from calibrators.preprocess import Preprocess, parse_preprocess
     from trtkit.cli import render
+    from trtkit.eval.detection import skipped_summary
     from trtkit.eval.keypoints import evaluate_keypoints
 
+    preprocess = Preprocess(**{"resize": "letterbox", **parse_preprocess(args.preprocess, field="preprocess")})
     with console.status("comparing keypoints"):
         result = evaluate_keypoints(
-            args.model, args.images, args.reference, batch=args.batch, runner_options=runner_options
+            args.model,
+            args.reference,
+            images=args.images,
+            video=args.video,
+            frames=args.frames,
+            preprocess=preprocess,
+            min_confidence=args.min_confidence,
+            refine=not args.peak_cell,
+            batch=args.batch,
+            runner_options=runner_options,
         )
-    failing = args.max_px is not None and result.max_px > args.max_px
+    worst = result.confident.max_px
+    failing = args.max_px is not None and (worst is None or worst > args.max_px)
     if args.json != "-":
-        console.print(
-            render.table(
-                f"keypoints vs {args.reference} ({result.layout}, input pixels)",
-                ["images", "keypoints", "max px", "mean px", "p99 px"],
-                [(result.images, result.keypoints, result.max_px, result.mean_px, result.p99_px)],
-            )
-        )
-        _notes(console, None, failing and f"max deviation {result.max_px} px above {args.max_px}")
+        rows = [
+            (name, d.keypoints, d.max_px, d.mean_px, d.p99_px)
+            for name, d in (("all", result.all), (f"confidence >= {args.min_confidence}", result.confident))
+        ]
+        title = f"keypoints vs {_short(args.reference)}: {result.images} frames, {result.layout}, {result.decoding}"
+        console.print(render.table(title + " (frame pixels)", ["keypoints", "n", "max px", "mean px", "p99 px"], rows))
+        reason = f"max deviation {worst} px above {args.max_px}" if worst is not None else "no confident keypoint"
+        _notes(console, skipped_summary(result.skipped), failing and reason)
     if args.json:
-        render.write_json(
-            args.json, dict(result.to_json(), metric="keypoint-px", max_allowed_px=args.max_px, passed=not failing)
-        )
+        render.write_json(args.json, dict(result.to_json(), max_allowed_px=args.max_px, passed=not failing))
     return 1 if failing else 0
 
 

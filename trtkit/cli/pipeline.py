@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trtkit.errors import InputError
 
-POST_CHOICES = ("none", "detection")
+POST_CHOICES = ("none", "detection", "pose")
 
 
 def add_pipeline_arguments(parser) -> None:
@@ -25,13 +25,27 @@ def add_pipeline_arguments(parser) -> None:
         "--post",
         choices=POST_CHOICES,
         default="none",
-        help="postprocessing: detection (decode, NMS, boxes drawn on the output) or none (raw outputs)",
+        help="postprocessing: detection (decode, NMS, boxes drawn on the output), pose (heatmap or YOLOv8-pose "
+        "keypoints and skeletons drawn) or none (raw outputs)",
     )
     g.add_argument(
-        "--conf", type=float, default=0.25, metavar="P", help="with --post detection: lowest score kept (default 0.25)"
+        "--conf", type=float, default=0.25, metavar="P", help="detection and YOLOv8-pose: lowest score kept (0.25)"
     )
     g.add_argument(
-        "--iou", type=float, default=0.45, metavar="T", help="with --post detection: NMS IoU threshold (default 0.45)"
+        "--iou", type=float, default=0.45, metavar="T", help="detection and YOLOv8-pose: NMS IoU threshold (0.45)"
+    )
+    g.add_argument(
+        "--skeleton",
+        metavar="NAME|FILE",
+        help="with --post pose: the lines drawn, coco17 or a JSON file of [a, b] keypoint index pairs (default: "
+        "coco17 for 17 keypoints, else none)",
+    )
+    g.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help="with --post pose: keypoints drawn from this confidence (default 0.5)",
     )
     g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
     g.add_argument(
@@ -165,7 +179,9 @@ def _check_numbers(args) -> None:
     ):
         if value is not None and value < low:
             raise InputError(f"{option} must be at least {low}, not {value}")
-    for option, value in (("--conf", args.conf), ("--iou", args.iou)):
+    if args.skeleton and args.post != "pose":
+        raise InputError("--skeleton names the lines between pose keypoints: give it with --post pose")
+    for option, value in (("--conf", args.conf), ("--iou", args.iou), ("--min-confidence", args.min_confidence)):
         if not 0.0 <= value <= 1.0:
             raise InputError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
@@ -200,6 +216,11 @@ def _processing(args):
         from trtkit.pipeline.detect import detection_processing
 
         return detection_processing(conf_threshold=args.conf, iou_threshold=args.iou)
+    if args.post == "pose":
+        from trtkit.pipeline.pose import pose_processing
+
+        options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
+        return pose_processing(args.skeleton, resize=args.resize, **options)
     return Processing()
 
 

@@ -34,6 +34,7 @@ _EXPORTS = {
     "ImagePreprocess": "trtkit.pipeline.preprocess",
     "PipelineReport": "trtkit.pipeline.stats",
     "detection_processing": "trtkit.pipeline.detect",
+    "pose_processing": "trtkit.pipeline.pose",
 }
 
 __all__ = list(_EXPORTS)

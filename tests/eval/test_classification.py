@@ -1,4 +1,4 @@
-"""`trtkit eval classification` (top-1/top-5 on a labelled folder) and `--metric keypoint-px` (pose models)."""
+"""`trtkit eval classification`: top-1/top-5 on a labelled folder."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from tests import models
 from trtkit.cli.main import main
 from trtkit.errors import InputError
 from trtkit.eval.classification import evaluate_classification, labelled_images, topk_hits
-from trtkit.eval.keypoints import compare, evaluate_keypoints, heatmap_peaks
 from trtkit.eval.models import Model
 
 
@@ -82,55 +81,6 @@ def test_classification_cli_gate(labelled, capsys):
     assert main(args + ["--preprocess", "color=BGR", "--min-top1", "99", "--json", "-"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["passed"] is False and out["classes"] == ["a_red", "b_green", "c_blue"]
-
-
-def test_heatmap_peaks_scale_to_input_pixels():
-    maps = np.zeros((1, 2, 4, 8), np.float32)
-    maps[0, 0, 1, 3] = 1.0
-    maps[0, 1, 3, 0] = 1.0
-    np.testing.assert_allclose(heatmap_peaks(maps, (16, 32)), [[[12, 4], [0, 12]]])
-
-
-def test_pose_head_compares_the_reference_best_anchor():
-    ref = np.zeros((1, 5 + 3 * 2, 3), np.float32)
-    ref[0, 4] = [0.1, 0.9, 0.2]             # anchor 1 is the person
-    ref[0, 5:, 1] = [10, 20, 1, 30, 40, 1]  # two keypoints (x, y, v)
-    ours = ref.copy()
-    ours[0, 5:, 1] = [13, 24, 1, 30, 40, 1]
-    ours[0, 5:, 2] = 999                    # other anchors do not count
-    d, layout = compare(ours, ref, (64, 64))
-    assert layout == "yolov8-pose" and d.tolist() == [5.0, 0.0]
-    with pytest.raises(InputError, match=r"first output has shape \(1, 7, 3\)"):
-        compare(np.zeros((1, 7, 3)), np.zeros((1, 7, 3)), (8, 8))
-
-
-def heatmap_model():
-    """images (N, 3, 16, 16) → heatmaps (N, 3, 16, 16): the image itself, so a bright pixel is the peak."""
-    nodes = [helper.make_node("Identity", ["images"], ["heatmaps"])]
-    return models._model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 16, 16])],
-                         [helper.make_tensor_value_info("heatmaps", TensorProto.FLOAT, ["N", 3, 16, 16])])
-
-
-def test_keypoint_px_against_the_onnx_model(tmp_path, capsys):
-    onnx.save(heatmap_model(), tmp_path / "pose.onnx")
-    (tmp_path / "images").mkdir()
-    for i in range(3):
-        pixels = np.zeros((16, 16, 3), np.uint8)
-        pixels[4 + i, 5, :] = 255
-        Image.fromarray(pixels).save(tmp_path / "images" / f"{i}.png")
-
-    def shifted(feed):
-        return {"heatmaps": np.roll(feed["images"], (3, 4), axis=(2, 3))}  # 3 down, 4 right: 5 px
-
-    model = Model(shifted, "images", ("N", 3, 16, 16), 8)
-    result = evaluate_keypoints(model, tmp_path / "images", tmp_path / "pose.onnx")
-    assert (result.max_px, result.mean_px, result.images, result.keypoints) == (5.0, 5.0, 3, 3)
-    same = ["eval", "detection", str(tmp_path / "pose.onnx"), "--images", str(tmp_path / "images"),
-            "--metric", "keypoint-px", "--reference", str(tmp_path / "pose.onnx")]
-    assert main(same + ["--max-px", "0.5", "--json", "-"]) == 0
-    assert json.loads(capsys.readouterr().out)["max_px"] == 0.0
-    with pytest.raises(InputError, match="give it as reference"):
-        evaluate_keypoints(model, tmp_path / "images", None)
 
 
 def test_coco_metric_needs_annotations(tmp_path, capsys):
