@@ -31,15 +31,15 @@ def add_pipeline_arguments(parser) -> None:
     g.add_argument(
         "--conf", type=float, default=0.25, metavar="P", help="with --post detection: lowest score kept (default 0.25)"
     )
+    g.add_argument(
+        "--iou", type=float, default=0.45, metavar="T", help="with --post detection: NMS IoU threshold (default 0.45)"
+    )
     options.add_head_option(g)
     g.add_argument(
         "--names",
         metavar="FILE",
         help="with --post detection: the class names drawn on the boxes: one a line, a JSON list or dict, or "
         "'0: person' lines as in ultralytics' dataset files (default: the names in the model's metadata)",
-    )
-    g.add_argument(
-        "--iou", type=float, default=0.45, metavar="T", help="with --post detection: NMS IoU threshold (default 0.45)"
     )
     g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
     g.add_argument(

@@ -142,7 +142,7 @@ def _yolov5(arrays: dict, size, conf_threshold: float = 0.25, **options) -> list
 def _detr_sigmoid(arrays: dict, size, conf_threshold: float = 0.25, max_detections: int = 300, **_) -> list:
     results = []
     for boxes, logits in zip(_pixels(arrays["boxes"], size), np.asarray(arrays["logits"], np.float32)):
-        scores = 1.0 / (1.0 + np.exp(-logits.reshape(-1)))
+        scores = 0.5 + 0.5 * np.tanh(0.5 * logits.reshape(-1))  # the sigmoid, without overflow
         top = _best(scores, conf_threshold, max_detections)
         classes = logits.shape[1]
         results.append(Detections(boxes[top // classes], scores[top], (top % classes).astype(np.int32)))

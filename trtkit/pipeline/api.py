@@ -36,7 +36,8 @@ class Processing:
             ``meta``; frames in device memory (NVDEC) are then preprocessed on the GPU. ``None`` with a custom
             ``pre``: such frames are copied to the host and ``pre`` runs there. (The default preprocessing has one.)
         for_engine: ``(ImageInput, output specs) -> Processing``: the processing for this engine, asked for once the
-            engine is open and before any frame is read (the detector's finds its output layout so); ``None``: this.
+            engine is open and before any frame is read (the detector's finds its output layout so); ``None``: this
+            one as it is.
     """
 
     pre: Callable | None = None
