@@ -76,6 +76,31 @@ def constant_detector(head: np.ndarray, *, size: int = 32):
                   inits, name="constant_detector")
 
 
+def constant_outputs(outputs: dict, *, size: int = 32, uint8_nhwc: bool = False, metadata: dict | None = None):
+    """A "detector" of any output layout: input ``images`` (N, 3, size, size) float32, or (N, size, size, 3) uint8
+    with ``uint8_nhwc`` (an engine built with ``--input-uint8-nhwc``); each output ``name`` is always the array
+    ``outputs[name]`` (1, A, B), repeated over the batch. ``metadata`` becomes the model's ``metadata_props``. For
+    decode, layout and pipeline tests of the DETR family and YOLOv5 heads whose right answer is known."""
+    nodes = [helper.make_node("Cast", ["images"], ["pixels"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceMean", ["pixels"], ["m"], axes=[1, 2, 3], keepdims=0),
+             helper.make_node("Mul", ["m", "zero"], ["z"]),
+             helper.make_node("Reshape", ["z", "col"], ["z3"])]
+    inits = [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([-1, 1, 1], np.int64), "col")]
+    declared = []
+    for name, value in outputs.items():
+        value = np.asarray(value, np.float32)
+        inits.append(numpy_helper.from_array(value, f"{name}_value"))
+        nodes.append(helper.make_node("Add", ["z3", f"{name}_value"], [name]))
+        declared.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", *value.shape[1:]]))
+    image = (helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", size, size, 3]) if uint8_nhwc else
+             helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size]))
+    model = _model(nodes, [image], declared, inits, name="constant_outputs")
+    if metadata:
+        helper.set_model_props(model, metadata)
+    return model
+
+
 def conv_detector(*, size: int = 32, classes: int = 2, seed: int = 0, opset: int = OPSET):
     """A convolutional YOLOv8-layout head with random weights: images (N, 3, size, size) → Conv stride 8 → Sigmoid
     → output0 (N, 4 + classes, (size / 8)^2), the four box rows scaled to input pixels. Cheap to run, quantizable."""

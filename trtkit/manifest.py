@@ -55,20 +55,23 @@ class Environment(_Section):
 @dataclass
 class ModelInfo(_Section):
     """The ONNX model an engine was built from; ``inputs``: name → dims (dynamic dims as strings);
-    ``shape_inputs``: the inputs TensorRT treats as shape tensors (their profile entries are values, not dims)."""
+    ``shape_inputs``: the inputs TensorRT treats as shape tensors (their profile entries are values, not dims);
+    ``metadata``: the model's ``metadata_props`` (key → value), e.g. the class ``names`` of a detector."""
 
     name: str | None = None
     sha256: str | None = None
     opset: int | None = None
     inputs: dict = field(default_factory=dict)
     shape_inputs: list = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
 
 
 def _model_json(model: ModelInfo) -> dict:
-    """``model`` as JSON; ``shape_inputs`` only where there are some (manifests written before it stay the same)."""
+    """``model`` as JSON; ``shape_inputs`` and ``metadata`` only where there are some."""
     data = asdict(model)
-    if not data["shape_inputs"]:
-        del data["shape_inputs"]
+    for key in ("shape_inputs", "metadata"):
+        if not data[key]:
+            del data[key]
     return data
 
 

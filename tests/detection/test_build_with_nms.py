@@ -34,6 +34,16 @@ def test_plugin_models_register_tensorrt_plugins_before_parsing():
     assert custom_ops(add_nms(detector())) == ["EfficientNMS_TRT"]
 
 
+def test_the_manifest_keeps_the_models_metadata_through_add_nms():
+    model = detector()
+    model.metadata_props.add(key="names", value="{0: 'a', 1: 'b'}")
+    config = BuildConfig(profiles=PROFILE, add_nms=NmsOptions())
+    result = build_serialized(model, config, trt=make_fake_trt("8.6.0"))
+    assert result.manifest.to_json()["model"]["metadata"] == {"names": "{0: 'a', 1: 'b'}"}
+    assert "metadata" not in build_serialized(detector(), BuildConfig(profiles=PROFILE),
+                                              trt=make_fake_trt("8.6.0")).manifest.to_json()["model"]
+
+
 def test_plain_models_leave_the_plugin_library_alone():
     trt = make_fake_trt("8.6.0")
     build_serialized(detector(), BuildConfig(profiles=PROFILE), trt=trt)
@@ -85,3 +95,14 @@ def test_build_add_nms_on_another_layout_is_one_error_line(tmp_path, capsys, fak
     err = capsys.readouterr().err
     assert code == 1 and "found output 'y' (N, 4, 1, 1)" in err
     assert not (tmp_path / "x.engine").exists()
+
+
+def test_build_add_nms_on_detr_outputs_says_they_need_none(tmp_path, capsys, fake_trt, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
+    path = tmp_path / "rfdetr.onnx"
+    onnx.save(models.constant_outputs({"dets": np.zeros((1, 5, 4)), "labels": np.zeros((1, 5, 3))}), path)
+    code = main(["build", str(path), "--add-nms", "--no-check", "--no-isolate", "-o", str(tmp_path / "x.engine")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and not (tmp_path / "x.engine").exists()
+    assert "--add-nms applies to YOLO heads; outputs 'dets' (N, 5, 4), 'labels' (N, 5, 3) are DETR-family" in err
+    assert "which need no NMS: each query is one detection already" in err

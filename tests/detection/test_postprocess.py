@@ -9,7 +9,6 @@ from trtkit.detection import (
     Detections,
     box_iou,
     decode,
-    detections_from_outputs,
     from_efficient_nms,
     letterbox_meta,
     nms,
@@ -92,15 +91,6 @@ def test_efficient_nms_outputs_become_detections():
     first, second = from_efficient_nms(num, boxes, scores, classes)
     np.testing.assert_array_equal(first.boxes, boxes[0, :2])
     assert first.classes.tolist() == [3, 1] and len(second) == 0
-    outputs = {"num_dets": num, "boxes": boxes, "scores": scores, "classes": classes}
-    assert len(detections_from_outputs(outputs)[0]) == 2
-
-
-def test_detections_from_outputs_decodes_a_head_and_refuses_other_outputs():
-    dets = detections_from_outputs({"output0": head([(5, 5, 2, 2, 0.9)])}, conf_threshold=0.5)
-    assert len(dets[0]) == 1
-    with pytest.raises(InputError, match="got outputs a, b"):
-        detections_from_outputs({"a": np.zeros(1), "b": np.zeros(1)})
 
 
 def test_mapped_detections_are_in_original_pixels():

@@ -137,7 +137,8 @@ def test_cli_table_renders(dataset):
 
 def test_cli_help_runs(capsys):
     assert main(["eval", "detection", "--help"]) == 0
-    assert "--min-map" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--min-map" in out and "yolov8, yolov5, detr-sigmoid, detr-softmax, efficient-nms" in " ".join(out.split())
 
 
 def test_without_onnxruntime_the_reference_evaluator_runs_and_says_it_is_slow(dataset, monkeypatch, caplog):
@@ -145,3 +146,30 @@ def test_without_onnxruntime_the_reference_evaluator_runs_and_says_it_is_slow(da
     result = evaluate_detection(dataset / "det.onnx", dataset / "val", dataset / "val.json")
     assert result.rows[0].model.endswith("(onnx-reference)") and result.rows[0].metrics.map == pytest.approx(100.0)
     assert "reference evaluator, which is slow" in caplog.text and "trtkit[eval]" in caplog.text
+
+
+def rt_detr_like(path):
+    """HEAD's two boxes as DETR-family outputs (transformers' names): relative centre boxes and class logits."""
+    boxes = (HEAD[0, :4].T / SIZE)[None]
+    logits = np.full((1, 2, 2), -10.0, np.float32)
+    logits[0, 0, 1], logits[0, 1, 0] = np.log(0.9 / 0.1), np.log(0.95 / 0.05)
+    onnx.save(models.constant_outputs({"pred_boxes": boxes, "logits": logits}, size=SIZE), path)
+    return path
+
+
+def test_a_detr_family_model_scores_100_with_its_layout_named(dataset):
+    model = rt_detr_like(dataset / "rtdetr.onnx")
+    result = evaluate_detection(model, dataset / "val", dataset / "val.json", head="detr-sigmoid")
+    assert result.rows[0].metrics.map == pytest.approx(100.0) and result.rows[0].metrics.detections == 6
+    with pytest.raises(InputError, match="fit detr-sigmoid .* and detr-softmax"):
+        evaluate_detection(model, dataset / "val", dataset / "val.json")
+
+
+def test_cli_head_unknown_or_needed_is_a_usage_error(dataset, capsys):
+    model = rt_detr_like(dataset / "rtdetr.onnx")
+    args = ["eval", "detection", str(model), "--images", str(dataset / "val"), "--coco", str(dataset / "val.json")]
+    assert main(args + ["--head", "rf-detr"]) == 2
+    assert "error: --head='rf-detr' is not a known layout; use one of: yolov8, yolov5" in capsys.readouterr().err
+    assert main(args) == 2
+    assert "choose one with --head='detr-sigmoid' or --head='detr-softmax'" in capsys.readouterr().err
+    assert main(args + ["--head", "detr-sigmoid", "--min-map", "99"]) == 0

@@ -32,7 +32,7 @@ def test_help_lists_the_pipeline_options(capsys):
     assert code == 0
     for option in ("--video", "--images", "--out", "--post", "--results", "--decoder", "--codec", "--batch",
                    "--max-wait-ms", "--runners", "--queue-size", "--workers", "--resize", "--no-live", "--conf",
-                   "--iou", "--preprocess"):
+                   "--iou", "--preprocess", "--head", "--names"):
         assert option in out
 
 

@@ -272,7 +272,8 @@ def test_a_gray_input_is_preprocessed_on_the_cpu_naming_its_channels():
     runner = type("Runner", (), {"cuda": Cuda(fake)})()
     pre, reason = device_preprocess(runner, gray)
     assert pre is None and reason == (
-        "input 'x' has 1 channel(s) of float32; the GPU letterbox fills 3-channel float32/float16 inputs"
+        "input 'x' has 1 channel(s) of float32; the GPU letterbox fills 3-channel float32/float16 (NCHW) and uint8 "
+        "(NHWC) inputs"
     )
     with pytest.raises(InputError, match="The GPU preprocessing cannot fill this input: input 'x' has 1 channel"):
         DeviceFramePreprocess(Cuda(fake), gray, kernels=None)

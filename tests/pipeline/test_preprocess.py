@@ -84,3 +84,19 @@ def test_a_sample_buffer_of_the_wrong_shape_or_dtype_is_refused():
         pre.into(frame_picture(0), np.empty((3, 16, 16), np.float32))
     with pytest.raises(InputError, match="float16"):
         pre.into(frame_picture(0), np.empty((3, 32, 32), np.float16))
+
+
+def test_a_uint8_nhwc_input_takes_the_letterboxed_pixels_as_the_detection_letterbox_makes_them():
+    """An engine built with ``input_uint8_nhwc``: (N, H, W, 3) uint8, found from its spec, the pixels unscaled."""
+    from trtkit.detection import Letterbox
+    from trtkit.pipeline.preprocess import image_input
+    from trtkit.runtime.engine import TensorSpec
+
+    spec = TensorSpec("images", True, np.dtype(np.uint8), (-1, 64, 96, 3), profiles=(((1, 64, 96, 3),) * 3,))
+    nhwc = image_input([spec])
+    assert (nhwc.layout, nhwc.channels, nhwc.height, nhwc.width, nhwc.sample_shape) == ("NHWC", 3, 64, 96, (64, 96, 3))
+    pre = ImagePreprocess(nhwc, reducing_gap=None)
+    image = photo(300, 500)
+    sample, meta = pre(image)
+    expected = Letterbox((64, 96), dtype=np.uint8, layout="NHWC")([image])[0][0]
+    assert sample.dtype == np.uint8 and np.array_equal(sample, expected) and meta["pad"] == (29, 0)

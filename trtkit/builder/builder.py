@@ -167,6 +167,7 @@ def _build_with(trt, logger, builder, model, config: BuildConfig, phase, kept: l
             loaded.opset,
             {n: [d if isinstance(d, int) else str(d) for d in dims] for n, dims in inputs.items()},
             list(shape_inputs),
+            {prop.key: prop.value for prop in loaded.proto.metadata_props},
         ),
         build=BuildInfo(
             settings,

@@ -12,8 +12,8 @@ def add_arguments(parser) -> None:
     det = sub.add_parser(
         "detection",
         help="COCO mAP@[.5:.95], mAP@.5 and AR@100 (pycocotools) on an image folder",
-        description="COCO mAP@[.5:.95], mAP@.5 and AR@100 (pycocotools) of a YOLO-style detector "
-        "on an image folder with COCO annotations.",
+        description="COCO mAP@[.5:.95], mAP@.5 and AR@100 (pycocotools) of a detector (YOLO heads, the DETR "
+        "family, EfficientNMS outputs) on an image folder with COCO annotations.",
     )
     det.add_argument("model", help="engine file or ONNX model (an ONNX model is its own reference row)")
     det.add_argument("--images", required=True, metavar="DIR", help="folder of the annotated images")
@@ -23,6 +23,7 @@ def add_arguments(parser) -> None:
     det.add_argument("--conf", type=float, default=0.001, help="score threshold of the numpy decode (0.001)")
     det.add_argument("--iou", type=float, default=0.65, help="NMS IoU threshold of the numpy decode (0.65)")
     det.add_argument("--max-det", type=int, default=100, help="detections kept per image (100)")
+    options.add_head_option(det)
     det.add_argument(
         "--min-map",
         type=float,
@@ -122,6 +123,7 @@ def run_detection(args, console, runner_options: dict | None = None) -> int:
             decode=decode,
             runner_options=runner_options,
             on_progress=lambda text: status.update(f"evaluating {text}"),
+            head=args.head,
         )
     failing = below_minimum(result, args.min_map)
     if args.json != "-":

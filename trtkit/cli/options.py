@@ -566,6 +566,8 @@ FLAGS = {
     "backend": "--backend",
     "max_queue_delay_us": "--max-queue-delay-us",
     "add_nms": "--add-nms",
+    "head": "--head",
+    "class_names": "--names",
     "score_threshold": "--nms-score",
     "iou_threshold": "--nms-iou",
     "max_detections": "--nms-max-det",
@@ -611,6 +613,17 @@ def check_files(args, outputs: dict, inputs: dict) -> None:
 def add_ignore_manifest_option(parser) -> None:
     parser.add_argument(
         "--ignore-manifest", action="store_true", help="load an engine whose manifest names another TensorRT or GPU"
+    )
+
+
+def add_head_option(parser) -> None:
+    from trtkit.detection.heads import LAYOUTS
+
+    parser.add_argument(
+        "--head",
+        metavar="NAME",
+        help=f"the detector's output layout, where its outputs fit several: {', '.join(LAYOUTS)} (default: the one "
+        "they fit)",
     )
 
 

@@ -3,12 +3,13 @@ pipeline's front end (options, a rich live view on a terminal, the final table, 
 
 from __future__ import annotations
 
-from trtkit.errors import InputError
+from trtkit.errors import InputError, UsageError
 
 POST_CHOICES = ("none", "detection", "pose")
 
 
 def add_pipeline_arguments(parser) -> None:
+    from trtkit.cli import options
     from trtkit.pipeline.video import DECODERS
 
     g = parser.add_argument_group("streaming pipeline (video files and image folders)")
@@ -46,6 +47,13 @@ def add_pipeline_arguments(parser) -> None:
         default=0.5,
         metavar="P",
         help="with --post pose: keypoints drawn from this confidence (default 0.5)",
+    )
+    options.add_head_option(g)
+    g.add_argument(
+        "--names",
+        metavar="FILE",
+        help="with --post detection: the class names drawn on the boxes: one a line, a JSON list or dict, or "
+        "'0: person' lines as in ultralytics' dataset files (default: the names in the model's metadata)",
     )
     g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
     g.add_argument(
@@ -86,7 +94,7 @@ def add_pipeline_arguments(parser) -> None:
         "--preprocess",
         choices=("auto", "gpu", "cpu"),
         default="auto",
-        help="where frames are letterboxed: auto: on the GPU wherever the input is a 3-channel float image (NVDEC "
+        help="where frames are letterboxed: auto: on the GPU wherever the input is a 3-channel image (NVDEC "
         "frames where they are, the model input never visiting the host; PyAV frames and images uploaded once, the "
         "CPU left decoding and encoding), else the CPU, the reason shown; gpu: the same, an error where it cannot; "
         "cpu: on the CPU (NVDEC frames come to host memory)",
@@ -194,6 +202,8 @@ def _check_numbers(args) -> None:
         raise InputError(
             "--decode-threads sets PyAV's CPU decoder threads: give it with --video, without --decoder nvdec"
         )
+    if (args.head or args.names) and args.post != "detection":
+        raise UsageError("--head and --names choose how --post detection decodes and draws: give them with it")
     if args.encoder_option and not (args.video and args.out):
         raise InputError("--encoder-option sets the output video's encoder: give it with --video and --out")
 
@@ -213,15 +223,25 @@ def _processing(args):
     from trtkit.pipeline.api import Processing
 
     if args.post == "detection":
+        from trtkit.detection import metadata_names, read_names
         from trtkit.pipeline.detect import detection_processing
 
-        return detection_processing(conf_threshold=args.conf, iou_threshold=args.iou)
+        names = read_names(args.names) if args.names else metadata_names(_model_metadata(args.engine))
+        return detection_processing(args.conf, args.iou, class_names=names, head=args.head)
     if args.post == "pose":
         from trtkit.pipeline.pose import pose_processing
 
         options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
         return pose_processing(args.skeleton, resize=args.resize, **options)
     return Processing()
+
+
+def _model_metadata(engine) -> dict:
+    """The metadata of the ONNX model an engine file was built from, as its manifest records it."""
+    from trtkit.manifest import read_manifest
+
+    manifest = read_manifest(engine)
+    return manifest.model.metadata if manifest else {}
 
 
 def _source(args):

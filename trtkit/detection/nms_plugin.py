@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trtkit import _check
+from trtkit.detection.heads import fitting
 from trtkit.detection.postprocess import MAX_CLASSES, looks_transposed
 from trtkit.errors import ModelError
 from trtkit.model import load_model
@@ -75,6 +76,13 @@ def head_layout(proto, *, unknown_ok: bool = False) -> tuple:
     if any(node.op_type == PLUGIN_OP for node in proto.graph.node):
         raise ModelError(
             f"The model already ends in {PLUGIN_OP} (outputs {found}); it needs no add_nms.", field="add_nms"
+        )
+    detr = [h.layout for h in fitting({n: s for n, s in outputs if s is not None}) if h.layout.startswith("detr")]
+    if detr:
+        raise ModelError(
+            f"add_nms applies to YOLO heads; outputs {found} are DETR-family boxes and class logits per query "
+            f"({' or '.join(detr)}), which need no NMS: each query is one detection already.",
+            field="add_nms",
         )
     if len(outputs) != 1:
         raise ModelError(f"add_nms needs {expected}; the model has {len(outputs)} outputs: {found}.", field="add_nms")
@@ -155,6 +163,7 @@ def add_nms(model, options: NmsOptions | None = None):
     graph.outputs = outputs
     graph.cleanup().toposort()
     model = gs.export_onnx(graph)
+    model.metadata_props.extend(proto.metadata_props)  # a detector's class names, for one
     if not any(o.domain == PLUGIN_DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(PLUGIN_DOMAIN, 1))
     return model

@@ -3,6 +3,7 @@
 The head layout is YOLOv8's: one output ``(N, 4 + classes, anchors)``, rows ``cx, cy, w, h`` in input pixels, then
 one score per class (already through a sigmoid). Engines built with ``--add-nms`` return TensorRT's
 ``EfficientNMS_TRT`` outputs instead; :func:`from_efficient_nms` turns those into the same :class:`Detections`.
+The other layouts (YOLOv5's, the DETR family's) are decoded in :mod:`trtkit.detection.heads`.
 """
 
 from __future__ import annotations
@@ -199,22 +200,3 @@ def from_efficient_nms(
         )
         for i, n in enumerate(counts.astype(int))
     ]
-
-
-EFFICIENT_NMS_OUTPUTS = ("num_dets", "boxes", "scores", "classes")
-
-
-def detections_from_outputs(outputs: dict, **decode_options) -> list[Detections]:
-    """Detections from an engine's outputs: the plugin's four outputs if present, else the single head output.
-
-    Raises:
-        InputError: neither the four plugin outputs nor exactly one head output are there.
-    """
-    if all(name in outputs for name in EFFICIENT_NMS_OUTPUTS):
-        return from_efficient_nms(*(outputs[name] for name in EFFICIENT_NMS_OUTPUTS))
-    if len(outputs) != 1:
-        raise InputError(
-            f"Expected one head output (N, 4 + classes, anchors) or the EfficientNMS outputs "
-            f"{', '.join(EFFICIENT_NMS_OUTPUTS)}; got outputs {', '.join(sorted(outputs))}."
-        )
-    return decode(next(iter(outputs.values())), **decode_options)

@@ -1,7 +1,8 @@
 """``trtkit eval detection``: COCO box metrics of an engine or ONNX model on an image folder, ONNX as the reference.
 
-Each image is letterboxed to the model's input size, the outputs are decoded (the ``EfficientNMS_TRT`` plugin's
-four outputs, or the YOLOv8 head through numpy NMS), boxes are mapped back to the original image and scored with
+Each image is letterboxed to the model's input size, the outputs are decoded in their layout
+(:mod:`trtkit.detection.heads`: YOLO heads through numpy NMS, the DETR family's top scores, the ``EfficientNMS_TRT``
+plugin's outputs), boxes are mapped back to the original image and scored with
 pycocotools. Images pillow cannot read are skipped, named, and counted in the result.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from trtkit.detection import ImageReadError, Letterbox, detections_from_outputs, list_images, open_image
+from trtkit.detection import ImageReadError, Letterbox, find_layout, list_images, open_image
 from trtkit.errors import InputError
 from trtkit.eval.coco import CocoMetrics, category_ids, evaluate_coco, load_coco, to_coco_results
 from trtkit.eval.models import open_model
@@ -122,17 +123,27 @@ def predict_coco(
     decode: DecodeSettings | None = None,
     skipped: list | None = None,
     letterbox: Letterbox | None = None,
+    head: str | None = None,
+    outputs: dict | None = None,
 ) -> tuple[list, list]:
     """Run ``infer`` over the images; return (COCO result entries, the image ids read). ``letterbox`` makes the
-    batches (default: float NCHW batches of ``size``)."""
+    batches (default: float NCHW batches of ``size``); ``head`` names the output layout (default: the one the
+    ``outputs``, name → shape, fit, checked before any image is read; where they are unknown or have unknown dims,
+    the first batch's outputs).
+
+    Raises:
+        LayoutError: the outputs fit no layout, several, or not ``head``.
+    """
     decode = decode or DecodeSettings()
     letterbox = letterbox or Letterbox(size)
+    layout = None if outputs is None else find_layout(outputs, head, unknown_ok=True)
     results, read = [], []
     skipped = [] if skipped is None else skipped
     for images, ids in read_images(pairs, batch, skipped):
         tensor, metas = letterbox(images)
-        outputs = infer({input_name: tensor})
-        for image_id, det, meta in zip(ids, detections_from_outputs(outputs, **decode.options()), metas):
+        found = infer({input_name: tensor})
+        layout = layout or find_layout(found, head)
+        for image_id, det, meta in zip(ids, layout.decode(found, size, **decode.options()), metas):
             results += to_coco_results(image_id, det.mapped(meta), categories)
         read += ids
     return results, read
@@ -148,6 +159,7 @@ def evaluate_detection(
     decode: DecodeSettings | None = None,
     on_progress: Callable[[str], None] | None = None,
     runner_options: dict | None = None,
+    head: str | None = None,
 ) -> DetectionEval:
     """COCO mAP@[.5:.95], mAP@.5 and AR@100 of ``model`` (and of ``reference``, the ONNX model) on a folder.
 
@@ -160,9 +172,11 @@ def evaluate_detection(
         batch: images per inference call (capped by an engine's profile).
         decode: thresholds of the numpy decode (engines with the NMS plugin use their own).
         runner_options: extra ``TrtRunner`` keyword arguments (tests pass fakes).
+        head: the output layout (a key of :data:`trtkit.detection.LAYOUTS`); ``None``: the one the outputs fit.
 
     Raises:
         InputError: the folder or annotation file is unusable, or their images do not match.
+        LayoutError: a model's outputs fit no layout, several, or not ``head`` (before any image is read).
         DependencyError: pycocotools (or TensorRT for an engine) is missing.
     """
     coco = coco if isinstance(coco, dict) else load_coco(coco)
@@ -190,6 +204,8 @@ def evaluate_detection(
                 decode=decode,
                 skipped=skipped_here,
                 letterbox=opened.letterbox(),
+                head=head,
+                outputs=opened.outputs,
             )
             if not skipped:
                 skipped = skipped_here

@@ -35,6 +35,7 @@ class Model:
         description: for reports (a path, usually).
         input_dtype: the numpy dtype the image input takes (``None``: float32, or whatever ``infer`` casts from).
         runner: the engine's ``TrtRunner`` (``None`` for other kinds): what the GPU letterbox queues its work on.
+        outputs: output name → shape (``None``: not known before ``infer`` runs).
     """
 
     infer: Callable
@@ -45,6 +46,7 @@ class Model:
     description: str = "<callable>"
     input_dtype: Any = None
     runner: Any = None
+    outputs: dict | None = None
 
     @property
     def layout(self) -> str:
@@ -153,9 +155,7 @@ def onnx_model(target) -> Model:
             f"Evaluation needs a model with one image input; {describe_model(target)} has "
             f"{len(inputs)}: {', '.join(i.name for i in inputs)}."
         )
-    dims = tuple(
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in inputs[0].type.tensor_type.shape.dim
-    )
+    dims = _dims(inputs[0])
     max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
     backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
     if backend == "onnx-reference":
@@ -167,7 +167,14 @@ def onnx_model(target) -> Model:
     reference = OnnxReference(model, backend=backend)
     elem = inputs[0].type.tensor_type.elem_type
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None
-    return Model(reference, inputs[0].name, dims, max_batch, "onnx", f"{describe_model(target)} ({backend})", dtype)
+    description = f"{describe_model(target)} ({backend})"
+    outputs = {o.name: _dims(o) for o in model.graph.output}
+    return Model(reference, inputs[0].name, dims, max_batch, "onnx", description, dtype, outputs=outputs)
+
+
+def _dims(value) -> tuple:
+    dims = value.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
 
 
 def _has_onnxruntime() -> bool:
@@ -201,4 +208,5 @@ def engine_model(target, runner_options: dict):
             describe_engine(target),
             dtype,
             session.runner,
+            {spec.name: spec.shape for spec in session.runner.output_specs} if session.runner else None,
         )

@@ -35,6 +35,9 @@ class Processing:
             scaled by 1/255): ``LetterboxMeta -> meta``, the GPU letterbox's geometry as this ``pre`` gives its
             ``meta``; frames in device memory (NVDEC) are then preprocessed on the GPU. ``None`` with a custom
             ``pre``: such frames are copied to the host and ``pre`` runs there. (The default preprocessing has one.)
+        for_engine: ``(ImageInput, output specs) -> Processing``: the processing for this engine, asked for once the
+            engine is open and before any frame is read (the detector's finds its output layout so); ``None``: this
+            one as it is.
     """
 
     pre: Callable | None = None
@@ -42,6 +45,7 @@ class Processing:
     draw: Callable | None = None
     pre_for: Callable | None = None
     device_meta: Callable | None = None
+    for_engine: Callable | None = None
 
     def preprocess_for(self, target, resize: str = "letterbox"):
         """The ``pre`` callable for the engine input ``target``."""
@@ -135,8 +139,8 @@ def run_engine(
         The :class:`~trtkit.pipeline.stats.PipelineReport`.
 
     Raises:
-        InputError: the engine's input is not an NCHW image tensor; ``batch`` is outside the profile;
-            ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
+        InputError: the engine's input is not an image tensor (NCHW float, NHWC uint8); ``batch`` is outside the
+            profile; ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
         PipelineError: a stage failed (names it and the frame index).
     """
     from trtkit.errors import InputError
@@ -180,6 +184,8 @@ PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine
 def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
+        if processing.for_engine is not None:
+            processing = processing.for_engine(target, pool.runners[0].output_specs)
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
         pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
         pre, download, where = choose_preprocess(

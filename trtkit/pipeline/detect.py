@@ -1,5 +1,5 @@
-"""``--post detection``: the pipeline's pre/post/draw from :mod:`trtkit.detection` (letterbox, head decode or the
-EfficientNMS outputs, NMS, drawing), adapted to the pipeline's per-frame protocol.
+"""``--post detection``: the pipeline's pre/post/draw from :mod:`trtkit.detection` (letterbox, the decode of the
+engine's output layout, drawing), adapted to the pipeline's per-frame protocol.
 
 ``trtkit.detection`` is imported on first use; where this trtkit does not have it, :func:`detection_processing`
 says so.
@@ -26,34 +26,49 @@ def _detection():
     return detection
 
 
-def detection_processing(conf_threshold: float = 0.25, iou_threshold: float = 0.45, class_names=None) -> Processing:
+def detection_processing(
+    conf_threshold: float = 0.25, iou_threshold: float = 0.45, class_names=None, head: str | None = None
+) -> Processing:
     """pre: letterbox to the engine's input (``meta``: the letterbox geometry); post: the frame's detections with
-    boxes in the frame's pixels; draw: the boxes and labels on the frame.
+    boxes in the frame's pixels; draw: the boxes and labels (``class_names`` by class index) on the frame.
+
+    The output layout (:data:`trtkit.detection.LAYOUTS`) is ``head``, or the one the engine's outputs fit; it is
+    found, and ``class_names`` checked against the model's classes, when the engine is open, before any frame is
+    read: ``run_engine`` raises :class:`~trtkit.detection.LayoutError` for outputs that fit no layout, several or
+    not ``head``, and :class:`~trtkit.errors.UsageError` for fewer ``class_names`` than classes.
 
     Raises:
         DependencyError: this trtkit has no ``trtkit.detection``.
     """
     detection = _detection()
 
-    def pre_for(target):
-        letterbox = detection.Letterbox((target.height, target.width), dtype=target.dtype)
+    def bind(layout):
+        if layout is not None:
+            detection.check_names(class_names, layout.classes)
+        return layout
+
+    def for_engine(target, output_specs) -> Processing:
+        found = [bind(detection.find_layout(output_specs, head, unknown_ok=True))]  # unknown dims: the first frame's
+        size = (target.height, target.width)
+        letterbox = detection.Letterbox(size, dtype=target.dtype, layout=target.layout)
 
         def pre(image):
             batch, metas = letterbox([image])
             return batch[0], metas[0]
 
-        return pre
+        def post(outputs, meta, image):
+            batched = {name: np.asarray(value)[None] for name, value in outputs.items()}
+            found[0] = found[0] or bind(detection.find_layout(batched, head))
+            dets = found[0].decode(batched, size, conf_threshold=conf_threshold, iou_threshold=iou_threshold)
+            return dets[0].mapped(meta)
 
-    def post(outputs, meta, image):
-        batched = {name: np.asarray(value)[None] for name, value in outputs.items()}
-        found = detection.detections_from_outputs(batched, conf_threshold=conf_threshold, iou_threshold=iou_threshold)
-        return found[0].mapped(meta)
+        def draw(image, detections):
+            from PIL import Image
 
-    def draw(image, detections):
-        from PIL import Image
+            return np.asarray(detection.draw(Image.fromarray(np.asarray(image)), detections, class_names))
 
-        return np.asarray(detection.draw(Image.fromarray(np.asarray(image)), detections, class_names))
+        # the same letterbox as the GPU kernels (pad 114, 1/255, Pillow's filter): device frames are preprocessed
+        # there, their geometry the LetterboxMeta that ``post`` maps boxes back with
+        return Processing(pre=pre, post=post, draw=draw, device_meta=lambda geometry: geometry)
 
-    # the same letterbox as the GPU kernels (pad 114, 1/255, Pillow's filter): device frames are preprocessed there,
-    # their geometry the LetterboxMeta that ``post`` maps boxes back with
-    return Processing(post=post, draw=draw, pre_for=pre_for, device_meta=lambda geometry: geometry)
+    return Processing(for_engine=for_engine)

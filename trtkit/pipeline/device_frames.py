@@ -310,7 +310,8 @@ class DeviceFramePreprocess:
 
     Args:
         cuda: the runners' :class:`~trtkit.runtime.cuda.Cuda`.
-        target: the engine's :class:`~trtkit.pipeline.preprocess.ImageInput` (3 channels, float32 or float16).
+        target: the engine's :class:`~trtkit.pipeline.preprocess.ImageInput` (3 channels, float32 or float16 NCHW,
+            or uint8 NHWC).
         kernels: :class:`~trtkit.runtime.letterbox.LetterboxKernels` or a fake with the same methods (or a callable
             making one per lane).
         meta: turns the letterbox's :class:`~trtkit.detection.letterbox.LetterboxMeta` into the ``meta`` the
@@ -320,7 +321,7 @@ class DeviceFramePreprocess:
         lanes: streams (and kernel buffers) for that many workers at once.
 
     Raises:
-        InputError: the input is not a 3-channel float32/float16 image input, or ``lanes`` is below 1.
+        InputError: the input is not a 3-channel float32/float16 or uint8 image input, or ``lanes`` is below 1.
     """
 
     device = True  # the pipeline gives it rows of a device ring
@@ -334,7 +335,7 @@ class DeviceFramePreprocess:
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
             raise InputError(f"lanes={lanes!r}: give 1 or more (streams for that many workers at once)")
         self.cuda, self.target, self.pictures = cuda, target, pictures
-        self.shape = (3, target.height, target.width)
+        self.shape = target.sample_shape
         self._meta = meta or image_preprocess_meta
         self._pictures = PinnedPictures(cuda)
         self._lanes: list = []
@@ -409,11 +410,11 @@ def image_preprocess_meta(geometry) -> dict:
 
 def _unfit(target) -> str | None:
     """Why the GPU letterbox cannot fill the image input ``target`` (None: it can)."""
-    if target.channels == 3 and target.dtype in ("float32", "float16"):
+    if target.channels == 3 and target.dtype in ("float32", "float16", "uint8"):
         return None
     return (
         f"input '{target.name}' has {target.channels} channel(s) of {target.dtype}; the GPU letterbox fills "
-        "3-channel float32/float16 inputs"
+        "3-channel float32/float16 (NCHW) and uint8 (NHWC) inputs"
     )
 
 

@@ -31,13 +31,15 @@ def rgb_picture(image) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ImageInput:
-    """An engine input that takes images: ``(N, C, H, W)`` with C of 1 or 3, a float dtype, N from the profile.
+    """An engine input that takes images: ``(N, C, H, W)`` with C of 1 or 3 and a float dtype, or ``(N, H, W, 3)``
+    uint8 (an engine built with ``input_uint8_nhwc``: the pixels as they are); N from the profile.
 
     Attributes:
         name: the input's name.
         channels, height, width: its picture size.
         dtype: numpy dtype name.
         min_batch, max_batch: the batch sizes the profile accepts.
+        layout: ``"NCHW"`` or ``"NHWC"``.
     """
 
     name: str
@@ -47,20 +49,30 @@ class ImageInput:
     dtype: str
     min_batch: int
     max_batch: int
+    layout: str = "NCHW"
+
+    @property
+    def sample_shape(self) -> tuple:
+        """One image's shape: ``(C, H, W)``, or ``(H, W, C)`` for NHWC."""
+        chw = (self.channels, self.height, self.width)
+        return chw if self.layout == "NCHW" else (self.height, self.width, self.channels)
 
 
 def image_input(specs, profile: int = 0) -> ImageInput:
-    """The image input of an engine with one input of layout NCHW and a float type.
+    """The image input of an engine with one input of layout NCHW and a float type, or NHWC uint8.
 
     Args:
         specs: the engine's input :class:`~trtkit.runtime.engine.TensorSpec` s (``runner.input_specs``).
         profile: the optimization profile in use (batch range; H and W where they are dynamic: its opt shape).
 
     Raises:
-        InputError: not exactly one input, or one that is not an NCHW float image tensor (names the layout expected).
+        InputError: not exactly one input, or one that is not an image tensor (names the layouts expected).
     """
     specs = list(specs)
-    expected = "one input of layout NCHW (batch, 3 or 1 channels, height, width), float32 or float16"
+    expected = (
+        "one input of layout NCHW (batch, 3 or 1 channels, height, width), float32 or float16, or NHWC (batch, "
+        "height, width, 3) uint8"
+    )
     if len(specs) != 1:
         names = ", ".join(f"'{s.name}' {tuple(s.shape)}" for s in specs)
         raise InputError(
@@ -69,15 +81,15 @@ def image_input(specs, profile: int = 0) -> ImageInput:
     spec = specs[0]
     lo, opt, hi = (tuple(int(d) for d in dims) for dims in spec.profile_range(profile))
     dtype = np.dtype(spec.dtype).name
-    channels = opt[1] if len(opt) == 4 else None
-    if len(opt) != 4 or channels not in (1, 3) or dtype not in FLOAT_DTYPES:
+    layout, axes = ("NHWC", (3, 1, 2)) if dtype == "uint8" else ("NCHW", (1, 2, 3))
+    channels = opt[axes[0]] if len(opt) == 4 else 0
+    if channels not in ((3,) if layout == "NHWC" else (1, 3)) or dtype not in (*FLOAT_DTYPES, "uint8"):
         raise InputError(
             f"Engine input '{spec.name}' has shape {tuple(spec.shape)} and dtype {dtype}; the image "
             f"pipeline expects {expected}, e.g. (-1, 3, 224, 224) float32"
         )
-    height = spec.shape[2] if spec.shape[2] > 0 else opt[2]
-    width = spec.shape[3] if spec.shape[3] > 0 else opt[3]
-    return ImageInput(spec.name, channels, height, width, dtype, max(1, lo[0]), max(1, hi[0]))
+    height, width = (spec.shape[a] if spec.shape[a] > 0 else opt[a] for a in axes[1:])
+    return ImageInput(spec.name, channels, height, width, dtype, max(1, lo[0]), max(1, hi[0]), layout)
 
 
 REDUCING_GAP = 3.0  # PIL's resize first box-reduces by int(ratio / 3) (1080p to 224: by 2, then the filter)
@@ -85,7 +97,8 @@ REDUCING_GAP = 3.0  # PIL's resize first box-reduces by int(ratio / 3) (1080p to
 
 class ImagePreprocess:
     """``pre`` for an :class:`ImageInput`: resize (``stretch``) or letterbox to its size, RGB (or gray), scaled by
-    ``scale`` (default 1/255), CHW, of the input's dtype. ``meta`` is the letterbox geometry
+    ``scale`` (default 1/255), CHW, of the input's dtype (a uint8 NHWC input takes the pixels as they are, unscaled:
+    the engine scales them). ``meta`` is the letterbox geometry
     ``{"scale", "pad": (left, top), "source_size": (width, height)}`` that maps model coordinates back.
 
     The picture is resized as uint8 (PIL's C resize, box-reducing first where it shrinks at least
@@ -133,16 +146,16 @@ class ImagePreprocess:
         self._scale = np.float32(settings.scale)
         self._mean = np.asarray(settings.mean, dtype=np.float32)[:channels].reshape(channels, 1, 1)
         self._std = np.asarray(settings.std, dtype=np.float32)[:channels].reshape(channels, 1, 1)
-        self.shape = (channels, target.height, target.width)
+        self.shape = target.sample_shape
         pad = np.full((channels, 1, 1), round(settings.pad_value), dtype=np.uint8)
-        self._pad = self._scaled(pad).astype(target.dtype)
+        self._pad = pad if target.dtype == "uint8" else self._scaled(pad).astype(target.dtype)
 
     def __call__(self, image) -> tuple:
         sample = np.empty(self.shape, dtype=self.target.dtype)
         return sample, self.into(image, sample)
 
     def into(self, image, out: np.ndarray):
-        """Write the sample of ``image`` into ``out`` (shape ``(C, H, W)`` of the input's dtype); returns ``meta``.
+        """Write the sample of ``image`` into ``out`` (of :attr:`shape` and the input's dtype); returns ``meta``.
 
         Raises:
             InputError: ``image`` is not an HxWx3 uint8 picture, or ``out`` has the wrong shape or dtype.
@@ -174,11 +187,14 @@ class ImagePreprocess:
             }
         pixels = np.asarray(picture.resize((new_w, new_h), Image.Resampling.BILINEAR, reducing_gap=self.reducing_gap))
         pixels = pixels.reshape(new_h, new_w, -1).transpose(2, 0, 1)
+        out = out.transpose(2, 0, 1) if self.target.layout == "NHWC" else out  # written as CHW either way
         bottom, right = top + new_h, left + new_w
         out[:, :top], out[:, bottom:] = self._pad, self._pad
         out[:, top:bottom, :left], out[:, top:bottom, right:] = self._pad, self._pad
         region = out[:, top:bottom, left:right]
-        if out.dtype == np.float32:
+        if out.dtype == np.uint8:
+            region[...] = pixels
+        elif out.dtype == np.float32:
             self._scaled(pixels, region)
         else:
             region[...] = self._scaled(pixels)

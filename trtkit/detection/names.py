@@ -1,0 +1,85 @@
+"""A detector's class names: from a file, or from the ``names`` its ONNX model's metadata carries (ultralytics'
+exports write ``str(model.names)`` there, e.g. ``{0: 'person', 1: 'bicycle'}``)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from trtkit.errors import UsageError
+
+INDEXED = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*$")  # "0: person", as in ultralytics' dataset YAML files
+
+
+def parse_names(text: str) -> list[str]:
+    """Class names from ``text``: a JSON (or Python) list, or dict of index → name; lines ``0: person`` (any other
+    line ignored); else one name a line.
+
+    Raises:
+        ValueError: a list or dict that does not parse, or is neither.
+    """
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{"):
+        try:
+            return _as_list(json.loads(stripped))
+        except json.JSONDecodeError:
+            return _as_list(ast.literal_eval(stripped))  # a Python literal, as in ONNX metadata
+    indexed = [m.groups() for m in map(INDEXED.match, text.splitlines()) if m]
+    if indexed:
+        return _as_list({int(i): name.strip("'\"") for i, name in indexed})
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _as_list(value) -> list[str]:
+    if isinstance(value, dict):
+        by_index = {int(k): str(v) for k, v in value.items()}
+        return [by_index.get(i, str(i)) for i in range(max(by_index, default=-1) + 1)]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    raise ValueError(f"a list or dict of names, not {type(value).__name__}")
+
+
+def read_names(path) -> list[str]:
+    """The class names in the file ``path`` (see :func:`parse_names`).
+
+    Raises:
+        UsageError: the file cannot be read, does not parse, or names no class.
+    """
+    try:
+        names = parse_names(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"class_names file '{path}' cannot be read: {exc.strerror}", field="class_names") from exc
+    except (ValueError, SyntaxError) as exc:
+        raise UsageError(
+            f"class_names file '{path}' is not one name a line, a JSON list or dict, or '0: name' lines ({exc})",
+            field="class_names",
+        ) from exc
+    if not names:
+        raise UsageError(f"class_names file '{path}' names no class", field="class_names")
+    return names
+
+
+def metadata_names(metadata: dict | None) -> list[str] | None:
+    """The class names of a model's metadata (ONNX ``metadata_props`` as a dict), or ``None`` where it has none that
+    parse."""
+    text = (metadata or {}).get("names")
+    try:
+        return parse_names(text) or None if text else None
+    except (ValueError, SyntaxError):
+        return None
+
+
+def check_names(names, classes: int | None) -> None:
+    """Refuse ``names`` that do not name every one of a model's ``classes``.
+
+    Raises:
+        UsageError: fewer names than classes.
+    """
+    if names is not None and classes is not None and len(names) < classes:
+        raise UsageError(
+            f"class_names names {len(names)} of the model's {classes} classes: give one name per class, in the "
+            "order of the class indices",
+            field="class_names",
+        )
