@@ -572,7 +572,6 @@ FLAGS = {
     "iou_threshold": "--nms-iou",
     "max_detections": "--nms-max-det",
     "input_uint8_nhwc": "--input-uint8-nhwc",
-    "metric": "--metric",
     "preprocess": "--preprocess",
     "reference": "--reference",
     "gpus": "--gpus",
