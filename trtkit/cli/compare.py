@@ -12,7 +12,7 @@ HELP = (
 )
 TASKS = ("classification", "detection", "keypoints")
 # evaluation options (all None when not given) and the tasks each applies to
-_EVAL_OPTIONS = {flag: TASKS for flag in ("--images", "--eval-batch", "--max-drop")}
+_EVAL_OPTIONS: dict[str, tuple] = {flag: TASKS for flag in ("--images", "--eval-batch", "--max-drop")}
 _EVAL_OPTIONS.update(
     {"--preprocess": ("classification",), **dict.fromkeys(("--coco", "--conf", "--iou", "--max-det"), ("detection",))}
 )
