@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import onnx
 import pytest
@@ -111,11 +112,30 @@ def test_precisions_not_available_are_rows_saying_why(fake_gpu, conv, tmp_path, 
     assert len(list((tmp_path / "cache").glob("*.engine"))) == 1
 
 
+def test_precision_constraints_apply_to_the_engines_below_fp32(fake_gpu, conv, tmp_path, capsys):
+    code, _, err = compare_cli(conv, capsys, "--precisions", "fp32,fp16", "--batches", "1", "--precision-constraints",
+                               "prefer", "--json", str(tmp_path / "c.json"))
+    assert code == 0, err
+    engines = {e["label"]: e["engine"] for e in json.loads((tmp_path / "c.json").read_text())["engines"]}
+    settings = {label: Path(path + ".manifest.json").read_text() for label, path in engines.items()}
+    assert '"precision_constraints": "prefer"' in settings["fp16"]
+    assert '"precision_constraints": "none"' in settings["fp32"]
+
+
+def test_json_to_stdout_carries_the_json_alone(fake_gpu, conv, capsys):
+    code, out, err = compare_cli(conv, capsys, "--precisions", "fp32", "--batches", "1", "--json", "-")
+    assert code == 0, err
+    assert [r["precision"] for r in json.loads(out)["rows"]] == ["fp32", "fp32"] and "measure" in err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--eval", "detection", "--images", "val"], "Scoring detection needs --coco"),
     (["--eval", "classification"], "Scoring classification needs --images"),
     (["--coco", "val.json"], "--coco applies only with --eval"),
     (["--eval", "classification", "--images", "val", "--conf", "0.3"], "--conf applies only with --eval detection"),
+    (["--eval", "keypoints", "--images", "val", "--coco", "v.json"], "--coco applies only with --eval detection"),
+    (["--eval", "detection", "--images", "val", "--preprocess", "scale=1"], "--preprocess applies only with --eval "
+                                                                            "classification"),
     (["--baseline", "int8", "--precisions", "fp32,fp16"], "--baseline must be one of 'fp32', 'fp16'"),
     (["--precisions", "fp32,fp64"], "--precisions must be a non-empty list of distinct names among fp32"),
     (["--batches", "0"], "--batches"),

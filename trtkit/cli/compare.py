@@ -131,8 +131,11 @@ def _eval_settings(args):
     if args.eval is None:
         options.refuse_unused(args, "--eval", list(_EVAL_OPTIONS))
         return None
-    unused = [flag for flag, tasks in _EVAL_OPTIONS.items() if args.eval not in tasks]
-    options.refuse_unused(args, f"--eval {'/'.join(sorted({t for f in unused for t in _EVAL_OPTIONS[f]}))}", unused)
+    for tasks in set(_EVAL_OPTIONS.values()) - {TASKS}:
+        if args.eval not in tasks:
+            options.refuse_unused(
+                args, f"--eval {' or '.join(tasks)}", [f for f, t in _EVAL_OPTIONS.items() if t == tasks]
+            )
     decode = preprocess = None
     if args.eval == "detection":
         from trtkit.eval.detection import DecodeSettings

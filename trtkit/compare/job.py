@@ -279,8 +279,14 @@ def _build(model, engines: list, settings: CompareSettings, emit, trt) -> None:
         def progress(event, e=engine, d=done):
             emit(Step("build", d, len(todo), f"{e.label}: {event.line()}"))
 
-        calibration = settings.calibration if engine.precision == "int8" else None
-        config = replace(settings.build, precision=engine.precision, profiles=engine.profiles, calibration=calibration)
+        lower = engine.precision != "fp32"  # precision constraints pin layers to a precision below FP32
+        config = replace(
+            settings.build,
+            precision=engine.precision,
+            profiles=engine.profiles,
+            calibration=settings.calibration if engine.precision == "int8" else None,
+            precision_constraints=settings.build.precision_constraints if lower else "none",
+        )
         try:
             engine.path, engine.cached = cached_build(
                 model, config, folder=settings.cache_dir, trt=trt, isolate=settings.isolate, on_progress=progress
