@@ -32,6 +32,7 @@ API_PACKAGES = (
     ("trtkit.detection", "Detection", "Letterbox, decode, NMS and drawing for detectors."),
     ("trtkit.pipeline", "Pipeline", "Streaming video files and image folders through an engine."),
     ("trtkit.eval", "Eval", "Accuracy: COCO mAP, top-1/top-5, keypoint deviation."),
+    ("trtkit.compare", "Compare", "Precisions and batch sizes of one model side by side."),
     ("trtkit.serve", "Serve", "Engines on Triton Inference Server."),
 )
 

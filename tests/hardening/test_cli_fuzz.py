@@ -98,6 +98,12 @@ def _options(rng, command: str, root: Path) -> list:
                    ["--triton-version", rng.choice(["24.01", "nope"])], ["--json", None]],
         "sanitize": [["-o", None], ["--no-fold-constants"], ["--tensorrt", rng.choice(["8.6", "installed"])],
                      ["--json", None]],
+        # (no --calib: INT8 calibration data is read after the other precisions are built and cached)
+        "compare": [["--precisions", rng.choice(["fp32", "fp32,fp16", "fp64", "fp32,int8", "bf16"])],
+                    ["--batches", rng.choice(["1,4", "0", "x", "8"])], ["--baseline", rng.choice(["fp16", "int8"])],
+                    ["--static-per-batch"], ["--eval", rng.choice(["classification", "detection"])],
+                    ["--images", rng.choice(["calib", "missing"])], ["--coco", "junk.npz"],
+                    ["--json", None], ["--markdown", None], ["--plot", None], ["--int8-mode", "qdq"]],
         "eval": [["--coco", rng.choice(["junk.npz", "missing.json"])], ["--frames", rng.choice(["0", "9"])],
                  ["--min-confidence", "x"], ["--peak-cell"], ["--video", rng.choice(["missing.mp4", "good.onnx"])],
                  ["--reference", rng.choice(["good.onnx", "empty.onnx"])], ["--batch", rng.choice(["0", "2"])],
@@ -121,7 +127,8 @@ def _argv(rng, command: str, files: dict, root: Path) -> tuple:
                   "export": ["triton", rng.choice(files["engine"]), "--repo", _output(rng, root)],
                   "serve": [rng.choice(files["engine"][1:])], "sanitize": [rng.choice(files["onnx"])],
                   "eval": [rng.choice(["detection", "classification", "keypoints"]), rng.choice(files["engine"]),
-                           "--images", rng.choice(["calib", "folder.onnx", "missing", "x.npy"])]}
+                           "--images", rng.choice(["calib", "folder.onnx", "missing", "x.npy"])],
+                  "compare": [rng.choice(files["onnx"])]}
     succeed = rng.random() < 0.2  # now and then a run that should succeed, so the invariant is seen from both sides
     if succeed:
         positional = {"build": ["good.onnx", "--shapes", SHAPES, "-o", f"out/ok{rng.randrange(1000)}.engine"],
@@ -129,12 +136,15 @@ def _argv(rng, command: str, files: dict, root: Path) -> tuple:
                       "parity": ["good.onnx", "good.engine"], "doctor": [], "demo": ["--batch", "2"],
                       "export": ["triton", "good.engine", "--repo", f"out/repo{rng.randrange(1000)}"],
                       "serve": ["empty.engine"], "sanitize": ["good.onnx", "-o", f"out/s{rng.randrange(1000)}.onnx"],
-                      "eval": ["classification", "good.engine", "--images", "calib"]}
+                      "eval": ["classification", "good.engine", "--images", "calib"],
+                      "compare": ["good.onnx", "--precisions", "fp32,fp16", "--batches", "1,2"]}
     argv = [command, *positional[command], *([] if succeed else _options(rng, command, root))]
     reads = {a for a in positional[command] if a in files["onnx"] + files["engine"] and (root / a).is_file()}
     reads |= {DATA[a] for a in reads if a in DATA}
     if command == "bench":
         argv += ["--iterations", "2", "--warmup-ms", "0", "--cache-dir", "out/cache"]
+    if command == "compare":
+        argv += ["--iterations", "1", "--warmup-ms", "0", "--rounds", "1", "--no-isolate", "--cache-dir", "out/cache"]
     if command == "build" and "--no-isolate" not in argv:
         argv.append("--no-isolate")
     return [a if a.startswith("-") or a in cli_main.COMMANDS or not a else str(root / a) for a in argv], sorted(reads)

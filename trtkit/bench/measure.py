@@ -71,6 +71,7 @@ class BenchResult:
     e2e: Summary | None
     warnings: list = field(default_factory=list)
     e2e_copied: Summary | None = None
+    samples: dict = field(default_factory=dict, repr=False)  # the timings summarized, by name (``latency``, ...)
 
 
 def benchmark(engine, settings: BenchSettings | None = None, *, trt=None, cuda=None) -> BenchResult:
@@ -175,6 +176,7 @@ def _run(runners: list, feed: dict, settings: BenchSettings) -> BenchResult:
                 slot.destroy()
     e2e = _end_to_end(runners[0], feed) if settings.e2e else None
     result = _result(settings, feed, samples, queries, wall_s, e2e)
+    result.samples = samples
     if settings.e2e:
         runners[0].pin_reused_inputs = False
         result.e2e_copied = _end_to_end(runners[0], feed)

@@ -45,6 +45,19 @@ def to_json(result, *, engine: str | None = None) -> dict:
     return data
 
 
+def environment(trt=None) -> dict:
+    """What the numbers were measured with: TensorRT's version, the GPU's name and compute capability."""
+    from trtkit._device import device_info
+    from trtkit._lazy import tensorrt
+
+    info = device_info()
+    return {
+        "tensorrt": getattr(trt or tensorrt(), "__version__", None),
+        "gpu": info.get("name"),
+        "compute_capability": info.get("compute_capability"),
+    }
+
+
 def render(result, console, *, title: str = "trtkit bench") -> None:
     """Print the summary table, throughput and warnings on a rich ``console``."""
     from rich import box

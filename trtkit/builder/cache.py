@@ -30,7 +30,9 @@ def cache_key(prepared, config, trt_version: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def cached_build(model, config, *, folder=None, trt=None, isolate: bool = True, on_phase=None) -> tuple:
+def cached_build(
+    model, config, *, folder=None, trt=None, isolate: bool = True, on_phase=None, on_progress=None
+) -> tuple:
     """The cached engine for ``model`` built with ``config``, building it first when missing.
 
     Args:
@@ -39,7 +41,7 @@ def cached_build(model, config, *, folder=None, trt=None, isolate: bool = True, 
         folder: the cache folder (see :func:`cache_dir`).
         trt: a ``tensorrt`` module (tests: the fake; builds in this process).
         isolate: build in a child process (ignored with ``trt``).
-        on_phase: passed to the build.
+        on_phase, on_progress: passed to the build (:func:`trtkit.builder.api.build`).
 
     Returns:
         ``(path, hit)``: the engine file and whether it was already there.
@@ -62,5 +64,5 @@ def cached_build(model, config, *, folder=None, trt=None, isolate: bool = True, 
     path = cache_dir(folder) / f"{stem}-{cache_key(prepared, config, compat.version_string(module))}.engine"
     if path.exists():
         return path, True
-    build(model, config, output=path, trt=trt, isolate=isolate, on_phase=on_phase)
+    build(model, config, output=path, trt=trt, isolate=isolate, on_phase=on_phase, on_progress=on_progress)
     return path, False

@@ -63,12 +63,7 @@ def add_arguments(parser) -> None:
     g.add_argument(
         "--runs", type=options.positive_int, default=50, metavar="N", help="with --layers, runs averaged over (50)"
     )
-    g.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="where engines built from ONNX are cached (default: engines/ under $TRTKIT_CACHE_DIR, else "
-        "$XDG_CACHE_HOME/trtkit or ~/.cache/trtkit)",
-    )
+    options.add_cache_dir_option(g)
     options.add_ignore_manifest_option(g)
     options.add_plugin_option(g)
     from trtkit.cli.bench_server import add_server_options
@@ -87,7 +82,7 @@ def run(args, console) -> int:
         return run_server_load(args, console)
     from trtkit.bench import BenchSettings, benchmark
     from trtkit.bench.measure import check_settings
-    from trtkit.bench.report import render, to_json
+    from trtkit.bench.report import environment, render, to_json
     from trtkit.cli.render import write_json
 
     settings = BenchSettings(
@@ -132,32 +127,20 @@ def run(args, console) -> int:
     result = benchmark(_engine_arg(engine, args), settings)
     render(result, console, title=f"trtkit bench {engine.name}")
     if args.json:
-        write_json(args.json, {**to_json(result, engine=str(engine)), "environment": _environment()})
+        write_json(args.json, {**to_json(result, engine=str(engine)), "environment": environment()})
     return 0
 
 
 def _run_layers(args, console, engine: Path, settings) -> int:
     from trtkit.bench.layers import profile_layers
-    from trtkit.bench.report import render_layers
+    from trtkit.bench.report import environment, render_layers
     from trtkit.cli.render import write_json
 
     profile = profile_layers(_engine_arg(engine, args), settings.shapes, runs=args.runs, profile=settings.profile)
     render_layers(profile, console, top=args.top, title=f"trtkit bench --layers {engine.name}")
     if args.json:
-        write_json(args.json, {**profile.to_json(), "engine": str(engine), "environment": _environment()})
+        write_json(args.json, {**profile.to_json(), "engine": str(engine), "environment": environment()})
     return 0
-
-
-def _environment() -> dict:
-    from trtkit._device import device_info
-    from trtkit._lazy import tensorrt
-
-    info = device_info()
-    return {
-        "tensorrt": getattr(tensorrt(), "__version__", None),
-        "gpu": info.get("name"),
-        "compute_capability": info.get("compute_capability"),
-    }
 
 
 def _engine_arg(engine: Path, args):

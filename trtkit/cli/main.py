@@ -25,6 +25,7 @@ COMMANDS = {
     "doctor": "trtkit.cli.doctor",
     "demo": "trtkit.cli.demo",
     "eval": "trtkit.cli.eval",
+    "compare": "trtkit.cli.compare",
     "export": "trtkit.cli.export",
     "serve": "trtkit.cli.serve",
 }
@@ -41,6 +42,8 @@ SUMMARIES = {
     "doctor": "Check TensorRT, cuda-python, the CUDA driver and the GPU, with fixes.",
     "demo": "Build a built-in sample CNN in FP32 and FP16, run it and compare with the ONNX model.",
     "eval": "Measure accuracy: COCO mAP for detectors, top-1/top-5 for classifiers, keypoint deviation (pose).",
+    "compare": "Compare precisions and batch sizes of one ONNX model: latency, images/s, memory and accuracy in one "
+    "table (JSON, Markdown, a plot).",
     "export": "Export an engine to a runtime's own layout: a Triton Inference Server model repository.",
     "serve": "Serve engines on a real Triton Inference Server (pytriton), dynamic batching, HTTP and gRPC.",
 }

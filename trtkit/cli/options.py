@@ -86,18 +86,21 @@ def batch_range(text: str) -> tuple:
     return batch
 
 
-def add_precision_options(parser) -> None:
+def add_precision_options(parser, flags: bool = True) -> None:
+    """The precision group; ``flags=False`` leaves out ``--fp16/--bf16/--int8`` and ``--save-qdq-onnx`` (for commands
+    that build several precisions)."""
     g = parser.add_argument_group("precision")
-    p = g.add_mutually_exclusive_group()
-    p.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="FP16 where faster")
-    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="BF16 where faster")
-    p.add_argument(
-        "--int8",
-        dest="precision",
-        action="store_const",
-        const="int8",
-        help="INT8 (needs --calib or --calib-cache, or a Q/DQ model)",
-    )
+    if flags:
+        p = g.add_mutually_exclusive_group()
+        p.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="FP16 where faster")
+        p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="BF16 where faster")
+        p.add_argument(
+            "--int8",
+            dest="precision",
+            action="store_const",
+            const="int8",
+            help="INT8 (needs --calib or --calib-cache, or a Q/DQ model)",
+        )
     g.add_argument(
         "--fp16-mode",
         choices=FP16_MODES,
@@ -153,8 +156,9 @@ def add_precision_options(parser) -> None:
         default="",
         help="--int8-mode qdq: comma-separated ONNX node names to keep in higher precision",
     )
-    g.add_argument("--save-qdq-onnx", metavar="PATH", help="save the Q/DQ model made for --int8-mode qdq")
-    parser.set_defaults(precision="fp32")
+    if flags:
+        g.add_argument("--save-qdq-onnx", metavar="PATH", help="save the Q/DQ model made for --int8-mode qdq")
+    parser.set_defaults(precision="fp32", save_qdq_onnx=None)
 
 
 def add_calibration_options(parser) -> None:
@@ -195,9 +199,15 @@ def add_calibration_options(parser) -> None:
     )
 
 
-def add_build_options(parser, shapes_help: str = _PROFILE_HELP, batch: bool = False) -> None:
-    add_shape_options(parser, shapes_help, batch)
-    add_precision_options(parser)
+def add_build_options(
+    parser, shapes_help: str = _PROFILE_HELP, batch: bool = False, *, shapes: bool = True, precision_flags: bool = True
+) -> None:
+    """Shapes (unless ``shapes=False``), precision, calibration and builder options."""
+    if shapes:
+        add_shape_options(parser, shapes_help, batch)
+    else:
+        parser.set_defaults(shapes=[])
+    add_precision_options(parser, precision_flags)
     add_calibration_options(parser)
     g = parser.add_argument_group("builder")
     g.add_argument("--workspace", type=parse_size, metavar="SIZE", help="workspace memory limit, e.g. 4G")
@@ -580,6 +590,17 @@ FLAGS = {
     "metrics_port": "--metrics-port",
     "shared_memory": "--shared-memory",
     "streaming": "--streaming",
+    # compare
+    "precisions": "--precisions",
+    "batches": "--batches",
+    "baseline": "--baseline",
+    "rounds": "--rounds",
+    "markdown": "--markdown",
+    "plot": "--plot",
+    "eval.images": "--images",
+    "eval.coco": "--coco",
+    "eval.batch": "--eval-batch",
+    "eval.max_drop": "--max-drop",
 }
 
 
@@ -607,6 +628,16 @@ def check_files(args, outputs: dict, inputs: dict) -> None:
     for field, path in models:
         inputs = {**inputs, **model_files(path, field)}
     check_outputs({**outputs, "json": None if json_path == "-" else json_path}, inputs)
+
+
+def add_cache_dir_option(parser) -> None:
+    """``--cache-dir DIR``: the engine cache of engines built from ONNX (:mod:`trtkit.builder.cache`)."""
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where engines built from ONNX are cached (default: engines/ under $TRTKIT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/trtkit or ~/.cache/trtkit)",
+    )
 
 
 def add_ignore_manifest_option(parser) -> None:
