@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from PIL import Image
@@ -233,3 +234,21 @@ def test_library_settings_are_checked(conv):
         compare(conv, CompareSettings(batches=(2, 2)))
     with pytest.raises(UsageError, match="rounds must be an integer >= 1"):
         compare(conv, CompareSettings(rounds=0))
+
+
+def test_keypoints_are_judged_by_their_deviation_from_the_onnx_models(fake_gpu, tmp_path, capsys):
+    (tmp_path / "images").mkdir()
+    for i, (y, x) in enumerate([(5, 9), (20, 14)]):
+        picture = np.zeros((32, 32, 3), np.uint8)
+        picture[y:y + 4, x:x + 4] = 255
+        Image.fromarray(picture).save(tmp_path / "images" / f"{i}.png")
+    onnx.save(models.pooled_heatmaps(), tmp_path / "pose.onnx")
+    code, out, err = compare_cli(tmp_path / "pose.onnx", capsys, "--precisions", "fp32", "--batches", "1",
+                                 "--eval", "keypoints", "--images", str(tmp_path / "images"), "--json",
+                                 str(tmp_path / "k.json"))
+    assert code == 0, err
+    data = json.loads((tmp_path / "k.json").read_text())
+    assert data["reference"]["metric"] == "max_px" and data["reference"]["accuracy"] is None
+    accuracy = data["rows"][0]["accuracy"]
+    assert accuracy["max_px"] == accuracy["confident"]["max_px"] == 0.0 and accuracy["units"] == "frame pixels"
+    assert accuracy["below_reference"] is False
