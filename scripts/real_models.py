@@ -85,7 +85,8 @@ def _yolo(cfg, **kw):
     return case(f"yolo_{cfg.split('.')[0]}", "ultralytics", f"ultralytics.YOLO({cfg!r}).model", (1, 3, 640, 640), **kw)
 
 
-DETR_CONFIG = "use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=transformers.ResNetConfig()"
+DETR_CONFIG = ("backbone=None, use_timm_backbone=False, use_pretrained_backbone=False, "
+               "backbone_config=transformers.ResNetConfig()")
 CASES = [
     *(_timm(n) for n in ("convnext_tiny", "efficientnet_b0", "vit_tiny_patch16_224", "swin_tiny_patch4_window7_224",
                          "mobilenetv3_large_100", "mobilenetv4_conv_small", "regnety_016", "resnet50",
@@ -406,6 +407,8 @@ def main(argv=None) -> int:
             print(f"{c['name']:40} {c['library']:14} {c['exporter']:11} opset {c['opset']} "
                   f"{'dynamic' if c['dynamic'] else 'static '} {c['ctor']}")
         return 0
+    if not args.fake and not Path(args.torch_python).exists():
+        parser.error(f"--torch-python {args.torch_python} does not exist: give the interpreter that has torch")
     started = time.monotonic()
     out = Path(args.out) if args.out else default_out(args.fake)
     report = json.loads(out.read_text()) if out.exists() else {"models": {}}
