@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend overhead serve (default: env tests demo).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models overhead serve (default: env tests demo).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -99,6 +99,12 @@ for step in ${*:-env tests demo}; do
     backend) timeout ${BACKEND_TIMEOUT:-480} python3 scripts/onnx_backend_suite.py --jobs ${BACKEND_JOBS:-12} \
                --budget-s ${BACKEND_BUDGET:-300} --work-dir /tmp/onnx-cases --out "$W/onnx-backend.json" \
                --doc "$W/onnx-support.md" ${BACKEND_ARGS:-} > "$W/backend.log" 2>&1; echo "backend rc=$?"; tail -20 "$W/backend.log" ;;
+    real_models) # the real-model scoreboard; resumes from the results file kept in the cache (caches.tar), so each
+                 # call adds cases; REAL_ARGS e.g. "--only NAME" or "--redo NAME"
+                 F=$TRTKIT_GPU_CACHE/real-models.json; [ -f "$F" ] || cp benchmarks/results/real-models-8.6.0.json "$F" 2>/dev/null
+                 timeout ${REAL_TIMEOUT:-570} python3 scripts/real_models.py --budget-s ${REAL_BUDGET:-480} --out "$F" \
+                   --work-dir /tmp/real-models ${REAL_ARGS:-} > "$W/real-models.log" 2>&1; echo "real_models rc=$?"
+                 cp "$F" "$W/real-models-8.6.0.json"; tail -25 "$W/real-models.log" ;;
     overhead) # the two models: the digits CNN and ResNet-50 (exported once into the cache, random weights)
               R=$TRTKIT_GPU_CACHE/resnet50.onnx
               [ -f "$R" ] || /opt/torch/.venv/bin/python3 scripts/export_torchvision.py resnet50 "$R" > "$W/overhead-export.log" 2>&1

@@ -216,8 +216,10 @@ class PhaseClock:
             self._current = None
 
 
-def run_raw(model_path: Path, inputs: dict, trt, cudart, clock: PhaseClock | None = None) -> dict:
-    """Parse, build FP32 (TF32 off), run: the raw TensorRT API and cuda-python, nothing else."""
+def run_raw(model_path: Path, inputs: dict, trt, cudart, clock: PhaseClock | None = None,
+            opt_level: int | None = None) -> dict:
+    """Parse, build FP32 (TF32 off; at builder optimization level ``opt_level`` when given), run: the raw TensorRT
+    API and cuda-python, nothing else."""
     import numpy as np
 
     clock = clock or PhaseClock({})
@@ -234,6 +236,8 @@ def run_raw(model_path: Path, inputs: dict, trt, cudart, clock: PhaseClock | Non
     config = builder.create_builder_config()
     if hasattr(trt.BuilderFlag, "TF32"):
         config.clear_flag(trt.BuilderFlag.TF32)
+    if opt_level is not None:
+        config.builder_optimization_level = opt_level
     config.set_tactic_sources(sum(1 << int(getattr(trt.TacticSource, s)) for s in TACTIC_SOURCES
                                   if hasattr(trt.TacticSource, s)))
     profile = builder.create_optimization_profile()

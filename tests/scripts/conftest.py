@@ -17,3 +17,9 @@ def suite():
 def coverage():
     with script_module("scripts", "onnx_backend_coverage") as module:
         yield module
+
+
+@pytest.fixture(scope="module")
+def real_models():
+    with script_module("scripts", "real_models") as module:
+        yield module
