@@ -69,14 +69,14 @@ def test_refusals(fake_gpu, tmp_path, capsys):
     five = engine_of(gaussians(CENTRES[:, :5], (8, 8)), tmp_path / "five.engine")
     video, out = make_video(tmp_path / "in.mp4", frames=4), tmp_path / "out.mp4"
     base = ["run", str(five), "--video", str(video), "--decoder", "pyav", "--no-live"]
-    for extra, message in (
-        (["--out", str(out), "--post", "pose", "--skeleton", "coco17"],
+    for extra, code, message in (
+        (["--out", str(out), "--post", "pose", "--skeleton", "coco17"], 1,
          "Skeleton 'coco17' joins 17 keypoints; the model gives 5: give a skeleton for 5 keypoints"),
-        (["--post", "pose", "--skeleton", str(tmp_path / "missing.json"), "--results", str(tmp_path / "r.jsonl")],
+        (["--post", "pose", "--skeleton", str(tmp_path / "missing.json"), "--results", str(tmp_path / "r.jsonl")], 1,
          "is neither built in (coco17) nor a JSON file"),
-        (["--out", str(out), "--skeleton", "coco17"], "--skeleton names the lines between pose keypoints"),
+        (["--out", str(out), "--skeleton", "coco17"], 2, "--skeleton names the lines between pose keypoints"),
     ):
-        assert cli_main.main(base + extra) == 1
+        assert cli_main.main(base + extra) == code
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], errors
     assert not out.exists() and not (tmp_path / "r.jsonl").exists()  # nothing half-written

@@ -3,7 +3,7 @@ pipeline's front end (options, a rich live view on a terminal, the final table, 
 
 from __future__ import annotations
 
-from trtkit.errors import InputError, UsageError
+from trtkit.errors import UsageError
 
 POST_CHOICES = ("none", "detection", "pose")
 
@@ -137,7 +137,7 @@ def run_pipeline(args, console) -> int:
     from trtkit.pipeline.api import run_engine
 
     if not (args.video or args.images):
-        raise InputError("--out and --results need a source: --video FILE or --images DIR")
+        raise UsageError("--out and --results need a source: --video FILE or --images DIR")
     _check_numbers(args)
     processing = _processing(args)
     source = _source(args)
@@ -186,26 +186,26 @@ def _check_numbers(args) -> None:
         ("--decode-threads", args.decode_threads, 0),
     ):
         if value is not None and value < low:
-            raise InputError(f"{option} must be at least {low}, not {value}")
+            raise UsageError(f"{option} must be at least {low}, not {value}")
     if args.skeleton and args.post != "pose":
-        raise InputError("--skeleton names the lines between pose keypoints: give it with --post pose")
+        raise UsageError("--skeleton names the lines between pose keypoints: give it with --post pose")
     for option, value in (("--conf", args.conf), ("--iou", args.iou), ("--min-confidence", args.min_confidence)):
         if not 0.0 <= value <= 1.0:
-            raise InputError(f"{option} must be between 0 and 1, not {value}")
+            raise UsageError(f"{option} must be between 0 and 1, not {value}")
     if args.max_wait_ms < 0:
-        raise InputError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
+        raise UsageError(f"--max-wait-ms must be >= 0, not {args.max_wait_ms}")
     if args.nvdec_decoders > 1 and (not args.video or args.decoder == "pyav"):
-        raise InputError(
+        raise UsageError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
         )
     if args.decode_threads is not None and (not args.video or args.decoder == "nvdec"):
-        raise InputError(
+        raise UsageError(
             "--decode-threads sets PyAV's CPU decoder threads: give it with --video, without --decoder nvdec"
         )
     if (args.head or args.names) and args.post != "detection":
         raise UsageError("--head and --names choose how --post detection decodes and draws: give them with it")
     if args.encoder_option and not (args.video and args.out):
-        raise InputError("--encoder-option sets the output video's encoder: give it with --video and --out")
+        raise UsageError("--encoder-option sets the output video's encoder: give it with --video and --out")
 
 
 def _encoder_options(args) -> dict:
@@ -214,7 +214,7 @@ def _encoder_options(args) -> dict:
     for text in args.encoder_option:
         key, sep, value = text.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise InputError(f"--encoder-option '{text}': give KEY=VALUE, e.g. preset=veryfast")
+            raise UsageError(f"--encoder-option '{text}': give KEY=VALUE, e.g. preset=veryfast")
         options[key.strip()] = value.strip()
     return options
 
