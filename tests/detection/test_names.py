@@ -23,17 +23,26 @@ names:
     ('["person", "bicycle"]', ["person", "bicycle"]),
     ('{"0": "person", "2": "car"}', ["person", "1", "car"]),   # a missing index is named by its number
     ("{0: 'person', 1: 'bicycle'}", ["person", "bicycle"]),   # Python's repr, as in ultralytics' ONNX metadata
-    (ULTRALYTICS_DATA, ["ellipse", "rectangle", "triangle"]),
 ])
 def test_every_form_of_names(text, names):
     assert parse_names(text) == names
+
+
+def test_a_yaml_file_gives_its_names(tmp_path):
+    (tmp_path / "data.yaml").write_text(ULTRALYTICS_DATA)
+    assert read_names(tmp_path / "data.yaml") == ["ellipse", "rectangle", "triangle"]
+    (tmp_path / "list.yml").write_text("- cat\n- dog\n")
+    assert read_names(tmp_path / "list.yml") == ["cat", "dog"]
+    (tmp_path / "bad.yaml").write_text("names: [a, b\n")
+    with pytest.raises(UsageError, match="is not one name a line, a JSON list or dict, or a YAML file's names"):
+        read_names(tmp_path / "bad.yaml")
 
 
 def test_a_names_file_is_read_and_bad_ones_are_refused_in_one_line(tmp_path):
     good = tmp_path / "names.txt"
     good.write_text("a\nb\n")
     assert read_names(good) == ["a", "b"]
-    for text, message in (("[1, 2", r"is not one name a line, a JSON list or dict, or '0: name' lines"),
+    for text, message in (("[1, 2", r"is not one name a line, a JSON list or dict, or a YAML file's names"),
                           ("{'a'}", r"is not one name a line, .* \(a list or dict of names, not set\)"),
                           ("\n\n", "names no class")):
         good.write_text(text)

@@ -53,7 +53,7 @@ def add_pipeline_arguments(parser) -> None:
         "--names",
         metavar="FILE",
         help="with --post detection: the class names drawn on the boxes: one a line, a JSON list or dict, or "
-        "'0: person' lines as in ultralytics' dataset files (default: the names in the model's metadata)",
+        "a YAML file's names as in ultralytics' dataset files (default: the names in the model's metadata)",
     )
     g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
     g.add_argument(

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from pathlib import Path
 
-from trtkit.errors import UsageError
-
-INDEXED = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*$")  # "0: person", as in ultralytics' dataset YAML files
+from trtkit.errors import DependencyError, UsageError
 
 
 def parse_names(text: str) -> list[str]:
-    """Class names from ``text``: a JSON (or Python) list, or dict of index → name; lines ``0: person`` (any other
-    line ignored); else one name a line.
+    """Class names from ``text``: a JSON (or Python) list, or dict of index → name; else one name a line.
 
     Raises:
         ValueError: a list or dict that does not parse, or is neither.
@@ -26,9 +22,6 @@ def parse_names(text: str) -> list[str]:
             return _as_list(json.loads(stripped))
         except json.JSONDecodeError:
             return _as_list(ast.literal_eval(stripped))  # a Python literal, as in ONNX metadata
-    indexed = [m.groups() for m in map(INDEXED.match, text.splitlines()) if m]
-    if indexed:
-        return _as_list({int(i): name.strip("'\"") for i, name in indexed})
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -42,23 +35,38 @@ def _as_list(value) -> list[str]:
 
 
 def read_names(path) -> list[str]:
-    """The class names in the file ``path`` (see :func:`parse_names`).
+    """The class names in the file ``path`` (see :func:`parse_names`); a ``.yaml``/``.yml`` file is read with PyYAML,
+    its ``names`` taken (an ultralytics dataset file) or the whole document.
 
     Raises:
         UsageError: the file cannot be read, does not parse, or names no class.
+        DependencyError: a YAML file without PyYAML installed.
     """
     try:
-        names = parse_names(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        names = _yaml_names(text) if Path(path).suffix.lower() in (".yaml", ".yml") else parse_names(text)
     except OSError as exc:
         raise UsageError(f"class_names file '{path}' cannot be read: {exc.strerror}", field="class_names") from exc
     except (ValueError, SyntaxError) as exc:
         raise UsageError(
-            f"class_names file '{path}' is not one name a line, a JSON list or dict, or '0: name' lines ({exc})",
+            f"class_names file '{path}' is not one name a line, a JSON list or dict, or a YAML file's names ({exc})",
             field="class_names",
         ) from exc
     if not names:
         raise UsageError(f"class_names file '{path}' names no class", field="class_names")
     return names
+
+
+def _yaml_names(text: str) -> list[str]:
+    try:
+        import yaml
+    except ImportError as exc:
+        raise DependencyError("A YAML names file needs PyYAML: pip install pyyaml") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc).splitlines()[0]) from exc
+    return _as_list(data.get("names") if isinstance(data, dict) and "names" in data else data)
 
 
 def metadata_names(metadata: dict | None) -> list[str] | None:
