@@ -145,6 +145,54 @@ for step in ${*:-env tests demo}; do
            else echo "serve tests left out (SERVE_TESTS=0)"; fi
            mkdir -p "$W/serve"; timeout ${SERVE_TIMEOUT:-360} python3 benchmarks/serve_h200.py --out "$W/serve" --cache "$TRTKIT_GPU_CACHE" \
              --deadline-s $(( ${SERVE_TIMEOUT:-360} - 60 )) ${SERVE_ARGS:-} > "$W/serve.log" 2>&1; echo "serve rc=$?"; tail -30 "$W/serve.log" ;;
+    seed_data) # the generated shapes set (calibration and scoring images, COCO val) and a 1280x720 video of shapes
+               DATA=$TRTKIT_GPU_CACHE/shapes
+               [ -f "$DATA/val.json" ] || python3 scripts/make_detection_data.py "$DATA" --train ${SEED_TRAIN:-256} --val ${SEED_VAL:-200} \
+                 > "$W/seed-data.log" 2>&1; echo "data rc=$? $(ls "$DATA/val" 2>/dev/null | wc -l) val images"
+               [ -f "$DATA/shapes.mp4" ] || python3 -c "import sys; sys.path.insert(0, 'samples/pipeline'); from pathlib import Path; \
+                 import run; run.shapes_video(Path('$DATA/shapes.mp4'), ${SEED_FRAMES:-150}, size=(1280, 720), codec='libx264')" ;;
+    seed_compare) # trtkit compare on exported seed models (COMPARE_MODELS, default yolov8n): FP32/FP16/INT8 at batch 1, 4, 8,
+                  # scored on the shapes set; engines in the engine cache, so a call cut short resumes; then trtkit bench
+                  # alone on every engine at batch 8 (the compare's figures against bench's)
+                  S=$TRTKIT_GPU_CACHE/seed; DATA=$TRTKIT_GPU_CACHE/shapes; D=$W/compare; mkdir -p "$D"
+                  for m in ${COMPARE_MODELS:-yolov8n}; do
+                    timeout ${COMPARE_TIMEOUT:-540} trtkit compare "$S/$m.onnx" --precisions ${COMPARE_PRECISIONS:-fp32,fp16,int8} \
+                      --batches 1,4,8 --calib "$DATA/train" --calib-max-samples 256 --eval detection --images "$DATA/val" \
+                      --coco "$DATA/val.json" --tactic-sources $TACTICS --cache-dir "$TRTKIT_GPU_CACHE/engines" \
+                      --json "$D/compare-$m-h200.json" --markdown "$D/compare-$m.md" ${COMPARE_ARGS:-} > "$D/$m.log" 2>&1
+                    echo "compare $m rc=$?"; tail -30 "$D/$m.log"
+                    [ -f "$D/compare-$m-h200.json" ] && python3 - "$D/compare-$m-h200.json" <<'PY' 2>&1 | tee "$D/bench-alone-$m.txt"
+import json, subprocess, sys
+import onnx
+result = json.load(open(sys.argv[1]))
+graph = onnx.load(result["model"], load_external_data=False).graph
+first = graph.input[0]
+dims = [d.dim_value or 1 for d in first.type.tensor_type.shape.dim]
+for e in result.get("engines", []):
+    if not e.get("engine") or "static" in e["label"]:
+        continue
+    out = sys.argv[1] + "." + e["label"].replace(" ", "_") + ".bench.json"
+    spec = first.name + ":" + "x".join(map(str, [8, *dims[1:]]))
+    subprocess.run(["trtkit", "bench", e["engine"], "--shapes", spec, "--json", out], capture_output=True, timeout=120)
+    try:
+        b = json.load(open(out))
+    except Exception as exc:
+        print(e["label"], "bench failed:", exc); continue
+    rows = [(r["mode"], r["mean_ms"], r["images_per_s"]) for r in result["rows"] if r.get("engine") == e["engine"] and r.get("batch") == 8]
+    print(e["label"], "bench alone b8: mean_ms", b["latency_ms"]["mean"], "images/s", b["throughput"]["items_per_s"], "| compare:", rows)
+PY
+                  done ;;
+    seed_models) # build (FP32 + SEED_PRECISIONS), parity and a stream of each exported seed model (scripts/seed_models_gpu.py);
+                 # resumes from the results file kept in the cache
+                 F=$TRTKIT_GPU_CACHE/seed-models.json; DATA=$TRTKIT_GPU_CACHE/shapes
+                 timeout ${SEED_TIMEOUT:-560} python3 scripts/seed_models_gpu.py --models "$TRTKIT_GPU_CACHE/seed" --video "$DATA/shapes.mp4" \
+                   --calib "$DATA/train" --precisions ${SEED_PRECISIONS:-fp32} --tactics $TACTICS --out "$F" ${SEED_ARGS:-} \
+                   > "$W/seed-models.log" 2>&1; echo "seed_models rc=$?"; cp "$F" "$W/" 2>/dev/null; tail -25 "$W/seed-models.log" ;;
+    timing_cache) # the default timing cache: a model's second build and a sibling's (benchmarks/timing_cache_h200.py)
+                  S=$TRTKIT_GPU_CACHE/seed
+                  timeout ${TIMING_TIMEOUT:-560} python3 benchmarks/timing_cache_h200.py --model "$S/${TIMING_MODEL:-yolov8n}.onnx" \
+                    --sibling "$S/${TIMING_SIBLING:-yolov8s}.onnx" --tactics $TACTICS --out "$W" > "$W/timing-cache.log" 2>&1
+                  echo "timing_cache rc=$?"; tail -30 "$W/timing-cache.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done
