@@ -407,6 +407,49 @@ def render_onnx_backend(data: dict, prov: Provenance) -> list:
     return ["## Cases by op", "", text, prov.line(), ""]
 
 
+COMPARE_COLUMNS = (
+    ("precision", "precision"), ("batch", "batch"), ("mode", "mode"), ("mean ms", "mean_ms"), ("std ms", "std_ms"),
+    ("p99 ms", "p99_ms"), ("images/s", "images_per_s"), ("GPU ms/image", "gpu_ms_per_image"),
+    ("speed-up", "speedup"), ("engine MB", "engine_mb"), ("device MB", "device_memory_mb"),
+)
+
+
+def render_compare(data: dict, prov: Provenance) -> list:
+    """A ``trtkit compare --json`` file: its rows, accuracy beside them, rows not available with their reason."""
+    rows = [r for r in data.get("rows", []) if r.get("available", True)]
+    metric = next((k for r in rows for k in (r.get("accuracy") or {}) if isinstance(r["accuracy"][k], float)), None)
+    columns = COMPARE_COLUMNS + ((metric, f"accuracy.{metric}"),) if metric else COMPARE_COLUMNS
+    lines = keyed(None, columns, [(None, r) for r in rows])
+    ref = get(data, f"reference.{metric}") if metric else None
+    what = f"Speed-ups over {fmt(data.get('baseline'))}." + (f" The ONNX model scores {fmt(ref)}." if ref else "")
+    gone = [f"- {r['precision']}: {r['reason']}" for r in data.get("rows", []) if not r.get("available", True)]
+    model = Path(str(data.get("model", ""))).name
+    return section(f"`{model}`", what, lines + (["Not available:", *gone, ""] if gone else []), prov)
+
+
+def render_models(data: dict, prov: Provenance) -> list:
+    """Seed models through ``trtkit build``, ``trtkit parity`` and a stream (``scripts/seed_models_gpu.py``)."""
+    models = data.get("models") or {}
+    precisions = sorted({p for m in models.values() for p in m.get("build", {})}, key="fp32 fp16 int8".find)
+    header = ["model", *(f"build {p}" for p in precisions), "parity FP32", "stream"]
+    rows = [[f"`{n}`", *(m.get("build", {}).get(p) for p in precisions), m.get("parity_fp32"), m.get("stream")]
+            for n, m in models.items()]
+    return section("Models", "Each model exported as its library exports it, with random weights.",
+                   table(header, rows), prov)
+
+
+def render_timing_cache(data: dict, prov: Provenance) -> list:
+    rows = [("same model, second build", {"a": get(data, "same_model.first_s"), "b": get(data, "same_model.second_s"),
+                                         "x": get(data, "same_model.speedup")}),
+            ("sibling after the model", {"a": get(data, "same_family.cold_s"), "b": get(data, "same_family.warm_s"),
+                                        "x": get(data, "same_family.speedup")})]
+    models = data.get("models") or {}
+    what = (f"`{fmt(models.get('model'))}`, then `{fmt(models.get('sibling'))}`, {fmt(models.get('precision'))}; "
+            "seconds of `trtkit build`, without and with the default timing cache.")
+    return section("Build time", what, keyed("build", (("cold s", "a"), ("with the cache s", "b"),
+                                                         ("faster", "x")), rows), prov)
+
+
 def render_recorded(data: dict, prov: Provenance) -> list:
     """A results file no renderer knows: its figures as recorded, two levels deep."""
     rows = []
@@ -448,6 +491,14 @@ KINDS = (
          "benchmarks/build_overhead.py", render_build_overhead),
     Kind("onnx-backend", "ONNX backend test data", "Every case of the onnx wheel's backend test data through the raw "
          "TensorRT API and through trtkit.", "scripts/onnx_backend_suite.py", render_onnx_backend),
+    Kind("compare", "Compare tables", "`trtkit compare` on models exported from the libraries users export from: "
+         "precisions and batch sizes side by side.", "trtkit compare", render_compare),
+    Kind("detectors", "Detectors", "The seed systems' detectors (YOLO family, RT-DETR, RF-DETR) built, checked "
+         "against onnxruntime and streamed.", "scripts/seed_models_gpu.py", render_models),
+    Kind("pose", "Pose models", "Heatmap and YOLOv8-pose models built, checked against onnxruntime and streamed.",
+         "scripts/seed_models_gpu.py", render_models),
+    Kind("timing-cache", "Timing cache", "What the default timing cache saves on a second build.",
+         "benchmarks/timing_cache_h200.py", render_timing_cache),
 )
 
 

@@ -46,6 +46,7 @@ def test_rows_json_and_markdown(fake_gpu, conv, tmp_path, capsys):
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["model"] == str(conv) and data["baseline"] == "fp32" and data["reference"] is None
     assert data["environment"] == {"tensorrt": "8.6.0", "gpu": "Fake GPU", "compute_capability": "9.0"}
+    assert data["command"].startswith("trtkit ") and data["date"].endswith("Z")  # a published table says how and when
     rows = data["rows"]
     assert [(r["precision"], r["batch"], r["mode"]) for r in rows] == [
         (p, b, m) for p in ("fp32", "fp16") for b in (1, 4) for m in ("graph", "plain")]

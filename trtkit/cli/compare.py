@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
+import sys
+import time
 
 from trtkit.cli import options
 
@@ -115,8 +118,10 @@ def run(args, console) -> int:
         built = sum(1 for e in result.engines if e["engine"] and not e["cached"])
         cached = sum(1 for e in result.engines if e["cached"])
         console.print(f"engines: {built} built, {cached} from the cache", highlight=False)
-    if args.json:
-        write_json(args.json, result.to_json())
+    if args.json:  # when and how the table was made travel with it
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = {"date": now, "command": shlex.join(["trtkit", *sys.argv[1:]])}
+        write_json(args.json, {**result.to_json(), **stamp})
     if args.markdown:
         write_text_atomic(Path(args.markdown), to_markdown(result))
     if args.plot:
