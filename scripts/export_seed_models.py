@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip-existing", action="store_true", help="leave out models whose NAME.json is already there")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    failed = []
+    failed, done = [], []
     for name in args.only or MODELS:
         if args.skip_existing and (args.out / f"{name}.json").exists():
             print(f"{name}: already there", flush=True)
@@ -211,11 +211,12 @@ def main(argv=None) -> int:
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
             traceback.print_exc()
             continue
+        done.append(name)
         outputs = ", ".join(f"{o['name']} {o['dtype']} {o['dims']}" for o in info["outputs"])
         print(f"{name}: {info['file']} in {info['export_s']} s; outputs {outputs}; onnxruntime "
               f"{info.get('ort_shapes') or info.get('ort_error')}; network tries {len(info['network_tries'])}",
               flush=True)
-    print(f"exported {len(args.only or MODELS) - len(failed)}, failed {len(failed)} {' '.join(failed)}")
+    print(f"exported {len(done)}, failed {len(failed)} {' '.join(failed)}")
     return 1 if failed else 0
 
 
