@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models overhead serve (default: env tests demo).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models overhead seed_export serve (default: env tests demo).
+# seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh).
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -111,6 +112,13 @@ for step in ${*:-env tests demo}; do
               timeout ${OVERHEAD_TIMEOUT:-540} python3 benchmarks/build_overhead.py --repeats ${OVERHEAD_REPEATS:-1} \
                 --resnet50 "$R" --out "$W/build-overhead-h200.json" ${OVERHEAD_ARGS:-} > "$W/overhead.log" 2>&1; echo "overhead rc=$?";
               tail -15 "$W/overhead.log" ;;
+    seed_export) # the seed systems' real models (scripts/export_seed_models.py), exported once into the cache
+                 # (models already there are left out); SEED_ARGS e.g. "--only rtdetr"
+                 rm -rf /tmp/site && /opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps --no-compile \
+                   --target /tmp/site .whl/*.whl > "$W/seed-export.log" 2>&1; echo "seed wheels rc=$?"
+                 PYTHONPATH=/tmp/site timeout ${SEED_TIMEOUT:-500} /opt/torch/.venv/bin/python3 scripts/export_seed_models.py \
+                   "$TRTKIT_GPU_CACHE/seed" --skip-existing ${SEED_ARGS:-} >> "$W/seed-export.log" 2>&1; echo "seed_export rc=$?"
+                 cp "$TRTKIT_GPU_CACHE"/seed/*.json "$W"/ 2>/dev/null; grep -E "^[a-z0-9-]+: |^exported" "$W/seed-export.log" ;;
     precision) cp benchmarks/results/precision-h200.json "$W/precision-h200.before.json"
                timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
                  --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \

@@ -120,3 +120,21 @@ def test_refusals_say_what_is_wrong_in_one_line(fake_gpu, pose_files, capsys):  
     assert "--reference" in capsys.readouterr().err
     with pytest.raises(InputError, match="give it as reference"):
         evaluate_keypoints(heatmap_model(), None, images=pose_files / "images")
+
+
+def test_onnx_models_as_lightning_pose_and_ultralytics_export_them(folder, tmp_path):
+    # Lightning Pose's export is float16 by default (the float32 batches are cast to it); ultralytics' dynamic
+    # export leaves height and width symbolic and writes its size as the imgsz metadata
+    half, dynamic = models.pooled_heatmaps(), models.pooled_heatmaps()
+    w = onnx.numpy_helper.to_array(half.graph.initializer[0]).astype(np.float16)
+    half.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "w"))
+    for value in (half.graph.input[0], half.graph.output[0]):
+        value.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    for value in (dynamic.graph.input[0], dynamic.graph.output[0]):
+        for dim in value.type.tensor_type.shape.dim[2:]:
+            dim.dim_param = "hw"
+    onnx.helper.set_model_props(dynamic, {"imgsz": "[32, 32]"})
+    onnx.save(half, tmp_path / "half.onnx")
+    onnx.save(dynamic, tmp_path / "dynamic.onnx")
+    result = evaluate_keypoints(str(tmp_path / "dynamic.onnx"), str(tmp_path / "half.onnx"), images=folder)
+    assert result.images == 3 and result.confident.keypoints == 9 and result.confident.max_px < 0.05

@@ -7,6 +7,7 @@ largest batch it takes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ def onnx_model(target) -> Model:
             f"Evaluation needs a model with one image input; {describe_model(target)} has "
             f"{len(inputs)}: {', '.join(i.name for i in inputs)}."
         )
-    dims = _dims(inputs[0])
+    dims = _sized(_dims(inputs[0]), model)
     max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
     backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
     if backend == "onnx-reference":
@@ -169,7 +170,22 @@ def onnx_model(target) -> Model:
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None
     description = f"{describe_model(target)} ({backend})"
     outputs = {o.name: _dims(o) for o in model.graph.output}
-    return Model(reference, inputs[0].name, dims, max_batch, "onnx", description, dtype, outputs=outputs)
+    infer: Callable = reference
+    if dtype is not None and dtype.kind == "f" and dtype != np.float32:  # float batches come as float32 (letterbox)
+        infer = lambda feed: reference({k: np.asarray(v, dtype) for k, v in feed.items()})  # noqa: E731
+    return Model(infer, inputs[0].name, dims, max_batch, "onnx", description, dtype, outputs=outputs)
+
+
+def _sized(dims: tuple, model) -> tuple:
+    """An NCHW input's symbolic height and width from the ``imgsz`` metadata of ultralytics' dynamic exports."""
+    size = next((p.value for p in model.metadata_props if p.key == "imgsz"), None)
+    if len(dims) != 4 or size is None or all(isinstance(d, int) and d > 0 for d in dims[2:]):
+        return dims
+    try:
+        height, width = np.broadcast_to(np.asarray(json.loads(size), np.int64), (2,)).tolist()
+    except (ValueError, TypeError):
+        return dims
+    return (*dims[:2], height, width)
 
 
 def _dims(value) -> tuple:
