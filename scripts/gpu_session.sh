@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
-# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models overhead seed_export serve (default: env tests demo).
-# seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh).
+# Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models
+# overhead seed_export seed_data seed_compare seed_models timing_cache modelopt serve (default: env tests demo).
+# seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh); modelopt
+# those of scripts/modelopt_wheels.txt in .whl-modelopt/.
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
 # /root/trtkit-stash like the bundle's parts) into the bundle, then runs the serve GPU test and benchmarks/serve_h200.py.
 # Everything lands in $OUT/results.tar (logs, JSON, junit) and $OUT/caches.tar (timing/calibration caches and small
@@ -201,6 +203,17 @@ PY
                   timeout ${TIMING_TIMEOUT:-560} python3 benchmarks/timing_cache_h200.py --model "$S/${TIMING_MODEL:-yolov8n}.onnx" \
                     --sibling "$S/${TIMING_SIBLING:-yolov8s}.onnx" --tactics $TACTICS --out "$W" > "$W/timing-cache.log" 2>&1
                   echo "timing_cache rc=$?"; tail -30 "$W/timing-cache.log" ;;
+    modelopt) # NVIDIA ModelOpt's ONNX PTQ against trtkit's own Q/DQ on the sample detector (benchmarks/int8_vs_modelopt_h200.py):
+              # ModelOpt's wheels (scripts/modelopt_wheels.txt; carry .whl-modelopt) go to /tmp/site-modelopt for the torch
+              # Python, which runs ModelOpt in a child process; trtkit builds, scores and times in this Python
+              P=${MODELOPT_PYTHON:-/opt/torch/.venv/bin/python3}
+              [ -d /tmp/site-modelopt/modelopt ] || $P -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                --upgrade --target /tmp/site-modelopt .whl-modelopt/*.whl > "$W/modelopt-install.log" 2>&1
+              echo "modelopt install rc=$? $(PYTHONPATH=/tmp/site-modelopt $P -c 'import modelopt.onnx.quantization as q, modelopt; print(modelopt.__version__)' 2>&1 | tail -1)"
+              timeout ${MODELOPT_TIMEOUT:-560} python3 benchmarks/int8_vs_modelopt_h200.py --out "$W/modelopt" --cache "$TRTKIT_GPU_CACHE" \
+                --modelopt-python "$P" --modelopt-path /tmp/site-modelopt --tactics $TACTICS --budget ${MODELOPT_BUDGET:-500} \
+                ${MODELOPT_ARGS:-} > "$W/modelopt.log" 2>&1; echo "modelopt rc=$?"; tail -30 "$W/modelopt.log"
+              cp /tmp/trtkit-detection/modelopt/*.log "$W/modelopt/" 2>/dev/null ;;
     *) echo "unknown step $step" ;;
   esac
 done
