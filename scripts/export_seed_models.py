@@ -115,6 +115,7 @@ def _lightning_pose(name: str, work: Path) -> Path:
 
 MODELS = {  # name: (exporter, the input's height and width where the file leaves them symbolic)
     "yolov8n": (_ultralytics, 640),
+    "yolov8s": (_ultralytics, 640),  # yolov8n's sibling: what the timing cache saves across a family
     "yolov5nu": (_ultralytics, 640),
     "yolo11n": (_ultralytics, 640),
     "yolov8n-pose": (_ultralytics, 640),

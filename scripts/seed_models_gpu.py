@@ -30,15 +30,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# name -> (post, extra trtkit run options); DETR-family models read ImageNet-normalized input
+# name -> (post, extra trtkit run options, normalization): RF-DETR and Lightning Pose read ImageNet-normalized RGB,
+# RT-DETR (transformers' image processor) and the YOLO family RGB scaled to [0, 1]
 MODELS = {
-    "yolov8n": ("detection", []),
-    "yolov5nu": ("detection", []),
-    "yolo11n": ("detection", []),
-    "rtdetr": ("detection", ["--head", "detr-sigmoid"]),
-    "rfdetr_nano": ("detection", ["--head", "detr-sigmoid"]),
-    "yolov8n-pose": ("pose", ["--skeleton", "coco17"]),
-    "lp_heatmap": ("pose", []),
+    "yolov8n": ("detection", [], "none"),
+    "yolov5nu": ("detection", [], "none"),
+    "yolo11n": ("detection", [], "none"),
+    "rtdetr": ("detection", ["--head", "detr-sigmoid"], "none"),
+    "rfdetr-nano": ("detection", ["--head", "detr-sigmoid"], "imagenet"),
+    "yolov8n-pose": ("pose", ["--skeleton", "coco17"], "none"),
+    "lp-heatmap": ("pose", [], "imagenet"),
+    "lp-heatmap-fp16": ("pose", [], "imagenet"),
 }
 PRECISION_FLAGS = {"fp32": [], "fp16": ["--fp16"], "int8": ["--int8"]}
 
@@ -54,12 +56,14 @@ def dynamic_batch(model: Path) -> bool:
 
 
 def commands(name: str, model: Path, work: Path, args) -> list[tuple[str, list[str]]]:
-    post, extra = MODELS.get(name, ("detection", []))
+    post, extra, normalize = MODELS.get(name, ("detection", [], "none"))
+    extra = [*extra, "--normalize", normalize] if normalize != "none" else extra
     batch = ["--batch", "1,2,4"] if not args.dry_run and dynamic_batch(model) else []
     base = ["--opt-level", str(args.opt_level), *(["--tactic-sources", args.tactics] if args.tactics else [])]
     steps = []
     for p in args.precisions.split(","):
         calib = ["--calib", args.calib, "--calib-max-samples", "128"] if p == "int8" else []
+        calib += ["--calib-preprocess", f"normalize={normalize}"] if calib and normalize != "none" else []
         steps.append(
             (
                 f"build_{p}",
