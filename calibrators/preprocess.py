@@ -13,6 +13,11 @@ from trtkit.errors import CalibrationError, UsageError
 
 RESIZE_MODES = ("stretch", "letterbox")
 LAYOUTS = ("NCHW", "NHWC")
+# named mean/std pairs (``normalize=NAME``): ImageNet's, as torchvision, DETR-family and Lightning Pose models use
+NORMALIZE = {
+    "none": {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)},
+    "imagenet": {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)},
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ _FIELDS = {
     "scale": "float",
     "mean": "a/b/c",
     "std": "a/b/c",
+    "normalize": "|".join(NORMALIZE),
     "layout": "NCHW|NHWC",
     "pad": "0-255",
 }
@@ -95,7 +101,7 @@ def parse_preprocess(text: str | None, field: str = "calibration.preprocess") ->
             raise UsageError(f"{field} item '{item.strip()}' is not KEY=VALUE with a key of: {accepted}", field=field)
         try:
             out.update(_parse_field(key, value))
-        except ValueError:
+        except (ValueError, KeyError):
             raise UsageError(
                 f"{field} {key}='{value}' is malformed; expected {key}={_FIELDS[key]}.", field=field
             ) from None
@@ -112,9 +118,22 @@ def _parse_field(key: str, value: str) -> dict:
         return {"size": (height, width)}
     if key in ("mean", "std"):
         return {key: tuple(float(v) for v in value.split("/"))}
+    if key == "normalize":
+        return NORMALIZE[value.lower()]
     if key in ("scale", "pad"):
         return {"pad_value" if key == "pad" else key: float(value)}
     return {key: value.upper() if key in ("color", "layout") else value.lower()}
+
+
+def parse_normalize(text: str | None, field: str = "normalize") -> dict:
+    """``--normalize`` text (``none``, ``imagenet`` or ``mean=a/b/c,std=a/b/c``) → ``{"mean", "std"}`` ({} for None);
+    :class:`UsageError` for other text."""
+    if text is None:
+        return {}
+    out = parse_preprocess(text, field) if "=" in text else NORMALIZE.get(text.lower(), {})
+    if not out or set(out) - {"mean", "std"} or any(len(v) != 3 for v in out.values()):
+        raise UsageError(f"--normalize takes none, imagenet or mean=R/G/B,std=R/G/B; not '{text}'.", field=field)
+    return {**NORMALIZE["none"], **out}
 
 
 def with_model_size(settings: Preprocess, input_shape) -> Preprocess:

@@ -694,7 +694,7 @@ class FakeLetterboxKernels:
         self.cuda.enqueue(stream, run)
 
     def letterbox_finish(
-        self, tmp, tmp_cols, taps, ksize, horizontal, region, out_hw, pad_value, out, fmt, scale, grid, stream
+        self, tmp, tmp_cols, taps, ksize, horizontal, region, out_hw, pad_value, out, fmt, scale, norm, grid, stream
     ) -> None:
         from tests.fakes.pillow_integer import resample_axis
 
@@ -711,7 +711,8 @@ class FakeLetterboxKernels:
             if fmt == 0:
                 view_of(out, (out_h, out_w, 3), np.uint8)[...] = canvas
             else:
-                values = np.multiply(canvas.transpose(2, 0, 1), np.float32(scale), dtype=np.float32)
+                mean, std = (np.asarray(v, np.float32).reshape(3, 1, 1) for v in norm)
+                values = (np.multiply(canvas.transpose(2, 0, 1), np.float32(scale), dtype=np.float32) - mean) / std
                 view_of(out, (3, out_h, out_w), dtype)[...] = values.astype(dtype)
 
         self._check("letterbox_finish", grid, out_h * out_w, [(out, out_h * out_w * 3 * np.dtype(dtype).itemsize)])

@@ -91,6 +91,26 @@ def test_float_nchw_batches_match_the_numpy_letterbox(gpu, dtype):
     assert float(np.abs(got.astype(np.float32) - theirs.astype(np.float32)).max()) <= step
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_imagenet_normalized_batches_match_the_numpy_letterbox(gpu, dtype):
+    """mean/std in the kernel: (x / 255 - mean) / std per channel, the CPU's float32 steps, on the GPU too."""
+    from calibrators.preprocess import NORMALIZE
+    from trtkit.runtime.letterbox import DeviceLetterbox
+
+    cuda, kernels, stream = gpu
+    device = DeviceLetterbox(cuda, stream, (320, 320), dtype, kernels, **NORMALIZE["imagenet"])
+    cpu = Letterbox((320, 320), **NORMALIZE["imagenet"])
+    try:
+        images = _images(SIZES[::5] + OTHER_SIZES, seed=2)
+        got = _on_host(cuda, stream, device(images)[0])
+        theirs = cpu(images)[0].astype(dtype)
+    finally:
+        device.close()
+    assert got.dtype == dtype and got.shape == theirs.shape
+    step = 1 / 255 / 0.224 + (1e-2 if dtype == np.float16 else 1e-5)  # one pixel level of the narrowest std
+    assert float(np.abs(got.astype(np.float32) - theirs.astype(np.float32)).max()) <= step
+
+
 @pytest.fixture(scope="module")
 def uint8_engine(tmp_path_factory, cache_dir):
     from trtkit.builder.api import build

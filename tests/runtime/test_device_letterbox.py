@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from calibrators.preprocess import NORMALIZE
 from tests.fakes.fake_cuda import FakeCudart, view_of
 from trtkit.detection import Letterbox
 from trtkit.errors import CudaError, InputError
@@ -251,21 +252,24 @@ class FakeDriver:
             region = (a["new_w"], a["new_h"], a["pad_x"], a["pad_y"])
             self.stand_in.letterbox_finish(a["tmp"], a["tmp_cols"], taps, a["ksize"], a["horizontal"], region,
                                            (a["out_h"], a["out_w"]), a["pad_value"], a["out"], a["format"],
-                                           a["scale"], gx, stream)
+                                           a["scale"], ((a["mean_r"], a["mean_g"], a["mean_b"]),
+                                           (a["std_r"], a["std_g"], a["std_b"])), gx, stream)
         return (0,)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_launch_parameters_follow_the_kernels_signatures(fake, dtype):
     """The parameters LetterboxKernels packs, read back by the signatures in letterbox.cu, letterbox the images as
-    numpy does: a parameter out of order or of the wrong size shows in the pixels."""
+    numpy does: a parameter out of order or of the wrong size shows in the pixels (a float input normalized with
+    three different means and stds: a channel's mean or std in another's place shows too)."""
     from trtkit.runtime.letterbox import LetterboxKernels
 
     rt, cuda, stream = fake
     driver = FakeDriver(rt)
     kernels = LetterboxKernels(cuda, driver=driver)
     assert driver.loaded[0].startswith(b"// source sha256")
-    gpu = DeviceLetterbox(cuda, stream, SIZE, dtype, kernels)
+    norm = {} if dtype == np.uint8 else NORMALIZE["imagenet"]
+    gpu = DeviceLetterbox(cuda, stream, SIZE, dtype, kernels, **norm)
     layout = "NHWC" if dtype == np.uint8 else "NCHW"
     try:
         images = _images(3)
@@ -273,7 +277,7 @@ def test_launch_parameters_follow_the_kernels_signatures(fake, dtype):
             ours, _ = gpu(images)
             cuda.stream_synchronize(stream)
             np.testing.assert_array_equal(view_of(ours.ptr, ours.shape, ours.dtype),
-                                          Letterbox(SIZE, dtype=dtype, layout=layout)(images)[0])
+                                          Letterbox(SIZE, dtype=dtype, layout=layout, **norm)(images)[0])
     finally:
         gpu.close()
         kernels.close()
@@ -293,6 +297,8 @@ static Index blockIdx, blockDim, threadIdx;
 #define __device__
 #define __forceinline__ inline
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline unsigned short half_bits(float f) { _Float16 x = (_Float16)f; unsigned short u; std::memcpy(&u, &x, 2);
                                                   return u; }
 #define asm(...) (h = half_bits(f))  /* the one asm: cvt.rn.f16.f32 h, f */
@@ -359,16 +365,19 @@ class CompiledDriver(FakeDriver):
         return (0,)
 
 
-@pytest.mark.parametrize(("dtype", "layout"), [(np.uint8, "NHWC"), (np.float32, "NCHW"), (np.float16, "NCHW")])
-def test_the_kernel_source_gives_the_numpy_letterboxs_batches(fake, compiled, dtype, layout):
+@pytest.mark.parametrize(("dtype", "layout", "norm"), [(np.uint8, "NHWC", "none"), (np.float32, "NCHW", "none"),
+                                                       (np.float16, "NCHW", "none"), (np.float32, "NCHW", "imagenet"),
+                                                       (np.float16, "NCHW", "imagenet")])
+def test_the_kernel_source_gives_the_numpy_letterboxs_batches(fake, compiled, dtype, layout, norm):
     """letterbox.cu's kernels (compiled for the CPU, run thread by thread) launched by LetterboxKernels as on the
-    GPU: every pixel of every size, both pass orders, several slots of one batch, as the numpy letterbox has it."""
+    GPU: every pixel of every size, both pass orders, several slots of one batch, as the numpy letterbox has it;
+    ImageNet's mean and std applied in the kernel give the numpy letterbox's values bit for bit."""
     from trtkit.runtime.letterbox import LetterboxKernels
 
     rt, cuda, stream = fake
     kernels = LetterboxKernels(cuda, driver=CompiledDriver(rt, compiled))
-    gpu = DeviceLetterbox(cuda, stream, SIZE, dtype, kernels)
-    cpu = Letterbox(SIZE, dtype=np.uint8 if dtype == np.uint8 else np.float32, layout=layout)
+    gpu = DeviceLetterbox(cuda, stream, SIZE, dtype, kernels, **NORMALIZE[norm])
+    cpu = Letterbox(SIZE, dtype=np.uint8 if dtype == np.uint8 else np.float32, layout=layout, **NORMALIZE[norm])
     try:
         images = _images(4)
         for batch in (images, images[3:4], images[::-1]):

@@ -24,6 +24,7 @@ def add_arguments(parser) -> None:
     det.add_argument("--iou", type=float, default=0.65, help="NMS IoU threshold of the numpy decode (0.65)")
     det.add_argument("--max-det", type=int, default=100, help="detections kept per image (100)")
     options.add_head_option(det)
+    options.add_normalize_option(det)
     det.add_argument(
         "--min-map",
         type=float,
@@ -48,13 +49,24 @@ def add_arguments(parser) -> None:
 
 
 def _add_preprocess(parser, default: str) -> None:
+    from trtkit.cli import options
+
     parser.add_argument(
         "--preprocess",
         metavar="SPEC",
         default="",
         help=f"as --calib-preprocess: resize=stretch|letterbox,color=RGB|BGR,scale=X,mean=a/b/c,std=a/b/c "
-        f"(default: {default})",
+        f"or normalize=imagenet (default: {default})",
     )
+    options.add_normalize_option(parser)
+
+
+def _preprocess(args, **defaults):
+    """The ``Preprocess`` of ``--preprocess`` (over ``defaults``), its mean/std replaced by ``--normalize``'s."""
+    from calibrators.preprocess import Preprocess, parse_normalize, parse_preprocess
+
+    spec = parse_preprocess(args.preprocess, field="preprocess")
+    return Preprocess(**(defaults | spec | parse_normalize(args.normalize)))
 
 
 def _add_keypoint_arguments(sub, options) -> None:
@@ -88,9 +100,7 @@ def _add_keypoint_arguments(sub, options) -> None:
     kp.add_argument(
         "--peak-cell", action="store_true", help="read heatmaps at the peak cell, without the sub-pixel refinement"
     )
-    _add_preprocess(
-        kp, "letterbox, RGB, 0..1; Lightning Pose models: resize=stretch,mean=0.485/0.456/0.406,std=0.229/0.224/0.225"
-    )
+    _add_preprocess(kp, "letterbox, RGB, 0..1; Lightning Pose models: resize=stretch,normalize=imagenet")
     kp.add_argument("--batch", type=int, default=8, help="frames per inference call (default 8)")
     kp.add_argument("--max-px", type=float, metavar="PX", help="exit 1 if a confident keypoint deviates more")
     options.add_json_option(kp)
@@ -106,6 +116,7 @@ def run(args, console) -> int:
 
 def run_detection(args, console, runner_options: dict | None = None) -> int:
     """Evaluate and render; ``runner_options`` go to TrtRunner (tests pass fakes)."""
+    from calibrators.preprocess import parse_normalize
     from trtkit.cli import render
     from trtkit.errors import InputError
     from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection, skipped_summary
@@ -124,6 +135,7 @@ def run_detection(args, console, runner_options: dict | None = None) -> int:
             runner_options=runner_options,
             on_progress=lambda text: status.update(f"evaluating {text}"),
             head=args.head,
+            normalize=parse_normalize(args.normalize),
         )
     failing = below_minimum(result, args.min_map)
     if args.json != "-":
@@ -154,7 +166,6 @@ def detection_table(result):
 
 
 def run_classification(args, console, runner_options: dict | None = None) -> int:
-    from calibrators.preprocess import Preprocess, parse_preprocess
     from trtkit.cli import render
     from trtkit.eval.classification import evaluate_classification
     from trtkit.eval.detection import skipped_summary
@@ -165,7 +176,7 @@ def run_classification(args, console, runner_options: dict | None = None) -> int
             args.images,
             reference=args.reference,
             batch=args.batch,
-            preprocess=Preprocess(**parse_preprocess(args.preprocess, field="preprocess")),
+            preprocess=_preprocess(args),
             runner_options=runner_options,
         )
     failing = [r.name for r in result.rows if args.min_top1 is not None and r.top1 < args.min_top1]
@@ -189,12 +200,11 @@ def run_classification(args, console, runner_options: dict | None = None) -> int
 
 
 def run_keypoints(args, console, runner_options: dict | None = None) -> int:
-    from calibrators.preprocess import Preprocess, parse_preprocess
     from trtkit.cli import render
     from trtkit.eval.detection import skipped_summary
     from trtkit.eval.keypoints import evaluate_keypoints
 
-    preprocess = Preprocess(**{"resize": "letterbox", **parse_preprocess(args.preprocess, field="preprocess")})
+    preprocess = _preprocess(args, resize="letterbox")
     with console.status("comparing keypoints"):
         result = evaluate_keypoints(
             args.model,

@@ -657,6 +657,15 @@ def add_head_option(parser) -> None:
     )
 
 
+def add_normalize_option(parser) -> None:
+    parser.add_argument(
+        "--normalize",
+        metavar="NAME|SPEC",
+        help="mean/std after the 1/255 scale: none (YOLO, RT-DETR), imagenet (RF-DETR, DETR, Lightning Pose, "
+        "torchvision models) or mean=a/b/c,std=a/b/c as --calib-preprocess spells it (default none)",
+    )
+
+
 def add_json_option(parser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
 

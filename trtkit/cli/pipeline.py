@@ -27,8 +27,10 @@ def add_pipeline_arguments(parser) -> None:
         choices=POST_CHOICES,
         default="none",
         help="postprocessing: detection (decode, NMS, boxes drawn on the output), pose (heatmap or YOLOv8-pose "
-        "keypoints and skeletons drawn) or none (raw outputs)",
+        "keypoints and skeletons drawn) or none (raw outputs). RF-DETR and DETR detectors and heatmap pose models "
+        "(Lightning Pose) usually want --normalize imagenet; YOLO and RT-DETR none",
     )
+    options.add_normalize_option(g)
     g.add_argument(
         "--conf", type=float, default=0.25, metavar="P", help="detection and YOLOv8-pose: lowest score kept (0.25)"
     )
@@ -220,20 +222,22 @@ def _encoder_options(args) -> dict:
 
 
 def _processing(args):
+    from calibrators.preprocess import parse_normalize
     from trtkit.pipeline.api import Processing
 
+    norm = parse_normalize(args.normalize) or None
     if args.post == "detection":
         from trtkit.detection import metadata_names, read_names
         from trtkit.pipeline.detect import detection_processing
 
         names = read_names(args.names) if args.names else metadata_names(_model_metadata(args.engine))
-        return detection_processing(args.conf, args.iou, class_names=names, head=args.head)
+        return detection_processing(args.conf, args.iou, class_names=names, head=args.head, normalize=norm)
     if args.post == "pose":
         from trtkit.pipeline.pose import pose_processing
 
         options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
-        return pose_processing(args.skeleton, resize=args.resize, **options)
-    return Processing()
+        return pose_processing(args.skeleton, resize=args.resize, normalize=norm, **options)
+    return Processing(normalize=norm)
 
 
 def _model_metadata(engine) -> dict:

@@ -65,6 +65,18 @@ def placement(width: int, height: int, size: tuple[int, int]) -> tuple[Letterbox
 
 
 LAYOUTS = ("NCHW", "NHWC")
+IDENTITY = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # mean, std of plain 0..1 inputs (YOLO)
+
+
+def channel_norm(dtype, mean, std) -> tuple:
+    """``(mean, std)`` as tuples; :class:`InputError` for a uint8 input (its engine scales by 1/255 alone) and more."""
+    norm = tuple(tuple(float(v) for v in values) for values in (mean, std))
+    if np.dtype(dtype) == np.uint8 and norm != IDENTITY:
+        raise InputError(
+            f"A uint8 input takes the pixels as they are (its engine scales them by 1/255); it cannot be given "
+            f"mean={norm[0]} std={norm[1]}: build the engine without input_uint8_nhwc to normalize them."
+        )
+    return norm
 
 
 class Letterbox:
@@ -78,6 +90,8 @@ class Letterbox:
         dtype: dtype of the batch. ``np.uint8`` with ``layout="NHWC"`` is the padded pixels as they are, with no
             float work on the CPU: the input of an engine built with ``input_uint8_nhwc``.
         layout: ``"NCHW"`` (``(N, 3, H, W)``) or ``"NHWC"`` (``(N, H, W, 3)``).
+        mean, std: per channel (RGB), applied after ``scale``: ``(x * scale - mean) / std`` in float32, as
+            :func:`calibrators.preprocess.normalize` does (ImageNet's for DETR-family models).
         reuse: fill the same batch array on every call of one batch size instead of a new one (the previous
             batch is overwritten). ``TrtRunner`` page-locks an input array it is given again and sends it from
             where it is, so a reused batch reaches the GPU with no extra host copy.
@@ -98,8 +112,11 @@ class Letterbox:
         *,
         layout: str = "NCHW",
         reuse: bool = False,
+        mean=IDENTITY[0],
+        std=IDENTITY[1],
     ):
         self.size = (int(size[0]), int(size[1]))
+        self.mean, self.std = channel_norm(dtype, mean, std)
         self.pad_value = pad_value
         self.scale = scale
         self.dtype = np.dtype(dtype)
@@ -110,9 +127,9 @@ class Letterbox:
         self._buffers: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
 
     @classmethod
-    def for_input(cls, shape, dtype=np.float32, *, reuse: bool = False) -> Letterbox:
+    def for_input(cls, shape, dtype=np.float32, *, reuse: bool = False, **norm) -> Letterbox:
         """The letterbox making batches of a model input of ``shape`` (``(N, 3, H, W)``, or ``(N, H, W, 3)`` when
-        ``dtype`` is uint8: an engine built with ``input_uint8_nhwc``) and ``dtype``.
+        ``dtype`` is uint8: an engine built with ``input_uint8_nhwc``) and ``dtype``; ``norm``: ``mean``, ``std``.
 
         Raises:
             InputError: the shape is not 4-D with 3 channels where that layout has them, or its height and width are
@@ -129,7 +146,7 @@ class Letterbox:
                 f"A {dtype} image input of shape {shape} is not {'(N, H, W, 3)' if nhwc else '(N, 3, H, W)'} with a "
                 "fixed height and width; the letterbox cannot fill it."
             )
-        return cls((int(hw[0]), int(hw[1])), dtype=dtype, layout=layout, reuse=reuse)
+        return cls((int(hw[0]), int(hw[1])), dtype=dtype, layout=layout, reuse=reuse, **norm)
 
     def close(self) -> None:
         """Nothing to free (the GPU letterbox's :meth:`close` frees its memory)."""
@@ -181,8 +198,13 @@ class Letterbox:
         source = canvas.transpose(0, 3, 1, 2) if self.layout == "NCHW" else canvas
         if self.dtype == np.uint8:
             np.copyto(out, source)
-        else:
+        elif (self.mean, self.std) == IDENTITY:
             np.multiply(source, self.dtype.type(self.scale), out=out, casting="unsafe")
+        else:
+            shape = (3, 1, 1) if self.layout == "NCHW" else (3,)
+            mean, std = (np.asarray(v, np.float32).reshape(shape) for v in (self.mean, self.std))
+            scaled = np.multiply(source, np.float32(self.scale), dtype=np.float32)
+            np.divide(scaled - mean, std, out=out, casting="unsafe")
         return out
 
 

@@ -160,6 +160,7 @@ def evaluate_detection(
     on_progress: Callable[[str], None] | None = None,
     runner_options: dict | None = None,
     head: str | None = None,
+    normalize: dict | None = None,
 ) -> DetectionEval:
     """COCO mAP@[.5:.95], mAP@.5 and AR@100 of ``model`` (and of ``reference``, the ONNX model) on a folder.
 
@@ -173,6 +174,7 @@ def evaluate_detection(
         decode: thresholds of the numpy decode (engines with the NMS plugin use their own).
         runner_options: extra ``TrtRunner`` keyword arguments (tests pass fakes).
         head: the output layout (a key of :data:`trtkit.detection.LAYOUTS`); ``None``: the one the outputs fit.
+        normalize: ``{"mean", "std"}`` of the letterbox, after its 1/255 (``None``: 0..1, as YOLO models take).
 
     Raises:
         InputError: the folder or annotation file is unusable, or their images do not match.
@@ -203,7 +205,7 @@ def evaluate_detection(
                 batch=min(batch, opened.max_batch),
                 decode=decode,
                 skipped=skipped_here,
-                letterbox=opened.letterbox(),
+                letterbox=opened.letterbox(**(normalize or {})),
                 head=head,
                 outputs=opened.outputs,
             )

@@ -70,8 +70,9 @@ class Model:
             )
         return int(hw[0]), int(hw[1])
 
-    def letterbox(self, *, reuse: bool = False):
-        """A :class:`trtkit.detection.Letterbox` making this model's input batches (its layout and dtype).
+    def letterbox(self, *, reuse: bool = False, **norm):
+        """A :class:`trtkit.detection.Letterbox` making this model's input batches (its layout and dtype; ``norm``:
+        its ``mean`` and ``std``).
 
         Raises:
             InputError: the input is not an image input with a fixed height and width.
@@ -80,7 +81,7 @@ class Model:
 
         # float batches are made in float32 whatever the input's float type (``infer`` casts)
         dtype = np.uint8 if self.layout == "NHWC" else np.float32
-        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse)
+        return Letterbox.for_input(self.input_shape, dtype, reuse=reuse, **norm)
 
     def pick_letterbox(self, where: str = "auto", *, reuse: bool = False):
         """The letterbox for this model's input and why it is that one: ``(letterbox, reason)``.

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calibrators.preprocess import NORMALIZE
 from trtkit.pipeline.batching import BatchPlan
 from trtkit.pipeline.pipeline import InferStep, Pipeline
 from trtkit.pipeline.preprocess import ImagePreprocess, image_input
@@ -38,6 +39,8 @@ class Processing:
         for_engine: ``(ImageInput, output specs) -> Processing``: the processing for this engine, asked for once the
             engine is open and before any frame is read (the detector's finds its output layout so); ``None``: this
             one as it is.
+        normalize: ``{"mean": (r, g, b), "std": (r, g, b)}`` after the 1/255 scale, of the default preprocessing
+            and the GPU letterbox (``pre``/``pre_for`` apply their own); ``None``: 0..1. The report records it.
     """
 
     pre: Callable | None = None
@@ -46,6 +49,7 @@ class Processing:
     pre_for: Callable | None = None
     device_meta: Callable | None = None
     for_engine: Callable | None = None
+    normalize: dict | None = None
 
     def preprocess_for(self, target, resize: str = "letterbox"):
         """The ``pre`` callable for the engine input ``target``."""
@@ -53,7 +57,7 @@ class Processing:
             return self.pre
         if self.pre_for is not None:
             return self.pre_for(target)
-        return ImagePreprocess(target, resize=resize)
+        return ImagePreprocess(target, resize=resize, **(self.normalize or {}))
 
 
 def stage_functions(processing: Processing, pre, ring=None, download=None) -> dict:
@@ -209,6 +213,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
         "engine_input": target.name,
         "input_shape": [target.channels, target.height, target.width],
         "preprocess": where,
+        "normalize": processing.normalize or NORMALIZE["none"],
     }
     return report
 
@@ -272,7 +277,8 @@ def _gpu_preprocess(runner, processing: Processing, target, resize: str, picture
         meta = image_preprocess_meta
     elif meta is None:
         return None, "the processing's own pre runs on the CPU (it gives no device_meta)"
-    return device_preprocess(runner, target, meta=meta, pictures=pictures, lanes=max(1, int(lanes)))
+    options = dict(meta=meta, pictures=pictures, lanes=max(1, int(lanes)), norm=processing.normalize)
+    return device_preprocess(runner, target, **options)
 
 
 def sample_ring(pool, pre, plan: BatchPlan):

@@ -27,9 +27,10 @@ def _detection():
 
 
 def detection_processing(
-    conf_threshold: float = 0.25, iou_threshold: float = 0.45, class_names=None, head: str | None = None
+    conf_threshold: float = 0.25, iou_threshold: float = 0.45, class_names=None, head: str | None = None, normalize=None
 ) -> Processing:
-    """pre: letterbox to the engine's input (``meta``: the letterbox geometry); post: the frame's detections with
+    """pre: letterbox to the engine's input (``normalize``: its mean/std, :class:`Processing`'s; ``meta``: the
+    letterbox geometry); post: the frame's detections with
     boxes in the frame's pixels; draw: the boxes and labels (``class_names`` by class index) on the frame.
 
     The output layout (:data:`trtkit.detection.LAYOUTS`) is ``head``, or the one the engine's outputs fit; it is
@@ -50,7 +51,7 @@ def detection_processing(
     def for_engine(target, output_specs) -> Processing:
         found = [bind(detection.find_layout(output_specs, head, unknown_ok=True))]  # unknown dims: the first frame's
         size = (target.height, target.width)
-        letterbox = detection.Letterbox(size, dtype=target.dtype, layout=target.layout)
+        letterbox = detection.Letterbox(size, dtype=target.dtype, layout=target.layout, **(normalize or {}))
 
         def pre(image):
             batch, metas = letterbox([image])
@@ -69,6 +70,6 @@ def detection_processing(
 
         # the same letterbox as the GPU kernels (pad 114, 1/255, Pillow's filter): device frames are preprocessed
         # there, their geometry the LetterboxMeta that ``post`` maps boxes back with
-        return Processing(pre=pre, post=post, draw=draw, device_meta=lambda geometry: geometry)
+        return Processing(pre=pre, post=post, draw=draw, device_meta=lambda geometry: geometry, normalize=normalize)
 
     return Processing(for_engine=for_engine)

@@ -287,11 +287,12 @@ class DeviceFrames(_Streamed):
 class _Lane(_Streamed):
     """One stream and the letterbox kernels' buffers on it: a preprocessing worker's own while it uses it."""
 
-    def __init__(self, cuda, target, kernels):
+    def __init__(self, cuda, target, kernels, norm: dict):
         from trtkit.runtime.letterbox import DeviceLetterbox
 
         super().__init__(cuda)
-        self.letterbox = DeviceLetterbox(cuda, self.stream, (target.height, target.width), target.dtype, kernels)
+        hw = (target.height, target.width)
+        self.letterbox = DeviceLetterbox(cuda, self.stream, hw, target.dtype, kernels, **norm)
 
     def close(self) -> None:
         if self._event is not None:
@@ -301,8 +302,8 @@ class _Lane(_Streamed):
 
 class DeviceFramePreprocess:
     """The pipeline's preprocessing on the GPU: the letterbox kernels (keep the aspect ratio, pad with gray 114, RGB
-    scaled by 1/255; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``) write each
-    frame's sample into its row of a device :class:`~trtkit.pipeline.batching.BatchRing`, in a stream synchronized
+    scaled by 1/255, then ``norm``; Pillow's bilinear filter exactly, as ``ImagePreprocess(reducing_gap=None)``) write
+    each frame's sample into its row of a device :class:`~trtkit.pipeline.batching.BatchRing`, in a stream synchronized
     once per frame. Frames in device memory (NVDEC) are read where they are and their pictures copied to
     page-locked host memory for the sinks; host pictures (PyAV, image folders) go up once (``preprocess="gpu"``:
     the CPU is left the decoding and the encoding). Each of ``lanes`` workers takes a stream of its own at a time,
@@ -319,6 +320,7 @@ class DeviceFramePreprocess:
         pictures: copy each frame's picture to the host (for video/image sinks and drawing); False leaves the
             device frame as the frame's image.
         lanes: streams (and kernel buffers) for that many workers at once.
+        norm: ``mean`` and ``std`` per channel (:class:`~trtkit.pipeline.api.Processing`'s ``normalize``).
 
     Raises:
         InputError: the input is not a 3-channel float32/float16 or uint8 image input, or ``lanes`` is below 1.
@@ -326,7 +328,7 @@ class DeviceFramePreprocess:
 
     device = True  # the pipeline gives it rows of a device ring
 
-    def __init__(self, cuda, target, kernels, *, meta: Callable | None = None, pictures: bool = True, lanes: int = 1):
+    def __init__(self, cuda, target, kernels, *, meta=None, pictures: bool = True, lanes: int = 1, norm=None):
         import queue
 
         unfit = _unfit(target)
@@ -342,7 +344,7 @@ class DeviceFramePreprocess:
         self._free: queue.Queue = queue.Queue()
         try:
             for _ in range(lanes):
-                lane = _Lane(cuda, target, kernels() if callable(kernels) else kernels)
+                lane = _Lane(cuda, target, kernels() if callable(kernels) else kernels, norm or {})
                 self._lanes.append(lane)
                 self._free.put(lane)
         except BaseException:
@@ -418,8 +420,9 @@ def _unfit(target) -> str | None:
     )
 
 
-def device_preprocess(runner, target, meta: Callable | None = None, pictures: bool = True, lanes: int = 1):
-    """The GPU preprocessing for ``runner``'s image input ``target``, or why there is none.
+def device_preprocess(runner, target, **options):
+    """The GPU preprocessing for ``runner``'s image input ``target``, or why there is none (``options``: those of
+    :class:`DeviceFramePreprocess`).
 
     Returns:
         ``(DeviceFramePreprocess, None)`` or ``(None, reason)`` (the kernels do not load, the input is not one
@@ -440,7 +443,7 @@ def device_preprocess(runner, target, meta: Callable | None = None, pictures: bo
     def per_lane():
         return made.pop() if made else load_kernels(runner.cuda)[0]
 
-    return DeviceFramePreprocess(runner.cuda, target, per_lane, meta=meta, pictures=pictures, lanes=lanes), None
+    return DeviceFramePreprocess(runner.cuda, target, per_lane, **options), None
 
 
 class FrameDownload(_Streamed):

@@ -19,6 +19,7 @@ def pose_processing(
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
     resize: str = "letterbox",
+    normalize: dict | None = None,
 ) -> Processing:
     """pre: the engine's image preprocessing (``resize``: ``letterbox`` or ``stretch``; the letterbox on the GPU
     where it can run); post: the frame's :class:`~trtkit.detection.pose.Poses` in its pixels; draw: boxes,
@@ -28,6 +29,7 @@ def pose_processing(
         skeleton: a built-in name (``coco17``) or a JSON file of ``[a, b]`` keypoint index pairs; ``None``: coco17
             for a model of 17 keypoints, else the keypoints alone.
         conf_threshold, iou_threshold: YOLOv8-pose heads: the lowest person score kept, NMS's IoU threshold.
+        normalize: the preprocessing's mean/std (:class:`Processing`'s).
 
     Raises:
         InputError: the skeleton is unknown or unreadable; on the first frame, the output is not a pose output or
@@ -39,7 +41,7 @@ def pose_processing(
 
     def pre_for(target):
         size[:] = [(target.height, target.width)]
-        return ImagePreprocess(target, resize=resize)
+        return ImagePreprocess(target, resize=resize, **(normalize or {}))
 
     def post(outputs, meta, image):
         if len(outputs) != 1:
@@ -61,4 +63,4 @@ def pose_processing(
 
     # the default letterbox's meta, which the GPU letterbox gives as well; a plain resize runs on the CPU
     device_meta = image_preprocess_meta if resize == "letterbox" else None
-    return Processing(post=post, draw=draw, pre_for=pre_for, device_meta=device_meta)
+    return Processing(post=post, draw=draw, pre_for=pre_for, device_meta=device_meta, normalize=normalize)

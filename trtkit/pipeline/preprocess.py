@@ -112,7 +112,7 @@ class ImagePreprocess:
         target: the engine's image input.
         resize: ``"letterbox"`` (keep the aspect ratio, pad with gray 114) or ``"stretch"``.
         scale: multiplier of the 0..255 pixel values.
-        mean, std: per channel, after ``scale``.
+        mean, std: per channel, after ``scale`` (a uint8 input refuses any but 0 and 1).
         reducing_gap: PIL's ``reducing_gap`` (``None``: the exact filter, slower on large frames).
     """
 
@@ -127,7 +127,9 @@ class ImagePreprocess:
         reducing_gap: float | None = REDUCING_GAP,
     ):
         from calibrators.preprocess import Preprocess
+        from trtkit.detection.letterbox import channel_norm
 
+        channel_norm(target.dtype, mean, std)
         self.target = target
         self.reducing_gap = reducing_gap
         settings = Preprocess(

@@ -12,9 +12,13 @@ Placement (:func:`plan_qdq`), as TensorRT's developer guide describes explicit q
   convolution can fuse with the add (conv + add + relu in INT8).
 - For YOLO-style backbones (:class:`QdqOptions`; ``trtkit build`` turns them on): residual adds behind a
   convolution's activation, Concats in one shared scale, and both inputs of such adds.
+- Transformers, as NVIDIA's ModelOpt places them: the attention MatMuls get both activations quantized (Q and K^T;
+  the Softmax output and V) and the projections and MLP layers their input (a LayerNormalization's output once, for
+  all its readers); Softmax, normalizations (fused or decomposed) and residual adds get no Q/DQ of their own.
 - Layers that cost accuracy more than they save time stay in higher precision: tiny convolutions (fewer weights
   than ``min_weight_elements``), the final layers (compute ops whose output reaches a graph output with no other
-  compute op in between: the detection head, the classifier), and MatMuls fed by Softmax or a normalization.
+  compute op in between: the detection head, the classifier), and a DETR decoder's location layers (those that
+  make or read the reference points and sampling locations of a GridSample, :func:`_location_layers`).
 
 :func:`insert_qdq` applies a plan with amax values (from calibration or a TensorRT cache) and returns a new model.
 """
@@ -34,11 +38,15 @@ from trtkit.quant.opset import upgrade_opset
 logger = logging.getLogger("trtkit")
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-HIGH_PRECISION_PRODUCERS = frozenset({"Softmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization"})
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis) needs opset 13
 HEAD_REASON = "final layer (head) kept in higher precision"
 HEAD_BRANCH_REASON = "head branch (within output_depth of an output) kept in higher precision"
 CONCAT_REASON = "reads a Concat output (keep_concat_outputs)"
+# where the location walk stops (shape and constant values); ops it passes through input 0 alone (later inputs:
+# shapes or indices; a GridSample's: its grid, the sampled features not being locations)
+SHAPE_SOURCES = frozenset({"Shape", "Size", "Constant", "ConstantOfShape"})
+DATA_FIRST = frozenset({"Reshape", "Expand", "Slice", "Gather", "GatherElements", "Unsqueeze", "Squeeze", "GridSample"})
+LOCATION_REASON = "reference points or sampling locations (DETR decoder) kept in higher precision"
 # the first words of a skip reason → how PlanQdq.summary counts it
 SKIP_KINDS = {
     "excluded by name": "excluded",
@@ -46,7 +54,7 @@ SKIP_KINDS = {
     HEAD_REASON.split(" (")[0]: "final layer",
     HEAD_BRANCH_REASON.split(" (")[0]: "head branch",
     CONCAT_REASON.split(" (")[0]: "concat output",
-    "fed by": "after softmax/normalization",
+    "reference points": "location",
     "no activation input": "no activation input",
 }
 
@@ -210,6 +218,7 @@ def plan_qdq(model, options: QdqOptions | None = None) -> QdqPlan:
     _check_excluded(g, options.exclude_nodes)
     plan = QdqPlan()
     heads = _output_layers(g, options.output_depth) if options.keep_output_layers else {}
+    heads.update(dict.fromkeys(_location_layers(g), 0))
     for node in g.nodes:
         if node.op_type not in COMPUTE_OPS:
             continue
@@ -253,12 +262,9 @@ def _skip_reason(g: _Graph, node, options: QdqOptions, heads: dict) -> str | Non
     if weight is not None and int(np.prod(weight.dims)) < options.min_weight_elements:
         return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
     if node.name in heads:
-        return HEAD_REASON if heads[node.name] == 1 else HEAD_BRANCH_REASON
+        return (LOCATION_REASON, HEAD_REASON)[heads[node.name]] if heads[node.name] < 2 else HEAD_BRANCH_REASON
     if options.keep_concat_outputs and any(g.producer_op(i) == "Concat" for i in node.input[:1]):
         return CONCAT_REASON
-    fed_by = {op for i in node.input[:2] if (op := g.producer_op(i)) in HIGH_PRECISION_PRODUCERS}
-    if fed_by:
-        return f"fed by {', '.join(sorted(fed_by))} (kept in higher precision)"
     if not any(not g.is_weight(i) for i in node.input[:2]):
         return "no activation input"
     return None
@@ -301,6 +307,30 @@ def _output_layers(g: _Graph, depth: int = 1) -> dict:
         layer = {p for p in above if _feeds_only(g, g.by_name[p], kept.keys())}
         kept.update(dict.fromkeys(layer, level))
     return kept
+
+
+def _location_layers(g: _Graph) -> set:
+    """The compute nodes that make the sampling grid of a GridSample (a deformable attention's offsets) or read the
+    tensors it is made of (the reference points, e.g. a query-position MLP), through non-compute nodes."""
+    path, stack = set(), [n.input[1] for n in g.nodes if n.op_type == "GridSample" and len(n.input) > 1]
+    while stack:
+        node = g.producer.get(tensor := stack.pop())
+        if tensor in path or (node is not None and node.op_type in SHAPE_SOURCES):
+            continue
+        path.add(tensor)
+        if node is not None and node.op_type not in COMPUTE_OPS:
+            stack += [i for i in node.input[: 1 if node.op_type in DATA_FIRST else None] if i and not g.is_weight(i)]
+    made = {g.producer[t].name for t in path if g.producer_op(t) in COMPUTE_OPS}
+    readers, stack, seen = set(), list(path), set()
+    while stack:
+        tensor = stack.pop()
+        for node in g.consumers.get(tensor, []):
+            if node.op_type in COMPUTE_OPS:
+                readers.add(node.name)
+            elif node.name not in seen and tensor in node.input[: 1 if node.op_type in DATA_FIRST else None]:
+                seen.add(node.name)
+                stack += node.output
+    return made | readers
 
 
 def _activations(g: _Graph, node) -> list:

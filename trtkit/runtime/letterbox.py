@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.detection.letterbox import LetterboxMeta, placement, rgb_array
+from trtkit.detection.letterbox import IDENTITY, LetterboxMeta, channel_norm, placement, rgb_array
 from trtkit.detection.pillow_resample import Taps, cached_pass_order, coefficients
 from trtkit.errors import InputError
 from trtkit.runtime.buffers import DeviceArray, DeviceBuffer, HostBuffer
@@ -124,11 +124,12 @@ class LetterboxKernels:
         out: int,
         fmt: int,
         scale,
+        norm,
         grid: int,
         stream: int,
     ) -> None:
         """The second pass, the padding and the conversion into one image's slot ``out``; ``region``:
-        ``(new_w, new_h, pad_x, pad_y)``, ``out_hw``: the input's ``(H, W)``."""
+        ``(new_w, new_h, pad_x, pad_y)``, ``out_hw``: the input's ``(H, W)``, ``norm``: ``(mean, std)`` per channel."""
         args = [(tmp, np.uint64), (tmp_cols, np.int32)] + [(t, np.uint64) for t in taps]
         args += [(ksize, np.int32), (int(horizontal), np.int32)] + [(v, np.int32) for v in region]
         args += [
@@ -138,7 +139,7 @@ class LetterboxKernels:
             (out, np.uint64),
             (fmt, np.int32),
             (np.float32(scale), np.float32),
-        ]
+        ] + [(np.float32(v), np.float32) for values in norm for v in values]
         self._module.launch("letterbox_finish", grid, stream, args, block=BLOCK)
 
     def close(self) -> None:
@@ -178,6 +179,7 @@ class DeviceLetterbox:
             (NCHW, values scaled by 1/255).
         kernels: :class:`LetterboxKernels`, or a fake with the same two methods (CPU tests).
         pad_value: padding, in 0..255 pixel units.
+        mean, std: per channel, after the scale, as :class:`trtkit.detection.Letterbox` (float inputs only).
 
     ``letterbox(images)`` takes pillow images, HWC uint8 RGB arrays or image paths and returns ``(batch, metas)``
     like :class:`trtkit.detection.Letterbox`, the batch a :class:`DeviceArray` valid until the next call (one
@@ -190,8 +192,11 @@ class DeviceLetterbox:
 
     where = "gpu"
 
-    def __init__(self, cuda, stream: int, size: tuple[int, int], dtype, kernels, *, pad_value: int = 114):
+    def __init__(
+        self, cuda, stream: int, size, dtype, kernels, *, pad_value: int = 114, mean=IDENTITY[0], std=IDENTITY[1]
+    ):
         self.cuda, self.stream, self.kernels = cuda, int(stream), kernels
+        self.norm = channel_norm(dtype, mean, std)
         self.size = (int(size[0]), int(size[1]))
         self.dtype = np.dtype(dtype)
         self.layout = "NHWC" if self.dtype == np.uint8 else "NCHW"
@@ -293,6 +298,7 @@ class DeviceLetterbox:
             out,
             self.format,
             SCALE,
+            self.norm,
             p.finish_grid,
             self.stream,
         )
@@ -353,9 +359,9 @@ def load_kernels(cuda):
     return kernels, None if reason is None else f"the GPU kernels cannot load ({reason})"
 
 
-def device_letterbox(runner, input_name: str | None = None):
+def device_letterbox(runner, input_name: str | None = None, **norm):
     """A :class:`DeviceLetterbox` filling ``runner``'s image input (its only input when ``input_name`` is None),
-    in the runner's stream.
+    in the runner's stream; ``norm``: its ``mean`` and ``std``.
 
     Returns:
         ``(letterbox, None)``, or ``(None, reason)`` when the input is not one it fills or the kernels cannot load
@@ -380,4 +386,4 @@ def device_letterbox(runner, input_name: str | None = None):
     kernels, reason = load_kernels(runner.cuda)
     if kernels is None:
         return None, reason
-    return DeviceLetterbox(runner.cuda, runner.stream, (int(hw[0]), int(hw[1])), dtype, kernels), None
+    return DeviceLetterbox(runner.cuda, runner.stream, (int(hw[0]), int(hw[1])), dtype, kernels, **norm), None

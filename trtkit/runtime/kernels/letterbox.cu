@@ -4,8 +4,9 @@
 // The resize is Pillow's, in Pillow's integer arithmetic: two separable passes whose taps (first input pixel, tap
 // count, int32 weights with 22 fraction bits) the host computes as Pillow does (trtkit/detection/pillow_resample.py)
 // and uploads; each value is clip8((2^21 + sum(w * x)) >> 22), and the first pass's output is rounded to uint8 before
-// the second reads it. So the pixels are Pillow's exactly. Float outputs are float32(x) * float32(1/255), the CPU
-// letterbox's arithmetic (__fmul_rn: no contraction); float16 ones are that, rounded to nearest even.
+// the second reads it. So the pixels are Pillow's exactly. Float outputs are (float32(x) * scale - mean) / std per
+// channel, the CPU letterbox's arithmetic (each step rounded, no contraction; mean 0 and std 1 leave x * scale as
+// it is); float16 ones are that, rounded to nearest even.
 //
 // Images are HWC, 3 channels, uint8, rows packed. The PTX next to this file is made from it by scripts/make_ptx.py
 // (NVRTC, compute_60); edit this file, then run that script.
@@ -21,6 +22,11 @@ __device__ __forceinline__ unsigned char clip8(int acc)
 {
     int v = acc >> PRECISION_BITS;
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+__device__ __forceinline__ float normalized(unsigned char x, float scale, float mean, float std)
+{
+    return __fdiv_rn(__fsub_rn(__fmul_rn((float)x, scale), mean), std);
 }
 
 // One pass at output position j, reading `step`-apart pixels from p; the three channels into rgb.
@@ -71,8 +77,10 @@ extern "C" __global__ void letterbox_finish(const unsigned char *__restrict__ tm
                                             const int *__restrict__ first, const int *__restrict__ count,
                                             const int *__restrict__ weights, int ksize, int horizontal, int new_w,
                                             int new_h, int pad_x, int pad_y, int out_h, int out_w, int pad_value,
-                                            void *__restrict__ out, int format, float scale)
+                                            void *__restrict__ out, int format, float scale, float mean_r,
+                                            float mean_g, float mean_b, float std_r, float std_g, float std_b)
 {
+    const float mean[3] = {mean_r, mean_g, mean_b}, stdev[3] = {std_r, std_g, std_b};
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long plane = (long long)out_h * out_w;
     if (i >= plane)
@@ -94,12 +102,12 @@ extern "C" __global__ void letterbox_finish(const unsigned char *__restrict__ tm
     } else if (format == OUT_FLOAT32_NCHW) {
         float *o = (float *)out + i;
         for (int ch = 0; ch < 3; ch++)
-            o[ch * plane] = __fmul_rn((float)rgb[ch], scale);
+            o[ch * plane] = normalized(rgb[ch], scale, mean[ch], stdev[ch]);
     } else {
         unsigned short *o = (unsigned short *)out + i;
         for (int ch = 0; ch < 3; ch++) {
             unsigned short h;
-            float f = __fmul_rn((float)rgb[ch], scale);
+            float f = normalized(rgb[ch], scale, mean[ch], stdev[ch]);
             asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
             o[ch * plane] = h;
         }
