@@ -87,7 +87,7 @@ def add_pipeline_arguments(parser) -> None:
         type=int,
         default=3,
         metavar="N",
-        help="live streams: attempts in a row at opening a lost stream again, 0.5 s, 1 s, 2 s... apart (default 3)",
+        help="live streams: times in a row a lost stream is opened again, 0.5 s, 1 s, 2 s... apart (default 3)",
     )
     g.add_argument(
         "--codec",
@@ -183,12 +183,16 @@ def run_pipeline(args, console) -> int:
     try:
         for i, video in enumerate(videos or [None]):
             source = _source(args, video)
-            jobs.append((source, _sinks(args, source, i)))
+            jobs.append((source, []))
+            jobs[-1][1].extend(_sinks(args, source, i))
     except BaseException:
         for source, sinks in jobs:
             source.close()
+            for sink in sinks:
+                sink.discard()
         raise
-    drain, reports = threading.Event(), [None] * len(jobs)
+    reports: list = [None] * len(jobs)  # a report, or the exception a run raised
+    drain = threading.Event()
     live = _live_view(console) if args.live and console.is_terminal and len(jobs) == 1 else None
 
     def work(i, source, sinks):

@@ -7,7 +7,7 @@
 A thread reads the stream as it arrives, paced by its timestamps, into a buffer of ``buffer`` frames. When the
 pipeline falls behind and the buffer is full, ``drop`` decides: ``oldest`` (the frame that waited longest goes),
 ``newest`` (the arriving frame goes) or ``none`` (reading waits: nothing is lost, latency grows). A stream that is
-lost is opened again up to ``reconnect`` times in a row, waiting 0.5 s, 1 s, 2 s... between attempts; a stream that
+lost is opened again up to ``reconnect`` times in a row, waiting 0.5 s, 1 s, 2 s... in between; a stream that
 cannot be had back ends the source, :attr:`LiveSource.ended` saying why. Every frame carries its time from the
 stream's start (its timestamps; continued across reconnections) and the moment it arrived.
 """
@@ -60,7 +60,7 @@ class LiveSource:
         path: a URL (``rtsp://``, ``rtmp://``, ``http(s)://`` incl. HLS, ``udp://``, ``tcp://``, ``srt://``), a
             camera (``/dev/video0``) or a video file (read at its frame rate: a stream's stand-in).
         drop: ``oldest``, ``newest`` or ``none`` (what a full buffer does).
-        reconnect: attempts in a row at opening a lost stream again (files end at their end).
+        reconnect: how many times in a row a lost stream is opened again (files end at their end).
         buffer: frames held for the pipeline.
         options: FFmpeg options for opening, over :func:`input_options`' (e.g. ``{"listen": "1"}``).
         timeout_s: how long opening, and each read, may wait.
@@ -77,7 +77,7 @@ class LiveSource:
         if drop not in DROP:
             raise InputError(f"drop='{drop}' is not known; use one of: {', '.join(DROP)}")
         if isinstance(reconnect, bool) or not isinstance(reconnect, int) or reconnect < 0:
-            raise InputError(f"reconnect={reconnect!r}: give a number of attempts, 0 or more")
+            raise InputError(f"reconnect={reconnect!r}: give how many times to open a lost stream again, 0 or more")
         self.path, self.drop, self.reconnect, self.buffer = str(path), drop, reconnect, max(1, int(buffer))
         self.live = is_stream(path)
         self.kind = "camera" if self.path.startswith("/dev/video") else "stream" if self.live else "video"
@@ -175,7 +175,7 @@ class LiveSource:
             self._cond.notify_all()
 
     def _reopen(self, reason: str):
-        """The stream opened again, or None (:attr:`ended` says why) after ``reconnect`` attempts."""
+        """The stream opened again, or None (:attr:`ended` says why) after ``reconnect`` tries."""
         self.reader.close()
         for attempt in range(self.reconnect):
             if self._stop.wait(min(BACKOFF_S * 2**attempt, MAX_BACKOFF_S)):
@@ -188,7 +188,7 @@ class LiveSource:
             self.reconnects += 1
             self.reader.skipped = self.skipped
             return self.reader
-        tried = f" ({self.reconnect} reconnection attempt(s) failed)" if self.reconnect else ""
+        tried = f" (opened again {self.reconnect} time(s) in vain)" if self.reconnect else ""
         self.ended = f"Stream '{self.path}' ended: {reason}{tried}"
         return None
 

@@ -58,8 +58,16 @@ class Pipeline:
     are the threads its libraries start; the report's ``cpu`` adds up the CPU time of each stage's threads.
     """
 
-    def __init__(self, source, stages: Sequence, sinks: Sequence = (), *, queue_size: int = 8, monitor=None,
-                 drain: threading.Event | None = None):
+    def __init__(
+        self,
+        source,
+        stages: Sequence,
+        sinks: Sequence = (),
+        *,
+        queue_size: int = 8,
+        monitor=None,
+        drain: threading.Event | None = None,
+    ):
         self.source = source
         self.stages = list(stages)
         self.sinks = list(sinks)

@@ -84,8 +84,11 @@ class StageTimer:
         """``{"p50_ms", "p99_ms", "max_ms"}`` of the kept durations; None before the first."""
         with self._lock:
             kept = sorted(self._per_frame)
-        return {f"p{q}_ms": round(1e3 * percentile(kept, q), 3) for q in (50, 99)} | {
-            "max_ms": round(1e3 * kept[-1], 3)} if kept else None
+        return (
+            {f"p{q}_ms": round(1e3 * percentile(kept, q), 3) for q in (50, 99)} | {"max_ms": round(1e3 * kept[-1], 3)}
+            if kept
+            else None
+        )
 
     def snapshot(self, elapsed_s: float) -> StageStats:
         """The figures so far, ``elapsed_s`` being the run's wall time (for the busy share)."""
