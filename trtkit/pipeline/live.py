@@ -26,20 +26,12 @@ from trtkit.pipeline.video import DecoderChoice, PyAVReader, pyav
 SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "udp", "tcp", "srt", "rtp")
 DROP = ("oldest", "newest", "none")
 BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
-OUTPUT_FORMATS = {"rtmp": "flv", "rtmps": "flv", "rtsp": "rtsp", "udp": "mpegts", "tcp": "mpegts", "srt": "mpegts"}
 
 
 def is_stream(path) -> bool:
     """Whether ``path`` is a network stream's URL or a V4L2 camera (``/dev/videoN``) rather than a file."""
     text = str(path)
     return text.partition("://")[0].lower() in SCHEMES and "://" in text or text.startswith("/dev/video")
-
-
-def stream_output(path) -> str | None:
-    """The FFmpeg muxer of an output that is written as it goes: ``flv`` for RTMP, ``rtsp``, ``mpegts`` for UDP, TCP
-    and SRT, ``hls`` for a ``.m3u8`` playlist (its segments beside it); None for a file."""
-    text = str(path)
-    return "hls" if text.lower().endswith(".m3u8") else OUTPUT_FORMATS.get(text.partition("://")[0].lower())
 
 
 def input_options(path) -> tuple:

@@ -306,6 +306,16 @@ def rgb_frame(av, image: np.ndarray):
     return wrap(image, format="rgb24")
 
 
+OUTPUT_FORMATS = {"rtmp": "flv", "rtmps": "flv", "rtsp": "rtsp", "udp": "mpegts", "tcp": "mpegts", "srt": "mpegts"}
+
+
+def stream_output(path) -> str | None:
+    """The FFmpeg muxer of an output that is written as it goes: ``flv`` for RTMP, ``rtsp``, ``mpegts`` for UDP, TCP
+    and SRT, ``hls`` for a ``.m3u8`` playlist (its segments beside it); None for a file."""
+    text = str(path)
+    return "hls" if text.lower().endswith(".m3u8") else OUTPUT_FORMATS.get(text.partition("://")[0].lower())
+
+
 class VideoWriter:
     """A video file written frame by frame with PyAV, atomically: frames go to a hidden partial file in the target
     folder, which :meth:`close` flushes, finalizes and renames; :meth:`discard` removes it.
@@ -324,7 +334,6 @@ class VideoWriter:
 
     def __init__(self, path, fps=30, codec: str | None = None, options: dict | None = None):
         from trtkit._atomic import check_writable
-        from trtkit.pipeline.live import stream_output
 
         av = pyav()
         self.stream_format = stream_output(path)  # a URL or HLS playlist: written as it goes, no partial file
