@@ -12,15 +12,24 @@ def add_pipeline_arguments(parser) -> None:
     from trtkit.cli import options
     from trtkit.pipeline.video import DECODERS
 
-    g = parser.add_argument_group("streaming pipeline (video files and image folders)")
+    g = parser.add_argument_group("streaming pipeline (video files, live streams, cameras and image folders)")
     src = g.add_mutually_exclusive_group()
-    src.add_argument("--video", metavar="FILE", help="run every frame of a video file through the engine")
+    src.add_argument(
+        "--video",
+        action="append",
+        metavar="FILE|URL",
+        help="run every frame of a video file, stream (rtsp://, rtmp://, http(s):// incl. HLS, udp://, tcp://, "
+        "srt://) or camera (/dev/video0) through the engine; repeatable, or a .txt list of them, one a line: the "
+        "sources run at once, each with its own report",
+    )
     src.add_argument("--images", metavar="DIR", help="run every image of a folder through the engine (images/s)")
     g.add_argument(
         "--out",
-        metavar="PATH",
-        help="with --video: the output video (.mp4, .mkv, .mov, .avi); with --images: a folder for "
-        "the (annotated) images",
+        action="append",
+        metavar="PATH|URL",
+        help="with --video: the output video (.mp4, .mkv, .mov, .avi), stream (rtmp://, rtsp://, udp://, srt://) or "
+        "HLS playlist (.m3u8, its segments beside it), one per source; with --images: a folder for the (annotated) "
+        "images",
     )
     g.add_argument(
         "--post",
@@ -57,7 +66,31 @@ def add_pipeline_arguments(parser) -> None:
         help="with --post detection: the class names drawn on the boxes: one a line, a JSON list or dict, or "
         "a YAML file's names as in ultralytics' dataset files (default: the names in the model's metadata)",
     )
-    g.add_argument("--results", metavar="FILE.jsonl", help="save each frame's result (or raw outputs) as one JSON line")
+    g.add_argument(
+        "--results",
+        action="append",
+        metavar="FILE.jsonl",
+        help="save each frame's result (or raw outputs) as one JSON line (one file per source)",
+    )
+    g.add_argument(
+        "--realtime",
+        action="store_true",
+        help="read video files at their frame rate, as a live stream arrives (streams and cameras always are)",
+    )
+    g.add_argument(
+        "--drop",
+        choices=("oldest", "newest", "none"),
+        default="oldest",
+        help="live sources: when inference falls behind, drop the oldest waiting frame, the newest one, or none "
+        "(nothing lost, latency grows); drops are counted in the report (default oldest)",
+    )
+    g.add_argument(
+        "--reconnect",
+        type=int,
+        default=3,
+        metavar="N",
+        help="live streams: times in a row a lost stream is opened again, 0.5 s, 1 s, 2 s... apart (default 3)",
+    )
     g.add_argument(
         "--codec",
         metavar="NAME",
@@ -135,51 +168,130 @@ def wants_pipeline(args) -> bool:
 
 
 def run_pipeline(args, console) -> int:
-    """Build the source, sinks and processing from ``args``, run, render; 130 when interrupted (drained)."""
-    from trtkit.pipeline.api import run_engine
+    """Build the sources, sinks and processing from ``args``, run (several sources at once, each in a thread),
+    render; 130 when interrupted (drained: Ctrl-C or SIGTERM); 1 when a live stream ended for good."""
+    import signal
+    import threading
+    import time
+
+    from trtkit.errors import TrtkitError
 
     if not (args.video or args.images):
         raise UsageError("--out and --results need a source: --video FILE or --images DIR")
-    _check_numbers(args)
+    videos = _videos(args)
+    _check_numbers(args, videos)
     processing = _processing(args)
-    source = _source(args)
+    jobs: list = []
     try:
-        sinks = _sinks(args, source)
+        for i, video in enumerate(videos or [None]):
+            source = _source(args, video)
+            jobs.append((source, []))
+            jobs[-1][1].extend(_sinks(args, source, i))
     except BaseException:
-        source.close()
+        for source, sinks in jobs:
+            source.close()
+            for sink in sinks:
+                sink.discard()
         raise
-    live = _live_view(console) if args.live and console.is_terminal else None
+    reports: list = [None] * len(jobs)  # a report, or the exception a run raised
+    drain = threading.Event()
+    live = _live_view(console) if args.live and console.is_terminal and len(jobs) == 1 else None
+
+    def work(i, source, sinks):
+        try:
+            reports[i] = _run_one(args, source, sinks, processing, live, drain)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the main thread
+            reports[i] = exc
+            drain.set()
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    threads = [threading.Thread(target=work, args=(i, *job), daemon=True) for i, job in enumerate(jobs)]
+    previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM drains as Ctrl-C does: the outputs close and play
     try:
-        report = run_engine(
-            args.engine,
-            source,
-            sinks=sinks,
-            processing=processing,
-            batch=args.batch,
-            max_wait_ms=args.max_wait_ms,
-            runners=args.runners,
-            queue_size=args.queue_size,
-            pre_workers=args.workers,
-            resize=args.resize,
-            preprocess=args.preprocess,
-            monitor=live.update if live else None,
-            cuda_graph=args.cuda_graph,
-            profile=args.profile_index,
-            allow_mismatch=args.ignore_manifest,
-        )
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            try:
+                time.sleep(0.05)  # not join(): an interrupted join can leave is_alive() wrong
+            except KeyboardInterrupt:
+                if drain.is_set():  # a second Ctrl-C: stop at once
+                    raise
+                drain.set()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if live:
             live.stop()
-    render_report(report, console, title=f"trtkit run {args.engine} ({'video' if args.video else 'images'})")
+    for report in reports:
+        if isinstance(report, BaseException):
+            raise report
+    for video, report in zip(videos or [None], reports):
+        title = f"trtkit run {args.engine} ({video or 'images'})"
+        render_report(report, console, title=title)
     if args.json:
         from trtkit.cli.render import write_json
 
-        write_json(args.json, report.to_json())
-    return 130 if report.interrupted else 0
+        figures = [r.to_json() for r in reports]
+        write_json(args.json, figures[0] if len(figures) == 1 else {"sources": figures})
+    ended = [r.source["ended"] for r in reports if r.source.get("ended")]
+    if ended and not drain.is_set():
+        raise TrtkitError("; ".join(ended))
+    return 130 if any(r.interrupted for r in reports) else 0
 
 
-def _check_numbers(args) -> None:
+def _run_one(args, source, sinks, processing, live, drain):
+    from trtkit.pipeline.api import run_engine
+
+    return run_engine(
+        args.engine,
+        source,
+        sinks=sinks,
+        processing=processing,
+        batch=args.batch,
+        max_wait_ms=args.max_wait_ms,
+        runners=args.runners,
+        queue_size=args.queue_size,
+        pre_workers=args.workers,
+        resize=args.resize,
+        preprocess=args.preprocess,
+        monitor=live.update if live else None,
+        drain=drain,
+        cuda_graph=args.cuda_graph,
+        profile=args.profile_index,
+        allow_mismatch=args.ignore_manifest,
+    )
+
+
+def _videos(args) -> list:
+    """The ``--video`` sources, a ``.txt`` one read as a list of sources (one a line, ``#`` comments)."""
+    from pathlib import Path
+
+    from trtkit.errors import InputError
+
+    videos: list = []
+    for video in args.video or []:
+        if not video.lower().endswith(".txt"):
+            videos.append(video)
+            continue
+        try:
+            lines = Path(video).read_text().splitlines()
+        except OSError as exc:
+            raise InputError(f"Cannot read the list of sources '{video}': {exc.strerror or exc}") from exc
+        videos += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    return videos
+
+
+def _check_numbers(args, videos: list) -> None:
+    from trtkit.pipeline.live import is_stream
+
+    for option, given in (("--out", args.out), ("--results", args.results)):
+        if given and len(given) != max(1, len(videos)):
+            raise UsageError(f"{option} is given {len(given)} time(s) for {max(1, len(videos))} source(s): one each")
+    if any(is_stream(v) for v in videos) and (args.decoder == "nvdec" or args.nvdec_decoders > 1):
+        raise UsageError("live streams and cameras decode with PyAV: give them without --decoder nvdec")
     for option, value, low in (
+        ("--reconnect", args.reconnect, 0),
         ("--batch", args.batch, 1),
         ("--runners", args.runners, 1),
         ("--queue-size", args.queue_size, 1),
@@ -248,13 +360,17 @@ def _model_metadata(engine) -> dict:
     return manifest.model.metadata if manifest else {}
 
 
-def _source(args):
+def _source(args, video):
+    from trtkit.pipeline.live import LiveSource, is_stream
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
-    if args.video:
+    if video and (is_stream(video) or args.realtime):
+        options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads)
+        return LiveSource(video, buffer=args.queue_size, **options)
+    if video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"
         return VideoSource(
-            args.video,
+            video,
             decoder=args.decoder,
             device_memory=device,
             nvdec_decoders=args.nvdec_decoders,
@@ -263,19 +379,19 @@ def _source(args):
     return ImageFolderSource(args.images, workers=args.workers)
 
 
-def _sinks(args, source) -> list:
+def _sinks(args, source, i: int) -> list:
     from trtkit.pipeline.sinks import ImageFolderSink, JsonLinesSink, VideoSink
 
     sinks: list = []
     try:
         if args.out:
             sinks.append(
-                VideoSink(args.out, fps=source.fps, codec=args.codec, options=_encoder_options(args))
+                VideoSink(args.out[i], fps=source.fps, codec=args.codec, options=_encoder_options(args))
                 if args.video
-                else ImageFolderSink(args.out)
+                else ImageFolderSink(args.out[i])
             )
         if args.results:
-            sinks.append(JsonLinesSink(args.results))
+            sinks.append(JsonLinesSink(args.results[i]))
     except BaseException:
         for sink in sinks:
             sink.discard()
@@ -348,6 +464,13 @@ def render_report(report, console, title: str) -> None:
         console.print(
             f"GPU busy {gpu['busy_pct']}% of the run ({gpu['batches']} batches, "
             f"{gpu['avg_ms_per_batch']} ms each); idle between batches {gpu['idle_between_batches_pct']}%"
+        )
+    if report.latency:
+        drop = report.source.get("drop")
+        console.print(
+            f"frame latency (arrival to output): p50 {report.latency['p50_ms']:.1f} ms, p99 "
+            f"{report.latency['p99_ms']:.1f} ms"
+            + (f"; {report.dropped} frame(s) dropped (--drop {drop}), {report.reconnects} reconnect(s)" if drop else "")
         )
     decoder = report.source.get("decoder")
     if decoder:

@@ -117,6 +117,7 @@ def run_engine(
     resize: str = "letterbox",
     preprocess: str = "auto",
     monitor=None,
+    drain=None,
     **runner_args,
 ):
     """Run ``engine`` over every frame of ``source`` into ``sinks``.
@@ -137,6 +138,7 @@ def run_engine(
             alike; else the CPU), ``gpu`` (the same, an error where it cannot), ``cpu`` (device frames are copied to
             the host first). The report's ``source["preprocess"]`` says where, and why.
         monitor: called with a report snapshot while running.
+        drain: a ``threading.Event`` that, once set, stops reading the source (as Ctrl-C does), for runs in threads.
         **runner_args: passed to every runner (``cuda_graph``, ``profile``, ``allow_mismatch``, ``trt``, ``cuda``).
 
     Returns:
@@ -162,6 +164,7 @@ def run_engine(
             settings,
             monitor,
             runner_args.get("profile", 0),
+            drain,
         )
     except BaseException:
         for sink in sinks:  # an error before the first frame: leave no partial file
@@ -185,7 +188,7 @@ class Settings:
 PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine's ``preprocess``)
 
 
-def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int):
+def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int, drain=None):
     with pool:
         target = image_input(pool.runners[0].input_specs, profile)
         if processing.for_engine is not None:
@@ -203,7 +206,8 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name]))
-            report = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor).run()
+            pipeline = Pipeline(source, stages, sinks, queue_size=settings.queue_size, monitor=monitor, drain=drain)
+            report = pipeline.run()
         finally:
             for owned in (ring, download, pre if getattr(pre, "device", False) else None):
                 if owned is not None:

@@ -58,13 +58,22 @@ class Pipeline:
     are the threads its libraries start; the report's ``cpu`` adds up the CPU time of each stage's threads.
     """
 
-    def __init__(self, source, stages: Sequence, sinks: Sequence = (), *, queue_size: int = 8, monitor=None):
+    def __init__(
+        self,
+        source,
+        stages: Sequence,
+        sinks: Sequence = (),
+        *,
+        queue_size: int = 8,
+        monitor=None,
+        drain: threading.Event | None = None,
+    ):
         self.source = source
         self.stages = list(stages)
         self.sinks = list(sinks)
         self.queue_size = max(1, int(queue_size))
         self.monitor = monitor
-        self.drain = threading.Event()
+        self.drain = drain or threading.Event()
         self.abort = threading.Event()
         self._error: tuple | None = None
         self._error_lock = threading.Lock()
@@ -75,7 +84,8 @@ class Pipeline:
         self._build()
 
     def _build(self) -> None:
-        self.source_timer = StageTimer(getattr(self.source, "name", "read"))
+        self.source_timer = getattr(self.source, "timer", None) or StageTimer(getattr(self.source, "name", "read"))
+        self.latency = StageTimer("latency")  # from a frame's arrival to the sinks
         sink_name = self.sinks[0].name if self.sinks else "sink"
         self.sink_timer = StageTimer(sink_name)
         names = [self.source_timer.name] + [_name_of(s) for s in self.stages] + [sink_name]
@@ -114,7 +124,7 @@ class Pipeline:
                 self._cpu.sample()
             self._finish()
         report = self.report()
-        report.interrupted = interrupted
+        report.interrupted = interrupted or self.drain.is_set()
         if self._error is not None:
             stage, index, exc = self._error
             raise PipelineError(_error_message(stage, index, exc), stage=stage, frame=index) from exc
@@ -192,9 +202,14 @@ class Pipeline:
                 item: Any = next(frames, END)
                 if item is END:
                     break
-                name, image = item
-                self.source_timer.add(time.perf_counter() - t0)
-                out.put(Frame(index, image, name))
+                if item is None:  # a live source with no frame yet
+                    continue
+                name, image, *stamp = item  # a live source adds (pts, arrival)
+                t1 = time.perf_counter()
+                if not stamp:
+                    self.source_timer.add(t1 - t0)
+                pts, arrived = stamp or (None, t1)
+                out.put(Frame(index, image, name, pts=pts, arrived=arrived))
                 index += 1
                 self.frames_in = index
             out.put(END)
@@ -216,8 +231,10 @@ class Pipeline:
                 for frame in item:
                     for sink in self.sinks:
                         sink.write(frame)
-                count = len(item)
-                self.sink_timer.add(time.perf_counter() - t0, count)
+                count, t1 = len(item), time.perf_counter()
+                self.sink_timer.add(t1 - t0, count)
+                for frame in item:
+                    self.latency.add(t1 - frame.arrived)
                 self.frames_out += count
                 if self._first_out is None:
                     self._first_out = (self._clock.elapsed, count)
@@ -254,6 +271,9 @@ class Pipeline:
             first_out_s=self._first_out[0] if self._first_out else None,
             first_out_frames=self._first_out[1] if self._first_out else 0,
             cpu=self._cpu.by_stage(elapsed) if self._cpu is not None else None,
+            latency=self.latency.percentiles_ms(),
+            dropped=getattr(self.source, "dropped", 0),
+            reconnects=getattr(self.source, "reconnects", 0),
         )
 
 

@@ -56,7 +56,7 @@ class VideoSink:
         self.writer = VideoWriter(path, fps=fps, codec=codec, options=options)
 
     def write(self, frame) -> None:
-        self.writer.write(frame.image)
+        self.writer.write(frame.image, getattr(frame, "pts", None))
 
     def close(self) -> None:
         self.writer.close()

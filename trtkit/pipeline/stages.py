@@ -41,6 +41,8 @@ class Frame:
         meta: what preprocessing tells postprocessing (e.g. a letterbox's scale and padding).
         outputs: the engine's outputs for this frame (output name → array, no batch axis).
         result: what postprocessing made of the outputs (e.g. detections).
+        pts: seconds from the source's start where it has timestamps (a live source), else None.
+        arrived: when the frame arrived (``time.perf_counter()``), for its latency through the pipeline.
     """
 
     index: int
@@ -50,6 +52,8 @@ class Frame:
     meta: Any = None
     outputs: dict = field(default_factory=dict)
     result: Any = None
+    pts: float | None = None
+    arrived: float = 0.0
 
 
 @dataclass

@@ -80,6 +80,16 @@ class StageTimer:
     def frames(self) -> int:
         return self._frames
 
+    def percentiles_ms(self) -> dict | None:
+        """``{"p50_ms", "p99_ms", "max_ms"}`` of the kept durations; None before the first."""
+        with self._lock:
+            kept = sorted(self._per_frame)
+        return (
+            {f"p{q}_ms": round(1e3 * percentile(kept, q), 3) for q in (50, 99)} | {"max_ms": round(1e3 * kept[-1], 3)}
+            if kept
+            else None
+        )
+
     def snapshot(self, elapsed_s: float) -> StageStats:
         """The figures so far, ``elapsed_s`` being the run's wall time (for the busy share)."""
         with self._lock:
@@ -220,6 +230,9 @@ class PipelineReport:
     # CPU seconds and cores of each stage's threads, the threads its libraries started included
     # (trtkit.pipeline.threads.CpuMeter.by_stage); None where the OS has no per-thread counters
     cpu: dict | None = None
+    latency: dict | None = None  # frame latency from arrival to the sinks: p50_ms, p99_ms, max_ms
+    dropped: int = 0  # frames a live source dropped by its policy
+    reconnects: int = 0  # times a live source opened its stream again
 
     @property
     def fps(self) -> float:
@@ -257,6 +270,9 @@ class PipelineReport:
             "source": self.source,
             "gpu": self.gpu,
             "cpu": self.cpu,
+            "latency": self.latency,
+            "dropped": self.dropped,
+            "reconnects": self.reconnects,
             "slowest_stage": slowest.name if slowest else None,
         }
 

@@ -73,24 +73,26 @@ class PyAVReader:
 
     name = "pyav"
 
-    def __init__(self, path, threads: int | None = None):
+    def __init__(self, path, threads: int | None = None, format=None, options=None, timeout=None, what="video"):
         av = pyav()
         threads = DECODE_THREADS if threads is None else threads
-        self.path = Path(path)
+        self.path = path if what != "video" else Path(path)  # a URL or camera keeps its text
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise InputError(f"decoder threads={threads!r}: give a thread count of 0 or more (0: FFmpeg chooses)")
         self.threads = threads
         try:
-            self._container = av.open(str(path))
+            self._container = av.open(str(path), format=format, options=options, timeout=timeout)
         except (av.error.FFmpegError, OSError, ValueError) as exc:
-            raise InputError(f"Cannot open video '{path}': {exc}") from exc
+            raise InputError(f"Cannot open {what} '{path}': {exc}") from exc
         streams = self._container.streams
-        if not streams.video:
-            kinds = sorted({s.type for s in streams}) or ["none"]
+        if not streams.video or streams.video[0].codec_context is None:
+            kinds, video = sorted({s.type for s in streams}) or ["none"], bool(streams.video)
             self._container.close()
-            raise InputError(f"'{path}' has no video stream (its streams: {', '.join(kinds)}); give a video file")
+            if video:
+                raise InputError(f"'{path}' has a video codec this FFmpeg cannot decode; give H.264, HEVC, VP9, AV1...")
+            raise InputError(f"'{path}' has no video stream (its streams: {', '.join(kinds)}); give a video {what}")
         self._stream = streams.video[0]
-        self._stream.thread_type = "AUTO"
+        self._stream.thread_type = "AUTO" if what == "video" else "SLICE"  # frame threads hold frames back
         self._stream.thread_count = threads
         self.skipped: list = []
         self.fps = self._stream.average_rate or self._stream.guessed_rate or Fraction(30)
@@ -110,6 +112,10 @@ class PyAVReader:
         }
 
     def __iter__(self):
+        return (frame.to_ndarray(format="rgb24") for frame in self.decoded())
+
+    def decoded(self):
+        """PyAV's frames, packets that do not decode skipped (:attr:`skipped`)."""
         av = pyav()
         decoded = 0
         for packet in self._container.demux(self._stream):
@@ -120,9 +126,8 @@ class PyAVReader:
                 self.skipped.append(SkippedFrame(position, str(exc)))
                 logger.warning("%s: skipped undecodable %s: %s", self.path, position, exc)
                 continue
-            for frame in frames:
-                decoded += 1
-                yield frame.to_ndarray(format="rgb24")
+            decoded += len(frames)
+            yield from frames
 
     def close(self) -> None:
         self._container.close()
@@ -301,6 +306,16 @@ def rgb_frame(av, image: np.ndarray):
     return wrap(image, format="rgb24")
 
 
+OUTPUT_FORMATS = {"rtmp": "flv", "rtmps": "flv", "rtsp": "rtsp", "udp": "mpegts", "tcp": "mpegts", "srt": "mpegts"}
+
+
+def stream_output(path) -> str | None:
+    """The FFmpeg muxer of an output that is written as it goes: ``flv`` for RTMP, ``rtsp``, ``mpegts`` for UDP, TCP
+    and SRT, ``hls`` for a ``.m3u8`` playlist (its segments beside it); None for a file."""
+    text = str(path)
+    return "hls" if text.lower().endswith(".m3u8") else OUTPUT_FORMATS.get(text.partition("://")[0].lower())
+
+
 class VideoWriter:
     """A video file written frame by frame with PyAV, atomically: frames go to a hidden partial file in the target
     folder, which :meth:`close` flushes, finalizes and renames; :meth:`discard` removes it.
@@ -321,9 +336,21 @@ class VideoWriter:
         from trtkit._atomic import check_writable
 
         av = pyav()
-        self.path = Path(path)
-        self.codec = codec or default_codec(self.path)
-        self.options = encoder_options(self.codec, options)
+        self.stream_format = stream_output(path)  # a URL or HLS playlist: written as it goes, no partial file
+        self.path = path if self.stream_format and "://" in str(path) else Path(path)
+        self.codec = codec or ("libx264" if self.stream_format else default_codec(self.path))
+        live = {"tune": "zerolatency", "preset": "veryfast", "g": str(2 * round(fps))} if self.stream_format else {}
+        self.options = encoder_options(self.codec, {**live, **(options or {})} if live else options)
+        self._tmp: Path | None = None
+        self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
+        self._stream: Any = None  # added with the first frame, whose size it takes
+        self.frames = self._pts = 0
+        if self.stream_format:
+            if "://" not in str(path):
+                check_writable(self.path)
+            check_encoder(self.codec)
+            self._container = av.open(str(path), "w", format=self.stream_format)
+            return
         check_writable(self.path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
         try:
@@ -332,7 +359,6 @@ class VideoWriter:
             raise TrtkitError(f"Cannot write '{self.path}': {exc.strerror or exc}") from exc
         os.close(fd)
         self._tmp = Path(tmp)
-        self.fps = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
         try:
             check_encoder(self.codec)
         except InputError:
@@ -343,10 +369,9 @@ class VideoWriter:
         except (av.error.FFmpegError, ValueError) as exc:
             self._tmp.unlink(missing_ok=True)
             raise TrtkitError(f"Cannot write video '{self.path}': {exc} (use .mp4, .mkv, .mov or .avi)") from exc
-        self._stream: Any = None  # added with the first frame, whose size it takes
-        self.frames = 0
 
-    def write(self, image: np.ndarray) -> None:
+    def write(self, image: np.ndarray, pts: float | None = None) -> None:
+        """Encode ``image``, shown ``pts`` seconds from the start (None: one frame after the last)."""
         av = pyav()
         image = even_frame(np.ascontiguousarray(image, dtype=np.uint8))
         if self._stream is None:
@@ -362,7 +387,10 @@ class VideoWriter:
                 f"Frame {self.frames} is {image.shape[1]}x{image.shape[0]}; the video '{self.path}' "
                 f"is {self._stream.width}x{self._stream.height}: every frame must have the same size"
             )
-        for packet in self._stream.encode(rgb_frame(av, image)):
+        frame = rgb_frame(av, image)
+        seq = self.frames if pts is None else round(pts * self.fps)  # in the stream's 1/fps time base
+        frame.pts = self._pts = max(self._pts + 1, seq) if self.frames else seq
+        for packet in self._stream.encode(frame):
             self._container.mux(packet)
         self.frames += 1
 
@@ -379,6 +407,8 @@ class VideoWriter:
             self.discard()
             raise
         self._container = None
+        if self._tmp is None:
+            return self.path
         if not self.frames:
             self._tmp.unlink(missing_ok=True)
             return self.path
@@ -386,11 +416,12 @@ class VideoWriter:
         return self.path
 
     def discard(self) -> None:
-        """Close without keeping anything."""
+        """Close without keeping anything (a stream or playlist is closed as it is: what was sent stays sent)."""
         if self._container is not None:
             try:
                 self._container.close()
             except Exception:  # noqa: BLE001 - the file is removed anyway
                 logger.debug("closing a discarded video failed", exc_info=True)
             self._container = None
-        self._tmp.unlink(missing_ok=True)
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
