@@ -174,3 +174,31 @@ def pooled_heatmaps(*, size: int = 32, stride: int = 4, name: str = "heatmaps"):
     return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, size, size])],
                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 3, cells, cells])],
                   [numpy_helper.from_array(w, "w")], name="pooled_heatmaps")
+
+
+def multiview(views: int = 2, *, inputs: tuple = (), heatmaps: np.ndarray | None = None, size: int = 32):
+    """A multi-view "model": one input ``images`` (N, V, 3, size, size), or one (N, 3, size, size) input per name of
+    ``inputs`` (stacked in that order). Output ``means`` (N, V), each view's mean pixel (which frame of which view
+    went where); with ``heatmaps`` (``(1, V * K, h, w)``), output ``heatmaps``: those, repeated over the batch."""
+    views = len(inputs) or views
+    shape = [["N", 3, size, size]] * len(inputs) if inputs else [["N", views, 3, size, size]]
+    names = list(inputs) or ["images"]
+    nodes = [helper.make_node("Unsqueeze", [n, "one"], [f"{n}_5d"], name=f"unsqueeze_{n}") for n in inputs]
+    if inputs:
+        nodes.append(helper.make_node("Concat", [f"{n}_5d" for n in inputs], ["images"], name="stack", axis=1))
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    if heatmaps is None:
+        nodes.append(helper.make_node("ReduceMean", ["images"], ["means"], name="means", axes=[2, 3, 4], keepdims=0))
+        output = helper.make_tensor_value_info("means", TensorProto.FLOAT, ["N", views])
+    else:
+        heatmaps = np.asarray(heatmaps, np.float32)
+        nodes += [helper.make_node("ReduceMean", ["images"], ["m"], name="mean", axes=[1, 2, 3, 4], keepdims=0),
+                  helper.make_node("Mul", ["m", "zero"], ["z"], name="zero_out"),
+                  helper.make_node("Reshape", ["z", "col"], ["zs"], name="to_rank"),
+                  helper.make_node("Add", ["zs", "constant"], ["heatmaps"], name="add_output")]
+        inits += [numpy_helper.from_array(heatmaps, "constant"),
+                  numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                  numpy_helper.from_array(np.array([-1, 1, 1, 1], np.int64), "col")]
+        output = helper.make_tensor_value_info("heatmaps", TensorProto.FLOAT, ["N", *heatmaps.shape[1:]])
+    return _model(nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shape)],
+                  [output], inits, name="multiview")

@@ -131,7 +131,7 @@ def test_image_folder_to_an_output_folder(fake_gpu, engine_file, tmp_path, capsy
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--out", "x.mp4"], "--out and --results need a source: --video FILE or --images DIR"),
+    (["--out", "x.mp4"], "--out and --results need a source: --video FILE, --view NAME=FILE or --images DIR"),
     (["--video", "{tmp}/nope.mp4"], "Video '.*nope.mp4' does not exist"),
     (["--images", "{tmp}/empty"], "Folder '.*empty' has no image files"),
     (["--video", "{video}", "--out", "{tmp}/no_dir/out.mp4"], "folder '.*no_dir' does not exist"),

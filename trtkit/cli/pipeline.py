@@ -23,13 +23,21 @@ def add_pipeline_arguments(parser) -> None:
         "sources run at once, each with its own report",
     )
     src.add_argument("--images", metavar="DIR", help="run every image of a folder through the engine (images/s)")
+    src.add_argument(
+        "--view",
+        action="append",
+        metavar="NAME=FILE",
+        help="a multi-view model: one video per camera view, repeated, frame i of every view together (stops at "
+        "the shortest); NAME is the engine input it feeds, or for one input (N, V, C, H, W) a label of the views "
+        "in their order",
+    )
     g.add_argument(
         "--out",
         action="append",
         metavar="PATH|URL",
         help="with --video: the output video (.mp4, .mkv, .mov, .avi), stream (rtmp://, rtsp://, udp://, srt://) or "
         "HLS playlist (.m3u8, its segments beside it), one per source; with --images: a folder for the (annotated) "
-        "images",
+        "images; with --view: NAME=FILE, a video of that view",
     )
     g.add_argument(
         "--post",
@@ -164,7 +172,7 @@ def add_pipeline_arguments(parser) -> None:
 
 def wants_pipeline(args) -> bool:
     """Whether ``args`` ask for the pipeline (a source, or an option only the pipeline has)."""
-    return any(getattr(args, name, None) for name in ("video", "images", "out", "results"))
+    return any(getattr(args, name, None) for name in ("video", "images", "view", "out", "results"))
 
 
 def run_pipeline(args, console) -> int:
@@ -176,8 +184,8 @@ def run_pipeline(args, console) -> int:
 
     from trtkit.errors import TrtkitError
 
-    if not (args.video or args.images):
-        raise UsageError("--out and --results need a source: --video FILE or --images DIR")
+    if not (args.video or args.images or args.view):
+        raise UsageError("--out and --results need a source: --video FILE, --view NAME=FILE or --images DIR")
     videos = _videos(args)
     _check_numbers(args, videos)
     processing = _processing(args)
@@ -227,7 +235,7 @@ def run_pipeline(args, console) -> int:
         if isinstance(report, BaseException):
             raise report
     for video, report in zip(videos or [None], reports):
-        title = f"trtkit run {args.engine} ({video or 'images'})"
+        title = f"trtkit run {args.engine} ({video or ('views' if args.view else 'images')})"
         render_report(report, console, title=title)
     if args.json:
         from trtkit.cli.render import write_json
@@ -285,7 +293,7 @@ def _videos(args) -> list:
 def _check_numbers(args, videos: list) -> None:
     from trtkit.pipeline.live import is_stream
 
-    for option, given in (("--out", args.out), ("--results", args.results)):
+    for option, given in (("--out", None if args.view else args.out), ("--results", args.results)):
         if given and len(given) != max(1, len(videos)):
             raise UsageError(f"{option} is given {len(given)} time(s) for {max(1, len(videos))} source(s): one each")
     if any(is_stream(v) for v in videos) and (args.decoder == "nvdec" or args.nvdec_decoders > 1):
@@ -312,14 +320,35 @@ def _check_numbers(args, videos: list) -> None:
         raise UsageError(
             "--nvdec-decoders splits a video over NVDEC decoders: give it with --video, without --decoder pyav"
         )
-    if args.decode_threads is not None and (not args.video or args.decoder == "nvdec"):
+    if args.decode_threads is not None and (not (args.video or args.view) or args.decoder == "nvdec"):
         raise UsageError(
             "--decode-threads sets PyAV's CPU decoder threads: give it with --video, without --decoder nvdec"
         )
     if (args.head or args.names) and args.post != "detection":
         raise UsageError("--head and --names choose how --post detection decodes and draws: give them with it")
-    if args.encoder_option and not (args.video and args.out):
+    if args.encoder_option and not ((args.video or args.view) and args.out):
         raise UsageError("--encoder-option sets the output video's encoder: give it with --video and --out")
+    if args.view and (args.post == "detection" or args.realtime):
+        raise UsageError(
+            "--view takes video files for pose models or raw outputs: give it without --post detection and --realtime"
+        )
+    views = _named(args.view or [], "--view")
+    for view in _named(args.out or [], "--out") if args.view else ():
+        if view not in views:
+            raise UsageError(f"--out {view}=...: '{view}' is not a --view; the views: {', '.join(views)}")
+
+
+def _named(specs: list, option: str) -> dict:
+    """``NAME=VALUE`` specs (repeated ``option``) as a dict, in order."""
+    from trtkit.pipeline.live import is_stream
+
+    named: dict = {}
+    for text in specs:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value or name in named or (option == "--view" and is_stream(value)):
+            raise UsageError(f"{option} '{text}': give NAME=FILE, a video file, once for each name")
+        named[name] = value
+    return named
 
 
 def _encoder_options(args) -> dict:
@@ -364,6 +393,18 @@ def _source(args, video):
     from trtkit.pipeline.live import LiveSource, is_stream
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
+    if args.view:
+        from trtkit.pipeline.views import MultiViewSource
+
+        opened: dict = {}
+        try:
+            for view, path in _named(args.view, "--view").items():
+                opened[view] = VideoSource(path, decoder=args.decoder, decode_threads=args.decode_threads)
+        except BaseException:
+            for source in opened.values():
+                source.close()
+            raise
+        return MultiViewSource(opened)
     if video and (is_stream(video) or args.realtime):
         options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads)
         return LiveSource(video, buffer=args.queue_size, **options)
@@ -381,15 +422,17 @@ def _source(args, video):
 
 def _sinks(args, source, i: int) -> list:
     from trtkit.pipeline.sinks import ImageFolderSink, JsonLinesSink, VideoSink
+    from trtkit.pipeline.views import ViewSink
 
     sinks: list = []
     try:
-        if args.out:
-            sinks.append(
-                VideoSink(args.out[i], fps=source.fps, codec=args.codec, options=_encoder_options(args))
-                if args.video
-                else ImageFolderSink(args.out[i])
-            )
+        outs = _named(args.out, "--out") if args.view and args.out else {None: args.out[i]} if args.out else {}
+        for view, path in outs.items():
+            if not (args.video or args.view):
+                sinks.append(ImageFolderSink(path))
+                continue
+            sink = VideoSink(path, fps=source.fps, codec=args.codec, options=_encoder_options(args))
+            sinks.append(ViewSink(view, sink) if view else sink)
         if args.results:
             sinks.append(JsonLinesSink(args.results[i]))
     except BaseException:

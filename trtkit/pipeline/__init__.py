@@ -5,8 +5,8 @@ thread(s), joined by bounded queues. Layout: :mod:`~trtkit.pipeline.stages` (fra
 :mod:`~trtkit.pipeline.batching` (the inference stage), :mod:`~trtkit.pipeline.sources`,
 :mod:`~trtkit.pipeline.sinks`, :mod:`~trtkit.pipeline.stats` (timing and the report),
 :mod:`~trtkit.pipeline.video` (PyAV and NVDEC), :mod:`~trtkit.pipeline.device_frames` (NVDEC frames kept and
-preprocessed on the GPU), :mod:`~trtkit.pipeline.preprocess` (the pre/post protocol),
-:mod:`~trtkit.pipeline.pipeline` (the threads) and :mod:`~trtkit.pipeline.api` (:func:`run_engine`).
+preprocessed on the GPU), :mod:`~trtkit.pipeline.preprocess` (the pre/post protocol), :mod:`~trtkit.pipeline.views`
+(multi-view models), :mod:`~trtkit.pipeline.pipeline` (the threads), :mod:`~trtkit.pipeline.api` (:func:`run_engine`).
 
 Importing this package imports neither PyAV, PyNvVideoCodec, TensorRT nor cuda-python.
 """
@@ -27,6 +27,8 @@ _EXPORTS = {
     "ArraySource": "trtkit.pipeline.sources",
     "ImageFolderSource": "trtkit.pipeline.sources",
     "VideoSource": "trtkit.pipeline.sources",
+    "MultiViewSource": "trtkit.pipeline.views",
+    "ViewSink": "trtkit.pipeline.views",
     "VideoSink": "trtkit.pipeline.sinks",
     "ImageFolderSink": "trtkit.pipeline.sinks",
     "JsonLinesSink": "trtkit.pipeline.sinks",

@@ -124,7 +124,8 @@ def run_engine(
 
     Args:
         engine: an engine path or bytes.
-        source: see :mod:`trtkit.pipeline.sources`.
+        source: see :mod:`trtkit.pipeline.sources`; a dict ``{view: source}`` for a multi-view model (see
+            :mod:`trtkit.pipeline.views`).
         sinks: see :mod:`trtkit.pipeline.sinks`.
         processing: pre/post/draw callables (default: the engine's image preprocessing, raw outputs).
         batch: most frames per engine call (default and upper bound: the profile's max batch).
@@ -146,7 +147,8 @@ def run_engine(
 
     Raises:
         InputError: the engine's input is not an image tensor (NCHW float, NHWC uint8); ``batch`` is outside the
-            profile; ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why).
+            profile; ``preprocess`` is unknown, or ``gpu`` where the GPU letterbox cannot fill the input (says why);
+            views the engine does not take (see :func:`~trtkit.pipeline.views.bind_views`).
         PipelineError: a stage failed (names it and the frame index).
     """
     from trtkit.errors import InputError
@@ -155,6 +157,10 @@ def run_engine(
     if preprocess not in PREPROCESS:
         raise InputError(f"preprocess='{preprocess}' is not known; use one of: {', '.join(PREPROCESS)}")
     settings = Settings(batch, max_wait_ms, max(1, runners), queue_size, pre_workers, resize, preprocess)
+    if isinstance(source, dict):
+        from trtkit.pipeline.views import MultiViewSource
+
+        source = MultiViewSource(source)
     try:
         return _run(
             RunnerPool(engine, size=settings.runners, **runner_args),
@@ -189,20 +195,26 @@ PREPROCESS = ("auto", "gpu", "cpu")  # where frames are preprocessed (run_engine
 
 
 def _run(pool, source, sinks: list, processing: Processing, settings: Settings, monitor, profile: int, drain=None):
+    from trtkit.pipeline.views import bind_views
+
     with pool:
-        target = image_input(pool.runners[0].input_specs, profile)
-        if processing.for_engine is not None:
-            processing = processing.for_engine(target, pool.runners[0].output_specs)
+        infer, download, views = pool, None, getattr(source, "views", None)
+        if views is not None:
+            infer, target, pre, processing, where = bind_views(pool, views, processing, profile, settings)
+        else:
+            target = image_input(pool.runners[0].input_specs, profile)
+            if processing.for_engine is not None:
+                processing = processing.for_engine(target, pool.runners[0].output_specs)
+            pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
+            pre, download, where = choose_preprocess(
+                pool, source, processing, target, settings.resize, pictures, settings.preprocess, settings.pre_workers
+            )
         plan = batch_plan(target, settings.batch, settings.max_wait_ms, len(pool.runners))
-        pictures = processing.draw is not None or any(getattr(sink, "needs_images", True) for sink in sinks)
-        pre, download, where = choose_preprocess(
-            pool, source, processing, target, settings.resize, pictures, settings.preprocess, settings.pre_workers
-        )
         ring = None
         try:
             ring = sample_ring(pool, pre, plan)
             fns = stage_functions(processing, pre, ring, download)
-            stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(pool, plan, ring)]
+            stages = [Stage("preprocess", fns["preprocess"], settings.pre_workers), InferStep(infer, plan, ring)]
             for name in ("postprocess", "annotate"):
                 if fns[name]:
                     stages.append(Stage(name, fns[name]))
@@ -214,7 +226,7 @@ def _run(pool, source, sinks: list, processing: Processing, settings: Settings, 
                     owned.close()
     report.source = {
         **report.source,
-        "engine_input": target.name,
+        "engine_input": ", ".join(getattr(infer, "inputs", [target.name])),
         "input_shape": [target.channels, target.height, target.width],
         "preprocess": where,
         "normalize": processing.normalize or NORMALIZE["none"],

@@ -76,7 +76,8 @@ def image_input(specs, profile: int = 0) -> ImageInput:
     if len(specs) != 1:
         names = ", ".join(f"'{s.name}' {tuple(s.shape)}" for s in specs)
         raise InputError(
-            f"The image pipeline needs an engine with {expected}; this engine has {len(specs)} inputs: {names}"
+            f"The image pipeline needs an engine with {expected}; this engine has {len(specs)} inputs: {names} "
+            "(a multi-view model takes a source per input)"
         )
     spec = specs[0]
     lo, opt, hi = (tuple(int(d) for d in dims) for dims in spec.profile_range(profile))
@@ -87,6 +88,7 @@ def image_input(specs, profile: int = 0) -> ImageInput:
         raise InputError(
             f"Engine input '{spec.name}' has shape {tuple(spec.shape)} and dtype {dtype}; the image "
             f"pipeline expects {expected}, e.g. (-1, 3, 224, 224) float32"
+            + (" (a multi-view input (N, V, C, H, W) takes a source per view)" if len(opt) == 5 else "")
         )
     height, width = (spec.shape[a] if spec.shape[a] > 0 else opt[a] for a in axes[1:])
     return ImageInput(spec.name, channels, height, width, dtype, max(1, lo[0]), max(1, hi[0]), layout)
