@@ -241,8 +241,7 @@ def open_source(data, model=None, settings: Preprocess | None = None):
     if len(inputs) != 1:
         raise CalibrationError(
             f"Image calibration feeds one input, but the model has {len(inputs)} ({', '.join(inputs)}); "
-            f"give .npz files "
-            f"keyed by input name instead."
+            f"give .npz files keyed by input name instead."
         )
     name, shape = next(iter(inputs.items()))
     return ImageFolderSource(folder, name, settings, input_shape=shape)
@@ -270,7 +269,7 @@ def batches(source, batch_size: int, max_samples: int | None = None):
         feed = _cap(_check_batch(feed), max_samples, seen)
         if feed is None:
             break
-        n = _batch_len(feed)
+        n = next(iter(feed.values())).shape[0] if feed else 0
         seen += n
         for name, arr in feed.items():
             pending.setdefault(name, []).append(arr)
@@ -294,10 +293,6 @@ def _check_batch(feed: dict) -> dict:
     if len(set(sizes.values())) > 1:
         raise CalibrationError(f"Calibration feed has inputs with different batch sizes: {sizes}.")
     return feed
-
-
-def _batch_len(feed: dict) -> int:
-    return next(iter(feed.values())).shape[0] if feed else 0
 
 
 def _cap(feed: dict, max_samples: int | None, seen: int):

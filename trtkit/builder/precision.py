@@ -84,16 +84,13 @@ def plan_precision(
         CalibrationError: INT8 without usable calibration data or cache.
     """
     if config.precision == "fp32":
-        return PrecisionPlan(model, strongly_typed=config.strongly_typed, notes=["FP32" + _tf32_note(config)])
+        note = "FP32 (TF32 allowed)" if config.tf32 else "FP32 (TF32 off)"
+        return PrecisionPlan(model, strongly_typed=config.strongly_typed, notes=[note])
     if config.precision in ("fp16", "bf16"):
         return _plan_half(trt, model, config, caps, config.precision)
     if config.precision == "int8":
         return _plan_int8(trt, model, config, caps, build_statistics_engine)
     raise UnsupportedError(f"Precision '{config.precision}' is not known; use fp32, fp16, bf16 or int8.")
-
-
-def _tf32_note(config) -> str:
-    return " (TF32 allowed)" if config.tf32 else " (TF32 off)"
 
 
 def _version(caps) -> str:
@@ -153,12 +150,12 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
         mode = "cast"
     if mode == "flag":
         return PrecisionPlan(model, flags=(flag,), notes=[f"{flag} builder flag"])
-    conversion = _cast_model(model.proto, precision)
+    conversion = convert_float(model.proto, dtype=precision, keep_io_types=True)
     strongly_typed = mode == "cast"
     how = (
         "strongly typed network"
         if strongly_typed
-        else (f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)")
+        else f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)"
     )
     notes = [
         f"{flag} model (cast by trtkit), {how}",
@@ -167,15 +164,9 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
     if conversion.clipped:
         notes.append(f"clipped to the FP16 range: {', '.join(conversion.clipped)}")
     flags = () if strongly_typed else (flag,)
-    return PrecisionPlan(_loaded(conversion.model), strongly_typed=strongly_typed, flags=flags, notes=notes)
-
-
-def _cast_model(proto, precision: str):
-    return convert_float(proto, dtype=precision, keep_io_types=True)
-
-
-def _loaded(proto):
-    return load_model(proto, check=False)
+    return PrecisionPlan(
+        load_model(conversion.model, check=False), strongly_typed=strongly_typed, flags=flags, notes=notes
+    )
 
 
 # --- INT8 ----------------------------------------------------------------------------------------------------------
@@ -297,8 +288,9 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         qdq, more = _fp16_rest(qdq)
         notes += more
     if config.save_qdq_onnx:
-        _save_model(qdq, config.save_qdq_onnx)
-    plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
+        write_bytes_atomic(Path(config.save_qdq_onnx), qdq.SerializeToString())
+        logger.info("Saved the Q/DQ model to '%s'.", config.save_qdq_onnx)
+    plan = _qdq_plan(load_model(qdq, check=False), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
     return plan
 
@@ -355,11 +347,6 @@ def _calibration_facts(session, reused: bool, path: str, samples=None, seconds=N
     return facts
 
 
-def _save_model(proto, path) -> None:
-    write_bytes_atomic(Path(path), proto.SerializeToString())
-    logger.info("Saved the Q/DQ model to '%s'.", path)
-
-
 def _session(trt, model, config, *, native: bool):
     batch = calibration_batch_size(model.proto, config, native=native)
     settings = config.calibration
@@ -371,8 +358,6 @@ def _session(trt, model, config, *, native: bool):
 def sample_spec(proto, config):
     """What calibration samples must look like: the model's inputs and dtypes, bounded by profile 0."""
     from calibrators.sources import SampleSpec, onnx_input_dtypes
-    from trtkit.builder.profiles import resolve_profiles
-    from trtkit.model import model_inputs
 
     inputs = model_inputs(proto)
     profiles = resolve_profiles(inputs, config.profiles)

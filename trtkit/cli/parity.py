@@ -286,7 +286,9 @@ def render_report(console, report) -> None:
             markup=True,
             highlight=False,
         )
-    polygraphy = [f"'{r.name}' {_yes_no(r.polygraphy_passed)}" for r in worst if r.polygraphy_passed is not None]
+    polygraphy = [
+        f"'{r.name}' {'pass' if r.polygraphy_passed else 'fail'}" for r in worst if r.polygraphy_passed is not None
+    ]
     if polygraphy:
         tol = report.tolerance
         console.print(
@@ -374,10 +376,6 @@ def _compact_table(title: str, columns: list, rows: list):
     for column in table.columns:
         column.overflow = "ellipsis" if column is table.columns[0] else "fold"
     return table
-
-
-def _yes_no(value) -> str | None:
-    return None if value is None else ("pass" if value else "fail")
 
 
 LOCALIZE_CONTEXT = 3  # rows shown after the first diverging tensor
