@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--trials",
-        type=_positive_int,
+        type=options.positive_int,
         metavar="N",
         help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)",
     )
@@ -124,15 +124,6 @@ def _value_range(text: str) -> tuple[float, float]:
     if not low < high:
         raise argparse.ArgumentTypeError(f"LOW must be below HIGH, got {text}")
     return low, high
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def shapes_from_args(args) -> dict | None:
