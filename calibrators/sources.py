@@ -149,11 +149,11 @@ class ArrayFolderSource:
         return len(self.files)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        for path in self.files:
-            yield self._load(path)
-
-    def _load(self, path: Path) -> dict[str, np.ndarray]:
-        return {name: self._batched(name, arr) for name, arr in self._read(path).items()}
+        for path in self.files:  # an array one rank short of its input gets a batch axis
+            yield {
+                name: arr[None] if arr.ndim == len(self.inputs[name]) - 1 else arr
+                for name, arr in self._read(path).items()
+            }
 
     def _read(self, path: Path) -> dict[str, np.ndarray]:
         """The file's arrays by input name, as stored (no batch axis added)."""
@@ -183,10 +183,6 @@ class ArrayFolderSource:
                 f"({', '.join(self.inputs)}); use .npz files keyed by input name."
             )
         return next(iter(self.inputs))
-
-    def _batched(self, name: str, arr: np.ndarray) -> np.ndarray:
-        rank = len(self.inputs[name])
-        return arr[None] if arr.ndim == rank - 1 else arr
 
 
 class IterableSource:
