@@ -1,9 +1,5 @@
 """Choosing how a requested precision is reached on the installed TensorRT.
 
-Called by :func:`trtkit.builder.builder.build_serialized` as ``plan_precision(trt, model, config, caps,
-build_statistics_engine=...)``: the Q/DQ path's calibration (:mod:`calibrators.explicit`) builds its FP32 statistics
-engine with the function the builder passes down.
-
 | precision | mode | 8.6 | 10.x | 11.x |
 |---|---|---|---|---|
 | fp16 | flag | ``BuilderFlag.FP16`` | ``BuilderFlag.FP16`` | — |
