@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from calibrators.explicit import make_qdq_model
 from calibrators.session import prepare
@@ -279,7 +279,7 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         f"{result.describe_timings()})"
     )
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
-    qdq = result.model
+    qdq: Any = result.model  # an onnx.ModelProto
     if config.strongly_typed or not caps.int8_flag:
         qdq, more = _fp16_rest(qdq)
         notes += more
