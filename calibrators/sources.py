@@ -149,11 +149,11 @@ class ArrayFolderSource:
         return len(self.files)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        for path in self.files:
-            yield self._load(path)
-
-    def _load(self, path: Path) -> dict[str, np.ndarray]:
-        return {name: self._batched(name, arr) for name, arr in self._read(path).items()}
+        for path in self.files:  # an array one rank short of its input gets a batch axis
+            yield {
+                name: arr[None] if arr.ndim == len(self.inputs[name]) - 1 else arr
+                for name, arr in self._read(path).items()
+            }
 
     def _read(self, path: Path) -> dict[str, np.ndarray]:
         """The file's arrays by input name, as stored (no batch axis added)."""
@@ -183,10 +183,6 @@ class ArrayFolderSource:
                 f"({', '.join(self.inputs)}); use .npz files keyed by input name."
             )
         return next(iter(self.inputs))
-
-    def _batched(self, name: str, arr: np.ndarray) -> np.ndarray:
-        rank = len(self.inputs[name])
-        return arr[None] if arr.ndim == rank - 1 else arr
 
 
 class IterableSource:
@@ -241,8 +237,7 @@ def open_source(data, model=None, settings: Preprocess | None = None):
     if len(inputs) != 1:
         raise CalibrationError(
             f"Image calibration feeds one input, but the model has {len(inputs)} ({', '.join(inputs)}); "
-            f"give .npz files "
-            f"keyed by input name instead."
+            f"give .npz files keyed by input name instead."
         )
     name, shape = next(iter(inputs.items()))
     return ImageFolderSource(folder, name, settings, input_shape=shape)
@@ -270,7 +265,7 @@ def batches(source, batch_size: int, max_samples: int | None = None):
         feed = _cap(_check_batch(feed), max_samples, seen)
         if feed is None:
             break
-        n = _batch_len(feed)
+        n = next(iter(feed.values())).shape[0] if feed else 0
         seen += n
         for name, arr in feed.items():
             pending.setdefault(name, []).append(arr)
@@ -294,10 +289,6 @@ def _check_batch(feed: dict) -> dict:
     if len(set(sizes.values())) > 1:
         raise CalibrationError(f"Calibration feed has inputs with different batch sizes: {sizes}.")
     return feed
-
-
-def _batch_len(feed: dict) -> int:
-    return next(iter(feed.values())).shape[0] if feed else 0
 
 
 def _cap(feed: dict, max_samples: int | None, seen: int):

@@ -24,7 +24,7 @@ def integer(field: str, value, *, low: int | None = None, high: int | None = Non
     if value is None and optional:
         return None
     accepted = _range_text("an integer", low, high)
-    if isinstance(value, bool) or not isinstance(value, int) and not _is_numpy_int(value):
+    if isinstance(value, bool) or not isinstance(value, int) and not _is_numpy(value, "iu"):
         fail(field, value, accepted)
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
@@ -50,7 +50,7 @@ def number(
         high,
         joint=" and" if above is not None else "",
     )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_numpy_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_numpy(value, "iuf"):
         fail(field, value, accepted)
     value = float(value)
     if (
@@ -125,12 +125,8 @@ def _range_text(kind: str, low, high, joint: str = "") -> str:
     return kind
 
 
-def _is_numpy_int(value) -> bool:
-    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iu"
-
-
-def _is_numpy_number(value) -> bool:
-    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iuf"
+def _is_numpy(value, kinds: str) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in kinds
 
 
 def _show(value) -> str:

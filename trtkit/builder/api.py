@@ -116,12 +116,10 @@ def check_arguments(
     from trtkit.log import SEVERITIES
     from trtkit.model import LoadedModel
 
-    if (
+    if (isinstance(model, str) and not model) or (
         not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview, LoadedModel))
         and type(model).__name__ != "ModelProto"
     ):
-        _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
-    if isinstance(model, str) and not model:
         _check.fail("model", model, "an ONNX path, the model's bytes or an onnx.ModelProto")
     if config is not None and not isinstance(config, BuildConfig):
         accepted = "a BuildConfig or None"

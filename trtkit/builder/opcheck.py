@@ -101,16 +101,15 @@ class CheckReport:
             return self.crash
         trt = f"TensorRT {self.trt_version}" if self.trt_version else "This TensorRT"
         nodes = self.unsupported_nodes
-        listed = "; ".join(f"'{n.name}' ({n.op_type}): {n.reason}" for n in nodes[:5])
+        listed = "; ".join(f"'{n.name}' ({n.op_type}): {n.reason}" for n in nodes[:5]) or ", ".join(
+            r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED)
+        )
         more = f"; and {len(nodes) - 5} more" if len(nodes) > 5 else ""
         what = f"{len(nodes)} node(s)" if nodes else "some ops"
         return (
-            f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed or self._bad_ops()}{more}. "
+            f"{trt}'s ONNX parser cannot import {what} of '{self.model}': {listed}{more}. "
             "The op check's table lists every op; try constant folding, a lower opset, or a newer TensorRT."
         )
-
-    def _bad_ops(self) -> str:
-        return ", ".join(r.op_type for r in self.rows if r.status in (UNSUPPORTED, FAILED, CRASHED))
 
 
 def preflight(model, trt=None, *, isolate: bool = True, trt_factory=None, timeout: float | None = 600) -> CheckReport:

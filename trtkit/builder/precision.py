@@ -1,9 +1,5 @@
 """Choosing how a requested precision is reached on the installed TensorRT.
 
-Called by :func:`trtkit.builder.builder.build_serialized` as ``plan_precision(trt, model, config, caps,
-build_statistics_engine=...)``: the Q/DQ path's calibration (:mod:`calibrators.explicit`) builds its FP32 statistics
-engine with the function the builder passes down.
-
 | precision | mode | 8.6 | 10.x | 11.x |
 |---|---|---|---|---|
 | fp16 | flag | ``BuilderFlag.FP16`` | ``BuilderFlag.FP16`` | — |
@@ -22,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from calibrators.explicit import make_qdq_model
 from calibrators.session import prepare
@@ -84,16 +80,13 @@ def plan_precision(
         CalibrationError: INT8 without usable calibration data or cache.
     """
     if config.precision == "fp32":
-        return PrecisionPlan(model, strongly_typed=config.strongly_typed, notes=["FP32" + _tf32_note(config)])
+        note = "FP32 (TF32 allowed)" if config.tf32 else "FP32 (TF32 off)"
+        return PrecisionPlan(model, strongly_typed=config.strongly_typed, notes=[note])
     if config.precision in ("fp16", "bf16"):
         return _plan_half(trt, model, config, caps, config.precision)
     if config.precision == "int8":
         return _plan_int8(trt, model, config, caps, build_statistics_engine)
     raise UnsupportedError(f"Precision '{config.precision}' is not known; use fp32, fp16, bf16 or int8.")
-
-
-def _tf32_note(config) -> str:
-    return " (TF32 allowed)" if config.tf32 else " (TF32 off)"
 
 
 def _version(caps) -> str:
@@ -153,12 +146,12 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
         mode = "cast"
     if mode == "flag":
         return PrecisionPlan(model, flags=(flag,), notes=[f"{flag} builder flag"])
-    conversion = _cast_model(model.proto, precision)
+    conversion = convert_float(model.proto, dtype=precision, keep_io_types=True)
     strongly_typed = mode == "cast"
     how = (
         "strongly typed network"
         if strongly_typed
-        else (f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)")
+        else f"BuilderFlag.{flag} (TensorRT {_version(caps)} has no strongly typed networks)"
     )
     notes = [
         f"{flag} model (cast by trtkit), {how}",
@@ -167,15 +160,9 @@ def _plan_half(trt, model, config, caps, precision: str) -> PrecisionPlan:
     if conversion.clipped:
         notes.append(f"clipped to the FP16 range: {', '.join(conversion.clipped)}")
     flags = () if strongly_typed else (flag,)
-    return PrecisionPlan(_loaded(conversion.model), strongly_typed=strongly_typed, flags=flags, notes=notes)
-
-
-def _cast_model(proto, precision: str):
-    return convert_float(proto, dtype=precision, keep_io_types=True)
-
-
-def _loaded(proto):
-    return load_model(proto, check=False)
+    return PrecisionPlan(
+        load_model(conversion.model, check=False), strongly_typed=strongly_typed, flags=flags, notes=notes
+    )
 
 
 # --- INT8 ----------------------------------------------------------------------------------------------------------
@@ -292,13 +279,14 @@ def _explicit_plan(trt, model, config, caps, session, build_statistics_engine) -
         f"{result.describe_timings()})"
     )
     notes = [f"explicit Q/DQ made by trtkit from {source}: {result.plan.summary()}"]
-    qdq = result.model
+    qdq: Any = result.model  # an onnx.ModelProto
     if config.strongly_typed or not caps.int8_flag:
         qdq, more = _fp16_rest(qdq)
         notes += more
     if config.save_qdq_onnx:
-        _save_model(qdq, config.save_qdq_onnx)
-    plan = _qdq_plan(_loaded(qdq), caps, notes, config.strongly_typed)
+        write_bytes_atomic(Path(config.save_qdq_onnx), qdq.SerializeToString())
+        logger.info("Saved the Q/DQ model to '%s'.", config.save_qdq_onnx)
+    plan = _qdq_plan(load_model(qdq, check=False), caps, notes, config.strongly_typed)
     plan.calibration = _calibration_facts(session, result.from_cache, "qdq", result.samples, result.seconds)
     return plan
 
@@ -355,11 +343,6 @@ def _calibration_facts(session, reused: bool, path: str, samples=None, seconds=N
     return facts
 
 
-def _save_model(proto, path) -> None:
-    write_bytes_atomic(Path(path), proto.SerializeToString())
-    logger.info("Saved the Q/DQ model to '%s'.", path)
-
-
 def _session(trt, model, config, *, native: bool):
     batch = calibration_batch_size(model.proto, config, native=native)
     settings = config.calibration
@@ -371,8 +354,6 @@ def _session(trt, model, config, *, native: bool):
 def sample_spec(proto, config):
     """What calibration samples must look like: the model's inputs and dtypes, bounded by profile 0."""
     from calibrators.sources import SampleSpec, onnx_input_dtypes
-    from trtkit.builder.profiles import resolve_profiles
-    from trtkit.model import model_inputs
 
     inputs = model_inputs(proto)
     profiles = resolve_profiles(inputs, config.profiles)

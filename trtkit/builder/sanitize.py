@@ -214,7 +214,7 @@ def _fold_round(model, report: FoldReport, size_threshold):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph = gs.import_onnx(model)
-    opsets = _opsets(model)
+    opsets = {"": 17} | {o.domain or "": o.version for o in model.opset_import}
     graph_outputs = {t.name for t in graph.outputs}
     values = {name: t for name, t in graph.tensors().items() if isinstance(t, gs.Constant)}
     folded_nodes: list = []
@@ -394,12 +394,6 @@ def _export(graph, original):
     del model.functions[:]
     model.functions.extend(original.functions)
     return model
-
-
-def _opsets(model) -> dict:
-    opsets = {o.domain or "": o.version for o in model.opset_import}
-    opsets.setdefault("", 17)
-    return opsets
 
 
 def _label(node) -> str:

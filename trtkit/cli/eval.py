@@ -117,9 +117,8 @@ def run(args, console) -> int:
 def run_detection(args, console, runner_options: dict | None = None) -> int:
     """Evaluate and render; ``runner_options`` go to TrtRunner (tests pass fakes)."""
     from calibrators.preprocess import parse_normalize
-    from trtkit.cli import render
     from trtkit.errors import InputError
-    from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection, skipped_summary
+    from trtkit.eval.detection import DecodeSettings, below_minimum, evaluate_detection
 
     if not args.coco:
         raise InputError("eval detection needs the annotations: --coco val.json.")
@@ -138,16 +137,8 @@ def run_detection(args, console, runner_options: dict | None = None) -> int:
             normalize=parse_normalize(args.normalize),
         )
     failing = below_minimum(result, args.min_map)
-    if args.json != "-":
-        console.print(detection_table(result))
-        _notes(
-            console,
-            skipped_summary(result.skipped),
-            failing and f"mAP@[.5:.95] below {args.min_map} for {', '.join(failing)}",
-        )
-    if args.json:
-        render.write_json(args.json, dict(result.to_json(), min_map=args.min_map, passed=not failing))
-    return 1 if failing else 0
+    failure = failing and f"mAP@[.5:.95] below {args.min_map} for {', '.join(failing)}"
+    return _report(args, console, detection_table(result), result, failure, min_map=args.min_map)
 
 
 def detection_table(result):
@@ -168,7 +159,6 @@ def detection_table(result):
 def run_classification(args, console, runner_options: dict | None = None) -> int:
     from trtkit.cli import render
     from trtkit.eval.classification import evaluate_classification
-    from trtkit.eval.detection import skipped_summary
 
     with console.status("evaluating"):
         result = evaluate_classification(
@@ -180,28 +170,17 @@ def run_classification(args, console, runner_options: dict | None = None) -> int
             runner_options=runner_options,
         )
     failing = [r.name for r in result.rows if args.min_top1 is not None and r.top1 < args.min_top1]
-    if args.json != "-":
-        rows = [(r.name, _short(r.model), r.top1, r.top5, r.agreement) for r in result.rows]
-        console.print(
-            render.table(
-                f"classification: {result.images} images, {len(result.classes)} classes (accuracy in points)",
-                ["row", "model", "top-1", "top-5", "top-1 agreement"],
-                rows,
-            )
-        )
-        _notes(
-            console,
-            skipped_summary(result.skipped),
-            failing and f"top-1 below {args.min_top1} for {', '.join(failing)}",
-        )
-    if args.json:
-        render.write_json(args.json, dict(result.to_json(), min_top1=args.min_top1, passed=not failing))
-    return 1 if failing else 0
+    table = render.table(
+        f"classification: {result.images} images, {len(result.classes)} classes (accuracy in points)",
+        ["row", "model", "top-1", "top-5", "top-1 agreement"],
+        [(r.name, _short(r.model), r.top1, r.top5, r.agreement) for r in result.rows],
+    )
+    failure = failing and f"top-1 below {args.min_top1} for {', '.join(failing)}"
+    return _report(args, console, table, result, failure, min_top1=args.min_top1)
 
 
 def run_keypoints(args, console, runner_options: dict | None = None) -> int:
     from trtkit.cli import render
-    from trtkit.eval.detection import skipped_summary
     from trtkit.eval.keypoints import evaluate_keypoints
 
     preprocess = _preprocess(args, resize="letterbox")
@@ -220,18 +199,14 @@ def run_keypoints(args, console, runner_options: dict | None = None) -> int:
         )
     worst = result.confident.max_px
     failing = args.max_px is not None and (worst is None or worst > args.max_px)
-    if args.json != "-":
-        rows = [
-            (name, d.keypoints, d.max_px, d.mean_px, d.p99_px)
-            for name, d in (("all", result.all), (f"confidence >= {args.min_confidence}", result.confident))
-        ]
-        title = f"keypoints vs {_short(args.reference)}: {result.images} frames, {result.layout}, {result.decoding}"
-        console.print(render.table(title + " (frame pixels)", ["keypoints", "n", "max px", "mean px", "p99 px"], rows))
-        reason = f"max deviation {worst} px above {args.max_px}" if worst is not None else "no confident keypoint"
-        _notes(console, skipped_summary(result.skipped), failing and reason)
-    if args.json:
-        render.write_json(args.json, dict(result.to_json(), max_allowed_px=args.max_px, passed=not failing))
-    return 1 if failing else 0
+    rows = [
+        (name, d.keypoints, d.max_px, d.mean_px, d.p99_px)
+        for name, d in (("all", result.all), (f"confidence >= {args.min_confidence}", result.confident))
+    ]
+    title = f"keypoints vs {_short(args.reference)}: {result.images} frames, {result.layout}, {result.decoding}"
+    table = render.table(title + " (frame pixels)", ["keypoints", "n", "max px", "mean px", "p99 px"], rows)
+    reason = f"max deviation {worst} px above {args.max_px}" if worst is not None else "no confident keypoint"
+    return _report(args, console, table, result, failing and reason, max_allowed_px=args.max_px)
 
 
 def _short(description: str) -> str:
@@ -241,8 +216,18 @@ def _short(description: str) -> str:
     return os.path.basename(description)
 
 
-def _notes(console, skipped: str | None, failure) -> None:
-    if skipped:
-        console.print(f"[yellow]{skipped}[/yellow]", markup=True, highlight=False)
-    if failure:
-        console.print(f"[red]FAIL: {failure}[/red]", markup=True, highlight=False)
+def _report(args, console, table, result, failure, **limits) -> int:
+    """Print ``table``, the skipped files and ``failure`` (unless the JSON goes to stdout), write ``--json``; the
+    exit code: 1 on a failure."""
+    from trtkit.cli import render
+    from trtkit.eval.detection import skipped_summary
+
+    if args.json != "-":
+        console.print(table)
+        if skipped := skipped_summary(result.skipped):
+            console.print(f"[yellow]{skipped}[/yellow]", markup=True, highlight=False)
+        if failure:
+            console.print(f"[red]FAIL: {failure}[/red]", markup=True, highlight=False)
+    if args.json:
+        render.write_json(args.json, dict(result.to_json(), **limits, passed=not failure))
+    return 1 if failure else 0

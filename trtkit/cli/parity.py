@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     )
     g.add_argument(
         "--trials",
-        type=_positive_int,
+        type=options.positive_int,
         metavar="N",
         help="random input sets to run (default 1), or the most feeds taken from --inputs (default all)",
     )
@@ -124,15 +124,6 @@ def _value_range(text: str) -> tuple[float, float]:
     if not low < high:
         raise argparse.ArgumentTypeError(f"LOW must be below HIGH, got {text}")
     return low, high
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def shapes_from_args(args) -> dict | None:
@@ -286,7 +277,9 @@ def render_report(console, report) -> None:
             markup=True,
             highlight=False,
         )
-    polygraphy = [f"'{r.name}' {_yes_no(r.polygraphy_passed)}" for r in worst if r.polygraphy_passed is not None]
+    polygraphy = [
+        f"'{r.name}' {'pass' if r.polygraphy_passed else 'fail'}" for r in worst if r.polygraphy_passed is not None
+    ]
     if polygraphy:
         tol = report.tolerance
         console.print(
@@ -374,10 +367,6 @@ def _compact_table(title: str, columns: list, rows: list):
     for column in table.columns:
         column.overflow = "ellipsis" if column is table.columns[0] else "fold"
     return table
-
-
-def _yes_no(value) -> str | None:
-    return None if value is None else ("pass" if value else "fail")
 
 
 LOCALIZE_CONTEXT = 3  # rows shown after the first diverging tensor

@@ -543,7 +543,7 @@ class _Inserter:
                 tensor,
                 np.float32(max(float(amax[tensor]), 1e-8) / 127.0),
                 None,
-                before=min(consumers, key=lambda c: self._position(c[0]))[0],
+                before=min(consumers, key=lambda c: list(self.by_name).index(c[0]))[0],
             )
             for node_name, index in consumers:
                 self.by_name[node_name].input[index] = dq
@@ -556,9 +556,6 @@ class _Inserter:
                 self.weight_dq[key] = self._pair(wq.initializer, self._weight_scale(wq), wq.axis, before=node_name)
             node.input[index] = self.weight_dq[key]
         self._reorder()
-
-    def _position(self, node_name: str) -> int:
-        return list(self.by_name).index(node_name)
 
     def _weight_scale(self, wq: WeightQuant) -> np.ndarray:
         from onnx import numpy_helper

@@ -29,7 +29,7 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,54 +101,33 @@ class _Settings:
     plugins: tuple = ()  # plugin libraries to load first
 
 
+@dataclass(slots=True)
 class _Held:
     """What an active runner holds besides its context: its own stream (when it made one), two events, the device
     and pinned host buffers sized for the profile's max shapes, and its claim on the engine's profile."""
 
-    __slots__ = (
-        "own_stream",
-        "done_event",
-        "wait_event",
-        "dev_in",
-        "dev_out",
-        "host_in",
-        "host_out",
-        "profile_key",
-        "shape_host",
-    )
-
-    def __init__(self) -> None:
-        self.own_stream = False
-        self.done_event: Any = None
-        self.wait_event: Any = None
-        self.dev_in: list = []
-        self.dev_out: list = []
-        self.host_in: list = []
-        self.host_out: list = []
-        self.profile_key: tuple | None = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
-        self.shape_host: dict = {}  # shape-tensor input name -> the numpy array TensorRT reads its values from
+    own_stream: bool = False
+    done_event: Any = None
+    wait_event: Any = None
+    dev_in: list = field(default_factory=list)
+    dev_out: list = field(default_factory=list)
+    host_in: list = field(default_factory=list)
+    host_out: list = field(default_factory=list)
+    profile_key: tuple | None = None  # (id(engine), profile) in _PROFILES_IN_USE, where this runner added it
+    shape_host: dict = field(default_factory=dict)  # shape-tensor input name -> the array TensorRT reads values from
 
 
+@dataclass(slots=True)
 class _IoState:
-    """What the runner has learnt about its inputs, and what the context holds now.
+    """What the runner has learnt about its inputs, and what the context holds now."""
 
-    ``index``: input name -> position; ``known_shapes``: ``(input, shape)`` pairs found inside the profile;
-    ``buckets``: input shapes -> :class:`_Bucket` (at the current shape-tensor values: emptied when they change);
-    ``shapes``: the input shapes the context is set to (None: unknown); ``bound``: tensor name -> the address the
-    context has for it; ``shape_specs``: the shape-tensor inputs' specs; ``values``: shape-tensor input name -> the
-    values in its host buffer now.
-    """
-
-    __slots__ = ("index", "known_shapes", "buckets", "shapes", "bound", "shape_specs", "values")
-
-    def __init__(self) -> None:
-        self.index: dict = {}
-        self.known_shapes: set = set()
-        self.buckets: dict = {}
-        self.shapes: tuple | None = None
-        self.bound: dict = {}
-        self.shape_specs: tuple = ()
-        self.values: dict = {}
+    index: dict = field(default_factory=dict)  # input name -> position
+    known_shapes: set = field(default_factory=set)  # (input, shape) pairs found inside the profile
+    buckets: dict = field(default_factory=dict)  # input shapes -> _Bucket, at the current shape-tensor values
+    shapes: tuple | None = None  # the input shapes the context is set to (None: unknown)
+    bound: dict = field(default_factory=dict)  # tensor name -> the address the context has for it
+    shape_specs: tuple = ()  # the shape-tensor inputs' specs
+    values: dict = field(default_factory=dict)  # shape-tensor input name -> the values in its host buffer now
 
 
 class _Bucket:
