@@ -92,6 +92,12 @@ def add_pipeline_arguments(parser) -> None:
         help="live streams: times in a row a lost stream is opened again, 0.5 s, 1 s, 2 s... apart (default 3)",
     )
     g.add_argument(
+        "--listen",
+        action="store_true",
+        help="with rtmp:// and tcp:// sources: listen on the URL's address for the publisher (ffmpeg -f flv "
+        "rtmp://HOST:1935/live/cam, OBS) to connect, waiting up to 10 s, and again after it leaves (--reconnect)",
+    )
+    g.add_argument(
         "--codec",
         metavar="NAME",
         help="FFmpeg encoder of the output video, e.g. libx264, mpeg4, h264_nvenc (NVENC; default: "
@@ -318,6 +324,8 @@ def _check_numbers(args, videos: list) -> None:
         )
     if (args.head or args.names) and args.post != "detection":
         raise UsageError("--head and --names choose how --post detection decodes and draws: give them with it")
+    if args.listen and not args.video:
+        raise UsageError("--listen waits for a stream's publisher: give it with --video rtmp://... or tcp://...")
     if args.encoder_option and not (args.video and args.out):
         raise UsageError("--encoder-option sets the output video's encoder: give it with --video and --out")
 
@@ -364,8 +372,8 @@ def _source(args, video):
     from trtkit.pipeline.live import LiveSource, is_stream
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
-    if video and (is_stream(video) or args.realtime):
-        options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads)
+    if video and (is_stream(video) or args.realtime or args.listen):
+        options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads, listen=args.listen)
         return LiveSource(video, buffer=args.queue_size, **options)
     if video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"
