@@ -206,7 +206,7 @@ def test_trtkit_listens_for_an_rtmp_publisher_and_keeps_every_frame(fake_gpu, en
 def test_a_listening_source_takes_the_next_publisher_after_one_leaves():
     url = f"tcp://127.0.0.1:{streams.free_port()}"
     first = streams.start(url, "mpegts", 10)
-    source = LiveSource(url, listen=True, reconnect=1, timeout_s=20)
+    source = LiveSource(url, options={"listen": "1"}, reconnect=1, timeout_s=20)
     first.wait(30)
     second = streams.start(url, "mpegts", 10)
     frames = [f for f in source if f]
@@ -217,7 +217,7 @@ def test_a_listening_source_takes_the_next_publisher_after_one_leaves():
 
 def test_listening_needs_an_rtmp_or_tcp_url_and_a_publisher_in_time(tmp_path):
     with pytest.raises(InputError, match=r"Cannot listen on 'udp://127\.0\.0\.1:9': trtkit listens on rtmp:// and tcp://"):
-        LiveSource("udp://127.0.0.1:9", listen=True)
+        LiveSource("udp://127.0.0.1:9", options={"listen": "1"})
     url = f"rtmp://127.0.0.1:{streams.free_port()}/live/cam"
     with pytest.raises(InputError, match=rf"^No publisher connected to '{url}' within 0\.5 s$"):
-        LiveSource(url, listen=True, timeout_s=0.5)
+        LiveSource(url, options={"listen": "1"}, timeout_s=0.5)

@@ -346,26 +346,25 @@ def _processing(args):
     from trtkit.pipeline.api import Processing
 
     norm = parse_normalize(args.normalize) or None
+    if args.post == "none":
+        return Processing(normalize=norm)
+    from trtkit.detection.names import check_task, metadata_kpt_shape, metadata_names, model_metadata
+
+    metadata = model_metadata(args.engine)
+    task = {"detection": "detect", "pose": "pose"}[args.post]
+    check_task(metadata, task, {"detect": "--post detection", "pose": "--post pose"}, f"'{args.engine}'")
     if args.post == "detection":
-        from trtkit.detection import metadata_names, read_names
+        from trtkit.detection import read_names
         from trtkit.pipeline.detect import detection_processing
 
-        names = read_names(args.names) if args.names else metadata_names(_model_metadata(args.engine))
+        names = read_names(args.names) if args.names else metadata_names(metadata)
         return detection_processing(args.conf, args.iou, class_names=names, head=args.head, normalize=norm)
-    if args.post == "pose":
-        from trtkit.pipeline.pose import pose_processing
+    from trtkit.pipeline.pose import pose_processing
 
-        options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
-        return pose_processing(args.skeleton, resize=args.resize, normalize=norm, **options)
-    return Processing(normalize=norm)
-
-
-def _model_metadata(engine) -> dict:
-    """The metadata of the ONNX model an engine file was built from, as its manifest records it."""
-    from trtkit.manifest import read_manifest
-
-    manifest = read_manifest(engine)
-    return manifest.model.metadata if manifest else {}
+    options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
+    return pose_processing(
+        args.skeleton, resize=args.resize, normalize=norm, kpt_shape=metadata_kpt_shape(metadata), **options
+    )
 
 
 def _source(args, video):
@@ -373,7 +372,8 @@ def _source(args, video):
     from trtkit.pipeline.sources import ImageFolderSource, VideoSource
 
     if video and (is_stream(video) or args.realtime or args.listen):
-        options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads, listen=args.listen)
+        options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads)
+        options["options"] = {"listen": "1"} if args.listen else None
         return LiveSource(video, buffer=args.queue_size, **options)
     if video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"

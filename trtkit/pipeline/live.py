@@ -9,8 +9,8 @@ pipeline falls behind and the buffer is full, ``drop`` decides: ``oldest`` (the 
 ``newest`` (the arriving frame goes) or ``none`` (reading waits: nothing is lost, latency grows). A stream that is
 lost is opened again up to ``reconnect`` times in a row, waiting 0.5 s, 1 s, 2 s... in between; a stream that
 cannot be had back ends the source, :attr:`LiveSource.ended` saying why. Every frame carries its time from the
-stream's start (its timestamps; continued across reconnections) and the moment it arrived. With ``listen``, trtkit
-is the server an RTMP or TCP publisher (``ffmpeg -re -i cam.mp4 -f flv rtmp://HOST:1935/live/cam``, OBS) connects to.
+stream's start (its timestamps; continued across reconnections) and the moment it arrived. With
+``options={"listen": "1"}``, trtkit is the server an RTMP or TCP publisher (OBS, ``ffmpeg -f flv rtmp://...``) joins.
 """
 
 from __future__ import annotations
@@ -56,24 +56,21 @@ class LiveSource:
         drop: ``oldest``, ``newest`` or ``none`` (what a full buffer does).
         reconnect: how many times in a row a lost stream is opened again (files end at their end).
         buffer: frames held for the pipeline.
-        options: FFmpeg options for opening, over :func:`input_options`'.
-        timeout_s: how long opening (with ``listen``: the wait for the publisher), and each read, may wait.
-        listen: listen on the URL's address (``rtmp://`` or ``tcp://``) for a publisher to connect, and again for
-            one after a publisher leaves (``reconnect`` times).
+        options: FFmpeg options for opening, over :func:`input_options`'; ``{"listen": "1"}``: wait on an ``rtmp://``
+            or ``tcp://`` URL's address for a publisher, and again after one leaves (``reconnect`` times).
+        timeout_s: how long opening (listening: the wait for the publisher), and each read, may wait.
         threads: PyAV's decoder threads (see :class:`~trtkit.pipeline.video.PyAVReader`).
 
     Raises (on creation):
         InputError: the stream cannot be opened (unreachable, refused, no video, a codec FFmpeg cannot decode), the
-            camera does not exist, no publisher connected in time (``listen``), or ``drop``/``reconnect``/``listen``
-            is not one trtkit knows.
+            camera does not exist, no publisher connected in time, or ``drop``/``reconnect`` is not one trtkit knows.
     """
 
     name = "decode"
 
-    def __init__(
-        self, path, *, drop="oldest", reconnect=3, buffer=8, options=None, timeout_s=10.0, threads=None, listen=False
-    ):
-        if listen and str(path).partition("://")[0].lower() not in LISTEN:
+    def __init__(self, path, *, drop="oldest", reconnect=3, buffer=8, options=None, timeout_s=10.0, threads=None):
+        self.listen = (options or {}).get("listen") in ("1", 1, True)
+        if self.listen and str(path).partition("://")[0].lower() not in LISTEN:
             raise InputError(f"Cannot listen on '{path}': trtkit listens on rtmp:// and tcp:// URLs")
         if drop not in DROP:
             raise InputError(f"drop='{drop}' is not known; use one of: {', '.join(DROP)}")
@@ -82,8 +79,6 @@ class LiveSource:
         self.path, self.drop, self.reconnect, self.buffer = str(path), drop, reconnect, max(1, int(buffer))
         self.live = is_stream(path)
         self.kind = "camera" if self.path.startswith("/dev/video") else "stream" if self.live else "video"
-        self.listen = bool(listen)
-        options = {**(options or {}), **({"listen": "1"} if listen else {})}
         self._args = (threads, *input_options(path), options, timeout_s)
         self.reader = self._open()
         self.fps, self.skipped = self.reader.fps, self.reader.skipped
@@ -101,7 +96,7 @@ class LiveSource:
         threads, fmt, options, extra, timeout = self._args
         if self.kind == "camera" and not os.path.exists(self.path):
             raise InputError(f"Camera '{self.path}' does not exist; give an existing /dev/videoN")
-        options = {**options, **extra} if self.live else extra
+        options = {**options, **(extra or {})} if self.live else extra
         try:
             return PyAVReader(self.path, threads, fmt, options, timeout if self.live else None, self.kind)
         except InputError as exc:
