@@ -450,6 +450,30 @@ def render_timing_cache(data: dict, prov: Provenance) -> list:
                                                          ("faster", "x")), rows), prov)
 
 
+def render_live(data: dict, prov: Provenance) -> list:
+    settings = data.get("settings") or {}
+    shape = "×".join(str(v) for v in settings.get("video") or []) + f" at {fmt(settings.get('fps'))} fps"
+    one = (("frames/s", "fps"), ("source frames/s", "source_fps"), ("p99 latency ms", "p99_latency_ms"),
+           ("dropped", "dropped"))
+    four = data.get("four_streams") or {}
+    each = [(f"stream {i}", {"fps": fps, "dropped": get(four, "dropped_each", [None] * 4)[i],
+                             "p99": get(four, "p99_latency_ms_each", [None] * 4)[i]})
+            for i, fps in enumerate(four.get("fps_each") or [])]
+    over = (("source frames/s", "source_fps"), ("capacity frames/s", "capacity_fps"), ("frames out", "frames_out"),
+            ("dropped", "dropped"), ("p99 latency ms", "p99_latency_ms"))
+    what = (f"H.264 {shape} published over RTMP by its own process to `trtkit run --listen --post detection`, "
+            "the annotated stream pushed over RTMP to a receiver; latency from a frame's arrival to its output.")
+    return (
+        section("One stream", what, keyed(None, one, [("", data.get("single") or {})]), prov)
+        + section("Four streams at once", f"Four such sources in one `trtkit run`, decoded by "
+                  f"{fmt(four.get('decoder'))}.", keyed("stream", (("frames/s", "fps"), ("dropped", "dropped"),
+                                                                  ("p99 latency ms", "p99")), each), prov)
+        + section("A source faster than the pipeline", "A source at four times the pipeline's capacity (its "
+                  "frames/s on the clip as a file), `--drop oldest`.", keyed(None, over, [("", data.get("overload")
+                                                                                        or {})]), prov)
+    )
+
+
 def render_recorded(data: dict, prov: Provenance) -> list:
     """A results file no renderer knows: its figures as recorded, two levels deep."""
     rows = []
@@ -497,6 +521,9 @@ KINDS = (
          "against onnxruntime and streamed.", "scripts/seed_models_gpu.py", render_models),
     Kind("pose", "Pose models", "Heatmap and YOLOv8-pose models built, checked against onnxruntime and streamed.",
          "scripts/seed_models_gpu.py", render_models),
+    Kind("live", "Live streams", "Streams published at their own pace to `trtkit run --listen`, detected and pushed "
+         "on: frames/s, latency and drops for one, four and an overloading source.", "benchmarks/live_h200.py",
+         render_live),
     Kind("timing-cache", "Timing cache", "What the default timing cache saves on a second build.",
          "benchmarks/timing_cache_h200.py", render_timing_cache),
 )

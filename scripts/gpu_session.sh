@@ -2,7 +2,7 @@
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
 # Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models
-# overhead seed_export seed_data seed_compare seed_models timing_cache modelopt serve (default: env tests demo).
+# overhead seed_export seed_data seed_compare seed_models timing_cache modelopt serve live (default: env tests demo).
 # seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh); modelopt
 # those of scripts/modelopt_wheels.txt in .whl-modelopt/.
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
@@ -214,6 +214,14 @@ PY
                 --modelopt-python "$P" --modelopt-path /tmp/site-modelopt --tactics $TACTICS --budget ${MODELOPT_BUDGET:-500} \
                 ${MODELOPT_ARGS:-} > "$W/modelopt.log" 2>&1; echo "modelopt rc=$?"; tail -30 "$W/modelopt.log"
               cp /tmp/trtkit-detection/modelopt/*.log "$W/modelopt/" 2>/dev/null ;;
+    live) # live streams (benchmarks/live_h200.py): 1080p30 H.264 publishers over RTMP to `trtkit run --listen --post
+          # detection`, annotated RTMP out to receivers; LIVE_ENGINE (default: YOLOv8n FP16, built here from the exported
+          # seed model if missing)
+          E=${LIVE_ENGINE:-$TRTKIT_GPU_CACHE/seed/yolov8n.fp16.engine}
+          [ -f "$E" ] || trtkit build "$TRTKIT_GPU_CACHE/seed/yolov8n.onnx" --fp16 --tactic-sources $TACTICS -o "$E" \
+            > "$W/live-build.log" 2>&1 || { echo "live build rc=$?"; tail -5 "$W/live-build.log"; }
+          timeout ${LIVE_TIMEOUT:-400} python3 benchmarks/live_h200.py --engine "$E" --out "$W/live" ${LIVE_ARGS:-} \
+            > "$W/live.log" 2>&1; echo "live rc=$?"; tail -30 "$W/live.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

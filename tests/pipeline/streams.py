@@ -3,8 +3,8 @@
     python streams.py URL FORMAT FRAMES CODEC    # e.g. tcp://127.0.0.1:PORT?listen=1 mpegts 30 mpeg4
     python streams.py --receive URL OUT.json     # listens (RTMP's listen mode), writes the frames' times
 
-sends :func:`~tests.pipeline.media.frame_picture` frames at 30 fps (a listening URL waits for its reader first), or
-receives a stream until it ends.
+sends :func:`~tests.pipeline.media.frame_picture` frames at 30 fps (a listening URL waits for its reader first; a
+connecting one tries again until its listener is up), or receives a stream until it ends.
 """
 
 from __future__ import annotations
@@ -36,9 +36,17 @@ def produce(url: str, fmt: str, frames: int, codec: str) -> None:
 
     from tests.pipeline.media import frame_picture
 
-    with av.open(url, "w", format=fmt) as out:
+    for _ in range(100):  # a publisher started before its listener connects once it listens
+        out = av.open(url, "w", format=fmt)
         stream = out.add_stream(codec, rate=30)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        try:
+            out.start_encoding()  # opens the connection (a listening URL: waits for its reader)
+            break
+        except OSError:
+            out.close()
+            time.sleep(0.1)
+    with out:
         for i in range(frames):
             frame = av.VideoFrame.from_ndarray(frame_picture(i), format="rgb24")
             frame.pts = i

@@ -16,6 +16,7 @@ import pytest
 from tests.pipeline import streams
 from tests.pipeline.media import decode_all, make_video
 from tests.pipeline.test_cli_pipeline import DRIVER, run_cli
+from trtkit.errors import InputError
 from trtkit.pipeline.live import LiveSource
 from trtkit.pipeline.pipeline import Pipeline
 from trtkit.pipeline.sinks import CallbackSink, VideoSink
@@ -186,3 +187,37 @@ def test_sigterm_closes_the_output_so_it_plays(engine_file, tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["interrupted"] is True and 0 < data["frames_out"] < 300
     assert len(decode_all(out)) == data["frames_out"]
+
+
+def test_trtkit_listens_for_an_rtmp_publisher_and_keeps_every_frame(fake_gpu, engine_file, tmp_path, capsys):
+    url = f"rtmp://127.0.0.1:{streams.free_port()}/live/cam"
+    publisher = streams.start(url, "flv", 30, "flv")  # connects once trtkit listens
+    out = tmp_path / "out.mp4"
+    argv = ["run", str(engine_file), "--video", url, "--listen", "--out", str(out), "--reconnect", "0", "--json",
+            str(tmp_path / "r.json")]
+    code, _, err = run_cli(argv, capsys)
+    publisher.wait(30)
+    assert code == 1 and err.startswith(f"error: Stream '{url}' ended"), err  # the publisher left
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["frames_in"] == data["frames_out"] == 30 and data["dropped"] == 0
+    assert len(decode_all(out)) == 30
+
+
+def test_a_listening_source_takes_the_next_publisher_after_one_leaves():
+    url = f"tcp://127.0.0.1:{streams.free_port()}"
+    first = streams.start(url, "mpegts", 10)
+    source = LiveSource(url, options={"listen": "1"}, reconnect=1, timeout_s=20)
+    first.wait(30)
+    second = streams.start(url, "mpegts", 10)
+    frames = [f for f in source if f]
+    second.wait(30)
+    source.close()
+    assert len(frames) == 20 and source.reconnects == 1 and source.dropped == 0
+
+
+def test_listening_needs_an_rtmp_or_tcp_url_and_a_publisher_in_time(tmp_path):
+    with pytest.raises(InputError, match=r"Cannot listen on 'udp://127\.0\.0\.1:9': trtkit listens on rtmp:// and tcp://"):
+        LiveSource("udp://127.0.0.1:9", options={"listen": "1"})
+    url = f"rtmp://127.0.0.1:{streams.free_port()}/live/cam"
+    with pytest.raises(InputError, match=rf"^No publisher connected to '{url}' within 0\.5 s$"):
+        LiveSource(url, options={"listen": "1"}, timeout_s=0.5)

@@ -122,6 +122,7 @@ def run_detection(args, console, runner_options: dict | None = None) -> int:
 
     if not args.coco:
         raise InputError("eval detection needs the annotations: --coco val.json.")
+    _check_task(args, "detect")
     decode = DecodeSettings(args.conf, args.iou, args.max_det)
     with console.status("evaluating") as status:
         result = evaluate_detection(
@@ -183,6 +184,7 @@ def run_keypoints(args, console, runner_options: dict | None = None) -> int:
     from trtkit.cli import render
     from trtkit.eval.keypoints import evaluate_keypoints
 
+    _check_task(args, "pose")
     preprocess = _preprocess(args, resize="letterbox")
     with console.status("comparing keypoints"):
         result = evaluate_keypoints(
@@ -207,6 +209,19 @@ def run_keypoints(args, console, runner_options: dict | None = None) -> int:
     table = render.table(title + " (frame pixels)", ["keypoints", "n", "max px", "mean px", "p99 px"], rows)
     reason = f"max deviation {worst} px above {args.max_px}" if worst is not None else "no confident keypoint"
     return _report(args, console, table, result, failing and reason, max_allowed_px=args.max_px)
+
+
+def _check_task(args, task: str) -> None:
+    """Refuse a model (or reference) whose ultralytics metadata names another task (a pose head reads as boxes)."""
+    import os
+
+    from trtkit.detection.names import check_task, model_metadata
+
+    for model in (args.model, args.reference):
+        if model and os.path.isfile(model):
+            check_task(
+                model_metadata(model), task, {"detect": "eval detection", "pose": "eval keypoints"}, f"'{model}'"
+            )
 
 
 def _short(description: str) -> str:

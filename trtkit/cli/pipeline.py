@@ -100,6 +100,12 @@ def add_pipeline_arguments(parser) -> None:
         help="live streams: times in a row a lost stream is opened again, 0.5 s, 1 s, 2 s... apart (default 3)",
     )
     g.add_argument(
+        "--listen",
+        action="store_true",
+        help="with rtmp:// and tcp:// sources: listen on the URL's address for the publisher (ffmpeg -f flv "
+        "rtmp://HOST:1935/live/cam, OBS) to connect, waiting up to 10 s, and again after it leaves (--reconnect)",
+    )
+    g.add_argument(
         "--codec",
         metavar="NAME",
         help="FFmpeg encoder of the output video, e.g. libx264, mpeg4, h264_nvenc (NVENC; default: "
@@ -326,6 +332,8 @@ def _check_numbers(args, videos: list) -> None:
         )
     if (args.head or args.names) and args.post != "detection":
         raise UsageError("--head and --names choose how --post detection decodes and draws: give them with it")
+    if args.listen and not args.video:
+        raise UsageError("--listen waits for a stream's publisher: give it with --video rtmp://... or tcp://...")
     if args.encoder_option and not ((args.video or args.view) and args.out):
         raise UsageError("--encoder-option sets the output video's encoder: give it with --video and --out")
     if args.view and (args.post == "detection" or args.realtime):
@@ -367,26 +375,25 @@ def _processing(args):
     from trtkit.pipeline.api import Processing
 
     norm = parse_normalize(args.normalize) or None
+    if args.post == "none":
+        return Processing(normalize=norm)
+    from trtkit.detection.names import check_task, metadata_kpt_shape, metadata_names, model_metadata
+
+    metadata = model_metadata(args.engine)
+    task = {"detection": "detect", "pose": "pose"}[args.post]
+    check_task(metadata, task, {"detect": "--post detection", "pose": "--post pose"}, f"'{args.engine}'")
     if args.post == "detection":
-        from trtkit.detection import metadata_names, read_names
+        from trtkit.detection import read_names
         from trtkit.pipeline.detect import detection_processing
 
-        names = read_names(args.names) if args.names else metadata_names(_model_metadata(args.engine))
+        names = read_names(args.names) if args.names else metadata_names(metadata)
         return detection_processing(args.conf, args.iou, class_names=names, head=args.head, normalize=norm)
-    if args.post == "pose":
-        from trtkit.pipeline.pose import pose_processing
+    from trtkit.pipeline.pose import pose_processing
 
-        options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
-        return pose_processing(args.skeleton, resize=args.resize, normalize=norm, **options)
-    return Processing(normalize=norm)
-
-
-def _model_metadata(engine) -> dict:
-    """The metadata of the ONNX model an engine file was built from, as its manifest records it."""
-    from trtkit.manifest import read_manifest
-
-    manifest = read_manifest(engine)
-    return manifest.model.metadata if manifest else {}
+    options = dict(min_confidence=args.min_confidence, conf_threshold=args.conf, iou_threshold=args.iou)
+    return pose_processing(
+        args.skeleton, resize=args.resize, normalize=norm, kpt_shape=metadata_kpt_shape(metadata), **options
+    )
 
 
 def _source(args, video):
@@ -405,8 +412,9 @@ def _source(args, video):
                 source.close()
             raise
         return MultiViewSource(opened)
-    if video and (is_stream(video) or args.realtime):
+    if video and (is_stream(video) or args.realtime or args.listen):
         options = dict(drop=args.drop, reconnect=args.reconnect, threads=args.decode_threads)
+        options["options"] = {"listen": "1"} if args.listen else None
         return LiveSource(video, buffer=args.queue_size, **options)
     if video:
         device = args.decoder != "pyav" and args.preprocess != "cpu"

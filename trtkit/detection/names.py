@@ -1,5 +1,6 @@
 """A detector's class names: from a file, or from the ``names`` its ONNX model's metadata carries (ultralytics'
-exports write ``str(model.names)`` there, e.g. ``{0: 'person', 1: 'bicycle'}``)."""
+exports write ``str(model.names)`` there, e.g. ``{0: 'person', 1: 'bicycle'}``, besides ``task: detect|pose|...``
+and a pose model's ``kpt_shape: [17, 3]``)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,41 @@ def check_names(names, classes: int | None) -> None:
             "order of the class indices",
             field="class_names",
         )
+
+
+def model_metadata(model) -> dict:
+    """The ``metadata_props`` of an ONNX file, or of the model an engine was built from (its manifest's, or ``{}``)."""
+    if str(model).lower().endswith(".onnx"):
+        import onnx
+
+        try:
+            return {p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
+        except Exception:  # noqa: BLE001 - an unreadable model: loading it for its work says why
+            return {}
+    from trtkit.manifest import read_manifest
+
+    manifest = read_manifest(model)
+    return manifest.model.metadata if manifest else {}
+
+
+def check_task(metadata: dict | None, task: str, instead: dict, model: str = "The model") -> None:
+    """Refuse a model whose ultralytics metadata names another task than ``task`` (``detect``, ``pose``): a
+    YOLOv8-pose head ``(N, 56, 8400)`` also reads as boxes of 52 classes. ``instead``: what to give, by task.
+
+    Raises:
+        UsageError: the metadata names another task.
+    """
+    theirs = (metadata or {}).get("task")
+    if theirs and theirs != task:
+        hint = f": give {instead[theirs]}" if theirs in instead else ", which this does not decode"
+        raise UsageError(f"{model} is a {theirs} model (its metadata says task: {theirs}), not a {task} one{hint}")
+
+
+def metadata_kpt_shape(metadata: dict | None) -> tuple[int, int] | None:
+    """``(keypoints, values each)`` of a pose model's ultralytics metadata (``kpt_shape: [17, 3]``: x, y and
+    visibility; ``[12, 2]``: x, y), or ``None``."""
+    try:
+        count, dims = ast.literal_eval((metadata or {}).get("kpt_shape", ""))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return (count, dims) if isinstance(count, int) and count > 0 and dims in (2, 3) else None

@@ -5,7 +5,8 @@ frame through the letterbox or plain resize that made the input):
 
 - heatmaps ``(N, K, H, W)``, one per keypoint (Lightning Pose, HRNet-style models): :func:`decode_heatmaps`;
 - a YOLOv8-pose head ``(N, 4 + 1 + 3K, anchors)``: rows ``cx, cy, w, h``, the person score, then ``x, y,
-  visibility`` of each keypoint, in input pixels: :func:`decode_pose_head`.
+  visibility`` of each keypoint, in input pixels (``x, y`` alone for a ``kpt_shape`` of ``(K, 2)``, as ultralytics'
+  metadata gives it): :func:`decode_pose_head`.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def _newton_step(log3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(dx, -1, 1), np.clip(dy, -1, 1)
 
 
-def pose_layout(output) -> str:
-    """``"heatmaps"`` for ``(N, K, H, W)``, ``"yolov8-pose"`` for ``(N, 5 + 3K, anchors)``.
+def pose_layout(output, kpt_shape=None) -> str:
+    """``"heatmaps"`` for ``(N, K, H, W)``, ``"yolov8-pose"`` for ``(N, 5 + K * D, anchors)``, ``kpt_shape`` being
+    ``(K, D)`` (``D``: 3 for x, y, visibility, 2 for x, y; ``None``: any ``K``, ``D`` = 3).
 
     Raises:
         InputError: neither (says what the output's shape is).
@@ -144,38 +146,42 @@ def pose_layout(output) -> str:
     shape = tuple(np.shape(output))
     if len(shape) == 4:
         return "heatmaps"
-    if len(shape) == 3 and shape[1] > 5 and (shape[1] - 5) % 3 == 0:
+    count, dims = kpt_shape or (None, 3)
+    if len(shape) == 3 and shape[1] > 5 and (shape[1] - 5) % dims == 0 and count in (None, (shape[1] - 5) // dims):
         return "yolov8-pose"
     raise InputError(
         f"A pose model's output is heatmaps (N, K, H, W) or a YOLOv8-pose head (N, 5 + 3K, anchors); this one has "
-        f"shape {shape}."
+        f"shape {shape}" + (f", which its kpt_shape {list(kpt_shape)} does not fit." if kpt_shape else ".")
     )
 
 
-def pose_keypoints(head: np.ndarray, anchors) -> np.ndarray:
-    """One image's ``(5 + 3K, A)`` YOLOv8-pose head → ``(P, K, 3)`` x, y, visibility of the given anchors."""
+def pose_keypoints(head: np.ndarray, anchors, dims: int = 3) -> np.ndarray:
+    """One image's ``(5 + K * dims, A)`` YOLOv8-pose head → ``(P, K, 3)`` x, y, visibility of the given anchors (1
+    where the head has x, y alone: ``dims`` 2)."""
     anchors = np.asarray(anchors, np.int64).reshape(-1)
-    return head[5:, anchors].T.reshape(len(anchors), (head.shape[0] - 5) // 3, 3)
+    points = head[5:, anchors].T.reshape(len(anchors), (head.shape[0] - 5) // dims, dims)
+    return points if dims == 3 else np.concatenate([points, np.ones_like(points[..., :1])], -1)
 
 
 def decode_pose_head(
-    head, conf_threshold: float = 0.25, iou_threshold: float = 0.45, max_detections: int = 300
+    head, conf_threshold: float = 0.25, iou_threshold: float = 0.45, max_detections: int = 300, kpt_shape=None
 ) -> list[Poses]:
     """A batch of YOLOv8-pose heads ``(N, 5 + 3K, anchors)`` → one :class:`Poses` per image (input pixels): the
-    anchors scoring above ``conf_threshold``, through NMS at ``iou_threshold``, best first.
+    anchors scoring above ``conf_threshold``, through NMS at ``iou_threshold``, best first; ``kpt_shape``: see
+    :func:`pose_layout`.
 
     Raises:
-        InputError: the output is not a YOLOv8-pose head.
+        InputError: the output is not a YOLOv8-pose head (of ``kpt_shape``).
     """
     head = np.asarray(head)
-    if pose_layout(head) != "yolov8-pose":
+    if pose_layout(head, kpt_shape) != "yolov8-pose":
         raise InputError(f"A YOLOv8-pose head is (N, 5 + 3K, anchors); this output has shape {head.shape}.")
     found = []
     for image in head:
         anchors = np.nonzero(image[4] > conf_threshold)[0]
         boxes = xywh_to_xyxy(image[:4, anchors].T)
         kept = anchors[nms(boxes, image[4, anchors], iou_threshold, max_output=max_detections)]
-        keypoints = pose_keypoints(image, kept).astype(np.float32)
+        keypoints = pose_keypoints(image, kept, (kpt_shape or (0, 3))[1]).astype(np.float32)
         boxes = xywh_to_xyxy(image[:4, kept].T).astype(np.float32)
         found.append(Poses(keypoints[..., :2], keypoints[..., 2], boxes, image[4, kept].astype(np.float32)))
     return found
@@ -183,8 +189,8 @@ def decode_pose_head(
 
 def decode_poses(output, input_size: tuple[int, int], *, refine: bool = True, **head_options) -> list[Poses]:
     """Heatmaps or a YOLOv8-pose head (see :func:`pose_layout`) → one :class:`Poses` per image, in input pixels;
-    ``head_options`` go to :func:`decode_pose_head`."""
-    if pose_layout(output) == "yolov8-pose":
+    ``head_options`` (``kpt_shape`` among them) go to :func:`decode_pose_head`."""
+    if pose_layout(output, head_options.get("kpt_shape")) == "yolov8-pose":
         return decode_pose_head(output, **head_options)
     points, confidence = decode_heatmaps(output, input_size, refine=refine)
     return [Poses(p[None], c[None]) for p, c in zip(points, confidence)]

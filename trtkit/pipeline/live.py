@@ -9,7 +9,8 @@ pipeline falls behind and the buffer is full, ``drop`` decides: ``oldest`` (the 
 ``newest`` (the arriving frame goes) or ``none`` (reading waits: nothing is lost, latency grows). A stream that is
 lost is opened again up to ``reconnect`` times in a row, waiting 0.5 s, 1 s, 2 s... in between; a stream that
 cannot be had back ends the source, :attr:`LiveSource.ended` saying why. Every frame carries its time from the
-stream's start (its timestamps; continued across reconnections) and the moment it arrived.
+stream's start (its timestamps; continued across reconnections) and the moment it arrived. With
+``options={"listen": "1"}``, trtkit is the server an RTMP or TCP publisher (OBS, ``ffmpeg -f flv rtmp://...``) joins.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from trtkit.pipeline.video import DecoderChoice, PyAVReader, pyav
 
 SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "udp", "tcp", "srt", "rtp")
 DROP = ("oldest", "newest", "none")
+LISTEN = ("rtmp", "tcp")  # the schemes a source can listen on (FFmpeg's ``listen`` option)
 BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 
 
@@ -54,18 +56,22 @@ class LiveSource:
         drop: ``oldest``, ``newest`` or ``none`` (what a full buffer does).
         reconnect: how many times in a row a lost stream is opened again (files end at their end).
         buffer: frames held for the pipeline.
-        options: FFmpeg options for opening, over :func:`input_options`' (e.g. ``{"listen": "1"}``).
-        timeout_s: how long opening, and each read, may wait.
+        options: FFmpeg options for opening, over :func:`input_options`'; ``{"listen": "1"}``: wait on an ``rtmp://``
+            or ``tcp://`` URL's address for a publisher, and again after one leaves (``reconnect`` times).
+        timeout_s: how long opening (listening: the wait for the publisher), and each read, may wait.
         threads: PyAV's decoder threads (see :class:`~trtkit.pipeline.video.PyAVReader`).
 
     Raises (on creation):
         InputError: the stream cannot be opened (unreachable, refused, no video, a codec FFmpeg cannot decode), the
-            camera does not exist, or ``drop``/``reconnect`` is not one trtkit knows.
+            camera does not exist, no publisher connected in time, or ``drop``/``reconnect`` is not one trtkit knows.
     """
 
     name = "decode"
 
     def __init__(self, path, *, drop="oldest", reconnect=3, buffer=8, options=None, timeout_s=10.0, threads=None):
+        self.listen = (options or {}).get("listen") in ("1", 1, True)
+        if self.listen and str(path).partition("://")[0].lower() not in LISTEN:
+            raise InputError(f"Cannot listen on '{path}': trtkit listens on rtmp:// and tcp:// URLs")
         if drop not in DROP:
             raise InputError(f"drop='{drop}' is not known; use one of: {', '.join(DROP)}")
         if isinstance(reconnect, bool) or not isinstance(reconnect, int) or reconnect < 0:
@@ -91,7 +97,12 @@ class LiveSource:
         if self.kind == "camera" and not os.path.exists(self.path):
             raise InputError(f"Camera '{self.path}' does not exist; give an existing /dev/videoN")
         options = {**options, **(extra or {})} if self.live else extra
-        return PyAVReader(self.path, threads, fmt, options, timeout if self.live else None, self.kind)
+        try:
+            return PyAVReader(self.path, threads, fmt, options, timeout if self.live else None, self.kind)
+        except InputError as exc:
+            if self.listen and isinstance(exc.__cause__, pyav().error.ExitError):  # the wait ran out
+                raise InputError(f"No publisher connected to '{self.path}' within {timeout:g} s") from exc
+            raise
 
     def info(self) -> dict:
         return {

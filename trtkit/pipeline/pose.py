@@ -20,6 +20,7 @@ def pose_processing(
     iou_threshold: float = 0.45,
     resize: str = "letterbox",
     normalize: dict | None = None,
+    kpt_shape: tuple[int, int] | None = None,
 ) -> Processing:
     """pre: the engine's image preprocessing (``resize``: ``letterbox`` or ``stretch``; the letterbox on the GPU
     where it can run); post: the frame's :class:`~trtkit.detection.pose.Poses` in its pixels; draw: boxes,
@@ -30,6 +31,8 @@ def pose_processing(
             for a model of 17 keypoints, else the keypoints alone.
         conf_threshold, iou_threshold: YOLOv8-pose heads: the lowest person score kept, NMS's IoU threshold.
         normalize: the preprocessing's mean/std (:class:`Processing`'s).
+        kpt_shape: YOLOv8-pose heads: keypoints and values each (ultralytics' metadata; see
+            :func:`~trtkit.detection.pose.pose_layout`).
 
     Raises:
         InputError: the skeleton is unknown or unreadable; on the first frame, the output is not a pose output or
@@ -47,7 +50,8 @@ def pose_processing(
         if len(outputs) != 1:
             raise InputError(f"Pose decoding reads one output; the engine has {len(outputs)}: {', '.join(outputs)}.")
         output = np.asarray(next(iter(outputs.values())))[None]
-        poses = decode_poses(output, size[0], conf_threshold=conf_threshold, iou_threshold=iou_threshold)[0]
+        options = dict(conf_threshold=conf_threshold, iou_threshold=iou_threshold, kpt_shape=kpt_shape)
+        poses = decode_poses(output, size[0], **options)[0]
         if "skeleton" not in checked:
             count = poses.points.shape[1]
             checked["skeleton"] = chosen or (SKELETONS["coco17"] if count == 17 else None)
