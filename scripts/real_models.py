@@ -136,10 +136,8 @@ CASES = [
     _hf("vit_dynamo", "ViTForImageClassification", "ViTConfig()", exporter="dynamo", opset=18),
     *(_yolo(c) for c in ("yolov8n.yaml", "yolo11n.yaml", "yolov5nu.yaml", "yolov8n-seg.yaml", "yolov8n-pose.yaml",
                          "yolov10n.yaml", "rtdetr-l.yaml")),
-    case("rfdetr_nano", "rfdetr", "rfdetr.RFDETRNano(pretrain_weights=None).model.model", (1, 3, 384, 384),
-         dynamic=False),
-    case("rfdetr_base", "rfdetr", "rfdetr.RFDETRBase(pretrain_weights=None).model.model", (1, 3, 560, 560),
-         dynamic=False),
+    *(case(f"rfdetr_{n.lower()}", "rfdetr", f"_export_mode(rfdetr.RFDETR{n}(pretrain_weights=None).model.model)",
+           (1, 3, size, size), dynamic=False) for n, size in (("Nano", 384), ("Base", 560))),
     case("lightning_pose_heatmap", "lightning-pose",
          "importlib.import_module('lightning_pose.models.heatmap_tracker').HeatmapTracker("
          "num_keypoints=17, backbone='resnet50', pretrained=False)", (1, 3, 256, 256)),
@@ -155,6 +153,13 @@ except ImportError as exc:
 import torch
 
 torch.manual_seed(0)
+torch.backends.mha.set_fastpath_enabled(False)  # nn.MultiheadAttention's fused eval path has no ONNX export
+
+
+def _export_mode(model):  # rfdetr's own export: position embeddings precomputed (no antialiased interpolation)
+    model.export()
+    return model
+
 model = ({ctor}).eval()
 
 
