@@ -3,10 +3,15 @@ and through trtkit (FP32 and FP16), each judged against onnxruntime as ``trtkit 
 
 Each case of :data:`CASES` (a library's constructor, random weights, an exporter, an opset, a dynamic batch axis or
 not) is exported by the PyTorch interpreter ``--torch-python`` (a small export script per case, run as a
-subprocess: torch is never imported here), then run in three child processes of this script, one after another:
+subprocess: torch is never imported here), then run in child processes of this script, one stage after another:
 
 - ``ort``: onnxruntime (onnx's reference evaluator where onnxruntime is not installed) runs the export on a seeded
-  random input, which the other two are fed;
+  random input, which the other stages are fed;
+- ``prepare`` (CPU only, not in the default ``--stages``): ``trtkit.prepare`` as a default build runs it (compatibility
+  rewrites, constant folding, for TensorRT 8.6's documented parser), the prepared model run in onnxruntime and
+  judged against the export's outputs with parity's FP32 tolerance; then trtkit's FP16 cast of it (the model
+  ``--fp16-mode cast`` builds, strongly typed) with parity's FP16 tolerance. A prepare that raises fails naming why;
+  the rewrites that did not apply and the nodes a build would refuse (hazards) are recorded beside the verdicts;
 - ``raw``: :func:`onnx_backend_suite.run_raw`, a minimal raw-API parse, FP32 build (TF32 off) at builder
   optimization level ``--opt-level`` and run, as a user without trtkit would;
 - ``trtkit``: ``trtkit.build`` FP32 then FP16 at the same optimization level, each engine through
@@ -18,13 +23,19 @@ written atomically after each case, and a case already in it is skipped (``--red
 scoreboard grows over several calls. No case starts once the time left under ``--budget-s`` is less than the
 median seconds of the cases run so far.
 
+``--stages`` picks the stages (``ort`` always runs: the others need its feed); a case already in the results is run
+again when it lacks a stage asked for, its other stages kept.
+
 On the GPU host:  bash .gpu/bin/gpu-run python3 scripts/real_models.py --budget-s 480
 On a CPU (smoke): python scripts/real_models.py --fake --limit 3 --out /tmp/real.json
+On a CPU (prepare): python scripts/real_models.py --stages ort,prepare --jobs 1 --out /tmp/real-prepare.json \
+                      --torch-python TORCH_VENV/bin/python --export-pythonpath EXTRA_PACKAGES
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -44,7 +55,8 @@ from timing import run_stamp  # noqa: E402
 TORCH_PYTHON = "/opt/torch/.venv/bin/python3"
 LIBRARIES = {"timm": "timm", "torchvision": "torchvision", "transformers": "transformers",
              "ultralytics": "ultralytics", "rfdetr": "rfdetr", "lightning-pose": "lightning_pose"}
-STAGES = ("ort", "raw", "trtkit")
+STAGES = ("ort", "prepare", "raw", "trtkit")
+DEFAULT_STAGES = "ort,raw,trtkit"
 SKIP_CODE = 3  # the export script's exit code when the case's library is not installed
 FAKE_CRASH = "REAL_MODELS_FAKE_CRASH"  # with --fake, "<case>:<stage>": that child calls os._exit
 
@@ -82,7 +94,9 @@ def _hf(name, model, config, shape=(1, 3, 224, 224), **kw):
 
 
 def _yolo(cfg, **kw):
-    return case(f"yolo_{cfg.split('.')[0]}", "ultralytics", f"ultralytics.YOLO({cfg!r}).model", (1, 3, 640, 640), **kw)
+    kind = "RTDETR" if cfg.startswith("rtdetr") else "YOLO"  # YOLO() refuses an RT-DETR yaml
+    return case(f"yolo_{cfg.split('.')[0]}", "ultralytics", f"ultralytics.{kind}({cfg!r}).model", (1, 3, 640, 640),
+                **kw)
 
 
 DETR_CONFIG = ("backbone=None, use_timm_backbone=False, use_pretrained_backbone=False, "
@@ -122,10 +136,8 @@ CASES = [
     _hf("vit_dynamo", "ViTForImageClassification", "ViTConfig()", exporter="dynamo", opset=18),
     *(_yolo(c) for c in ("yolov8n.yaml", "yolo11n.yaml", "yolov5nu.yaml", "yolov8n-seg.yaml", "yolov8n-pose.yaml",
                          "yolov10n.yaml", "rtdetr-l.yaml")),
-    case("rfdetr_nano", "rfdetr", "rfdetr.RFDETRNano(pretrain_weights=None).model.model", (1, 3, 384, 384),
-         dynamic=False),
-    case("rfdetr_base", "rfdetr", "rfdetr.RFDETRBase(pretrain_weights=None).model.model", (1, 3, 560, 560),
-         dynamic=False),
+    *(case(f"rfdetr_{n.lower()}", "rfdetr", f"_export_mode(rfdetr.RFDETR{n}(pretrain_weights=None).model.model)",
+           (1, 3, size, size), dynamic=False) for n, size in (("Nano", 384), ("Base", 560))),
     case("lightning_pose_heatmap", "lightning-pose",
          "importlib.import_module('lightning_pose.models.heatmap_tracker').HeatmapTracker("
          "num_keypoints=17, backbone='resnet50', pretrained=False)", (1, 3, 256, 256)),
@@ -141,6 +153,13 @@ except ImportError as exc:
 import torch
 
 torch.manual_seed(0)
+torch.backends.mha.set_fastpath_enabled(False)  # nn.MultiheadAttention's fused eval path has no ONNX export
+
+
+def _export_mode(model):  # rfdetr's own export: position embeddings precomputed (no antialiased interpolation)
+    model.export()
+    return model
+
 model = ({ctor}).eval()
 
 
@@ -205,6 +224,8 @@ def run_stage(stage: str, folder: Path, item: dict, fake: bool, opt_level: int) 
         except Exception as exc:  # noqa: BLE001 - every failure is the case's result
             return {"status": "fail", "error": _first_line(exc)}
         return {"status": "pass", "error": None}
+    if stage == "prepare":
+        return run_prepare(folder, model)
     from trtkit.parity import compare_engine_to_onnx
 
     trt, cudart, cuda = suite._backend(fake)
@@ -242,6 +263,48 @@ def run_stage(stage: str, folder: Path, item: dict, fake: bool, opt_level: int) 
             out[precision] = verdict(str(engine), precision, runner)
         except Exception as exc:  # noqa: BLE001
             out[precision] = {"status": "fail", "error": _first_line(exc)}
+    return out
+
+
+def run_prepare(folder: Path, model: Path) -> dict:
+    """The ``prepare`` stage: trtkit's prepare (then its FP16 cast) against the export, both in onnxruntime."""
+    import numpy as np
+
+    import trtkit
+    from trtkit.builder.sanitize import save_model
+    from trtkit.parity.compare import compare_outputs
+    from trtkit.parity.reference import OnnxReference, load_model
+    from trtkit.parity.tolerance import tolerance_for
+    from trtkit.quant.fp16 import convert_float
+
+    feed = dict(np.load(folder / "feed.npz"))
+    reference = OnnxReference(load_model(str(model)), backend=reference_backend())(feed)
+
+    def verdict(path: Path, precision: str) -> dict:
+        try:
+            got = OnnxReference(load_model(str(path)), backend=reference_backend())(feed)
+        except Exception as exc:  # noqa: BLE001
+            return {"status": "fail", "error": _first_line(exc)}
+        got = {k: v.astype(reference[k].dtype) if k in reference else v for k, v in got.items()}
+        failed = [r for r in compare_outputs(got, reference, tolerance_for(precision)) if not r.passed]
+        return {"status": "fail" if failed else "pass", "error": failed[0].summary[:400] if failed else None}
+
+    started = time.monotonic()
+    try:
+        prepared = trtkit.prepare(str(model))
+        prepared.save(folder / "prepared.onnx")
+    except Exception as exc:  # noqa: BLE001
+        failed = {"status": "fail", "error": _first_line(exc)}
+        return {**failed, "fp16": failed}
+    out = verdict(folder / "prepared.onnx", "fp32")
+    out.update(summary=prepared.summary()[:400], seconds=round(time.monotonic() - started, 2),
+               not_applied=[str(r)[:300] for r in prepared.rewrites if r.status != "applied"][:8],
+               hazards=[str(h)[:300] for h in prepared.hazards][:8])
+    try:
+        save_model(convert_float(prepared.proto, dtype="fp16", keep_io_types=True).model, folder / "fp16.onnx")
+        out["fp16"] = verdict(folder / "fp16.onnx", "fp16")
+    except Exception as exc:  # noqa: BLE001
+        out["fp16"] = {"status": "fail", "error": _first_line(exc)}
     return out
 
 
@@ -286,8 +349,9 @@ def export(item: dict, folder: Path, args, timeout_s: float) -> dict:
     else:
         (folder / "export.py").write_text(export_script(item, model))
         try:
+            env = {**os.environ, "PYTHONPATH": args.export_pythonpath} if args.export_pythonpath else None
             done = subprocess.run([args.torch_python, str(folder / "export.py")], capture_output=True, text=True,
-                                  timeout=timeout_s, cwd=folder)
+                                  timeout=timeout_s, cwd=folder, env=env)
             if done.returncode == SKIP_CODE:
                 status, error = "skip", done.stdout.strip().splitlines()[-1]
             elif done.returncode != 0 or not model.exists():
@@ -314,7 +378,7 @@ def run_child(stage: str, folder: Path, args, timeout_s: float) -> dict:
     return {"status": "crash", "error": f"child exit code {done.returncode}" + (f": {tail[0][:300]}" if tail else "")}
 
 
-def run_case(item: dict, work: Path, args) -> dict:
+def run_case(item: dict, work: Path, args, stages: list) -> dict:
     started = time.monotonic()
     deadline = started + args.case_timeout_s
     folder = work / item["name"]
@@ -324,32 +388,37 @@ def run_case(item: dict, work: Path, args) -> dict:
     record["export"] = export(item, folder, args, deadline - time.monotonic())
     record.update(ort_runs=False, ort_error=None, crash=False)
     skipped = {"status": "skip", "error": record["export"]["error"]}
-    stages = {"raw": skipped, "trtkit": {"fp32": skipped, "fp16": skipped}}
+    results = {s: {"fp32": skipped, "fp16": skipped} if s == "trtkit" else skipped for s in stages}
     if record["export"]["status"] == "pass":
         ort = run_child("ort", folder, args, deadline - time.monotonic())
         record.update(ort_runs=ort["status"] == "pass", ort_error=ort["error"], crash=ort["status"] == "crash")
         if record["ort_runs"]:
-            for stage in ("raw", "trtkit"):
-                stages[stage] = run_child(stage, folder, args, deadline - time.monotonic())
-                record["crash"] |= stages[stage].get("status") == "crash"
+            for stage in stages:
+                results[stage] = run_child(stage, folder, args, deadline - time.monotonic())
+                record["crash"] |= results[stage].get("status") == "crash"
         else:
             skipped = {"status": "skip", "error": "onnxruntime does not run the export"}
-            stages = {"raw": skipped, "trtkit": {"fp32": skipped, "fp16": skipped}}
-    trtkit_result = stages["trtkit"]
-    if "status" in trtkit_result:  # the whole child failed: both precisions share its fate
-        trtkit_result = {"fp32": trtkit_result, "fp16": trtkit_result}
-    record.update(raw=stages["raw"], trtkit_fp32=trtkit_result["fp32"], trtkit_fp16=trtkit_result["fp16"],
-                  seconds=round(time.monotonic() - started, 2))
+            results = {s: {"fp32": skipped, "fp16": skipped} if s == "trtkit" else skipped for s in stages}
+    if "trtkit" in results:
+        trtkit_result = results.pop("trtkit")
+        if "status" in trtkit_result:  # the whole child failed: both precisions share its fate
+            trtkit_result = {"fp32": trtkit_result, "fp16": trtkit_result}
+        record.update(trtkit_fp32=trtkit_result["fp32"], trtkit_fp16=trtkit_result["fp16"])
+    if "prepare" in results and "fp16" not in results["prepare"]:  # a crash or timeout: the FP16 half shares it
+        results["prepare"]["fp16"] = dict(results["prepare"])
+    record.update(results, seconds=round(time.monotonic() - started, 2))
     return record
 
 
 def summarize(models: dict) -> dict:
+    """The counts; a stage's passes only where some model has that stage's results."""
     ran = [m for m in models.values() if m["export"]["status"] == "pass"]
     ort = [m for m in ran if m["ort_runs"]]
-    return {"models": len(ran), "ort_runs": len(ort),
-            "trtkit_pass": sum(m["trtkit_fp32"]["status"] == "pass" for m in ort),
-            "trtkit_fp16_pass": sum(m["trtkit_fp16"]["status"] == "pass" for m in ort),
-            "raw_pass": sum(m["raw"]["status"] == "pass" for m in ort),
+    passes = {"trtkit_pass": ("trtkit_fp32",), "trtkit_fp16_pass": ("trtkit_fp16",), "raw_pass": ("raw",),
+              "prepare_pass": ("prepare",), "prepare_fp16_pass": ("prepare", "fp16")}
+    counts = {key: sum(functools.reduce(dict.get, path, m)["status"] == "pass" for m in ort if path[0] in m)
+              for key, path in passes.items() if any(path[0] in m for m in models.values())}
+    return {"models": len(ran), "ort_runs": len(ort), **counts,
             "crash": sum(m["crash"] for m in models.values()),
             "export_skip": sum(m["export"]["status"] == "skip" for m in models.values()),
             "export_fail": sum(m["export"]["status"] in ("fail", "timeout") for m in models.values())}
@@ -374,14 +443,16 @@ def default_out(fake: bool) -> Path:
 
 
 def select(args, parser) -> list:
-    """The cases this run starts: ``--only`` (all named must exist), less the done ones but ``--redo``, ``--limit``."""
+    """The cases this run starts: ``--only`` (all named must exist; in its order), less the done ones but ``--redo``,
+    ``--limit``."""
     names = {c["name"] for c in CASES}
     only = [n for n in (args.only or "").split(",") if n]
     redo = [n for n in (args.redo or []) for n in n.split(",") if n]
     unknown = sorted(set(only + redo) - names)
     if unknown:
         parser.error(f"no case named {', '.join(unknown)} (--list shows the table)")
-    return [c for c in CASES if not only or c["name"] in only][: args.limit]
+    by_name = {c["name"]: c for c in CASES}
+    return [by_name[n] for n in (dict.fromkeys(only) if only else by_name)][: args.limit]
 
 
 def main(argv=None) -> int:
@@ -394,7 +465,9 @@ def main(argv=None) -> int:
     parser.add_argument("--case-timeout-s", type=float, default=420.0, help="export and every stage of one case")
     parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="cases at once (builds at once)")
     parser.add_argument("--opt-level", type=int, default=0, help="builder optimization level of every build")
+    parser.add_argument("--stages", default=DEFAULT_STAGES, help=f"comma-separated, of {', '.join(STAGES)}")
     parser.add_argument("--torch-python", default=TORCH_PYTHON, help="the interpreter with torch that exports")
+    parser.add_argument("--export-pythonpath", help="PYTHONPATH of the exports (libraries beside --torch-python's)")
     parser.add_argument("--work-dir", help="exports and engines (default: a temporary folder)")
     parser.add_argument("--out", help="results JSON (default benchmarks/results/real-models-<trt version>.json)")
     parser.add_argument("--fake", action="store_true", help="trtkit's fake TensorRT, tiny models for the exports")
@@ -407,13 +480,17 @@ def main(argv=None) -> int:
             print(f"{c['name']:40} {c['library']:14} {c['exporter']:11} opset {c['opset']} "
                   f"{'dynamic' if c['dynamic'] else 'static '} {c['ctor']}")
         return 0
+    stages = [s for s in STAGES[1:] if s in args.stages.split(",")]
+    if set(args.stages.split(",")) - set(STAGES):
+        parser.error(f"--stages {args.stages}: the stages are {', '.join(STAGES)}")
     if not args.fake and not Path(args.torch_python).exists():
         parser.error(f"--torch-python {args.torch_python} does not exist: give the interpreter that has torch")
     started = time.monotonic()
     out = Path(args.out) if args.out else default_out(args.fake)
     report = json.loads(out.read_text()) if out.exists() else {"models": {}}
     redo = {n for r in (args.redo or []) for n in r.split(",") if n}
-    pending = [c for c in select(args, parser) if c["name"] not in report["models"] or c["name"] in redo]
+    done = {n: m for n, m in report["models"].items() if all(s in m or f"{s}_fp32" in m for s in stages)}
+    pending = [c for c in select(args, parser) if c["name"] not in done or c["name"] in redo]
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="real-models-"))
     lock, durations = threading.Lock(), []
     report.update(run_stamp(), reference=reference_backend(), opt_level=args.opt_level)
@@ -426,16 +503,18 @@ def main(argv=None) -> int:
                 if not pending or left < (statistics.median(durations) if durations else 0) or left <= 0:
                     return
                 item = pending.pop(0)
-            record = run_case(item, work, args)
+            record = run_case(item, work, args, stages)
             with lock:
                 durations.append(record["seconds"])
-                report["models"][item["name"]] = record
+                report["models"][item["name"]] = {**report["models"].get(item["name"], {}), **record}
                 report["summary"] = summarize(report["models"])
                 write_atomic(out, report)
+                verdicts = [f"{k} {record[k]['status']}" for k in ("prepare", "raw", "trtkit_fp32", "trtkit_fp16")
+                            if k in record] + ([f"prepare_fp16 {record['prepare']['fp16']['status']}"]
+                                               if "prepare" in record else [])
                 print(f"{item['name']}: export {record['export']['status']}, ort {record['ort_runs']}, "
-                      f"raw {record['raw']['status']}, trtkit fp32 {record['trtkit_fp32']['status']} fp16 "
-                      f"{record['trtkit_fp16']['status']}{' CRASH' if record['crash'] else ''} "
-                      f"({record['seconds']} s)", flush=True)
+                      f"{', '.join(verdicts)}{' CRASH' if record['crash'] else ''} ({record['seconds']} s)",
+                      flush=True)
 
     threads = [threading.Thread(target=worker) for _ in range(args.jobs)]
     for t in threads:

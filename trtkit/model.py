@@ -17,6 +17,8 @@ from trtkit.errors import DependencyError, ModelError, first_line
 if TYPE_CHECKING:
     import onnx
 
+PROTOBUF_LIMIT = (2 << 30) - (16 << 20)  # bytes one serialized onnx.ModelProto can hold, less a margin
+
 
 class LoadedModel:
     """An ONNX model with its serialized bytes (what TensorRT's parser reads) and where it came from.

@@ -101,3 +101,25 @@ def test_unknown_dtype_is_refused():
         from trtkit.quant.fp16 import convert_float
 
         convert_float(residual_cnn(), dtype="int4")
+
+
+def test_a_subgraph_reading_tensors_of_the_outer_graph_gets_them_in_fp32():
+    """torchvision's SSD exports its NMS as an If whose branch reads the boxes and a Constant of the main graph."""
+    from onnx import helper
+
+    branch = helper.make_graph([helper.make_node("Add", ["r", "c"], ["out"])], "branch", [],
+                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["r"], ["out2"])], "other", [],
+                              [helper.make_tensor_value_info("out2", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [0.5])),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)]
+    graph = helper.make_graph(nodes, "if_outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    conv = convert_to_fp16(model)
+    onnx.checker.check_model(conv.model, full_check=True)
+    x = np.array([-1.0, 0.25, 1.0, 2.0], np.float32)
+    got = ReferenceEvaluator(conv.model).run(["y"], {"x": x, "cond": np.array(True)})[0]
+    np.testing.assert_allclose(got, [0.5, 0.75, 1.5, 2.5])

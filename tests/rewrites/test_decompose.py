@@ -159,6 +159,21 @@ def test_a_converted_model_the_checker_refuses_is_not_used():
     assert "dilations" in report[0].what and rewritten is model
 
 
+def test_attributes_the_older_opset_lacks_are_dropped_when_they_hold_their_default():
+    # what torch.onnx.export(dynamo=True) writes at opsets 18-20: every ReduceMean says noop_with_empty_axes=0, which
+    # the converter keeps at opset 17 (an invalid model), and which is what ReduceMean-13 computes anyway
+    axes = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes")
+    model = _model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="mean", keepdims=1,
+                                     noop_with_empty_axes=0)],
+                   [_vi("x", TensorProto.FLOAT, [1, 2, 3, 3])], [_vi("y", TensorProto.FLOAT, [1, 2, 1, 1])],
+                   [axes], opset=20)
+    rewritten, report = apply_rewrites(model, TARGET_86, steps=[("opset", opset.rewrite)])
+    assert report[0].status == "applied" and rewritten.opset_import[0].version == 17
+    onnx.checker.check_model(rewritten, full_check=True)
+    x = np.arange(18, dtype=np.float32).reshape(1, 2, 3, 3)
+    np.testing.assert_allclose(run(rewritten, {"x": x})[0], x.mean(axis=(2, 3), keepdims=True))
+
+
 # --- attribute forms after folding -----------------------------------------------------------------------------------
 
 

@@ -39,21 +39,43 @@ def test_no_sanitize_leaves_the_model_as_given():
     assert prepared.rewrites == [] and prepared.source_sha256 == prepared.sha256
 
 
-def test_external_data_models_keep_their_weights_outside_and_save_them_beside_a_copy(tmp_path):
+def test_external_data_that_fits_in_memory_is_read_and_folded_and_its_files_never_written(tmp_path):
+    """Exporters write external data for models far below 2 GB (Lightning Pose's 94 MB): it is prepared whole."""
     path = external_data_model(tmp_path)
+    data = (path.parent / "big.onnx.data").read_bytes()
     prepared = prepare(path)
-    kinds = [(r.rewrite, r.status) for r in prepared.rewrites]
-    assert ("symbolic-dims", "applied") in kinds and ("external-data", "applied") in kinds
-    assert ("fold-constants", "skipped") in kinds
-    assert prepared.loaded.path == path  # the parser finds the data files beside the original
-    assert prepared.proto.graph.initializer[0].data_location == TensorProto.EXTERNAL
+    kinds = [r.rewrite for r in prepared.rewrites]
+    assert "symbolic-dims" in kinds and "external-data" not in kinds and "fold-constants" not in kinds
+    assert prepared.loaded.path == path and prepared.fold is not None
+    np.testing.assert_array_equal(numpy_helper.to_array(prepared.proto.graph.initializer[0]).ravel(), np.arange(12))
+    for target in (path, path.parent / "big.onnx.data"):
+        with pytest.raises(UsageError, match="is the same file as model"):
+            prepared.save(target)
     out = tmp_path / "out" / "prepared.onnx"
     out.parent.mkdir()
-    prepared.save(out)
+    prepared.save(out)  # as the model came: its weights beside it
     assert (out.parent / "prepared.onnx.data").is_file()
-    again = onnx.load(str(out))
-    np.testing.assert_array_equal(numpy_helper.to_array(again.graph.initializer[0]).ravel(), np.arange(12))
-    assert again.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "x_dim0"
+    assert numpy_helper.to_array(onnx.load(str(out)).graph.initializer[0]).shape == (4, 3)
+    assert (path.parent / "big.onnx.data").read_bytes() == data
+
+
+def test_external_data_over_2_gb_stays_outside_and_the_reason_says_its_size(tmp_path):
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 600_000_000])
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "huge.onnx.data"), ("offset", "0"), ("length", str(2_400_000_000))):
+        w.external_data.add(key=key, value=value)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 600_000_000])], [w])
+    path = tmp_path / "huge.onnx"
+    onnx.save(model, str(path))
+    with open(tmp_path / "huge.onnx.data", "wb") as f:  # sparse: never read
+        f.truncate(2_400_000_000)
+    prepared = prepare(path)
+    external = next(r for r in prepared.rewrites if r.rewrite == "external-data")
+    assert external.why == "its 2.2 GB of weights and graph exceed the 2 GB one protobuf model can hold"
+    assert ("fold-constants", "skipped") in [(r.rewrite, r.status) for r in prepared.rewrites]
+    assert prepared.proto.graph.initializer[0].data_location == TensorProto.EXTERNAL
 
 
 def test_a_missing_external_data_file_is_named(tmp_path):

@@ -69,3 +69,23 @@ def test_the_table_covers_every_library_exporter_and_opset_range(real_models):
     assert {c["dynamic"] for c in cases} == {True, False}
     for c in cases:  # every case's export script is valid Python
         compile(real_models.export_script(c, "m.onnx"), c["name"], "exec")
+
+
+def test_the_prepare_stage_runs_on_a_cpu_and_a_later_run_adds_the_gpu_stages(real_models, tmp_path, capsys):
+    report = _run(real_models, tmp_path, "--only", NAMES, "--stages", "ort,prepare")
+    assert report["summary"] == {"models": 3, "ort_runs": 3, "prepare_pass": 3, "prepare_fp16_pass": 3, "crash": 0,
+                                 "export_skip": 0, "export_fail": 0}
+    record = report["models"]["tv_resnet18"]
+    assert "raw" not in record and record["prepare"]["status"] == "pass"
+    assert record["prepare"]["fp16"] == {"status": "pass", "error": None}
+    assert {"summary", "not_applied", "hazards"} <= set(record["prepare"])
+    both = _run(real_models, tmp_path, "--only", NAMES)  # the default stages: each case lacks them, so runs again
+    assert "3 cases to run" in capsys.readouterr().out
+    assert both["summary"]["prepare_pass"] == 3 and both["summary"]["trtkit_pass"] == 3
+    assert both["models"]["tv_resnet18"]["prepare"] == record["prepare"]
+
+
+def test_an_unknown_stage_is_a_usage_error(real_models, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        real_models.main(["--fake", "--stages", "ort,gpu", "--out", str(tmp_path / "r.json")])
+    assert exc.value.code == 2 and "the stages are ort, prepare, raw, trtkit" in capsys.readouterr().err

@@ -5,9 +5,10 @@ Load once -> compatibility rewrites (:mod:`trtkit.builder.rewrites`) -> constant
 point that builds goes through it, so one ONNX model gives one engine whichever way it is built; ``trtkit sanitize``
 shows and saves what it does.
 
-Models with external data (over 2 GB) are loaded without their weights: the rewrites touch only the graph, and
-TensorRT's parser reads the original data files beside the original model's path. :meth:`PreparedModel.save` writes the
-weights next to a copy saved elsewhere.
+A model with external data whose weights fit in one protobuf (under 2 GB with the graph) is read into memory and
+prepared whole; a larger one keeps its weights outside (not folded): the rewrites touch only the graph, and TensorRT's
+parser reads the original data files beside the original model's path. :meth:`PreparedModel.save` writes the
+weights next to a copy saved elsewhere. Neither the model nor its data files are ever written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from trtkit.builder.rewrites import APPLIED, SKIPPED, ParserTarget, Rewrite, after_folding_steps, apply_rewrites
 from trtkit.errors import ModelError
 from trtkit.model import (
+    PROTOBUF_LIMIT,
     LoadedModel,
     external_data_files,
     has_external_data,
@@ -114,7 +116,7 @@ class PreparedModel:
         )
 
     def save(self, path) -> Path:
-        """Write the prepared model; external weights go to ``<name>.data`` beside it.
+        """Write the prepared model; one that came with external data gets its weights in ``<name>.data`` beside it.
 
         Raises:
             UsageError: ``path`` (or its ``.data``) is the model this was prepared from or one of its data files.
@@ -123,15 +125,15 @@ class PreparedModel:
         from trtkit._atomic import check_outputs
         from trtkit.builder.sanitize import save_model, saved_files
 
-        check_outputs({"path": saved_files(path)}, model_files(self.loaded))
+        files = model_files(self.loaded.path or self.loaded)  # the source's, whose weights may be in memory now
+        check_outputs({"path": saved_files(path)}, files)
         source = self.loaded.path
         proto = self.proto
         if has_external_data(proto):
             proto = copy.deepcopy(self.proto)
             folder = Path(source).parent if source is not None else Path(".")
             load_external_data(proto, folder, f"'{source or self.loaded.name}'")
-            return save_model(proto, path, external=True)
-        return save_model(proto, path)
+        return save_model(proto, path, external=bool(files.get("model's external data")))
 
 
 def prepare(
@@ -186,7 +188,7 @@ def prepare(
     if nms is not None and type(nms).__name__ != "NmsOptions":
         _check.fail("nms", nms, "a trtkit.detection.NmsOptions or None")
     target = target or (ParserTarget.from_trt(trt) if trt is not None else ParserTarget.assumed())
-    source = load_model(model, check=False, external_data=False)
+    source = _read_weights(load_model(model, check=False, external_data=False))
     proto, rewrites = source.proto, []
     say = on_progress or (lambda text: None)
     if sanitize:
@@ -194,13 +196,16 @@ def prepare(
         proto, rewrites = apply_rewrites(proto, target)
     external = has_external_data(proto)
     if external:
+        size = f"{_external_bytes(source) / (1 << 30):.1f} GB of " if source.path else ""
         rewrites.append(
             Rewrite(
                 "external-data",
                 "model",
                 f"kept {len(external_data_files(proto))} external data "
                 f"file(s) beside '{source.name}'; TensorRT's parser reads them from there",
-                "a protobuf model cannot hold more than 2 GB",
+                f"its {size}weights and graph exceed the 2 GB one protobuf model can hold"
+                if source.path
+                else "the model was given without its path, so its data files cannot be read",
             )
         )
     fold = None
@@ -210,7 +215,7 @@ def prepare(
                 "fold-constants",
                 "model",
                 "not folded: the weights stay in external data files",
-                "folding would load every weight into memory",
+                "folding works on one protobuf model holding every weight",
                 SKIPPED,
             )
         )
@@ -232,6 +237,22 @@ def prepare(
     loaded = source if proto is source.proto else LoadedModel(proto, proto.SerializeToString(), source.path)
     hazards = [*dtypes.find(proto, target), *semantics.find(proto, target)]
     return PreparedModel(loaded, rewrites, source.sha256, original_dtypes(rewrites), target, fold, hazards)
+
+
+def _read_weights(source: LoadedModel) -> LoadedModel:
+    """``source`` with its external weights read into a copy of its proto, when they fit in one protobuf."""
+    if source.path is None or not has_external_data(source.proto):
+        return source
+    if _external_bytes(source) + source.proto.ByteSize() > PROTOBUF_LIMIT:
+        return source
+    proto = copy.deepcopy(source.proto)
+    load_external_data(proto, source.path.parent, f"'{source.path}'")
+    return LoadedModel(proto, None, source.path)
+
+
+def _external_bytes(source: LoadedModel) -> int:
+    """The sizes of ``source``'s external data files, beside its path."""
+    return sum((Path(source.path or "").parent / name).stat().st_size for name in external_data_files(source.proto))
 
 
 def _append_nms(proto, options, rewrites: list):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from trtkit._atomic import replace_files, write_bytes_atomic
 from trtkit.errors import ModelError, TrtkitError, first_line
-from trtkit.model import load_model
+from trtkit.model import PROTOBUF_LIMIT, load_model
 
 NEVER_FOLD = frozenset(
     {
@@ -149,7 +149,7 @@ def save_model(model, path, *, external: bool = False) -> Path:
     from onnx.external_data_helper import set_external_data
 
     path = Path(path)
-    large = external or (model.ByteSize() > (2 << 30) - (16 << 20) if _has_bytesize(model) else True)
+    large = external or (model.ByteSize() > PROTOBUF_LIMIT if _has_bytesize(model) else True)
     try:
         if not large:
             return write_bytes_atomic(path, model.SerializeToString())
@@ -403,7 +403,7 @@ def _label(node) -> str:
 def _check(model) -> None:
     import onnx
 
-    if not _has_bytesize(model) or model.ByteSize() > (2 << 30) - (16 << 20):
+    if not _has_bytesize(model) or model.ByteSize() > PROTOBUF_LIMIT:
         return  # the in-memory checker refuses protos over 2 GB; TensorRT's parser checks what it reads
     try:
         onnx.checker.check_model(model)

@@ -255,6 +255,9 @@ class _Rewriter:
             for i, name in enumerate(node.input):
                 if self.is_float(name):
                     node.input[i] = self.version_of(name, "fp32" if i in fp32_positions else want)
+        for inner, i in _outer_reads(node):  # subgraphs stay as they are: what they read of this graph is FP32
+            if self.is_float(inner.input[i]):
+                inner.input[i] = self.version_of(inner.input[i], "fp32")
         if not blocked:
             self._convert_attributes(node)
         for name in float_outputs:
@@ -335,7 +338,7 @@ class _Rewriter:
     def _finish(self) -> None:
         del self.graph.node[:]
         self.graph.node.extend(_toposort(self.new_nodes, self.graph))
-        used = {i for n in self.graph.node for i in n.input}
+        used = {i for n in self.graph.node for i in [*n.input, *(m.input[j] for m, j in _outer_reads(n))]}
         keep = [t for t in self.graph.initializer if t.name in used or t.name in {o.name for o in self.graph.output}]
         del self.graph.initializer[:]
         self.graph.initializer.extend(keep)
@@ -374,6 +377,17 @@ def _infer_types(model) -> dict:
     return types
 
 
+def _outer_reads(node, defined=frozenset()):
+    """``(subgraph node, input index)`` of each input that ``node``'s subgraphs (nested ones too) read from outside."""
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.type == attr.GRAPH else attr.graphs:
+            inner = {o for n in graph.node for o in n.output} | {v.name for v in [*graph.input, *graph.initializer]}
+            inner |= defined
+            for n in graph.node:
+                yield from ((n, i) for i, name in enumerate(n.input) if name and name not in inner)
+                yield from _outer_reads(n, inner)
+
+
 def _shape_math_nodes(graph, inits) -> set:
     """Indices of nodes whose inputs all come from Shape/Size (transitively) or constants, with at least one shape."""
     shape_like, constant = set(), set(inits)
@@ -399,7 +413,7 @@ def _toposort(nodes: list, graph) -> list:
     while pending:
         progressed, rest = False, []
         for node in pending:
-            if all(i in available for i in node.input):
+            if all(i in available for i in [*node.input, *(m.input[j] for m, j in _outer_reads(node))]):
                 ordered.append(node)
                 available.update(node.output)
                 progressed = True

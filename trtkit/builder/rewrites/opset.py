@@ -35,6 +35,7 @@ def _convert(proto, opset: int, to: int, why: str, advice: str) -> Rewrite:
     except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError or its own assertion types
         what = f"could not convert opset {opset} to {to} with onnx's version converter ({first_line(exc)}); {advice}"
         return Rewrite("opset", "model", what, why, FAILED)
+    _drop_defaults(converted, opset, to)
     invalid = _newly_invalid(proto, converted)
     if invalid:
         what = (
@@ -47,6 +48,23 @@ def _convert(proto, opset: int, to: int, why: str, advice: str) -> Rewrite:
     if functions and not proto.functions:  # the converter drops model-local functions
         proto.functions.extend(functions)
     return Rewrite("opset", "model", f"converted from opset {opset} to {to} with onnx's version converter", why)
+
+
+def _drop_defaults(model, opset: int, to: int) -> None:
+    """Drop the attributes the converter keeps that the opset-``to`` op lacks, where they hold their opset-``opset``
+    default (dynamo's ``noop_with_empty_axes=0`` on every Reduce*): the older op computes what the default says."""
+    import onnx
+    from onnx import helper
+
+    for node in [n for n in model.graph.node if n.domain in ("", "ai.onnx")]:
+        try:
+            old, new = (onnx.defs.get_schema(node.op_type, v).attributes for v in (opset, to))
+        except onnx.defs.SchemaError:
+            continue
+        for attr in [a for a in node.attribute if a.name in old and a.name not in new]:
+            default = old[attr.name].default_value
+            if default.name and helper.get_attribute_value(attr) == helper.get_attribute_value(default):
+                node.attribute.remove(attr)
 
 
 def _newly_invalid(original, converted) -> str | None:
