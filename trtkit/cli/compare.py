@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import sys
 import time
 
 from trtkit.cli import options
@@ -120,7 +119,7 @@ def run(args, console) -> int:
         console.print(f"engines: {built} built, {cached} from the cache", highlight=False)
     if args.json:  # when and how the table was made travel with it
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        stamp = {"date": now, "command": shlex.join(["trtkit", *sys.argv[1:]])}
+        stamp = {"date": now, "command": shlex.join(["trtkit", *args.argv])}
         write_json(args.json, {**result.to_json(), **stamp})
     if args.markdown:
         write_text_atomic(Path(args.markdown), to_markdown(result))

@@ -109,6 +109,7 @@ def main(argv: list | None = None) -> int:
     parser = make_parser(_command_of(argv))
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # the command line as given, for results that record how they were made
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     if not getattr(args, "command_module", None):
