@@ -57,6 +57,8 @@ def test_external_data_that_fits_in_memory_is_read_and_folded_and_its_files_neve
     assert (out.parent / "prepared.onnx.data").is_file()
     assert numpy_helper.to_array(onnx.load(str(out)).graph.initializer[0]).shape == (4, 3)
     assert (path.parent / "big.onnx.data").read_bytes() == data
+    # saving leaves the prepared model whole in memory: its weights still in it, ready for the next step
+    np.testing.assert_array_equal(numpy_helper.to_array(prepared.proto.graph.initializer[0]).ravel(), np.arange(12))
 
 
 def test_external_data_over_2_gb_stays_outside_and_the_reason_says_its_size(tmp_path):

@@ -128,12 +128,12 @@ class PreparedModel:
         files = model_files(self.loaded.path or self.loaded)  # the source's, whose weights may be in memory now
         check_outputs({"path": saved_files(path)}, files)
         source = self.loaded.path
-        proto = self.proto
-        if has_external_data(proto):
+        proto, owned = self.proto, has_external_data(self.proto)
+        if owned:
             proto = copy.deepcopy(self.proto)
             folder = Path(source).parent if source is not None else Path(".")
             load_external_data(proto, folder, f"'{source or self.loaded.name}'")
-        return save_model(proto, path, external=bool(files.get("model's external data")))
+        return save_model(proto, path, external=bool(files.get("model's external data")), owned=owned)
 
 
 def prepare(

@@ -134,13 +134,14 @@ def fold_constants(model, *, size_threshold: int | None = DEFAULT_SIZE_THRESHOLD
     return current, report
 
 
-def save_model(model, path, *, external: bool = False) -> Path:
+def save_model(model, path, *, external: bool = False, owned: bool = False) -> Path:
     """Write an ONNX model (``--save-sanitized``); models over 2 GB keep their weights in ``<name>.data`` beside it
     (:func:`saved_files`). Both are written as trtkit writes every file (:mod:`trtkit._atomic`): staged beside the
     target and renamed into place, with the mode ``open()`` would give them.
 
     Args:
         external: write the weights to ``<name>.data`` whatever the size (models that came with external data).
+        owned: ``model`` is the caller's own copy, which may lose its weights to the data file (not copied again).
 
     Raises:
         ModelError: the file cannot be written.
@@ -153,7 +154,7 @@ def save_model(model, path, *, external: bool = False) -> Path:
     try:
         if not large:
             return write_bytes_atomic(path, model.SerializeToString())
-        if not external:  # the weights are moved out of the proto: the caller's model stays as it was
+        if not owned:  # the weights are moved out of the proto: the caller's model stays as it was
             model = copy.deepcopy(model)
         data = saved_files(path)[1]
         for tensor in model.graph.initializer:  # (onnx.save's own conversion looks for the data file in the cwd)
