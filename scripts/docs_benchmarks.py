@@ -438,6 +438,27 @@ def render_models(data: dict, prov: Provenance) -> list:
                    table(header, rows), prov)
 
 
+REAL_STAGES = (("prepare", "prepare.status"), ("prepare FP16", "prepare.fp16.status"), ("raw API", "raw.status"),
+               ("trtkit FP32", "trtkit_fp32.status"), ("trtkit FP16", "trtkit_fp16.status"))
+
+
+def render_real_models(data: dict, prov: Provenance) -> list:
+    """``scripts/real_models.py``: the summary, then every case and each stage's verdict; failures with their error."""
+    models = data.get("models") or {}
+    stages = [(h, k) for h, k in REAL_STAGES if any(get(m, k) for m in models.values())]
+    counts = data.get("summary") or {}
+    summary = keyed(None, tuple((k.replace("_", " "), k) for k in counts), [(None, counts)]) if counts else []
+    rows = [[f"`{n}`", m.get("library"), m.get("exporter"), m.get("opset"), get(m, "export.status"),
+             "pass" if m.get("ort_runs") else "fail", *(get(m, k) for _, k in stages)] for n, m in models.items()]
+    errors = [f"- `{n}` {h}: {fmt(get(m, k[: -len('.status')] + '.error'))}" for n, m in models.items()
+              for h, k in [("export", "export.status"), *stages] if get(m, k) == "fail"]
+    header = ["model", "library", "exporter", "opset", "export", "onnxruntime", *(h for h, _ in stages)]
+    what = "Each model exported by its library with random weights, then run by each stage on one seeded input."
+    return (section("Summary", what, summary, prov)
+            + section("Cases", "`skip`: the stage had nothing to run (the export or onnxruntime failed).",
+                      table(header, rows) + (["Failures:", "", *errors, ""] if errors else []), prov))
+
+
 def render_timing_cache(data: dict, prov: Provenance) -> list:
     rows = [("same model, second build", {"a": get(data, "same_model.first_s"), "b": get(data, "same_model.second_s"),
                                          "x": get(data, "same_model.speedup")}),
@@ -524,6 +545,9 @@ KINDS = (
     Kind("live", "Live streams", "Streams published at their own pace to `trtkit run --listen`, detected and pushed "
          "on: frames/s, latency and drops for one, four and an overloading source.", "benchmarks/live_h200.py",
          render_live),
+    Kind("real-models", "Real models", "Models exported from timm, torchvision, transformers, ultralytics, rfdetr and "
+         "lightning-pose, through onnxruntime, trtkit's prepare, the raw TensorRT API and trtkit.",
+         "scripts/real_models.py", render_real_models),
     Kind("timing-cache", "Timing cache", "What the default timing cache saves on a second build.",
          "benchmarks/timing_cache_h200.py", render_timing_cache),
 )

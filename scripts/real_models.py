@@ -199,6 +199,23 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
 
 
+def run_environment(stages, fake: bool) -> dict:
+    """The GPU and TensorRT of a run with the raw and trtkit stages; a CPU run (ort, prepare) says it had none."""
+    import onnx
+
+    env = {"onnx": onnx.__version__}
+    if reference_backend() == "onnxruntime":
+        import onnxruntime
+
+        env["onnxruntime"] = onnxruntime.__version__
+    if {"raw", "trtkit"} & set(stages) and not fake:
+        from trtkit.bench.report import environment
+
+        return {**env, **environment()}
+    return {**env, "gpu": "none (a CPU run: onnxruntime and trtkit's prepare)",
+            "tensorrt": "none (prepared for TensorRT 8.6's parser)"}
+
+
 def reference_backend() -> str:
     try:
         import onnxruntime  # noqa: F401
@@ -493,7 +510,8 @@ def main(argv=None) -> int:
     pending = [c for c in select(args, parser) if c["name"] not in done or c["name"] in redo]
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="real-models-"))
     lock, durations = threading.Lock(), []
-    report.update(run_stamp(), reference=reference_backend(), opt_level=args.opt_level)
+    report.update(run_stamp(), environment=run_environment(stages, args.fake), reference=reference_backend(),
+                  opt_level=args.opt_level)
     print(f"{len(pending)} cases to run ({len(CASES)} in the table), work in {work}", flush=True)
 
     def worker():
