@@ -31,7 +31,9 @@ def test_keeps_fp32_io_and_runs_close_to_fp32():
     onnx.checker.check_model(conv.model, full_check=True)
     assert [v.type.tensor_type.elem_type for v in conv.model.graph.input] == [TensorProto.FLOAT]
     assert {v.name: v.type.tensor_type.elem_type for v in conv.model.graph.output} == {
-        "prob": TensorProto.FLOAT, "tiny2": TensorProto.FLOAT}
+        "prob": TensorProto.FLOAT,
+        "tiny2": TensorProto.FLOAT,
+    }
     types = _types(conv.model)
     assert types[_node(conv.model, "stem_conv").input[1]] == TensorProto.FLOAT16
     assert types["stem_r"] == TensorProto.FLOAT16
@@ -107,19 +109,60 @@ def test_a_subgraph_reading_tensors_of_the_outer_graph_gets_them_in_fp32():
     """torchvision's SSD exports its NMS as an If whose branch reads the boxes and a Constant of the main graph."""
     from onnx import helper
 
-    branch = helper.make_graph([helper.make_node("Add", ["r", "c"], ["out"])], "branch", [],
-                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
-    other = helper.make_graph([helper.make_node("Identity", ["r"], ["out2"])], "other", [],
-                              [helper.make_tensor_value_info("out2", TensorProto.FLOAT, None)])
-    nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [0.5])),
-             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)]
-    graph = helper.make_graph(nodes, "if_outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
-                                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["r", "c"], ["out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["r"], ["out2"])],
+        "other",
+        [],
+        [helper.make_tensor_value_info("out2", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "if_outer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     conv = convert_to_fp16(model)
     onnx.checker.check_model(conv.model, full_check=True)
     x = np.array([-1.0, 0.25, 1.0, 2.0], np.float32)
     got = ReferenceEvaluator(conv.model).run(["y"], {"x": x, "cond": np.array(True)})[0]
     np.testing.assert_allclose(got, [0.5, 0.75, 1.5, 2.5])
+
+
+def test_inverse_sigmoid_quotient_stays_fp32_so_its_log_is_finite():
+    """DETR's inverse_sigmoid, log(clip(x, 1e-5) / clip(1 - x, 1e-5)), is log(1e5) at x = 1; 1e5 is inf in FP16."""
+    h = onnx.helper
+    eps, one = h.make_tensor("eps", TensorProto.FLOAT, [], [1e-5]), h.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    nodes = [
+        h.make_node("Sigmoid", ["x"], ["s"]),
+        h.make_node("Clip", ["s", "eps"], ["x1"]),
+        h.make_node("Sub", ["one", "s"], ["r"]),
+        h.make_node("Clip", ["r", "eps"], ["x2"]),
+        h.make_node("Div", ["x1", "x2"], ["q"], name="quotient"),
+        h.make_node("Log", ["q"], ["y"]),
+    ]
+    vi = [h.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("x", "y")]
+    model = h.make_model(
+        h.make_graph(nodes, "inverse_sigmoid", vi[:1], vi[1:], [eps, one]), opset_imports=[h.make_opsetid("", 17)]
+    )
+    conv = convert_to_fp16(model)
+    assert "quotient (Div)" in conv.kept_fp32
+    x = np.array([-3.0, 0.0, 3.0, 30.0], np.float32)
+    ref = ReferenceEvaluator(model).run(["y"], {"x": x})[0]
+    got = ReferenceEvaluator(conv.model).run(["y"], {"x": x})[0]
+    assert np.isfinite(got).all() and ref[-1] == pytest.approx(np.log(1e5), rel=1e-3)
+    np.testing.assert_allclose(got, ref, atol=1e-2)

@@ -7,7 +7,7 @@ be in the model itself. This converter:
   a warning naming each clipped initializer);
 - keeps ops that overflow or lose too much in FP16 in FP32 (the block list: large reductions, ``Pow``, ``Exp``,
   normalizations, NMS, ...), with ``Cast`` nodes around them, and keeps the inputs ONNX requires to be FP32 (the
-  ``scales`` of ``Resize``);
+  ``scales`` of ``Resize``) and a ``Div`` feeding a ``Log`` (``inverse_sigmoid``'s quotient exceeds ±65504);
 - keeps shape arithmetic (computed only from ``Shape``/``Size``) in FP32, where FP16 would round sizes above 2048;
 - optionally keeps the graph inputs and outputs FP32 (``keep_io_types``), casting at the boundary.
 
@@ -192,9 +192,12 @@ class _Rewriter:
 
     def _blocked_nodes(self) -> set:
         shape_math = _shape_math_nodes(self.graph, self.inits) if self.keep_shape_math else set()
+        # A quotient a Log reads stays FP32: inverse_sigmoid's x / (1 - x), clamped at 1e-5, reaches 1e5 (FP16: inf).
+        logged = {n.input[0] for n in self.graph.node if n.op_type == "Log" and "Log" in self.fp32_ops}
         blocked = set()
         for index, node in enumerate(self.graph.node):
-            if node.op_type in self.fp32_ops or node.name in self.fp32_nodes or index in shape_math:
+            quotient = node.op_type == "Div" and node.output[0] in logged
+            if node.op_type in self.fp32_ops or node.name in self.fp32_nodes or index in shape_math or quotient:
                 blocked.add(index)
                 self.conv.kept_fp32.append(f"{node.name or node.output[0]} ({node.op_type})")
         return blocked
