@@ -317,12 +317,9 @@ def save(run, args) -> None:
     run.result.update(
         trtkit=rows.get("trtkit", {}), modelopt=rows.get(primary, {}), modelopt_row=primary, targets=targets_of(rows)
     )
-    text = json.dumps(run.result, indent=2, sort_keys=True) + "\n"
-    for folder in (args.out, args.results):
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"{NAME}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, folder / NAME)
+    from timing import write_results
+
+    write_results(run.result, (args.out, args.results), NAME)
 
 
 def parse_args(argv):

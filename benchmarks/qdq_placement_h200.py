@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import detection_h200 as det  # noqa: E402 - after the path set-up
+from timing import write_results  # noqa: E402
 
 NAME = "qdq-placement-h200.json"
 # every row spells out the two placement switches (on by default: int8_qdq_add is the default build, residual adds
@@ -126,12 +127,7 @@ def compare(result: dict) -> dict:
 
 def save(run, args) -> None:
     run.result["vs_fp16"] = compare(run.result)
-    text = json.dumps(run.result, indent=2, sort_keys=True) + "\n"
-    for folder in (args.out, args.results):
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"{NAME}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, folder / NAME)
+    write_results(run.result, (args.out, args.results), NAME)
 
 
 def merge_into(run, earlier: dict, rows: list) -> None:

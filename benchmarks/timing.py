@@ -29,3 +29,17 @@ def timed(fn, *, warmup_s: float = 0.3, budget_s: float = 1.5, min_calls: int = 
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def write_results(result: dict, folders, name: str) -> None:
+    """``result`` as JSON to ``name`` in each folder, each written whole (a temporary file renamed into place)."""
+    import json
+    import os
+    from pathlib import Path
+
+    text = json.dumps(result, indent=2, sort_keys=True) + "\n"
+    for folder in map(Path, folders):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, folder / name)
