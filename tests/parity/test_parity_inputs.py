@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -16,7 +19,7 @@ from trtkit.parity.inputs import (
     random_feeds,
     resolve_shapes,
 )
-from trtkit.parity.reference import OnnxReference, load_model
+from trtkit.parity.reference import OnnxReference, default_backend, load_model
 
 PROFILE = {"x": ((1, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))}
 
@@ -143,7 +146,7 @@ def test_conform_feed_names_missing_unknown_and_wrong_kind():
 
 
 def test_reference_runs_the_model_with_onnx_reference_evaluator():
-    ref = OnnxReference(models.two_inputs())
+    ref = OnnxReference(models.two_inputs(), backend="onnx-reference")
     a, b = np.ones((2, 4), np.float32), np.full((2, 4), 0.5, np.float32)
     out = ref({"a": a, "b": b})
     assert list(out) == ["y"]
@@ -154,7 +157,14 @@ def test_reference_errors():
     with pytest.raises(ModelError, match="Unknown reference backend 'tvm'"):
         OnnxReference(models.two_inputs(), backend="tvm")
     with pytest.raises(ModelError, match="failed to run in onnx-reference"):
-        OnnxReference(models.two_inputs())({"a": np.ones((2, 4), np.float32)})
+        OnnxReference(models.two_inputs(), backend="onnx-reference")({"a": np.ones((2, 4), np.float32)})
+
+
+def test_the_default_backend_is_onnxruntime_where_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not installed
+    assert OnnxReference(models.two_inputs()).backend == "onnx-reference"
+    monkeypatch.setitem(sys.modules, "onnxruntime", types.ModuleType("onnxruntime"))  # installed
+    assert default_backend() == "onnxruntime"
 
 
 def test_onnxruntime_backend_is_optional():

@@ -51,9 +51,8 @@ def add_arguments(parser) -> None:
     g.add_argument(
         "--reference",
         choices=REFERENCES,
-        default="onnx-reference",
-        help="how to run the ONNX model: onnx's ReferenceEvaluator (default; pure numpy, slow on big "
-        "models) or onnxruntime (much faster; needs `pip install onnxruntime`)",
+        help="how to run the ONNX model: onnxruntime (the default where it is installed: `pip install "
+        "'trtkit[eval]'`) or onnx's ReferenceEvaluator (the default without it; pure numpy, slow on big models)",
     )
     t = parser.add_argument_group("tolerances (defaults depend on the precision)")
     t.add_argument(

@@ -19,7 +19,7 @@ from trtkit.parity import inputs as inputs_mod
 from trtkit.parity.compare import compare_outputs
 from trtkit.parity.engine import describe_engine, open_engine
 from trtkit.parity.polygraphy_compat import polygraphy_verdicts
-from trtkit.parity.reference import OnnxReference, describe_model, load_model
+from trtkit.parity.reference import OnnxReference, default_backend, describe_model, load_model
 from trtkit.parity.report import ParityReport
 from trtkit.parity.tolerance import Tolerance, tolerance_for
 
@@ -45,7 +45,7 @@ def compare_engine_to_onnx(
     trials: int | None = None,
     seed: int = 0,
     value_range: tuple[float, float] | None = None,
-    reference: str = "onnx-reference",
+    reference: str | None = None,
     polygraphy_check: bool = True,
     on_trial: Callable[[int, int], None] | None = None,
     runner_options: dict | None = None,
@@ -74,7 +74,8 @@ def compare_engine_to_onnx(
         seed: seed of the random inputs.
         value_range: (low, high) of random floating-point inputs (default (-1, 1)); e.g. (0, 255) for a model
             that takes raw pixels.
-        reference: "onnx-reference" (onnx's ReferenceEvaluator) or "onnxruntime" (needs the package).
+        reference: "onnx-reference" (onnx's ReferenceEvaluator), "onnxruntime" (needs the package) or None:
+            onnxruntime where it is installed, else onnx's evaluator.
         polygraphy_check: run Polygraphy's comparator beside trtkit's element-wise check when it is on.
         on_trial: called with (trial index, number of trials) before each trial (progress display).
         runner_options: keyword arguments for ``TrtRunner`` when ``engine`` is a path or bytes (e.g.
@@ -93,6 +94,7 @@ def compare_engine_to_onnx(
     # before minutes of work, not after
     check_outputs({"save_arrays": save_arrays}, {**model_files(onnx_model, "onnx_model"), "engine": engine})
     model = load_model(onnx_model)
+    reference = reference or default_backend()
     specs = inputs_mod.input_specs(model)
     _check_output_names(model, metric_threshold)
     # the values are checked before TensorRT is looked for (the precision, which may come from the engine, is not)

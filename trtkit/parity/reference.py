@@ -1,7 +1,8 @@
-"""The ONNX model's own outputs on CPU: onnx's ReferenceEvaluator, or ONNX Runtime when asked and installed.
+"""The ONNX model's own outputs on CPU: ONNX Runtime where it is installed, else onnx's ReferenceEvaluator.
 
 ONNX Runtime is never required: the reference evaluator ships with ``onnx``. It is slow (pure numpy, one node at a
-time), so parity on large models is better done with ``backend="onnxruntime"`` where that is installed.
+time) and fails on some real models that ONNX Runtime runs, so :func:`default_backend` takes ONNX Runtime where it is
+installed (``pip install 'trtkit[eval]'``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from trtkit.errors import ModelError
 from trtkit.model import onnxruntime_session
 
 BACKENDS = ("onnx-reference", "onnxruntime")
+
+
+def default_backend() -> str:
+    """ "onnxruntime" where the package is installed, else "onnx-reference"."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnx-reference"
+    return "onnxruntime"
 
 
 def load_model(model):
@@ -46,15 +56,16 @@ class OnnxReference:
 
     Args:
         model: path, bytes or ``onnx.ModelProto``.
-        backend: "onnx-reference" (``onnx.reference.ReferenceEvaluator``, always available) or "onnxruntime"
-            (CPU execution provider; needs the package).
+        backend: "onnx-reference" (``onnx.reference.ReferenceEvaluator``, always available), "onnxruntime"
+            (CPU execution provider; needs the package) or None for :func:`default_backend`.
 
     Raises:
         ModelError: the model cannot be read or the evaluator refuses it.
         DependencyError: onnxruntime was asked for and is not installed.
     """
 
-    def __init__(self, model, *, backend: str = "onnx-reference"):
+    def __init__(self, model, *, backend: str | None = None):
+        backend = backend or default_backend()
         if backend not in BACKENDS:
             raise ModelError(f"Unknown reference backend '{backend}'; use one of: {', '.join(BACKENDS)}.")
         self.backend = backend
