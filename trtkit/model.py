@@ -223,10 +223,41 @@ def is_fixed(dim) -> bool:
     return isinstance(dim, int) and dim > 0
 
 
+class SizedDim(str):
+    """A dynamic dimension (its name) with the size the model's metadata gives it: ultralytics' dynamic exports
+    record their ``imgsz``, the height and width a profile given only a batch takes (:func:`model_inputs`)."""
+
+    size: int
+
+    def __new__(cls, name: str, size: int):
+        dim = super().__new__(cls, name)
+        dim.size = size
+        return dim
+
+
+def image_size(proto) -> tuple[int, int] | None:
+    """(height, width) from the ``imgsz`` metadata of an ultralytics export (``640`` or ``[640, 640]``), else None."""
+    import json
+
+    text = next((p.value for p in proto.metadata_props if p.key == "imgsz"), None)
+    try:
+        size = json.loads(text or "null")
+        height, width = (int(x) for x in ([size, size] if isinstance(size, int) else size))
+    except (ValueError, TypeError):
+        return None
+    return (height, width) if height > 0 and width > 0 else None
+
+
 def model_inputs(proto) -> dict:
-    """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic)."""
+    """Graph inputs that are not initializers: name → dims (int for fixed, str or None for dynamic). A 4-D input's
+    dynamic height and width are :class:`SizedDim` where the model's metadata gives its image size."""
     initializers = {t.name for t in proto.graph.initializer}
-    return {value.name: value_dims(value) for value in proto.graph.input if value.name not in initializers}
+    inputs = {value.name: value_dims(value) for value in proto.graph.input if value.name not in initializers}
+    size = image_size(proto)
+    for dims in inputs.values():
+        if size and len(dims) == 4:
+            dims[2:] = [d if is_fixed(d) else SizedDim(d or "?", n) for d, n in zip(dims[2:], size)]
+    return inputs
 
 
 def with_outputs(model, names: list):

@@ -254,3 +254,16 @@ def test_keypoints_are_judged_by_their_deviation_from_the_onnx_models(fake_gpu, 
     accuracy = data["rows"][0]["accuracy"]
     assert accuracy["max_px"] == accuracy["confident"]["max_px"] == 0.0 and accuracy["units"] == "frame pixels"
     assert accuracy["below_reference"] is False
+
+
+def test_an_ultralytics_dynamic_export_takes_its_imgsz_for_height_and_width(fake_gpu, tmp_path, capsys):
+    model = models.tiny_conv()
+    for dim, name in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], ("height", "width")):
+        dim.dim_param = name  # as `YOLO(...).export(format="onnx", dynamic=True)` declares its input
+    onnx.helper.set_model_props(model, {"imgsz": "[8, 8]"})
+    path = tmp_path / "yolo.onnx"
+    onnx.save(model, path)
+    code, _, err = compare_cli(path, capsys, "--precisions", "fp32", "--batches", "1,2", "--json",
+                               str(tmp_path / "c.json"))
+    assert code == 0, err
+    assert [r["batch"] for r in json.loads((tmp_path / "c.json").read_text())["rows"]] == [1, 1, 2, 2]

@@ -34,8 +34,9 @@ def files(tmp_path):
 @pytest.mark.parametrize("argv, code, message", [
     (["build", "{t}/nope.onnx"], 1, "'{t}/nope.onnx' does not exist"),
     (["build", "{t}/folder"], 1, "is a folder; give the path of an .onnx file"),
-    (["build", "{t}/m.onnx"], 1, "no optimization profile was given. Its only dynamic axis is the first: give the "
-     "sizes of that axis, e.g. --batch 1,8,8 (MIN,OPT,MAX), or a profile with every input, e.g. 'x:1x3x8x8,8x3x8x8"),
+    (["build", "{t}/m.onnx"], 1, "no optimization profile was given. Its only dynamic axis is the first: give "
+     "the sizes of the first axis, e.g. --batch 1,8,8 (MIN,OPT,MAX), or a profile with every input, e.g. "
+     "'x:1x3x8x8,8x3x8x8"),
     (["build", "{t}/m.onnx", "--shapes", "y:1x3x8x8"], 1, "names input(s) ['y'] that the model does not have"),
     (["build", "{t}/m.onnx", "--shapes", "x:1x3x8x8", "--int8", "--calib", "{t}/nope"], 1,
      "--calib '{t}/nope' is not a folder"),

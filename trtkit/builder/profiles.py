@@ -168,7 +168,7 @@ def _example_profile(inputs: dict, given: Profile | None = None, model_inputs: d
             if isinstance(d, str):
                 named[d] = (shape.min[i], shape.opt[i], shape.max[i])
     for name, dims in inputs.items():
-        sizes = [(d, d, d) if is_fixed(d) else named.get(d, (1, 8, 8)) for d in dims]
+        sizes = [(d, d, d) if is_fixed(d) else named.get(d, _sizes(d)) for d in dims]
         pieces.append(_spec_text(name, InputShape(*map(tuple, zip(*sizes)))))
     return "'" + " ".join(pieces) + "'"
 
@@ -177,9 +177,21 @@ def _spec_text(name: str, shape: InputShape) -> str:
     return f"{name}:" + ",".join("x".join(map(str, s)) for s in (shape.min, shape.opt, shape.max))
 
 
+def _size(dim) -> int | None:
+    """The size a dynamic dimension takes from the model's metadata (:class:`trtkit.model.SizedDim`), else None."""
+    return getattr(dim, "size", None)
+
+
+def _sizes(dim) -> tuple:
+    """An example's (min, opt, max) of a dynamic dimension: its size from the metadata, else 1, 8, 8."""
+    size = _size(dim)
+    return (size, size, size) if size else (1, 8, 8)
+
+
 def _batch_only(inputs: dict) -> bool:
-    """Whether the first axis is the only dynamic axis of every input in ``inputs`` (each one has one)."""
-    return all(d and not is_fixed(d[0]) and all(is_fixed(x) for x in d[1:]) for d in inputs.values())
+    """Whether the first axis is the only dynamic axis without a size from the model's metadata, in every input in
+    ``inputs`` (each one has one)."""
+    return all(d and not is_fixed(d[0]) and all(is_fixed(x) or _size(x) for x in d[1:]) for d in inputs.values())
 
 
 # the ONNX types of inputs TensorRT may parse as shape tensors (of rank 0 or 1)
@@ -224,8 +236,12 @@ def resolve_profiles(model_inputs: dict, profiles: list, shape_inputs=()) -> lis
             dims = "; ".join(f"'{n}' dims {[x if is_fixed(x) else (x or '?') for x in d]}" for n, d in dynamic.items())
             message = f"The model has dynamic dimensions ({dims}) and no optimization profile was given"
             if _batch_only(dynamic):
+                sized = any(_size(x) for d in dynamic.values() for x in d)
+                which = (
+                    "Its height and width take its imgsz metadata" if sized else "Its only dynamic axis is the first"
+                )
                 raise ProfileError(
-                    f"{message}. Its only dynamic axis is the first: give the sizes of that axis, e.g. batch 1,8,8 "
+                    f"{message}. {which}: give the sizes of the first axis, e.g. batch 1,8,8 "
                     f"(MIN,OPT,MAX), or a profile with every input, e.g. {_example_profile(dynamic)}",
                     field="batch",
                 )
@@ -327,14 +343,15 @@ def _batch_shapes(index: int, batch: tuple, inputs: dict) -> dict:
         )
     shapes = {}
     for name, dims in inputs.items():
-        axis = next((i for i, d in enumerate(dims) if i > 0 and not is_fixed(d)), None)
+        axis = next((i for i, d in enumerate(dims) if i > 0 and not (is_fixed(d) or _size(d))), None)
         if axis is not None:
             raise ProfileError(
                 f"Profile {index}: batch sets the first axis only, and input '{name}' (dims {list(dims)}) has "
                 f"dynamic axis {axis}; give its shapes in full, e.g. {_example_profile({name: dims})}",
                 field="batch",
             )
-        shapes[name] = InputShape(*((b, *dims[1:]) for b in batch))
+        rest = [_size(d) or d for d in dims[1:]]
+        shapes[name] = InputShape(*((b, *rest) for b in batch))
     return shapes
 
 

@@ -7,7 +7,6 @@ largest batch it takes.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -147,7 +146,7 @@ def onnx_model(target) -> Model:
     """The ONNX model on the CPU: onnxruntime where installed, onnx's reference evaluator otherwise."""
     from onnx import helper
 
-    from trtkit.parity.reference import OnnxReference, describe_model, load_model
+    from trtkit.parity.reference import OnnxReference, default_backend, describe_model, load_model
 
     model = load_model(target)
     initializers = {i.name for i in model.graph.initializer}
@@ -159,7 +158,7 @@ def onnx_model(target) -> Model:
         )
     dims = _sized(_dims(inputs[0]), model)
     max_batch = dims[0] if dims and isinstance(dims[0], int) else DEFAULT_MAX_BATCH
-    backend = "onnxruntime" if _has_onnxruntime() else "onnx-reference"
+    backend = default_backend()
     if backend == "onnx-reference":
         logging.getLogger("trtkit").warning(
             "onnxruntime is not installed: %s runs in onnx's reference evaluator, which is slow on real models "
@@ -179,27 +178,17 @@ def onnx_model(target) -> Model:
 
 def _sized(dims: tuple, model) -> tuple:
     """An NCHW input's symbolic height and width from the ``imgsz`` metadata of ultralytics' dynamic exports."""
-    size = next((p.value for p in model.metadata_props if p.key == "imgsz"), None)
+    from trtkit.model import image_size
+
+    size = image_size(model)
     if len(dims) != 4 or size is None or all(isinstance(d, int) and d > 0 for d in dims[2:]):
         return dims
-    try:
-        height, width = np.broadcast_to(np.asarray(json.loads(size), np.int64), (2,)).tolist()
-    except (ValueError, TypeError):
-        return dims
-    return (*dims[:2], height, width)
+    return (*dims[:2], *size)
 
 
 def _dims(value) -> tuple:
     dims = value.type.tensor_type.shape.dim
     return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
-
-
-def _has_onnxruntime() -> bool:
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @contextlib.contextmanager
