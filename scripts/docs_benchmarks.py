@@ -539,8 +539,8 @@ KINDS = (
     Kind("compare", "Compare tables", "`trtkit compare` on models exported from the libraries users export from: "
          "precisions and batch sizes side by side.", "trtkit compare", render_compare),
     Kind("detectors", "Detectors", "The seed systems' detectors (YOLO family, RT-DETR, RF-DETR) built, checked "
-         "against onnxruntime and streamed.", "scripts/seed_models_gpu.py", render_models),
-    Kind("pose", "Pose models", "Heatmap and YOLOv8-pose models built, checked against onnxruntime and streamed.",
+         "against the ONNX model (trtkit parity) and streamed.", "scripts/seed_models_gpu.py", render_models),
+    Kind("pose", "Pose models", "Heatmap and YOLOv8-pose models built, checked against the ONNX model and streamed.",
          "scripts/seed_models_gpu.py", render_models),
     Kind("live", "Live streams", "Streams published at their own pace to `trtkit run --listen`, detected and pushed "
          "on: frames/s, latency and drops for one, four and an overloading source.", "benchmarks/live_h200.py",

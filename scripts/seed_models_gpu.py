@@ -149,6 +149,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {"models": {}}
+    if not args.dry_run:  # where and how: the GPU, TensorRT, this run's start and arguments
+        from trtkit.bench.report import environment
+
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        results.setdefault("calls", []).append({"started": started, "argv": list(argv or sys.argv[1:])})
+        results["environment"] = environment()
     wanted = [n for n in (args.only.split(",") if args.only else MODELS) if n]
     redo = set(args.redo.split(","))
     todo = [
