@@ -7,6 +7,7 @@ import types
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from tests import models
 from trtkit.builder.profiles import InputShape, Profile
@@ -158,6 +159,20 @@ def test_reference_errors():
         OnnxReference(models.two_inputs(), backend="tvm")
     with pytest.raises(ModelError, match="failed to run in onnx-reference"):
         OnnxReference(models.two_inputs(), backend="onnx-reference")({"a": np.ones((2, 4), np.float32)})
+
+
+def test_a_model_the_evaluator_cannot_run_names_onnxruntime():
+    # DETR's query selection: GatherElements over more than 63 tokens (numpy.choose's limit in onnx's evaluator)
+    graph = helper.make_graph(
+        [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 4]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [1, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
+    )
+    ref = OnnxReference(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), backend="onnx-reference")
+    with pytest.raises(ModelError, match=r"failed to run in onnx-reference: .*pip install 'trtkit\[eval\]', then "
+                       "--reference onnxruntime"):
+        ref({"x": np.zeros((1, 64, 4), np.float32), "i": np.zeros((1, 3, 4), np.int64)})
 
 
 def test_the_default_backend_is_onnxruntime_where_installed(monkeypatch):

@@ -13,10 +13,15 @@ from typing import Mapping
 
 import numpy as np
 
-from trtkit.errors import ModelError
+from trtkit.errors import ModelError, first_line
 from trtkit.model import onnxruntime_session
 
 BACKENDS = ("onnx-reference", "onnxruntime")
+# what a failure in onnx's evaluator adds: DETR exports, for one, trip its GatherElements (numpy.choose's 64 arrays)
+ONNXRUNTIME_FIX = (
+    "; onnxruntime runs models onnx's evaluator cannot (numpy limits, ops of older opsets): pip install "
+    "'trtkit[eval]', then --reference onnxruntime"
+)
 
 
 def default_backend() -> str:
@@ -96,5 +101,6 @@ class OnnxReference:
         try:
             values = self._session.run(self.output_names, dict(feed))
         except Exception as exc:
-            raise ModelError(f"The ONNX model failed to run in {self.backend}: {exc}") from exc
+            fix = "" if self.backend == "onnxruntime" else ONNXRUNTIME_FIX
+            raise ModelError(f"The ONNX model failed to run in {self.backend}: {first_line(exc)}{fix}") from exc
         return {name: np.asarray(value) for name, value in zip(self.output_names, values)}
