@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-host call that runs GPU-side steps and brings back logs and results through $OUT.
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
+# scripts/gpu_background.sh runs steps as background chains that outlive the call starting them.
 # Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models
 # overhead seed_export seed_data seed_compare seed_models timing_cache modelopt serve live (default: env tests demo).
 # seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh); modelopt
