@@ -84,6 +84,43 @@ def test_matmul_weights_per_channel_and_activation_pairs():
     assert plan_qdq(matmul_block()).skipped == {"mm_act": "final layer (head) kept in higher precision"}
 
 
+def test_a_weight_passed_through_identity_is_quantized_as_the_weight():
+    # torch's exporter reads a shared weight through Identity(initializer): still a weight, not an activation
+    model = matmul_block()
+    model.graph.node.insert(0, onnx.helper.make_node("Identity", ["w"], ["w_shared"], name="w_identity"))
+    model.graph.node[1].input[1] = "w_shared"
+    model.opset_import[0].version = 19  # onnx's reference evaluator implements DequantizeLinear from opset 19
+    plan = plan_qdq(model, QdqOptions(keep_output_layers=False, per_channel_matmul=True))
+    assert plan.activations == ["x", "h_r", "h_t"]
+    assert (plan.weights[("mm_weight", 1)].initializer, plan.weights[("mm_weight", 1)].axis) == ("w", 1)
+    feed = {"x": np.random.default_rng(0).standard_normal((2, 8, 16)).astype(np.float32)}
+    values = ReferenceEvaluator(model).run(["y", *plan.activations], feed)
+    qdq, _ = insert_qdq(model, {t: float(np.abs(v).max()) for t, v in zip(plan.activations, values[1:])}, plan)
+    onnx.checker.check_model(qdq, full_check=True)
+    assert _inputs_of(qdq, "mm_weight") == ["DequantizeLinear", "DequantizeLinear"]
+    want, got = values[0], ReferenceEvaluator(qdq).run(None, feed)[0]
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_a_layer_read_only_for_its_shape_is_no_head():
+    # conv_shape's output reaches the graph output only through Shape (a Reshape's target): quantized like any other
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w = [onnx.numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), f"w{i}") for i in (0, 1)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["a"], name="conv_shape", pads=[1, 1, 1, 1]),
+        helper.make_node("Shape", ["a"], ["s"], name="shape"),
+        helper.make_node("Conv", ["x", "w1"], ["b"], name="conv_head", pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["b", "s"], ["y"], name="reshape"),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], w)
+    plan = plan_qdq(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert plan.quantized == ["conv_shape"]
+    assert plan.skipped == {"conv_head": "final layer (head) kept in higher precision"}
+
+
 def test_options_exclude():
     plan = plan_qdq(residual_cnn(), QdqOptions(exclude_nodes=frozenset({"conv_a"})))
     assert plan.skipped["conv_a"] == "excluded by name"

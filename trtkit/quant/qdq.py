@@ -181,13 +181,23 @@ class _Graph:
             for name in n.input:
                 self.consumers.setdefault(name, []).append(n)
         self.outputs = {o.name for o in self.graph.output}
+        self.alias = initializer_aliases(self.nodes, self.inits)
 
     def is_weight(self, name: str) -> bool:
-        return name in self.inits
+        return name in self.inits or name in self.alias
+
+    def initializer(self, name: str) -> str:
+        """The initializer a weight input reads: itself, or the one its ``Identity`` passes on."""
+        return self.alias.get(name, name)
 
     def producer_op(self, name: str) -> str | None:
         node = self.producer.get(name)
         return node.op_type if node is not None else None
+
+
+def initializer_aliases(nodes, inits) -> dict:
+    """Tensor → initializer for each ``Identity`` of an initializer (torch's exporter passes shared weights so)."""
+    return {n.output[0]: n.input[0] for n in nodes if n.op_type == "Identity" and n.input and n.input[0] in inits}
 
 
 def ensure_node_names(model) -> None:
@@ -258,7 +268,7 @@ def _check_excluded(g: _Graph, names) -> None:
 def _skip_reason(g: _Graph, node, options: QdqOptions, heads: dict) -> str | None:
     if node.name in options.exclude_nodes:
         return "excluded by name"
-    weight = next((g.inits[i] for i in node.input[1:2] if g.is_weight(i)), None)
+    weight = next((g.inits[g.initializer(i)] for i in node.input[1:2] if g.is_weight(i)), None)
     if weight is not None and int(np.prod(weight.dims)) < options.min_weight_elements:
         return f"tiny ({int(np.prod(weight.dims))} weights < {options.min_weight_elements})"
     if node.name in heads:
@@ -277,14 +287,14 @@ def _plan_compute(g: _Graph, node, options: QdqOptions, plan: QdqPlan) -> None:
         if g.is_weight(name):
             per_channel = options.per_channel_matmul or node.op_type not in ("Gemm", "MatMul")
             axis = _weight_axis(g, node, name) if per_channel else None
-            plan.weights[(node.name, index)] = WeightQuant(name, axis)
+            plan.weights[(node.name, index)] = WeightQuant(g.initializer(name), axis)
         else:
             plan.add_activation(name, node.name, index)
     plan.quantized.append(node.name)
 
 
 def _weight_axis(g: _Graph, node, name: str) -> int | None:
-    rank = len(g.inits[name].dims)
+    rank = len(g.inits[g.initializer(name)].dims)
     if node.op_type == "Conv":
         return 0
     if node.op_type == "ConvTranspose":
@@ -347,7 +357,7 @@ def _compute_above(g: _Graph, tensors) -> set:
         seen.add(node.name)
         if node.op_type in COMPUTE_OPS:
             found.add(node.name)
-        else:
+        elif node.op_type not in SHAPE_SOURCES:  # a Shape reads no values: what feeds it is no head
             stack.extend(_activations(g, node))
     return found
 
@@ -531,6 +541,7 @@ class _Inserter:
         self.model, self.graph = model, model.graph
         self.by_name = {n.name: n for n in self.graph.node}
         self.inits = {t.name: t for t in self.graph.initializer}
+        self.alias = initializer_aliases(self.graph.node, self.inits)
         self.new_nodes: dict[str, list] = {}  # node name → Q/DQ nodes to place before it
         self.weight_dq: dict[tuple, str] = {}
 
@@ -549,7 +560,7 @@ class _Inserter:
                 self.by_name[node_name].input[index] = dq
         for (node_name, index), wq in plan.weights.items():
             node = self.by_name[node_name]
-            if node.input[index] != wq.initializer:
+            if self.alias.get(node.input[index], node.input[index]) != wq.initializer:
                 continue
             key = (wq.initializer, wq.axis)
             if key not in self.weight_dq:
