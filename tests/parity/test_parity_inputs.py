@@ -170,8 +170,8 @@ def test_a_model_the_evaluator_cannot_run_names_onnxruntime():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
     )
     ref = OnnxReference(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), backend="onnx-reference")
-    with pytest.raises(ModelError, match=r"failed to run in onnx-reference: .*pip install 'trtkit\[eval\]', then "
-                       "--reference onnxruntime"):
+    with pytest.raises(ModelError, match=r"failed to run in onnx-reference: .*pip install 'trtkit\[eval\]' and take "
+                       "the onnxruntime reference"):
         ref({"x": np.zeros((1, 64, 4), np.float32), "i": np.zeros((1, 3, 4), np.int64)})
 
 

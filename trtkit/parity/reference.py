@@ -20,7 +20,7 @@ BACKENDS = ("onnx-reference", "onnxruntime")
 # what a failure in onnx's evaluator adds: DETR exports, for one, trip its GatherElements (numpy.choose's 64 arrays)
 ONNXRUNTIME_FIX = (
     "; onnxruntime runs models onnx's evaluator cannot (numpy limits, ops of older opsets): pip install "
-    "'trtkit[eval]', then --reference onnxruntime"
+    "'trtkit[eval]' and take the onnxruntime reference"
 )
 
 
