@@ -3,7 +3,7 @@
 # Usage (on the GPU host, through the bundle): bash .gpu/bin/gpu-run bash scripts/gpu_session.sh [STEP ...]
 # scripts/gpu_background.sh runs steps as background chains that outlive the call starting them.
 # Steps: env tests ptests int64 demo crasher runner precision detection qdq pipeline realdet realcls backend real_models
-# overhead seed_export seed_data seed_compare seed_models timing_cache modelopt serve live (default: env tests demo).
+# overhead seed_export seed_data seed_train seed_compare seed_models timing_cache modelopt serve live (default: env tests demo).
 # seed_export needs the wheels of scripts/seed_wheels.txt carried in .whl/ (scripts/fetch_seed_wheels.sh); modelopt
 # those of scripts/modelopt_wheels.txt in .whl-modelopt/.
 # serve first installs the serve extra (nvidia-pytriton and what it needs, from .gpu/serveNN parts copied to
@@ -129,6 +129,14 @@ for step in ${*:-env tests demo}; do
                  PYTHONPATH=/tmp/site timeout ${SEED_TIMEOUT:-500} /opt/torch/.venv/bin/python3 scripts/export_seed_models.py \
                    "$TRTKIT_GPU_CACHE/seed" --skip-existing ${SEED_ARGS:-} >> "$W/seed-export.log" 2>&1; echo "seed_export rc=$?"
                  cp "$TRTKIT_GPU_CACHE"/seed/*.json "$W"/ 2>/dev/null; grep -E "^[a-z0-9-]+: |^exported" "$W/seed-export.log" ;;
+    seed_train) # YOLOv8n and RF-DETR nano trained on the shapes set (scripts/train_seed_models.py), for accuracy figures
+                # that mean something; the seed wheels as seed_export installs them; TRAIN_ARGS e.g. "--epochs 30 --batch 16"
+                [ -d /tmp/site/ultralytics ] || /opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps --no-compile \
+                  --target /tmp/site .whl/*.whl > "$W/seed-train.log" 2>&1
+                PYTHONPATH=/tmp/site timeout ${TRAIN_TIMEOUT:-560} /opt/torch/.venv/bin/python3 scripts/train_seed_models.py \
+                  "$TRTKIT_GPU_CACHE/shapes" "$TRTKIT_GPU_CACHE/trained" --models ${TRAIN_MODELS:-yolov8n rfdetr-nano} --device 0 \
+                  ${TRAIN_ARGS:---epochs 30} >> "$W/seed-train.log" 2>&1; echo "seed_train rc=$?"
+                cp "$TRTKIT_GPU_CACHE"/trained/*.json "$W"/ 2>/dev/null; tail -5 "$W/seed-train.log" ;;
     precision) cp benchmarks/results/precision-h200.json "$W/precision-h200.before.json"
                timeout ${PRECISION_TIMEOUT:-540} python3 benchmarks/precision_h200.py --out "$W" --cache "$TRTKIT_GPU_CACHE" \
                  --merge "$TRTKIT_GPU_CACHE/precision-h200.json" ${PRECISION_ARGS:-} \
