@@ -148,12 +148,14 @@ def test_without_onnxruntime_the_reference_evaluator_runs_and_says_it_is_slow(da
     assert "reference evaluator, which is slow" in caplog.text and "trtkit[eval]" in caplog.text
 
 
-def rt_detr_like(path):
-    """HEAD's two boxes as DETR-family outputs (transformers' names): relative centre boxes and class logits."""
+def rt_detr_like(path, names=("pred_boxes", "logits"), no_object=None):
+    """HEAD's two boxes as DETR-family outputs (transformers' names): relative centre boxes and class logits; with
+    ``no_object``, a third logit slot of that value (RF-DETR's slot past the classes)."""
     boxes = (HEAD[0, :4].T / SIZE)[None]
-    logits = np.full((1, 2, 2), -10.0, np.float32)
+    logits = np.full((1, 2, 2 if no_object is None else 3), -10.0, np.float32)
     logits[0, 0, 1], logits[0, 1, 0] = np.log(0.9 / 0.1), np.log(0.95 / 0.05)
-    onnx.save(models.constant_outputs({"pred_boxes": boxes, "logits": logits}, size=SIZE), path)
+    logits[0, :, 2:] = no_object if no_object is not None else 0.0
+    onnx.save(models.constant_outputs(dict(zip(names, (boxes, logits))), size=SIZE), path)
     return path
 
 
@@ -163,6 +165,16 @@ def test_a_detr_family_model_scores_100_with_its_layout_named(dataset):
     assert result.rows[0].metrics.map == pytest.approx(100.0) and result.rows[0].metrics.detections == 6
     with pytest.raises(InputError, match="fit detr-sigmoid .* and detr-softmax"):
         evaluate_detection(model, dataset / "val", dataset / "val.json")
+
+
+def test_rf_detrs_slot_past_the_classes_is_left_out(dataset):
+    # RF-DETR's labels have one slot more than its classes ("no object"): a score there is no detection
+    model = rt_detr_like(dataset / "rfdetr.onnx", ("dets", "labels"), no_object=0.0)  # scores 0.5 in that slot
+    result = evaluate_detection(model, dataset / "val", dataset / "val.json")
+    assert result.rows[0].metrics.map == pytest.approx(100.0) and result.rows[0].metrics.detections == 6
+    with pytest.raises(InputError, match="Class index 2 has no COCO category"):  # two slots more: a mismatch
+        evaluate_detection(model, dataset / "val", {**json.loads((dataset / "val.json").read_text()),
+                                                     "categories": [{"id": 7, "name": "b"}]})
 
 
 def test_cli_head_unknown_or_needed_is_a_usage_error(dataset, capsys):

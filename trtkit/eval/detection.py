@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from trtkit.detection import ImageReadError, Letterbox, find_layout, list_images, open_image
+from trtkit.detection import Detections, ImageReadError, Letterbox, find_layout, list_images, open_image
 from trtkit.errors import InputError
 from trtkit.eval.coco import CocoMetrics, category_ids, evaluate_coco, load_coco, to_coco_results
 from trtkit.eval.models import open_model
@@ -112,6 +112,12 @@ def read_images(pairs, batch: int, skipped: list):
         yield images, ids
 
 
+def no_object_slot(layout, categories) -> int | None:
+    """The logits' slot past the classes that RF-DETR exports (its "no object", never trained positive), left out
+    of the scores: the last slot where a sigmoid DETR head has one more class than the annotations' categories."""
+    return len(categories) if layout.layout == "detr-sigmoid" and layout.classes == len(categories) + 1 else None
+
+
 def predict_coco(
     infer: Callable,
     input_name: str,
@@ -143,7 +149,11 @@ def predict_coco(
         tensor, metas = letterbox(images)
         found = infer({input_name: tensor})
         layout = layout or find_layout(found, head)
+        slot = no_object_slot(layout, categories)
         for image_id, det, meta in zip(ids, layout.decode(found, size, **decode.options()), metas):
+            if slot is not None:
+                keep = det.classes != slot
+                det = Detections(det.boxes[keep], det.scores[keep], det.classes[keep])
             results += to_coco_results(image_id, det.mapped(meta), categories)
         read += ids
     return results, read
