@@ -15,8 +15,7 @@ pretrained weights; every network connection is refused), then exported the way 
   labels 0..7 in id order). That trainer needs ``rfdetr[train]`` (pytorch_lightning, torchmetrics, ...); without
   it the script trains with a plain loop over rfdetr's own dataset, model and SetCriterion instead, and says so in
   the JSON (``"trainer"``). Then ``.export(dynamic_batch=True, opset_version=17)``. Its ``labels`` output has
-  ``classes + 1`` slots (the last a background slot that a sigmoid head never trains positive); the file is cut to
-  the 8 classes' slots so a class index is a category index (``"labels_sliced"`` in the JSON).
+  ``classes + 1`` slots, the last a "no object" slot that ``trtkit eval`` leaves out, as it does for users' exports.
 
 Writes ``OUT/NAME-trained.onnx`` and ``OUT/NAME-trained.json`` (epochs, images, seconds, the library's own val metric
 where it reports one, the ONNX file's inputs and outputs, network tries, versions).
@@ -216,34 +215,6 @@ def _rfdetr_plain_loop(model, dataset_dir: Path, out: Path, args, device: str) -
     return {"train_loss": losses}
 
 
-def _slice_labels(path: Path, classes: int) -> bool:
-    """Cut the ``labels`` output of an RF-DETR ONNX file to its first ``classes`` slots; whether it was cut."""
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(path))
-    out = next((o for o in model.graph.output if o.name == "labels"), None)
-    dims = out.type.tensor_type.shape.dim if out is not None else []
-    if out is None or len(dims) != 3 or not dims[2].HasField("dim_value") or dims[2].dim_value <= classes:
-        return False
-    producer = next(n for n in model.graph.node if "labels" in n.output)
-    producer.output[list(producer.output).index("labels")] = "labels_all"
-    consts = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in
-              (("labels_starts", [0]), ("labels_ends", [classes]), ("labels_axes", [2]))]
-    model.graph.initializer.extend(consts)
-    for node in model.graph.node:  # any other reader of the old name reads the full tensor
-        for k, name in enumerate(node.input):
-            if name == "labels":
-                node.input[k] = "labels_all"
-    model.graph.node.append(helper.make_node("Slice", ["labels_all", "labels_starts", "labels_ends", "labels_axes"],
-                                             ["labels"], name="labels_classes_only"))
-    dims[2].dim_value = classes
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return True
-
-
 def train_rfdetr(name: str, data: Path, work: Path, args) -> dict:
     import rfdetr
 
@@ -265,7 +236,7 @@ def train_rfdetr(name: str, data: Path, work: Path, args) -> dict:
                     **_rfdetr_plain_loop(model, dataset_dir, work / "runs", args, device))
     export_dir = work / "export"
     onnx = Path(model.export(output_dir=str(export_dir), dynamic_batch=True, opset_version=17, verbose=False))
-    info.update(onnx=onnx, labels_sliced=_slice_labels(onnx, classes))
+    info.update(onnx=onnx)
     return info
 
 
