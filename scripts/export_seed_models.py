@@ -200,25 +200,38 @@ def main(argv=None) -> int:
     p.add_argument("--skip-existing", action="store_true", help="leave out models whose NAME.json is already there")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    failed, done = [], []
+    names = []
     for name in args.only or MODELS:
         if args.skip_existing and (args.out / f"{name}.json").exists():
             print(f"{name}: already there", flush=True)
-            continue
+        else:
+            names.append(name)
+    done, failed = each(names, lambda name: export(name, args.out), lambda info: (
+        f"{info['file']} in {info['export_s']} s; outputs {outputs_text(info)}; onnxruntime "
+        f"{info.get('ort_shapes') or info.get('ort_error')}; network tries {len(info['network_tries'])}"))
+    print(f"exported {len(done)}, failed {len(failed)} {' '.join(failed)}")
+    return 1 if failed else 0
+
+
+def each(names, work, line) -> tuple[list, list]:
+    """``work(name)`` for each name, one's failure not stopping the others; prints ``line(info)`` or the failure.
+    Returns (done, failed)."""
+    done, failed = [], []
+    for name in names:
         try:
-            info = export(name, args.out)
+            info = work(name)
         except Exception as exc:
             failed.append(name)
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
             traceback.print_exc()
             continue
         done.append(name)
-        outputs = ", ".join(f"{o['name']} {o['dtype']} {o['dims']}" for o in info["outputs"])
-        print(f"{name}: {info['file']} in {info['export_s']} s; outputs {outputs}; onnxruntime "
-              f"{info.get('ort_shapes') or info.get('ort_error')}; network tries {len(info['network_tries'])}",
-              flush=True)
-    print(f"exported {len(done)}, failed {len(failed)} {' '.join(failed)}")
-    return 1 if failed else 0
+        print(f"{name}: {line(info)}", flush=True)
+    return done, failed
+
+
+def outputs_text(info: dict) -> str:
+    return ", ".join(f"{o['name']} {o['dtype']} {o['dims']}" for o in info["outputs"])
 
 
 if __name__ == "__main__":

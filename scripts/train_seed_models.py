@@ -42,13 +42,12 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # sets the offline environment and refuses every network connection, before any library is imported
-from export_seed_models import NETWORK_TRIES, describe, versions  # noqa: E402
+from export_seed_models import NETWORK_TRIES, describe, each, outputs_text, versions  # noqa: E402
 
 
 def load_coco(data: Path, split: str) -> dict:
@@ -297,20 +296,10 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
-    failed, done = [], []
-    for name in args.models:
-        try:
-            info = train(name, args)
-        except Exception as exc:
-            failed.append(name)
-            print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
-            traceback.print_exc()
-            continue
-        done.append(name)
-        outputs = ", ".join(f"{o['name']} {o['dtype']} {o['dims']}" for o in info["outputs"])
-        print(f"{name}: {info['file']} after {info['epochs']} epoch(s) on {info['images']['train']} images in "
-              f"{info['seconds']} s ({info['trainer']}); val {info.get('val_metric')}; outputs {outputs}; "
-              f"network tries {len(info['network_tries'])}", flush=True)
+    done, failed = each(args.models, lambda name: train(name, args), lambda info: (
+        f"{info['file']} after {info['epochs']} epoch(s) on {info['images']['train']} images in {info['seconds']} s "
+        f"({info['trainer']}); val {info.get('val_metric')}; outputs {outputs_text(info)}; "
+        f"network tries {len(info['network_tries'])}"))
     print(f"trained {len(done)}, failed {len(failed)} {' '.join(failed)}")
     return 1 if failed else 0
 
