@@ -234,6 +234,9 @@ class SizedDim(str):
         dim.size = size
         return dim
 
+    def __getnewargs__(self):  # pickled into build children, copied: both rebuild it from these
+        return (str(self), self.size)
+
 
 def image_size(proto) -> tuple[int, int] | None:
     """(height, width) from the ``imgsz`` metadata of an ultralytics export (``640`` or ``[640, 640]``), else None."""

@@ -1,3 +1,6 @@
+import copy
+import pickle
+
 import pytest
 
 from trtkit.builder.profiles import InputShape, Profile, parse_shapes, resolve_profiles
@@ -88,5 +91,9 @@ def test_a_batch_alone_takes_height_and_width_from_the_imgsz_metadata():
     with pytest.raises(ProfileError, match="take its imgsz metadata: give the sizes of the first axis, e.g. batch "
                        r"1,8,8 .*'images:1x3x64x48,8x3x64x48,8x3x64x48'"):
         resolve_profiles(model_inputs(_ultralytics_like()), [])
+    # the dims travel to isolated build children (pickle) and are copied
+    dims = model_inputs(_ultralytics_like())["images"]
+    assert [getattr(d, "size", None) for d in pickle.loads(pickle.dumps(dims))] == [None, None, 64, 48]
+    assert copy.deepcopy(dims)[3].size == 48
     with pytest.raises(ProfileError, match="has dynamic axis 2"):  # metadata that is no image size is not used
         resolve_profiles(model_inputs(_ultralytics_like("[64, 'x']")), [Profile(batch=(1, 4, 8))])
