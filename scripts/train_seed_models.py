@@ -293,6 +293,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.rfdetr_resolution % 32:
         p.error("--rfdetr-resolution must be a multiple of 32 (patch 16 x 2 windows)")
+    missing = [n for n in ("train", "val", "train.json", "val.json") if not (args.data / n).exists()]
+    if missing:
+        p.error(f"{args.data} lacks {', '.join(missing)}: make it with scripts/make_detection_data.py DATA")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
